@@ -1,0 +1,57 @@
+# xce — build, test and run. `make help` lists the targets.
+GO        ?= go
+BIN       ?= bin/xce
+FUZZTIME  ?= 5s
+TOOLS     := $(CURDIR)/.tools/bin
+VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS   := -X main.version=$(VERSION)
+
+# Versions of the code generators `make proto` installs into .tools/bin.
+BUF_VERSION            := v1.75.0
+PROTOC_GEN_GO_VERSION  := v1.36.12
+PROTOC_GEN_CONNECT_VER := v1.19.1
+
+.PHONY: help build test unit fuzz lint dev bench proto tools clean
+
+help:
+	@echo "make dev    run a local 3-node cluster (Ctrl-C stops it)"
+	@echo "make test   lint, every test under the race detector, and a short fuzz of each decoder"
+	@echo "make build  build $(BIN)"
+	@echo "make bench  run the Go benchmarks"
+	@echo "make fuzz   fuzz each decoder for FUZZTIME (default $(FUZZTIME))"
+	@echo "make proto  regenerate the protobuf and Connect code"
+	@echo "make lint   go vet and a gofmt check"
+
+build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/xce
+
+# The one test command: CI runs exactly this.
+test: lint unit fuzz
+
+unit:
+	$(GO) test -race -count=1 -timeout 15m ./...
+
+fuzz:
+	FUZZTIME=$(FUZZTIME) ./scripts/fuzz.sh
+
+lint:
+	$(GO) vet ./...
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.tools/*')); \
+	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+dev:
+	$(GO) run ./cmd/xce dev
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+tools:
+	GOBIN=$(TOOLS) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
+	GOBIN=$(TOOLS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+	GOBIN=$(TOOLS) $(GO) install connectrpc.com/connect/cmd/protoc-gen-connect-go@$(PROTOC_GEN_CONNECT_VER)
+
+proto: tools
+	PATH=$(TOOLS):$$PATH $(TOOLS)/buf generate
+
+clean:
+	rm -rf bin .xce-dev
