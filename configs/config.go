@@ -1,0 +1,414 @@
+// Package configs loads and validates the per-node YAML configuration of
+// xce. Each node of the Raft cluster has one file; see n1.yaml, n2.yaml,
+// n3.yaml and single.yaml in this directory for examples.
+//
+// Decoding is strict: unknown keys, duplicate keys and values of the wrong
+// shape are errors that name the key path and line. A key that is absent or
+// explicitly null (`key:` or `key: ~`) keeps its default. Relative paths such
+// as data_dir are relative to the process's working directory, not to the
+// config file.
+package configs
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"reflect"
+	"regexp"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Config is one node's configuration.
+type Config struct {
+	NodeID     string `yaml:"node_id"`
+	ClusterID  string `yaml:"cluster_id"`  // default "local"
+	DataDir    string `yaml:"data_dir"`    // relative to the working directory
+	ClientAddr string `yaml:"client_addr"` // API, /healthz, /readyz, /metrics; host may be empty (all interfaces)
+	PeerAddr   string `yaml:"peer_addr"`   // Raft; advertised to peers, so it needs a concrete host
+	Peers      []Peer `yaml:"peers"`       // every voter, this node included
+	Raft       Raft   `yaml:"raft"`
+	Kafka      Kafka  `yaml:"kafka"`
+	Log        Log    `yaml:"log"`
+}
+
+// Peer is one voter of the cluster.
+type Peer struct {
+	ID         string `yaml:"id"`
+	PeerAddr   string `yaml:"peer_addr"`
+	ClientAddr string `yaml:"client_addr"`
+}
+
+// Raft holds the hashicorp/raft tuning knobs.
+type Raft struct {
+	HeartbeatTimeout   Duration `yaml:"heartbeat_timeout"`    // default 200ms
+	ElectionTimeout    Duration `yaml:"election_timeout"`     // default 200ms
+	LeaderLeaseTimeout Duration `yaml:"leader_lease_timeout"` // default 150ms
+	CommitTimeout      Duration `yaml:"commit_timeout"`       // default 10ms
+	SnapshotInterval   Duration `yaml:"snapshot_interval"`    // default 30s
+	SnapshotThreshold  uint64   `yaml:"snapshot_threshold"`   // default 8192
+	TrailingLogs       uint64   `yaml:"trailing_logs"`        // default 10240
+}
+
+// Kafka configures event publishing. No brokers means publishing is disabled.
+type Kafka struct {
+	Brokers               []string `yaml:"brokers"`
+	Topic                 string   `yaml:"topic"`                   // default "xce.events"
+	TransactionalIDPrefix string   `yaml:"transactional_id_prefix"` // default "xce"
+}
+
+// Log configures the node's logger.
+type Log struct {
+	Level  string `yaml:"level"`  // trace|debug|info|warn|error, default info
+	Format string `yaml:"format"` // json|console|auto, default auto (console on a terminal, else json)
+}
+
+// Duration is a time.Duration written as "150ms" or "1s" in YAML (and JSON).
+type Duration struct{ time.Duration }
+
+// D returns the duration as a time.Duration.
+func (d Duration) D() time.Duration { return d.Duration }
+
+// MarshalText renders the duration as e.g. "150ms"; yaml.v3 and encoding/json use it.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(d.Duration.String()), nil }
+
+// UnmarshalText parses a duration such as "150ms" or "1s".
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return fmt.Errorf("invalid duration %q, want a number with a unit such as \"150ms\" or \"1s\"", b)
+	}
+	d.Duration = v
+	return nil
+}
+
+// UnmarshalYAML accepts only scalars; see UnmarshalText.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("expected a duration such as \"150ms\", got %s", describe(n))
+	}
+	return d.UnmarshalText([]byte(n.Value))
+}
+
+// Default returns a Config with every default filled and no node identity
+// (node_id, data_dir, addresses and peers are empty).
+func Default() Config {
+	return Config{
+		ClusterID: "local",
+		Raft: Raft{
+			HeartbeatTimeout:   Duration{200 * time.Millisecond},
+			ElectionTimeout:    Duration{200 * time.Millisecond},
+			LeaderLeaseTimeout: Duration{150 * time.Millisecond},
+			CommitTimeout:      Duration{10 * time.Millisecond},
+			SnapshotInterval:   Duration{30 * time.Second},
+			SnapshotThreshold:  8192,
+			TrailingLogs:       10240,
+		},
+		Kafka: Kafka{Topic: "xce.events", TransactionalIDPrefix: "xce"},
+		Log:   Log{Level: "info", Format: "auto"},
+	}
+}
+
+// Self returns this node's entry in Peers. If there is none (the config was
+// not validated), it returns an entry built from the top-level fields.
+func (c *Config) Self() Peer {
+	for _, p := range c.Peers {
+		if p.ID == c.NodeID {
+			return p
+		}
+	}
+	return Peer{ID: c.NodeID, PeerAddr: c.PeerAddr, ClientAddr: c.ClientAddr}
+}
+
+// ValidationError lists every problem found in a config, each as
+// "field.path: problem". Error joins them with "; ".
+type ValidationError struct{ Problems []string }
+
+func (e *ValidationError) Error() string { return strings.Join(e.Problems, "; ") }
+
+// Load reads the file at path and returns the parsed, defaulted and validated
+// config. Errors are prefixed with "config PATH: ".
+func Load(path string) (*Config, error) {
+	fail := func(err error) (*Config, error) { return nil, fmt.Errorf("config %s: %w", path, err) }
+	fi, err := os.Stat(path)
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return fail(err)
+	}
+	if fi.IsDir() {
+		return fail(errors.New("is a directory, want a YAML file"))
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fail(err)
+	}
+	c, err := Parse(data)
+	if err != nil {
+		return fail(err)
+	}
+	return c, nil
+}
+
+// Parse decodes a config from YAML strictly, fills defaults and validates it.
+func Parse(data []byte) (*Config, error) {
+	root, err := document(data)
+	if err != nil {
+		return nil, err
+	}
+	// Walk the node tree first: it reports unknown keys, duplicates and
+	// wrongly shaped values with their full key path and line, and drops
+	// null values so that their defaults apply.
+	w := walker{seen: map[visit]bool{}}
+	w.walk(root, reflect.TypeFor[Config](), "")
+	if len(w.problems) > 0 {
+		return nil, &ValidationError{w.problems}
+	}
+	// Backstop: yaml.v3's own strict decode of the original text.
+	strict := yaml.NewDecoder(bytes.NewReader(data))
+	strict.KnownFields(true)
+	var scratch Config
+	if err := strict.Decode(&scratch); err != nil {
+		return nil, yamlError(err)
+	}
+	c := Default()
+	if err := root.Decode(&c); err != nil {
+		return nil, yamlError(err)
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// document parses data as exactly one YAML document holding a mapping.
+func document(data []byte) (*yaml.Node, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc, extra yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, errors.New("file is empty")
+		}
+		return nil, yamlError(err)
+	}
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		if err != nil {
+			return nil, yamlError(err)
+		}
+		return nil, fmt.Errorf("more than one YAML document (the second starts at line %d), want one", extra.Line)
+	}
+	if doc.Kind != yaml.DocumentNode || len(doc.Content) == 0 {
+		return nil, errors.New("file is empty")
+	}
+	n := resolve(doc.Content[0])
+	if isNull(n) {
+		return nil, errors.New("file has no settings")
+	}
+	if n.Kind != yaml.MappingNode {
+		return nil, fmt.Errorf("expected a mapping of settings, got %s at line %d", describe(n), n.Line)
+	}
+	return n, nil
+}
+
+var unknownField = regexp.MustCompile(`^line (\d+): field (.*) not found in type \S+$`)
+
+// yamlError rewords yaml.v3 errors: "yaml: line 3: ..." becomes
+// "yaml syntax error: line 3: ...", and strict-decode type errors are listed
+// one by one, unknown fields as `unknown key "foo" at line 3`.
+func yamlError(err error) error {
+	var te *yaml.TypeError
+	if errors.As(err, &te) {
+		var p []string
+		for _, e := range te.Errors {
+			if m := unknownField.FindStringSubmatch(e); m != nil {
+				e = fmt.Sprintf("unknown key %q at line %s", m[2], m[1])
+			}
+			p = append(p, e)
+		}
+		return &ValidationError{p}
+	}
+	return fmt.Errorf("yaml syntax error: %s", strings.TrimPrefix(err.Error(), "yaml: "))
+}
+
+type visit struct {
+	n *yaml.Node
+	t reflect.Type
+}
+
+// walker checks a YAML node tree against the shape of a Go type.
+type walker struct {
+	problems
+	seen map[visit]bool // each (node, type) once: aliases cannot blow up the walk
+}
+
+var durationType = reflect.TypeFor[Duration]()
+
+func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) {
+	n = resolve(n)
+	if w.seen[visit{n, t}] {
+		return
+	}
+	w.seen[visit{n, t}] = true
+	switch {
+	case t.Kind() == reflect.Struct && t != durationType:
+		w.mapping(n, t, path)
+	case t.Kind() == reflect.Slice:
+		if n.Kind != yaml.SequenceNode {
+			w.add(path, "expected a list, got %s at line %d", describe(n), n.Line)
+			return
+		}
+		for i, e := range n.Content {
+			w.walk(e, t.Elem(), fmt.Sprintf("%s[%d]", path, i))
+		}
+	default:
+		w.leaf(n, t, path)
+	}
+}
+
+func (w *walker) mapping(n *yaml.Node, t reflect.Type, path string) {
+	if n.Kind != yaml.MappingNode {
+		w.add(path, "expected a mapping, got %s at line %d", describe(n), n.Line)
+		return
+	}
+	var names []string
+	fields := map[string]reflect.Type{}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if name, _, _ := strings.Cut(f.Tag.Get("yaml"), ","); name != "" && name != "-" {
+			names = append(names, name)
+			fields[name] = f.Type
+		}
+	}
+	keys := map[string]int{}
+	kept := make([]*yaml.Node, 0, len(n.Content))
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := resolve(n.Content[i]), n.Content[i+1]
+		if k.Kind != yaml.ScalarNode {
+			w.add(path, "expected a plain key, got %s at line %d", describe(k), k.Line)
+			continue
+		}
+		if k.ShortTag() == "!!merge" { // "<<: *anchor" merges mappings
+			vs := []*yaml.Node{resolve(v)}
+			if vs[0].Kind == yaml.SequenceNode {
+				vs = vs[0].Content
+			}
+			for _, m := range vs {
+				w.walk(m, t, path)
+			}
+			kept = append(kept, n.Content[i], v)
+			continue
+		}
+		if line, dup := keys[k.Value]; dup {
+			w.add(path, "duplicate key %q at line %d (first at line %d)", k.Value, k.Line, line)
+			continue
+		}
+		keys[k.Value] = k.Line
+		ft, ok := fields[k.Value]
+		if !ok {
+			w.add(path, "unknown key %q at line %d%s", k.Value, k.Line, suggest(k.Value, names))
+			continue
+		}
+		if isNull(resolve(v)) {
+			continue // absent: the default applies
+		}
+		w.walk(v, ft, join(path, k.Value))
+		kept = append(kept, n.Content[i], v)
+	}
+	n.Content = kept
+}
+
+func (w *walker) leaf(n *yaml.Node, t reflect.Type, path string) {
+	want := map[reflect.Type]string{
+		durationType:              `a duration such as "150ms" or "1s"`,
+		reflect.TypeFor[uint64](): "a non-negative integer",
+		reflect.TypeFor[string](): "a string",
+	}[t]
+	if want == "" {
+		want = t.String()
+	}
+	if n.Kind != yaml.ScalarNode {
+		w.add(path, "expected %s, got %s at line %d", want, describe(n), n.Line)
+	} else if err := n.Decode(reflect.New(t).Interface()); err != nil {
+		w.add(path, "expected %s, got %s at line %d", want, describe(n), n.Line)
+	}
+}
+
+func resolve(n *yaml.Node) *yaml.Node {
+	for i := 0; n.Kind == yaml.AliasNode && n.Alias != nil && i < 100; i++ {
+		n = n.Alias
+	}
+	return n
+}
+
+func isNull(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" }
+
+func describe(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		v := n.Value
+		if len(v) > 40 {
+			v = v[:40] + "..."
+		}
+		return fmt.Sprintf("%q", v)
+	}
+	return "an unsupported node"
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+// suggest returns ` (did you mean "x")` for a known key within one edit
+// (two for keys of 6 characters or more), or "".
+func suggest(key string, names []string) string {
+	best, bestD := "", 1
+	if len(key) >= 6 {
+		bestD = 2
+	}
+	for _, name := range names {
+		if d := editDistance(key, name); d <= bestD {
+			best, bestD = name, d-1 // later names must be strictly closer
+		}
+	}
+	if best == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (did you mean %q)", best)
+}
+
+func editDistance(a, b string) int {
+	if len(a) > 64 || len(b) > 64 {
+		return 1 << 30
+	}
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
