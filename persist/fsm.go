@@ -1,0 +1,407 @@
+package persist
+
+import (
+	"bufio"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/hashicorp/raft"
+)
+
+// Task is a unit of work the controller places on workers.
+type Task struct {
+	ID              string `json:"id"`
+	Stateful        bool   `json:"stateful,omitempty"`
+	StandbyReplicas uint32 `json:"standby_replicas,omitempty"`
+	CreatedIndex    uint64 `json:"created_index"`
+	State           string `json:"state,omitempty"`
+	PendingReason   string `json:"pending_reason,omitempty"`
+}
+
+// TaskStatePending is the state of a task that no worker holds yet.
+const TaskStatePending = "PENDING"
+
+// Code is the outcome of applying a command. Codes are stored in the dedup
+// table and in snapshots: never renumber them.
+type Code uint8
+
+const (
+	CodeOK            Code = 0
+	CodeAlreadyExists Code = 1
+	CodeNotFound      Code = 2
+	CodeInvalid       Code = 3
+)
+
+// Result is what applying one command produced. A retried command with a
+// known (client id, request id) gets the stored Result back, unchanged.
+type Result struct {
+	Index uint64 `json:"index"`
+	Code  Code   `json:"code,omitempty"`
+	Task  Task   `json:"task"`
+	// Err describes a CodeInvalid result.
+	Err string `json:"err,omitempty"`
+}
+
+// Dedup bounds. Entries expire by log index, never by wall clock, so every
+// replica drops the same entries at the same index.
+const (
+	// DefaultDedupWindow is how many log indexes a request id is remembered for.
+	DefaultDedupWindow = 1 << 20
+	// DefaultDedupMaxEntries caps the remembered request ids across all clients.
+	DefaultDedupMaxEntries = 100_000
+)
+
+type dedupKey struct{ client, request string }
+
+type dedupEntry struct {
+	Client  string `json:"client"`
+	Request string `json:"request"`
+	Result  Result `json:"result"`
+}
+
+// FSM is the replicated state machine: tasks and the dedup table. Raft calls
+// Apply from one goroutine; readers take the read lock.
+type FSM struct {
+	clusterID  string
+	window     uint64
+	maxEntries int
+
+	mu    sync.RWMutex
+	tasks map[string]Task
+	dedup map[dedupKey]Result
+	// order holds dedup entries in apply order (hence index order), so
+	// expiry pops from the front.
+	order []dedupEntry
+	head  int
+
+	applied   atomic.Uint64
+	dedupHits atomic.Uint64
+	// appliedCh is closed and replaced after every apply.
+	appliedCh atomic.Pointer[chan struct{}]
+}
+
+// NewFSM returns an empty state machine for the cluster.
+func NewFSM(clusterID string) *FSM {
+	f := &FSM{
+		clusterID:  clusterID,
+		window:     DefaultDedupWindow,
+		maxEntries: DefaultDedupMaxEntries,
+		tasks:      make(map[string]Task),
+		dedup:      make(map[dedupKey]Result),
+	}
+	ch := make(chan struct{})
+	f.appliedCh.Store(&ch)
+	return f
+}
+
+// WaitApplied returns once the FSM has applied index, or ErrStopped when stop
+// closes first.
+func (f *FSM) WaitApplied(stop <-chan struct{}, index uint64) error {
+	for {
+		ch := *f.appliedCh.Load()
+		if f.applied.Load() >= index {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-stop:
+			return ErrStopped
+		}
+	}
+}
+
+// ErrStopped is returned by waits cut short by shutdown.
+var ErrStopped = errors.New("stopped")
+
+func (f *FSM) signalApplied() {
+	ch := make(chan struct{})
+	old := f.appliedCh.Swap(&ch)
+	close(*old)
+}
+
+// SetDedupLimits changes the dedup bounds; every replica must use the same
+// values. For tests.
+func (f *FSM) SetDedupLimits(window uint64, maxEntries int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.window, f.maxEntries = window, maxEntries
+}
+
+// AppliedIndex is the index of the last entry applied to this FSM.
+func (f *FSM) AppliedIndex() uint64 { return f.applied.Load() }
+
+// DedupHits counts retried writes answered from the dedup table.
+func (f *FSM) DedupHits() uint64 { return f.dedupHits.Load() }
+
+// Apply implements raft.FSM.
+func (f *FSM) Apply(l *raft.Log) any {
+	f.mu.Lock()
+	defer f.signalApplied()
+	defer f.mu.Unlock()
+	return f.applyLocked(l)
+}
+
+// ApplyBatch implements raft.BatchingFSM: one lock for a whole batch.
+func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
+	out := make([]any, len(logs))
+	f.mu.Lock()
+	defer f.signalApplied()
+	defer f.mu.Unlock()
+	for i, l := range logs {
+		out[i] = f.applyLocked(l)
+	}
+	return out
+}
+
+func (f *FSM) applyLocked(l *raft.Log) any {
+	defer f.applied.Store(l.Index)
+	if l.Type != raft.LogCommand {
+		return nil
+	}
+	f.expireLocked(l.Index)
+	c, err := DecodeCommand(l.Data)
+	if err != nil {
+		return Result{Index: l.Index, Code: CodeInvalid, Err: err.Error()}
+	}
+	key := dedupKey{c.ClientID, c.RequestID}
+	if c.RequestID != "" {
+		if r, ok := f.dedup[key]; ok {
+			f.dedupHits.Add(1)
+			return r
+		}
+	}
+	var r Result
+	switch c.Type {
+	case CmdNoop:
+		return Result{Index: l.Index}
+	case CmdSubmitTask:
+		r = f.submitLocked(l.Index, c.Task)
+	case CmdDeleteTask:
+		r = f.deleteLocked(l.Index, c.Task.ID)
+	}
+	if c.RequestID != "" {
+		f.rememberLocked(dedupEntry{Client: c.ClientID, Request: c.RequestID, Result: r})
+	}
+	return r
+}
+
+func (f *FSM) submitLocked(index uint64, t Task) Result {
+	if old, ok := f.tasks[t.ID]; ok {
+		return Result{Index: index, Code: CodeAlreadyExists, Task: old}
+	}
+	t.CreatedIndex = index
+	t.State = TaskStatePending
+	t.PendingReason = "no worker assigned"
+	f.tasks[t.ID] = t
+	return Result{Index: index, Task: t}
+}
+
+func (f *FSM) deleteLocked(index uint64, id string) Result {
+	old, ok := f.tasks[id]
+	if !ok {
+		return Result{Index: index, Code: CodeNotFound, Task: Task{ID: id}}
+	}
+	delete(f.tasks, id)
+	return Result{Index: index, Task: old}
+}
+
+func (f *FSM) rememberLocked(e dedupEntry) {
+	f.dedup[dedupKey{e.Client, e.Request}] = e.Result
+	f.order = append(f.order, e)
+	for len(f.order)-f.head > f.maxEntries {
+		f.popLocked()
+	}
+}
+
+// expireLocked forgets request ids older than the window at index.
+func (f *FSM) expireLocked(index uint64) {
+	for f.head < len(f.order) && f.order[f.head].Result.Index+f.window <= index {
+		f.popLocked()
+	}
+}
+
+func (f *FSM) popLocked() {
+	e := f.order[f.head]
+	delete(f.dedup, dedupKey{e.Client, e.Request})
+	f.order[f.head] = dedupEntry{}
+	f.head++
+	// Compact once the dead prefix is half the slice.
+	if f.head > 1024 && f.head*2 > len(f.order) {
+		f.order = append(f.order[:0:0], f.order[f.head:]...)
+		f.head = 0
+	}
+}
+
+// Task returns the task with the id from the applied state.
+func (f *FSM) Task(id string) (Task, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	t, ok := f.tasks[id]
+	return t, ok
+}
+
+// NumTasks is the number of tasks in the applied state.
+func (f *FSM) NumTasks() int {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return len(f.tasks)
+}
+
+// Tasks returns up to limit tasks with ids greater than after, in id order,
+// and whether more follow.
+func (f *FSM) Tasks(after string, limit int) ([]Task, bool) {
+	f.mu.RLock()
+	ids := make([]string, 0, len(f.tasks))
+	for id := range f.tasks {
+		if id > after {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	more := len(ids) > limit
+	if more {
+		ids = ids[:limit]
+	}
+	out := make([]Task, len(ids))
+	for i, id := range ids {
+		out[i] = f.tasks[id]
+	}
+	f.mu.RUnlock()
+	return out, more
+}
+
+// DedupLen is the number of remembered request ids.
+func (f *FSM) DedupLen() int {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return len(f.dedup)
+}
+
+// Snapshot format. The header is a magic string and a version; a node restores
+// every version up to its own, so a snapshot written by the previous release
+// always loads.
+const (
+	snapshotMagic   = "XCESNAP\n"
+	snapshotVersion = 1
+)
+
+// ErrBadSnapshot is returned for a snapshot that is not ours, is newer than
+// this binary, or does not decode.
+var ErrBadSnapshot = errors.New("bad snapshot")
+
+type snapshotV1 struct {
+	ClusterID    string       `json:"cluster_id"`
+	AppliedIndex uint64       `json:"applied_index"`
+	Tasks        []Task       `json:"tasks"`
+	Dedup        []dedupEntry `json:"dedup"`
+	DedupWindow  uint64       `json:"dedup_window"`
+	DedupMax     int          `json:"dedup_max"`
+}
+
+type fsmSnapshot struct{ s snapshotV1 }
+
+// Snapshot implements raft.FSM: it copies the state under the read lock; the
+// copy is written out by Persist without holding it.
+func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	s := snapshotV1{
+		ClusterID:    f.clusterID,
+		AppliedIndex: f.applied.Load(),
+		Tasks:        make([]Task, 0, len(f.tasks)),
+		Dedup:        slices.Clone(f.order[f.head:]),
+		DedupWindow:  f.window,
+		DedupMax:     f.maxEntries,
+	}
+	for _, t := range f.tasks {
+		s.Tasks = append(s.Tasks, t)
+	}
+	slices.SortFunc(s.Tasks, func(a, b Task) int { return strings.Compare(a.ID, b.ID) })
+	return &fsmSnapshot{s: s}, nil
+}
+
+func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	w := bufio.NewWriter(sink)
+	if err := writeSnapshot(w, &s.s); err != nil {
+		sink.Cancel()
+		return err
+	}
+	if err := w.Flush(); err != nil {
+		sink.Cancel()
+		return err
+	}
+	return sink.Close()
+}
+
+func (s *fsmSnapshot) Release() {}
+
+func writeSnapshot(w io.Writer, s *snapshotV1) error {
+	var hdr [len(snapshotMagic) + 4]byte
+	copy(hdr[:], snapshotMagic)
+	binary.BigEndian.PutUint32(hdr[len(snapshotMagic):], snapshotVersion)
+	if _, err := w.Write(hdr[:]); err != nil {
+		return err
+	}
+	return json.NewEncoder(w).Encode(s)
+}
+
+func readSnapshot(r io.Reader) (*snapshotV1, error) {
+	var hdr [len(snapshotMagic) + 4]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return nil, fmt.Errorf("%w: header: %v", ErrBadSnapshot, err)
+	}
+	if string(hdr[:len(snapshotMagic)]) != snapshotMagic {
+		return nil, fmt.Errorf("%w: not an xce snapshot", ErrBadSnapshot)
+	}
+	switch v := binary.BigEndian.Uint32(hdr[len(snapshotMagic):]); v {
+	case 1:
+		var s snapshotV1
+		dec := json.NewDecoder(r)
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&s); err != nil {
+			return nil, fmt.Errorf("%w: version 1 body: %v", ErrBadSnapshot, err)
+		}
+		return &s, nil
+	default:
+		return nil, fmt.Errorf("%w: version %d is newer than this binary reads (%d)", ErrBadSnapshot, v, snapshotVersion)
+	}
+}
+
+// Restore implements raft.FSM. A snapshot of another cluster is refused.
+func (f *FSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	s, err := readSnapshot(bufio.NewReader(rc))
+	if err != nil {
+		return err
+	}
+	if s.ClusterID != f.clusterID {
+		return fmt.Errorf("%w: snapshot of cluster %q, this node is in cluster %q", ErrBadSnapshot, s.ClusterID, f.clusterID)
+	}
+	tasks := make(map[string]Task, len(s.Tasks))
+	for _, t := range s.Tasks {
+		tasks[t.ID] = t
+	}
+	dedup := make(map[dedupKey]Result, len(s.Dedup))
+	for _, e := range s.Dedup {
+		dedup[dedupKey{e.Client, e.Request}] = e.Result
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.tasks, f.dedup, f.order, f.head = tasks, dedup, s.Dedup, 0
+	if s.DedupWindow > 0 {
+		f.window = s.DedupWindow
+	}
+	if s.DedupMax > 0 {
+		f.maxEntries = s.DedupMax
+	}
+	f.applied.Store(s.AppliedIndex)
+	f.signalApplied()
+	return nil
+}
