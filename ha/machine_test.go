@@ -1,0 +1,174 @@
+package ha
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+)
+
+func types(fx []Effect) []string {
+	var out []string
+	for _, f := range fx {
+		switch f := f.(type) {
+		case RoleChanged:
+			out = append(out, fmt.Sprintf("role %s->%s", f.From, f.To))
+		case BeginTerm:
+			out = append(out, fmt.Sprintf("begin %d", f.Term))
+		case EndTerm:
+			out = append(out, "end")
+		case Establish:
+			out = append(out, fmt.Sprintf("establish %d", f.Term))
+		case Revoke:
+			out = append(out, "revoke")
+		case FirstDecision:
+			out = append(out, "phase2 "+f.Role.String())
+		case TransferLeadership:
+			out = append(out, "transfer")
+		}
+	}
+	return out
+}
+
+// step is one line of a scenario: an event and the effects it must produce.
+type step struct {
+	ev   Event
+	want []string
+	role Role
+}
+
+func run(t *testing.T, steps []step) {
+	t.Helper()
+	m := NewMachine("n1")
+	for i, s := range steps {
+		got := types(m.Step(s.ev))
+		if !reflect.DeepEqual(got, s.want) && !(len(got) == 0 && len(s.want) == 0) {
+			t.Fatalf("step %d %#v: effects %q, want %q", i, s.ev, got, s.want)
+		}
+		if m.Role() != s.role {
+			t.Fatalf("step %d %#v: role %s, want %s", i, s.ev, m.Role(), s.role)
+		}
+	}
+}
+
+func TestLeaderBecomesPrimaryOnlyAfterBarrier(t *testing.T) {
+	run(t, []step{
+		{Started{}, []string{"role INIT->ELECTING"}, RoleElecting},
+		{Observed{State: StateCandidate, Term: 2}, nil, RoleElecting},
+		{Observed{State: StateLeader, Term: 2, LeaderID: "n1"}, []string{"begin 2"}, RoleElecting},
+		{Observed{State: StateLeader, Term: 2, LeaderID: "n1"}, nil, RoleElecting}, // barrier under way: nothing new
+		{BarrierDone{Term: 2}, []string{"establish 2", "role ELECTING->PRIMARY", "phase2 PRIMARY"}, RolePrimary},
+		{Observed{State: StateLeader, Term: 2, LeaderID: "n1"}, nil, RolePrimary},
+	})
+}
+
+func TestFollowerWithLeaderIsStandby(t *testing.T) {
+	run(t, []step{
+		{Started{}, []string{"role INIT->ELECTING"}, RoleElecting},
+		{Observed{State: StateFollower, Term: 3, LeaderID: "n2"}, []string{"role ELECTING->STANDBY", "phase2 STANDBY"}, RoleStandby},
+		{Observed{State: StateFollower, Term: 4}, []string{"role STANDBY->ELECTING"}, RoleElecting},
+		// phase 2 runs once per process, not on every decision
+		{Observed{State: StateFollower, Term: 4, LeaderID: "n3"}, []string{"role ELECTING->STANDBY"}, RoleStandby},
+	})
+}
+
+func TestLostAndRegainedLeadershipRevokesAndBeginsNewTerm(t *testing.T) {
+	run(t, []step{
+		{Started{}, []string{"role INIT->ELECTING"}, RoleElecting},
+		{Observed{State: StateLeader, Term: 2}, []string{"begin 2"}, RoleElecting},
+		{BarrierDone{Term: 2}, []string{"establish 2", "role ELECTING->PRIMARY", "phase2 PRIMARY"}, RolePrimary},
+		// The follower phase was missed: leader again, in a newer term.
+		{Observed{State: StateLeader, Term: 4}, []string{"revoke", "end", "begin 4", "role PRIMARY->ELECTING"}, RoleElecting},
+		{BarrierDone{Term: 2}, nil, RoleElecting}, // stale barrier ignored
+		{BarrierDone{Term: 4}, []string{"establish 4", "role ELECTING->PRIMARY"}, RolePrimary},
+	})
+}
+
+func TestLeavingPrimaryRevokes(t *testing.T) {
+	run(t, []step{
+		{Started{}, []string{"role INIT->ELECTING"}, RoleElecting},
+		{Observed{State: StateLeader, Term: 2}, []string{"begin 2"}, RoleElecting},
+		{BarrierDone{Term: 2}, []string{"establish 2", "role ELECTING->PRIMARY", "phase2 PRIMARY"}, RolePrimary},
+		{Observed{State: StateFollower, Term: 3, LeaderID: "n2"}, []string{"revoke", "end", "role PRIMARY->STANDBY"}, RoleStandby},
+	})
+}
+
+func TestLeadershipLostDuringBarrier(t *testing.T) {
+	run(t, []step{
+		{Started{}, []string{"role INIT->ELECTING"}, RoleElecting},
+		{Observed{State: StateLeader, Term: 2}, []string{"begin 2"}, RoleElecting},
+		{Observed{State: StateCandidate, Term: 3}, []string{"end"}, RoleElecting},
+		{BarrierDone{Term: 2}, nil, RoleElecting},
+	})
+}
+
+func TestBarrierFailureHandsLeadershipOnAndRetries(t *testing.T) {
+	run(t, []step{
+		{Started{}, []string{"role INIT->ELECTING"}, RoleElecting},
+		{Observed{State: StateLeader, Term: 2}, []string{"begin 2"}, RoleElecting},
+		{BarrierDone{Term: 2, Err: errors.New("timeout")}, []string{"end", "transfer"}, RoleElecting},
+		// still leader on the next look: try the term again
+		{Observed{State: StateLeader, Term: 2}, []string{"begin 2"}, RoleElecting},
+	})
+}
+
+func TestFencedLeavesPrimaryForTheTerm(t *testing.T) {
+	run(t, []step{
+		{Started{}, []string{"role INIT->ELECTING"}, RoleElecting},
+		{Observed{State: StateLeader, Term: 5}, []string{"begin 5"}, RoleElecting},
+		{BarrierDone{Term: 5}, []string{"establish 5", "role ELECTING->PRIMARY", "phase2 PRIMARY"}, RolePrimary},
+		{Fenced{Term: 5, Reason: "epoch"}, []string{"revoke", "end", "transfer", "role PRIMARY->ELECTING"}, RoleElecting},
+		// raft still says leader in term 5: the node does not become PRIMARY again
+		{Observed{State: StateLeader, Term: 5}, nil, RoleElecting},
+		{Observed{State: StateLeader, Term: 6}, []string{"begin 6"}, RoleElecting},
+	})
+}
+
+func TestStoppingRevokesAndIgnoresLaterEvents(t *testing.T) {
+	run(t, []step{
+		{Started{}, []string{"role INIT->ELECTING"}, RoleElecting},
+		{Observed{State: StateLeader, Term: 2}, []string{"begin 2"}, RoleElecting},
+		{BarrierDone{Term: 2}, []string{"establish 2", "role ELECTING->PRIMARY", "phase2 PRIMARY"}, RolePrimary},
+		{Stopping{}, []string{"revoke", "end"}, RolePrimary},
+		{Observed{State: StateFollower, Term: 3, LeaderID: "n2"}, nil, RolePrimary},
+	})
+}
+
+func TestObservedBeforeStartedLeavesInit(t *testing.T) {
+	run(t, []step{
+		{Observed{State: StateFollower, Term: 1, LeaderID: "n2"}, []string{"role INIT->ELECTING", "role ELECTING->STANDBY", "phase2 STANDBY"}, RoleStandby},
+	})
+}
+
+func TestQuorum(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	q := NewQuorum("n1", []string{"n1", "n2", "n3"}, 100*time.Millisecond)
+	q.Reset(t0)
+	if ok, next := q.Has(t0); !ok || !next.IsZero() {
+		t.Fatalf("fresh: %v %v", ok, next)
+	}
+	q.Failed("n2", t0.Add(10*time.Millisecond))
+	if ok, _ := q.Has(t0.Add(50 * time.Millisecond)); !ok {
+		t.Fatal("one peer failing is still a quorum of three")
+	}
+	q.Failed("n3", t0.Add(20*time.Millisecond))
+	ok, next := q.Has(t0.Add(50 * time.Millisecond))
+	if !ok || !next.Equal(t0.Add(110*time.Millisecond)) {
+		t.Fatalf("within window: %v next %v", ok, next)
+	}
+	if ok, _ := q.Has(t0.Add(119 * time.Millisecond)); !ok {
+		t.Fatal("n3 still within its window")
+	}
+	if ok, _ := q.Has(t0.Add(120 * time.Millisecond)); ok {
+		t.Fatal("both peers past the window: no quorum")
+	}
+	q.Resumed("n3", t0.Add(200*time.Millisecond))
+	if ok, _ := q.Has(t0.Add(201 * time.Millisecond)); !ok {
+		t.Fatal("resumed peer restores the quorum")
+	}
+	single := NewQuorum("n1", []string{"n1"}, time.Millisecond)
+	if ok, _ := single.Has(t0); !ok {
+		t.Fatal("a single voter is its own quorum")
+	}
+}

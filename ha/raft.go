@@ -1,0 +1,201 @@
+package ha
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+
+	"github.com/xce/xce/persist"
+)
+
+// Errors of the Raft backend.
+var (
+	// ErrNotLeader means this node is not the Raft leader.
+	ErrNotLeader = errors.New("not the leader")
+	// ErrShutdown means the backend has been shut down.
+	ErrShutdown = errors.New("election backend is shut down")
+	// ErrTimeout means raft did not answer before the deadline.
+	ErrTimeout = errors.New("raft timed out")
+)
+
+// Peer is one voter.
+type Peer struct {
+	ID, Addr string
+}
+
+// RaftConfig is what the Raft backend needs from the node's config.
+type RaftConfig struct {
+	NodeID             string
+	Peers              []Peer
+	HeartbeatTimeout   time.Duration
+	ElectionTimeout    time.Duration
+	LeaderLeaseTimeout time.Duration
+	CommitTimeout      time.Duration
+	SnapshotInterval   time.Duration
+	SnapshotThreshold  uint64
+	TrailingLogs       uint64
+}
+
+// Raft is the Raft election backend: hashicorp/raft with prevote over a
+// stream layer the caller owns.
+type Raft struct {
+	r        *raft.Raft
+	trans    *raft.NetworkTransport
+	observer *raft.Observer
+	obs      chan raft.Observation
+}
+
+// StartRaft bootstraps a fresh data dir from the peer list (never one with
+// state) and starts raft. It blocks while raft restores its snapshot and log,
+// so the controller calls it off its event loop.
+func StartRaft(cfg RaftConfig, fsm raft.FSM, store *persist.Store, stream raft.StreamLayer, logger hclog.Logger) (*Raft, error) {
+	conf := raft.DefaultConfig()
+	conf.LocalID = raft.ServerID(cfg.NodeID)
+	conf.HeartbeatTimeout = cfg.HeartbeatTimeout
+	conf.ElectionTimeout = cfg.ElectionTimeout
+	conf.LeaderLeaseTimeout = cfg.LeaderLeaseTimeout
+	conf.CommitTimeout = cfg.CommitTimeout
+	conf.SnapshotInterval = cfg.SnapshotInterval
+	conf.SnapshotThreshold = cfg.SnapshotThreshold
+	conf.TrailingLogs = cfg.TrailingLogs
+	conf.Logger = logger
+	conf.BatchApplyCh = true
+	conf.MaxAppendEntries = 256
+	if err := raft.ValidateConfig(conf); err != nil {
+		return nil, fmt.Errorf("raft config: %w", err)
+	}
+	// The transport timeout bounds one RPC on a stalled peer link; raft's own
+	// lease check steps a cut-off leader down sooner.
+	timeout := 10 * cfg.HeartbeatTimeout
+	if timeout < time.Second {
+		timeout = time.Second
+	}
+	trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream:  stream,
+		MaxPool: 4,
+		Timeout: timeout,
+		Logger:  logger.Named("transport"),
+	})
+	has, err := store.HasState()
+	if err != nil {
+		trans.Close()
+		return nil, fmt.Errorf("read raft state: %w", err)
+	}
+	if !has {
+		var servers []raft.Server
+		for _, p := range cfg.Peers {
+			servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.Addr)})
+		}
+		if err := raft.BootstrapCluster(conf, store.Logs, store.Stable, store.Snaps, trans, raft.Configuration{Servers: servers}); err != nil {
+			trans.Close()
+			return nil, fmt.Errorf("bootstrap: %w", err)
+		}
+		logger.Info("bootstrapped a new cluster from the peer list", "voters", len(servers))
+	}
+	r, err := raft.NewRaft(conf, fsm, store.Logs, store.Stable, store.Snaps, trans)
+	if err != nil {
+		trans.Close()
+		return nil, fmt.Errorf("start raft: %w", err)
+	}
+	b := &Raft{r: r, trans: trans, obs: make(chan raft.Observation, 256)}
+	b.observer = raft.NewObserver(b.obs, false, func(o *raft.Observation) bool {
+		switch o.Data.(type) {
+		case raft.LeaderObservation, raft.RaftState, raft.FailedHeartbeatObservation, raft.ResumedHeartbeatObservation:
+			return true
+		}
+		return false
+	})
+	r.RegisterObserver(b.observer)
+	return b, nil
+}
+
+// Observations delivers raft's signals. It drops when full: readers treat a
+// signal as "look again" and re-read View.
+func (b *Raft) Observations() <-chan raft.Observation { return b.obs }
+
+// View reads raft's current state.
+func (b *Raft) View() Observed {
+	o := Observed{Term: b.r.CurrentTerm()}
+	switch b.r.State() {
+	case raft.Leader:
+		o.State = StateLeader
+	case raft.Candidate:
+		o.State = StateCandidate
+	case raft.Shutdown:
+		o.State = StateShutdown
+	default:
+		o.State = StateFollower
+	}
+	_, id := b.r.LeaderWithID()
+	o.LeaderID = string(id)
+	return o
+}
+
+// CommitIndex and AppliedIndex report raft's progress.
+func (b *Raft) CommitIndex() uint64  { return b.r.CommitIndex() }
+func (b *Raft) AppliedIndex() uint64 { return b.r.AppliedIndex() }
+func (b *Raft) LastContact() time.Time {
+	return b.r.LastContact()
+}
+
+// Barrier returns once every entry before it is applied to the FSM.
+func (b *Raft) Barrier(ctx context.Context) error {
+	return mapErr(b.r.Barrier(timeoutOf(ctx)).Error())
+}
+
+// Apply replicates cmd and returns the FSM's response and the entry's index.
+func (b *Raft) Apply(ctx context.Context, cmd []byte) (any, uint64, error) {
+	f := b.r.Apply(cmd, timeoutOf(ctx))
+	if err := f.Error(); err != nil {
+		return nil, 0, mapErr(err)
+	}
+	return f.Response(), f.Index(), nil
+}
+
+// VerifyLeader confirms with a quorum that this node is still the leader.
+func (b *Raft) VerifyLeader(ctx context.Context) error {
+	return mapErr(b.r.VerifyLeader().Error())
+}
+
+// TransferLeadership hands leadership to the most up-to-date voter.
+func (b *Raft) TransferLeadership() error {
+	return mapErr(b.r.LeadershipTransfer().Error())
+}
+
+// Shutdown stops raft and its transport.
+func (b *Raft) Shutdown() error {
+	b.r.DeregisterObserver(b.observer)
+	err := b.r.Shutdown().Error()
+	if cerr := b.trans.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+func timeoutOf(ctx context.Context) time.Duration {
+	if d, ok := ctx.Deadline(); ok {
+		if t := time.Until(d); t > 0 {
+			return t
+		}
+		return time.Millisecond
+	}
+	return 0
+}
+
+func mapErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrLeadershipTransferInProgress):
+		return fmt.Errorf("%w: %v", ErrNotLeader, err)
+	case errors.Is(err, raft.ErrRaftShutdown):
+		return ErrShutdown
+	case errors.Is(err, raft.ErrEnqueueTimeout):
+		return fmt.Errorf("%w: %v", ErrTimeout, err)
+	}
+	return err
+}
