@@ -1,0 +1,373 @@
+// Package client is the Go client of the xce API. Every call follows the
+// leader hint of a NOT_READY answer, otherwise backs off by the server's
+// retry-after plus jitter and rotates endpoints, until the caller's deadline.
+// Writes carry a client id and a request id, kept across retries, so a retry
+// is never applied twice.
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/xce/xce/netio"
+	xcev1 "github.com/xce/xce/proto/xce/v1"
+	"github.com/xce/xce/proto/xce/v1/xcev1connect"
+)
+
+// Errors of the client. Test them with errors.Is.
+var (
+	// ErrNotReady: no node could serve the call before the deadline. The
+	// error is a *NotReadyError carrying the last NOT_READY detail.
+	ErrNotReady = errors.New("not ready")
+	// ErrNotFound: the task does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrAlreadyExists: a task with the id exists (created by another request).
+	ErrAlreadyExists = errors.New("already exists")
+	// ErrInvalid: the server refused the arguments.
+	ErrInvalid = errors.New("invalid argument")
+	// ErrNoEndpoints: New was given no address.
+	ErrNoEndpoints = errors.New("no endpoints")
+)
+
+// NotReadyError is returned when the deadline passed while nodes answered
+// NOT_READY (or could not be reached).
+type NotReadyError struct {
+	// Last is the last NOT_READY detail seen; nil when no node answered.
+	Last *xcev1.NotReady
+	// Err is the last underlying error.
+	Err error
+}
+
+func (e *NotReadyError) Error() string {
+	if e.Last != nil {
+		return fmt.Sprintf("not ready: %s (role %s, term %d)", e.Last.Reason, roleName(e.Last.Role), e.Last.Term)
+	}
+	return fmt.Sprintf("not ready: no node answered: %v", e.Err)
+}
+
+func (e *NotReadyError) Is(target error) bool { return target == ErrNotReady }
+func (e *NotReadyError) Unwrap() error        { return e.Err }
+
+func roleName(r xcev1.Role) string { return strings.TrimPrefix(r.String(), "ROLE_") }
+
+// Options tune a Client.
+type Options struct {
+	// HTTPClient carries the calls; nil uses a pooled cleartext HTTP/2 client.
+	HTTPClient *http.Client
+	// ClientID names this client in the servers' dedup table; nil picks a
+	// random one.
+	ClientID string
+	// AttemptTimeout bounds one attempt, so a hung node costs at most this
+	// before the client moves on. Default 2s.
+	AttemptTimeout time.Duration
+	// MaxBackoff caps the wait between attempts. Default 1s.
+	MaxBackoff time.Duration
+	// OnRetry, when set, is called before every retry with the NOT_READY
+	// detail (nil for a transport error) and the error.
+	OnRetry func(nr *xcev1.NotReady, err error)
+}
+
+// Client talks to a cluster. It is safe for concurrent use.
+type Client struct {
+	endpoints []string
+	opts      Options
+	http      *http.Client
+	seq       atomic.Uint64
+
+	mu      sync.Mutex
+	current string
+	svcs    map[string]xcev1connect.ControllerServiceClient
+}
+
+// New returns a client for the given HOST:PORT endpoints.
+func New(endpoints []string, opts Options) (*Client, error) {
+	var eps []string
+	for _, e := range endpoints {
+		if e = strings.TrimSpace(e); e != "" {
+			eps = append(eps, e)
+		}
+	}
+	if len(eps) == 0 {
+		return nil, ErrNoEndpoints
+	}
+	if opts.HTTPClient == nil {
+		opts.HTTPClient = &http.Client{Transport: netio.NewClientTransport()}
+	}
+	if opts.ClientID == "" {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		opts.ClientID = "c-" + hex.EncodeToString(b[:])
+	}
+	if opts.AttemptTimeout <= 0 {
+		opts.AttemptTimeout = 2 * time.Second
+	}
+	if opts.MaxBackoff <= 0 {
+		opts.MaxBackoff = time.Second
+	}
+	return &Client{
+		endpoints: eps, opts: opts, http: opts.HTTPClient, current: eps[0],
+		svcs: make(map[string]xcev1connect.ControllerServiceClient),
+	}, nil
+}
+
+// ClientID is the id the client writes under.
+func (c *Client) ClientID() string { return c.opts.ClientID }
+
+// NewRequestID returns a fresh request id for a write.
+func (c *Client) NewRequestID() string {
+	return strconv.FormatUint(c.seq.Add(1), 36) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+}
+
+func (c *Client) svc(ep string) xcev1connect.ControllerServiceClient {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s, ok := c.svcs[ep]
+	if !ok {
+		s = xcev1connect.NewControllerServiceClient(c.http, "http://"+ep)
+		c.svcs[ep] = s
+	}
+	return s
+}
+
+func (c *Client) cur() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.current
+}
+
+func (c *Client) setCur(ep string) {
+	c.mu.Lock()
+	c.current = ep
+	c.mu.Unlock()
+}
+
+// next returns the endpoint after ep in the list (the first if ep is not in it).
+func (c *Client) next(ep string) string {
+	for i, e := range c.endpoints {
+		if e == ep {
+			return c.endpoints[(i+1)%len(c.endpoints)]
+		}
+	}
+	return c.endpoints[0]
+}
+
+// NotReadyOf returns the NOT_READY detail of err, if it carries one.
+func NotReadyOf(err error) (*xcev1.NotReady, bool) {
+	var ce *connect.Error
+	if !errors.As(err, &ce) || ce.Code() != connect.CodeUnavailable {
+		return nil, false
+	}
+	for _, d := range ce.Details() {
+		if v, derr := d.Value(); derr == nil {
+			if nr, ok := v.(*xcev1.NotReady); ok {
+				return nr, true
+			}
+		}
+	}
+	return nil, false
+}
+
+// do runs call until it succeeds, fails for good, or ctx ends.
+func (c *Client) do(ctx context.Context, call func(ctx context.Context, s xcev1connect.ControllerServiceClient) error) error {
+	ep := c.cur()
+	var last *xcev1.NotReady
+	var lastErr error
+	hops := 0
+	for attempt := 0; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, c.opts.AttemptTimeout)
+		err := call(actx, c.svc(ep))
+		cancel()
+		if err == nil {
+			c.setCur(ep)
+			return nil
+		}
+		lastErr = err
+		var wait time.Duration
+		if nr, ok := NotReadyOf(err); ok {
+			last = nr
+			if nr.LeaderAddr != "" && nr.LeaderAddr != ep && hops < 3 {
+				// Follow the hint at once; a few hops at most before
+				// backing off, in case hints disagree mid-election.
+				hops++
+				ep = nr.LeaderAddr
+				if c.opts.OnRetry != nil {
+					c.opts.OnRetry(nr, err)
+				}
+				continue
+			}
+			hops = 0
+			wait = time.Duration(nr.RetryAfterMs) * time.Millisecond
+			if wait <= 0 {
+				wait = 20 * time.Millisecond
+			}
+			ep = c.next(ep)
+		} else if retryable(ctx, err) {
+			hops = 0
+			wait = 20 * time.Millisecond
+			ep = c.next(ep)
+		} else {
+			return mapErr(err)
+		}
+		if c.opts.OnRetry != nil {
+			c.opts.OnRetry(last, err)
+		}
+		// Exponential growth on top of the hint, capped, with jitter.
+		if attempt > 2 {
+			wait <<= min(attempt-2, 5)
+		}
+		wait = min(wait, c.opts.MaxBackoff)
+		wait += time.Duration(mrand.Int64N(int64(wait)/2 + int64(5*time.Millisecond)))
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return &NotReadyError{Last: last, Err: errors.Join(ctx.Err(), lastErr)}
+		case <-t.C:
+		}
+	}
+}
+
+// retryable reports whether err is a transport failure (or an attempt
+// timeout) worth another endpoint, as opposed to an answer.
+func retryable(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return true // the loop returns NotReadyError at its select
+	}
+	switch connect.CodeOf(err) {
+	case connect.CodeUnavailable, connect.CodeDeadlineExceeded, connect.CodeCanceled, connect.CodeUnknown, connect.CodeAborted:
+		return true
+	}
+	return false
+}
+
+func mapErr(err error) error {
+	switch connect.CodeOf(err) {
+	case connect.CodeNotFound:
+		return fmt.Errorf("%w: %v", ErrNotFound, connectMsg(err))
+	case connect.CodeAlreadyExists:
+		return fmt.Errorf("%w: %v", ErrAlreadyExists, connectMsg(err))
+	case connect.CodeInvalidArgument:
+		return fmt.Errorf("%w: %v", ErrInvalid, connectMsg(err))
+	}
+	return err
+}
+
+func connectMsg(err error) string {
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return ce.Message()
+	}
+	return err.Error()
+}
+
+// Task is what Submit creates.
+type Task struct {
+	ID              string
+	Stateful        bool
+	StandbyReplicas uint32
+}
+
+// Submit creates a task. Retries reuse one request id.
+func (c *Client) Submit(ctx context.Context, t Task) (*xcev1.SubmitTaskResponse, error) {
+	return c.SubmitWithID(ctx, t, c.NewRequestID())
+}
+
+// SubmitWithID is Submit with a caller-chosen request id.
+func (c *Client) SubmitWithID(ctx context.Context, t Task, requestID string) (*xcev1.SubmitTaskResponse, error) {
+	req := &xcev1.SubmitTaskRequest{TaskId: t.ID, Stateful: t.Stateful, StandbyReplicas: t.StandbyReplicas,
+		ClientId: c.opts.ClientID, RequestId: requestID}
+	var out *xcev1.SubmitTaskResponse
+	err := c.do(ctx, func(ctx context.Context, s xcev1connect.ControllerServiceClient) error {
+		r, err := s.SubmitTask(ctx, connect.NewRequest(req))
+		if err == nil {
+			out = r.Msg
+		}
+		return err
+	})
+	return out, err
+}
+
+// Delete removes a task.
+func (c *Client) Delete(ctx context.Context, id string) (*xcev1.DeleteTaskResponse, error) {
+	req := &xcev1.DeleteTaskRequest{TaskId: id, ClientId: c.opts.ClientID, RequestId: c.NewRequestID()}
+	var out *xcev1.DeleteTaskResponse
+	err := c.do(ctx, func(ctx context.Context, s xcev1connect.ControllerServiceClient) error {
+		r, err := s.DeleteTask(ctx, connect.NewRequest(req))
+		if err == nil {
+			out = r.Msg
+		}
+		return err
+	})
+	return out, err
+}
+
+func consistency(stale bool) xcev1.Consistency {
+	if stale {
+		return xcev1.Consistency_CONSISTENCY_STALE
+	}
+	return xcev1.Consistency_CONSISTENCY_LINEARIZABLE
+}
+
+// Get reads a task; stale reads may be served by a STANDBY.
+func (c *Client) Get(ctx context.Context, id string, stale bool) (*xcev1.GetTaskResponse, error) {
+	req := &xcev1.GetTaskRequest{TaskId: id, Consistency: consistency(stale)}
+	var out *xcev1.GetTaskResponse
+	err := c.do(ctx, func(ctx context.Context, s xcev1connect.ControllerServiceClient) error {
+		r, err := s.GetTask(ctx, connect.NewRequest(req))
+		if err == nil {
+			out = r.Msg
+		}
+		return err
+	})
+	return out, err
+}
+
+// List returns every task, page by page.
+func (c *Client) List(ctx context.Context, stale bool) ([]*xcev1.Task, error) {
+	var all []*xcev1.Task
+	token := ""
+	for {
+		req := &xcev1.ListTasksRequest{Consistency: consistency(stale), PageSize: 1000, PageToken: token}
+		var page *xcev1.ListTasksResponse
+		err := c.do(ctx, func(ctx context.Context, s xcev1connect.ControllerServiceClient) error {
+			r, err := s.ListTasks(ctx, connect.NewRequest(req))
+			if err == nil {
+				page = r.Msg
+			}
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, page.Tasks...)
+		if page.NextPageToken == "" {
+			return all, nil
+		}
+		token = page.NextPageToken
+	}
+}
+
+// Status asks one endpoint for its status, without retry: status answers in
+// every role, so a failure means the node is unreachable.
+func (c *Client) Status(ctx context.Context, endpoint string) (*xcev1.StatusResponse, error) {
+	r, err := c.svc(endpoint).Status(ctx, connect.NewRequest(&xcev1.StatusRequest{}))
+	if err != nil {
+		return nil, err
+	}
+	return r.Msg, nil
+}
+
+// Endpoints are the configured addresses.
+func (c *Client) Endpoints() []string { return c.endpoints }

@@ -1,0 +1,258 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/xce/xce/client"
+	xcev1 "github.com/xce/xce/proto/xce/v1"
+)
+
+// clientFlags are shared by every command that talks to a cluster.
+type clientFlags struct {
+	addr    string
+	timeout time.Duration
+	json    bool
+}
+
+func (f *clientFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.addr, "addr", "127.0.0.1:7101", "comma-separated HOST:PORT list of controller client addresses")
+	cmd.Flags().DurationVar(&f.timeout, "timeout", 10*time.Second, "give up after this long (NOT_READY answers are retried until then)")
+	cmd.Flags().BoolVar(&f.json, "json", false, "print JSON")
+}
+
+func (f *clientFlags) client() (*client.Client, error) {
+	c, err := client.New(strings.Split(f.addr, ","), client.Options{})
+	if err != nil {
+		return nil, usageErr("--addr: %v", err)
+	}
+	return c, nil
+}
+
+func (f *clientFlags) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), f.timeout)
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// statusJSON is `xce status --json` (DESIGN §8).
+type statusJSON struct {
+	NodeID       string `json:"node_id"`
+	ClusterID    string `json:"cluster_id"`
+	Role         string `json:"role"`
+	Reason       string `json:"reason"`
+	Term         uint64 `json:"term"`
+	LeaderID     string `json:"leader_id"`
+	LeaderAddr   string `json:"leader_addr"`
+	WriteQuorum  bool   `json:"write_quorum"`
+	CommitIndex  uint64 `json:"commit_index"`
+	AppliedIndex uint64 `json:"applied_index"`
+	KafkaEpoch   uint64 `json:"kafka_epoch"`
+	OutboxLag    uint64 `json:"outbox_lag"`
+	Tasks        uint64 `json:"tasks"`
+	Backend      string `json:"backend"`
+	Pid          int64  `json:"pid"`
+	Version      string `json:"version"`
+	UptimeMs     int64  `json:"uptime_ms"`
+}
+
+func roleString(r xcev1.Role) string { return strings.TrimPrefix(r.String(), "ROLE_") }
+
+func statusCmd() *cobra.Command {
+	var f clientFlags
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Print one node's status (answered in every role)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := f.ctx()
+			defer cancel()
+			ep := c.Endpoints()[0]
+			s, err := c.Status(ctx, ep)
+			if err != nil {
+				return fmt.Errorf("status of %s: %w", ep, err)
+			}
+			out := statusJSON{
+				NodeID: s.NodeId, ClusterID: s.ClusterId, Role: roleString(s.Role), Reason: s.Reason, Term: s.Term,
+				LeaderID: s.LeaderId, LeaderAddr: s.LeaderAddr, WriteQuorum: s.WriteQuorum,
+				CommitIndex: s.CommitIndex, AppliedIndex: s.AppliedIndex, KafkaEpoch: s.KafkaEpoch, OutboxLag: s.OutboxLag,
+				Tasks: s.Tasks, Backend: s.Backend, Pid: s.Pid, Version: s.Version, UptimeMs: s.UptimeMs,
+			}
+			w := cmd.OutOrStdout()
+			if f.json {
+				return printJSON(w, out)
+			}
+			tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+			fmt.Fprintf(tw, "node\t%s (cluster %s, pid %d, version %s)\n", out.NodeID, out.ClusterID, out.Pid, out.Version)
+			fmt.Fprintf(tw, "role\t%s (%s)\n", out.Role, out.Reason)
+			fmt.Fprintf(tw, "term\t%d\n", out.Term)
+			fmt.Fprintf(tw, "leader\t%s %s\n", out.LeaderID, out.LeaderAddr)
+			fmt.Fprintf(tw, "write quorum\t%v\n", out.WriteQuorum)
+			fmt.Fprintf(tw, "commit/applied\t%d / %d\n", out.CommitIndex, out.AppliedIndex)
+			fmt.Fprintf(tw, "tasks\t%d\n", out.Tasks)
+			fmt.Fprintf(tw, "kafka epoch\t%d (outbox lag %d)\n", out.KafkaEpoch, out.OutboxLag)
+			return tw.Flush()
+		},
+	}
+	f.register(cmd)
+	return cmd
+}
+
+// taskJSON is a task as the CLI prints it.
+type taskJSON struct {
+	TaskID          string `json:"task_id"`
+	Stateful        bool   `json:"stateful"`
+	StandbyReplicas uint32 `json:"standby_replicas"`
+	CreatedIndex    uint64 `json:"created_index"`
+	State           string `json:"state"`
+	PendingReason   string `json:"pending_reason,omitempty"`
+}
+
+func taskOut(t *xcev1.Task) taskJSON {
+	return taskJSON{TaskID: t.TaskId, Stateful: t.Stateful, StandbyReplicas: t.StandbyReplicas,
+		CreatedIndex: t.CreatedIndex, State: t.State, PendingReason: t.PendingReason}
+}
+
+func printTasks(w io.Writer, ts []*xcev1.Task) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TASK\tSTATEFUL\tSTANDBYS\tCREATED\tSTATE")
+	for _, t := range ts {
+		fmt.Fprintf(tw, "%s\t%v\t%d\t%d\t%s\n", t.TaskId, t.Stateful, t.StandbyReplicas, t.CreatedIndex, t.State)
+	}
+	return tw.Flush()
+}
+
+func submitCmd() *cobra.Command {
+	var f clientFlags
+	var standbys uint32
+	var stateful bool
+	cmd := &cobra.Command{
+		Use:   "submit TASK",
+		Short: "Submit a task (retried through elections; applied once)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := f.ctx()
+			defer cancel()
+			r, err := c.Submit(ctx, client.Task{ID: args[0], Stateful: stateful, StandbyReplicas: standbys})
+			if err != nil {
+				return err
+			}
+			if f.json {
+				return printJSON(cmd.OutOrStdout(), map[string]any{"task": taskOut(r.Task), "index": r.Index})
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "submitted %s at index %d\n", r.Task.TaskId, r.Index)
+			return nil
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().Uint32Var(&standbys, "standbys", 0, "standby replicas wanted")
+	cmd.Flags().BoolVar(&stateful, "stateful", false, "the task keeps state")
+	return cmd
+}
+
+func taskCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "task", Short: "Read or delete one task"}
+	var gf clientFlags
+	var stale bool
+	get := &cobra.Command{
+		Use:   "get TASK",
+		Short: "Read a task (linearizable unless --stale)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := gf.client()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := gf.ctx()
+			defer cancel()
+			r, err := c.Get(ctx, args[0], stale)
+			if err != nil {
+				return err
+			}
+			if gf.json {
+				return printJSON(cmd.OutOrStdout(), map[string]any{"task": taskOut(r.Task), "applied_index": r.AppliedIndex})
+			}
+			return printTasks(cmd.OutOrStdout(), []*xcev1.Task{r.Task})
+		},
+	}
+	gf.register(get)
+	get.Flags().BoolVar(&stale, "stale", false, "accept a stale read from a STANDBY")
+	var df clientFlags
+	del := &cobra.Command{
+		Use:   "delete TASK",
+		Short: "Delete a task",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := df.client()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := df.ctx()
+			defer cancel()
+			r, err := c.Delete(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			if df.json {
+				return printJSON(cmd.OutOrStdout(), map[string]any{"task_id": args[0], "index": r.Index})
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "deleted %s at index %d\n", args[0], r.Index)
+			return nil
+		},
+	}
+	df.register(del)
+	cmd.AddCommand(get, del)
+	return cmd
+}
+
+func tasksCmd() *cobra.Command {
+	var f clientFlags
+	var stale bool
+	cmd := &cobra.Command{
+		Use:   "tasks",
+		Short: "List every task",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := f.ctx()
+			defer cancel()
+			ts, err := c.List(ctx, stale)
+			if err != nil {
+				return err
+			}
+			if f.json {
+				out := make([]taskJSON, len(ts))
+				for i, t := range ts {
+					out[i] = taskOut(t)
+				}
+				return printJSON(cmd.OutOrStdout(), map[string]any{"tasks": out})
+			}
+			return printTasks(cmd.OutOrStdout(), ts)
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().BoolVar(&stale, "stale", false, "accept a stale read from a STANDBY")
+	return cmd
+}

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/xce/xce/configs"
+	"github.com/xce/xce/controller"
+	"github.com/xce/xce/dispatch"
+	"github.com/xce/xce/logging"
+)
+
+// forceExitAfter bounds a graceful stop; past it the process exits 1.
+const forceExitAfter = 15 * time.Second
+
+func serverCmd() *cobra.Command {
+	var cfgPath, pidFile string
+	cmd := &cobra.Command{
+		Use:   "server --config FILE",
+		Short: "Run one controller node",
+		Long: `Run one controller node. The node answers its API at once (NOT_READY while
+it elects), joins the Raft quorum of its peer list, and stops gracefully on
+SIGTERM or SIGINT: a PRIMARY first hands leadership on. A second signal forces
+the exit.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if cfgPath == "" {
+				return usageErr("server: --config is required")
+			}
+			return runServer(cfgPath, pidFile)
+		},
+	}
+	cmd.Flags().StringVar(&cfgPath, "config", "", "node config file (YAML)")
+	cmd.Flags().StringVar(&pidFile, "pid-file", "", "write the server's pid to this file")
+	return cmd
+}
+
+func runServer(cfgPath, pidFile string) error {
+	cfg, err := configs.Load(cfgPath)
+	if err != nil {
+		return err
+	}
+	log, err := logging.New(os.Stderr, cfg.Log.Level, cfg.Log.Format, cfg.NodeID)
+	if err != nil {
+		return err
+	}
+	if len(cfg.Peers)%2 == 0 {
+		log.Warn().Int("voters", len(cfg.Peers)).Msg("an even number of voters tolerates no more failures than one fewer")
+	}
+	if pidFile != "" {
+		if err := os.WriteFile(pidFile, fmt.Appendf(nil, "%d\n", os.Getpid()), 0o644); err != nil {
+			return fmt.Errorf("pid file: %w", err)
+		}
+		defer os.Remove(pidFile)
+	}
+	node, err := controller.New(controller.Options{Config: cfg, Logger: log, Version: versionString()})
+	if err != nil {
+		return err
+	}
+	_, api := dispatch.New(node, node.Registry())
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case s := <-sigs:
+			log.Info().Str("signal", s.String()).Msg("stopping gracefully; a second signal forces the exit")
+			cancel()
+		case <-done:
+			return
+		}
+		select {
+		case s := <-sigs:
+			log.Warn().Str("signal", s.String()).Msg("second signal: exiting now")
+			os.Exit(exitOther)
+		case <-time.After(forceExitAfter):
+			log.Error().Dur("after", forceExitAfter).Msg("graceful stop took too long: exiting now")
+			os.Exit(exitOther)
+		case <-done:
+		}
+	}()
+	err = node.Run(ctx, api)
+	if err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,78 @@
+package controller
+
+import (
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/xce/xce/ha"
+)
+
+type metrics struct {
+	role        *prometheus.GaugeVec
+	term        prometheus.Gauge
+	writeQuorum prometheus.Gauge
+	roleChanges *prometheus.CounterVec
+}
+
+func newMetrics(reg *prometheus.Registry, n *Node) *metrics {
+	m := &metrics{
+		role: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "xce_role", Help: "1 for the node's current role, 0 for the others.",
+		}, []string{"role"}),
+		term:        prometheus.NewGauge(prometheus.GaugeOpts{Name: "xce_term", Help: "Current Raft term."}),
+		writeQuorum: prometheus.NewGauge(prometheus.GaugeOpts{Name: "xce_write_quorum", Help: "1 while this node is PRIMARY with a write quorum."}),
+		roleChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "xce_role_changes_total", Help: "Role changes by from and to.",
+		}, []string{"from", "to"}),
+	}
+	reg.MustRegister(m.role, m.term, m.writeQuorum, m.roleChanges,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "xce_applied_index", Help: "Last Raft index applied to the FSM."},
+			func() float64 { _, a := n.Indexes(); return float64(a) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "xce_commit_index", Help: "Last Raft index known committed."},
+			func() float64 { c, _ := n.Indexes(); return float64(c) }),
+	)
+	m.setView(&ha.View{Role: ha.RoleInit})
+	return m
+}
+
+func (m *metrics) setView(v *ha.View) {
+	for _, r := range []ha.Role{ha.RoleInit, ha.RoleElecting, ha.RolePrimary, ha.RoleStandby} {
+		val := 0.0
+		if r == v.Role {
+			val = 1
+		}
+		m.role.WithLabelValues(r.String()).Set(val)
+	}
+	m.term.Set(float64(v.Term))
+	wq := 0.0
+	if v.Serving() {
+		wq = 1
+	}
+	m.writeQuorum.Set(wq)
+}
+
+// routes serves the API plus /healthz (the process runs), /readyz (PRIMARY
+// with write quorum) and /metrics on the client port.
+func (n *Node) routes(api http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		v := n.View()
+		if !v.Serving() {
+			http.Error(w, "not ready: "+v.Role.String()+": "+v.Reason, http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ok\n"))
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(n.opts.Registry, promhttp.HandlerOpts{}))
+	if api != nil {
+		mux.Handle("/", api)
+	}
+	return mux
+}

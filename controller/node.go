@@ -1,0 +1,504 @@
+// Package controller runs one node's lifecycle: the non-blocking start
+// (phase 1), the event loop that alone writes the role, the per-term leader
+// goroutine, phase 2 on the first role decision, and the graceful stop.
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/xce/xce/configs"
+	"github.com/xce/xce/delaymgr"
+	"github.com/xce/xce/ha"
+	"github.com/xce/xce/logging"
+	"github.com/xce/xce/netio"
+	"github.com/xce/xce/persist"
+)
+
+// Timings of the lifecycle that are not in the config.
+const (
+	// observeEvery re-reads raft's state in case a signal was dropped.
+	observeEvery = 250 * time.Millisecond
+	// barrierTimeout bounds the barrier of a new leadership term.
+	barrierTimeout = 5 * time.Second
+	// transferWait bounds the leadership transfer on stop.
+	transferWait = 3 * time.Second
+	// httpDrain bounds how long in-flight requests may run after stop.
+	httpDrain = 3 * time.Second
+)
+
+// LeaderService is a leader-only service (outbox publisher, assignor loop,
+// worker sessions): started when the node enters PRIMARY, stopped when it
+// leaves, like Nomad's establishLeadership / revokeLeadership.
+type LeaderService interface {
+	Name() string
+	// Establish starts the service for the term. An error hands leadership on.
+	Establish(ctx context.Context, term uint64) error
+	// Revoke stops it and returns once it has stopped.
+	Revoke()
+}
+
+// Options are what a node needs besides its config.
+type Options struct {
+	Config  *configs.Config
+	Logger  zerolog.Logger
+	Version string
+	// Registry receives the node's metrics; nil makes a private one.
+	Registry *prometheus.Registry
+	// ClientListener and PeerListener are used when set (inherited across
+	// an upgrade); otherwise the node listens on the configured addresses.
+	ClientListener, PeerListener net.Listener
+	// LockWait is how long to wait for the data dir lock.
+	LockWait time.Duration
+	// Services are the leader-only services, started in order.
+	Services []LeaderService
+	// Phase2 runs once, on the first role decision.
+	Phase2 []func(role ha.Role)
+}
+
+// Node is one controller node.
+type Node struct {
+	cfg     *configs.Config
+	log     zerolog.Logger
+	version string
+	started time.Time
+	opts    Options
+	metrics *metrics
+
+	fsm   *persist.FSM
+	delay *delaymgr.Manager
+
+	view    atomic.Pointer[ha.View]
+	backend atomic.Pointer[ha.Raft]
+
+	reads  readBatcher
+	events chan any
+	wg     sync.WaitGroup
+	// stopCh is closed when Run begins to stop.
+	stopCh   chan struct{}
+	stopOnce sync.Once
+
+	// loop-owned state
+	machine   *ha.Machine
+	quorum    *ha.Quorum
+	termStop  chan struct{}
+	quorumChk *delaymgr.Handle
+	leaderCtx context.CancelFunc
+}
+
+// internal events of the loop, besides ha.Event
+type (
+	raftStarted struct{ b *ha.Raft }
+	raftFailed  struct{ err error }
+	recheck     struct{}
+	serviceFail struct {
+		term uint64
+		err  error
+	}
+)
+
+// New validates the options and builds a node; nothing is opened yet.
+func New(opts Options) (*Node, error) {
+	if opts.Config == nil {
+		return nil, errors.New("controller: no config")
+	}
+	if err := opts.Config.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.Registry == nil {
+		opts.Registry = prometheus.NewRegistry()
+	}
+	cfg := opts.Config
+	var voters []string
+	for _, p := range cfg.Peers {
+		voters = append(voters, p.ID)
+	}
+	n := &Node{
+		cfg:     cfg,
+		log:     opts.Logger,
+		version: opts.Version,
+		started: time.Now(),
+		opts:    opts,
+		fsm:     persist.NewFSM(cfg.ClusterID),
+		events:  make(chan any, 256),
+		stopCh:  make(chan struct{}),
+		machine: ha.NewMachine(cfg.NodeID),
+		quorum:  ha.NewQuorum(cfg.NodeID, voters, cfg.Raft.LeaderLeaseTimeout.Duration),
+	}
+	n.metrics = newMetrics(opts.Registry, n)
+	n.view.Store(ha.NewView(ha.View{Role: ha.RoleInit, Reason: "starting"}))
+	return n, nil
+}
+
+// View is the current role as clients see it.
+func (n *Node) View() *ha.View { return n.view.Load() }
+
+// FSM is the node's replicated state machine (read side).
+func (n *Node) FSM() *persist.FSM { return n.fsm }
+
+// Config is the node's config.
+func (n *Node) Config() *configs.Config { return n.cfg }
+
+// Registry is the node's metrics registry.
+func (n *Node) Registry() *prometheus.Registry { return n.opts.Registry }
+
+// Started is when the process started.
+func (n *Node) Started() time.Time { return n.started }
+
+// Version is the binary's version.
+func (n *Node) Version() string { return n.version }
+
+// Indexes returns raft's commit and applied indexes (zero before raft runs).
+func (n *Node) Indexes() (commit, applied uint64) {
+	if b := n.backend.Load(); b != nil {
+		return b.CommitIndex(), b.AppliedIndex()
+	}
+	return 0, n.fsm.AppliedIndex()
+}
+
+// Run starts the node and blocks until ctx is done, then stops it gracefully.
+// Phase 1 (listeners, timers, storage) happens here; the election starts
+// asynchronously, and the API answers from before it starts. A non-nil error
+// means the node could not start or stop cleanly.
+func (n *Node) Run(ctx context.Context, api http.Handler) (err error) {
+	n.delay = delaymgr.New(nil)
+	defer n.delay.Stop()
+
+	// 1. Listeners, client first: the API answers NOT_READY from here on.
+	cl := n.opts.ClientListener
+	if cl == nil {
+		if cl, err = netio.Listen(n.cfg.ClientAddr); err != nil {
+			return err
+		}
+	}
+	pl := n.opts.PeerListener
+	if pl == nil {
+		if pl, err = netio.Listen(n.cfg.PeerAddr); err != nil {
+			cl.Close()
+			return err
+		}
+	}
+	srv := netio.NewServer(n.routes(api), netio.DefaultLimits())
+	srvDone := make(chan error, 1)
+	go func() { srvDone <- srv.Serve(cl) }()
+	n.log.Info().Str("client_addr", cl.Addr().String()).Str("peer_addr", n.cfg.PeerAddr).Int("pid", os.Getpid()).
+		Str("version", n.version).Msg("listening; answering NOT_READY until a role is decided")
+	defer func() {
+		// Last to go: clients get NOT_READY, never a refused connection,
+		// while everything else stops.
+		sctx, cancel := context.WithTimeout(context.Background(), httpDrain)
+		defer cancel()
+		if serr := srv.Shutdown(sctx); serr != nil {
+			srv.Close()
+		}
+		<-srvDone
+	}()
+
+	// 2. Storage.
+	store, err := persist.Open(n.cfg.DataDir, persist.Options{
+		NodeID: n.cfg.NodeID, ClusterID: n.cfg.ClusterID, LockWait: n.opts.LockWait,
+		Logger: logging.NewHCLog(n.log, "snapshot"),
+	})
+	if err != nil {
+		pl.Close()
+		return err
+	}
+	stream, err := netio.NewStreamLayer(pl, n.cfg.PeerAddr)
+	if err != nil {
+		pl.Close()
+		store.Close()
+		return err
+	}
+
+	// 3. The election, asynchronously: raft restores its log off the loop.
+	n.wg.Go(func() {
+		b, err := ha.StartRaft(n.raftConfig(), n.fsm, store, stream, logging.NewHCLog(n.log, "raft"))
+		if err != nil {
+			n.post(raftFailed{err})
+			return
+		}
+		select {
+		case n.events <- raftStarted{b}:
+		case <-n.stopCh:
+			_ = b.Shutdown()
+		}
+	})
+
+	err = n.loop(ctx)
+	n.stop(store)
+	return err
+}
+
+func (n *Node) raftConfig() ha.RaftConfig {
+	c := n.cfg.Raft
+	rc := ha.RaftConfig{
+		NodeID:             n.cfg.NodeID,
+		HeartbeatTimeout:   c.HeartbeatTimeout.Duration,
+		ElectionTimeout:    c.ElectionTimeout.Duration,
+		LeaderLeaseTimeout: c.LeaderLeaseTimeout.Duration,
+		CommitTimeout:      c.CommitTimeout.Duration,
+		SnapshotInterval:   c.SnapshotInterval.Duration,
+		SnapshotThreshold:  c.SnapshotThreshold,
+		TrailingLogs:       c.TrailingLogs,
+	}
+	for _, p := range n.cfg.Peers {
+		rc.Peers = append(rc.Peers, ha.Peer{ID: p.ID, Addr: p.PeerAddr})
+	}
+	return rc
+}
+
+// post hands an event to the loop. It never blocks once the node stops.
+func (n *Node) post(ev any) {
+	select {
+	case n.events <- ev:
+	case <-n.stopCh:
+	}
+}
+
+// loop is the event loop: the only writer of the role.
+func (n *Node) loop(ctx context.Context) error {
+	tick := time.NewTicker(observeEvery)
+	defer tick.Stop()
+	var obs <-chan raft.Observation
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev := <-n.events:
+			switch ev := ev.(type) {
+			case raftStarted:
+				n.backend.Store(ev.b)
+				obs = ev.b.Observations()
+				n.step(ha.Started{})
+				n.step(ev.b.View())
+			case raftFailed:
+				return ev.err
+			case ha.Event:
+				n.step(ev)
+			case recheck:
+				n.publish()
+			case serviceFail:
+				if ev.term == n.machine.Term() && n.machine.Role() == ha.RolePrimary {
+					n.log.Error().Err(ev.err).Uint64("term", ev.term).Msg("a leader service failed to start; handing leadership on")
+					n.step(ha.Fenced{Term: ev.term, Reason: ev.err.Error()})
+				}
+			}
+		case o := <-obs:
+			n.observation(o)
+		case <-tick.C:
+			if b := n.backend.Load(); b != nil {
+				n.step(b.View())
+			}
+		}
+	}
+}
+
+func (n *Node) observation(o raft.Observation) {
+	switch d := o.Data.(type) {
+	case raft.FailedHeartbeatObservation:
+		n.quorum.Failed(string(d.PeerID), d.LastContact)
+		n.publish()
+	case raft.ResumedHeartbeatObservation:
+		n.quorum.Resumed(string(d.PeerID), time.Now())
+		n.publish()
+	}
+	if b := n.backend.Load(); b != nil {
+		n.step(b.View())
+	}
+}
+
+// step runs the role machine and performs its effects in order.
+func (n *Node) step(ev ha.Event) {
+	for _, fx := range n.machine.Step(ev) {
+		n.perform(fx)
+	}
+	n.publish()
+}
+
+func (n *Node) perform(fx ha.Effect) {
+	switch fx := fx.(type) {
+	case ha.RoleChanged:
+		n.log.Info().Str("from", fx.From.String()).Str("to", fx.To.String()).Uint64("term", fx.Term).
+			Str("reason", fx.Reason).Msg("role changed")
+		n.metrics.roleChanges.WithLabelValues(fx.From.String(), fx.To.String()).Inc()
+	case ha.BeginTerm:
+		n.beginTerm(fx.Term)
+	case ha.EndTerm:
+		if n.termStop != nil {
+			close(n.termStop)
+			n.termStop = nil
+		}
+	case ha.Establish:
+		n.quorum.Reset(time.Now())
+		n.establish(fx.Term)
+	case ha.Revoke:
+		n.revoke()
+	case ha.FirstDecision:
+		n.log.Info().Str("role", fx.Role.String()).Msg("phase 2: first role decision, starting role-dependent services")
+		for _, f := range n.opts.Phase2 {
+			f(fx.Role)
+		}
+	case ha.TransferLeadership:
+		b := n.backend.Load()
+		if b == nil {
+			return
+		}
+		n.log.Warn().Str("reason", fx.Reason).Msg("transferring leadership")
+		n.wg.Go(func() {
+			if err := b.TransferLeadership(); err != nil {
+				n.log.Warn().Err(err).Msg("leadership transfer failed")
+			}
+		})
+	default:
+		panic(fmt.Sprintf("controller: unknown effect %T", fx))
+	}
+}
+
+// beginTerm starts the term's goroutine: barrier, then report. Like Nomad's
+// leader loop, each term has its own stop channel.
+func (n *Node) beginTerm(term uint64) {
+	b := n.backend.Load()
+	stop := make(chan struct{})
+	n.termStop = stop
+	n.wg.Go(func() {
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), barrierTimeout)
+		err := b.Barrier(ctx)
+		cancel()
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		if err == nil {
+			n.log.Info().Uint64("term", term).Dur("barrier", time.Since(start)).Msg("leader barrier done: every earlier entry is applied")
+		}
+		n.post(ha.BarrierDone{Term: term, Err: err})
+	})
+}
+
+func (n *Node) establish(term uint64) {
+	ctx, cancel := context.WithCancel(context.Background())
+	n.leaderCtx = cancel
+	for _, s := range n.opts.Services {
+		if err := s.Establish(ctx, term); err != nil {
+			n.wg.Go(func() { n.post(serviceFail{term: term, err: fmt.Errorf("%s: %w", s.Name(), err)}) })
+			return
+		}
+	}
+}
+
+func (n *Node) revoke() {
+	if n.leaderCtx != nil {
+		n.leaderCtx()
+		n.leaderCtx = nil
+	}
+	for i := len(n.opts.Services) - 1; i >= 0; i-- {
+		n.opts.Services[i].Revoke()
+	}
+}
+
+// publish derives the client-visible View from the machine and the quorum
+// and replaces the current one when it differs.
+func (n *Node) publish() {
+	now := time.Now()
+	v := ha.View{
+		Role:     n.machine.Role(),
+		Term:     n.machine.Term(),
+		LeaderID: n.machine.LeaderID(),
+		Reason:   n.machine.Reason(),
+	}
+	if v.Role == ha.RolePrimary {
+		has, next := n.quorum.Has(now)
+		v.WriteQuorum = has
+		if !next.IsZero() {
+			if n.quorumChk != nil {
+				n.quorumChk.Cancel()
+			}
+			n.quorumChk = n.delay.After(next.Sub(now), func() { n.post(recheck{}) })
+		}
+		if !has {
+			v.Reason = "no write quorum"
+		}
+	}
+	for _, p := range n.cfg.Peers {
+		if p.ID == v.LeaderID {
+			v.LeaderAddr = p.ClientAddr
+		}
+	}
+	old := n.view.Load()
+	v.Stopping = old.Stopping
+	if old.Role == v.Role && old.Term == v.Term && old.LeaderID == v.LeaderID && old.WriteQuorum == v.WriteQuorum &&
+		old.Reason == v.Reason && old.LeaderAddr == v.LeaderAddr {
+		return
+	}
+	n.view.Store(ha.NewView(v))
+	old.Replace()
+	n.metrics.setView(&v)
+}
+
+// stop shuts the node down in reverse start order. A PRIMARY first hands
+// leadership on so the cluster elects at once rather than after a timeout.
+func (n *Node) stop(store *persist.Store) {
+	start := time.Now()
+	old := n.view.Load()
+	v := *old
+	v.Stopping, v.Reason = true, "shutting down"
+	n.view.Store(ha.NewView(v))
+	old.Replace()
+	n.log.Info().Str("role", v.Role.String()).Msg("stopping")
+
+	b := n.backend.Load()
+	if b != nil && n.machine.Role() == ha.RolePrimary {
+		done := make(chan error, 1)
+		go func() { done <- b.TransferLeadership() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				n.log.Warn().Err(err).Msg("leadership transfer on stop failed")
+			} else {
+				n.log.Info().Msg("leadership transferred")
+			}
+		case <-time.After(transferWait):
+			n.log.Warn().Msg("leadership transfer on stop timed out")
+		}
+	}
+	for _, fx := range n.machine.Step(ha.Stopping{}) {
+		n.perform(fx)
+	}
+	n.stopOnce.Do(func() { close(n.stopCh) })
+	if b != nil {
+		if err := b.Shutdown(); err != nil {
+			n.log.Warn().Err(err).Msg("raft shutdown")
+		}
+	}
+	// raft may still be starting: wait for the starter before closing the
+	// store under it.
+	n.wg.Wait()
+	for {
+		select {
+		case ev := <-n.events:
+			if rs, ok := ev.(raftStarted); ok {
+				_ = rs.b.Shutdown()
+			}
+			continue
+		default:
+		}
+		break
+	}
+	if err := store.Close(); err != nil {
+		n.log.Warn().Err(err).Msg("closing storage")
+	}
+	n.log.Info().Dur("took", time.Since(start)).Msg("stopped")
+}

@@ -1,0 +1,93 @@
+// Package dispatch is the API's front: the gate that decides, from role,
+// write quorum and the class of the operation, what each request gets
+// (DESIGN §3), and the handlers behind it.
+package dispatch
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/xce/xce/ha"
+)
+
+// Class is the kind of an operation, which alone decides how the gate treats it.
+type Class int
+
+const (
+	// ClassHealth is served in every role.
+	ClassHealth Class = iota + 1
+	// ClassRead is served by a PRIMARY with write quorum, or by a STANDBY
+	// when the caller asks for stale reads.
+	ClassRead
+	// ClassWrite is served by a PRIMARY with write quorum only.
+	ClassWrite
+	// ClassFact (soft state such as worker heartbeats) is served by any PRIMARY.
+	ClassFact
+	// ClassAdmin is served by a PRIMARY with write quorum only.
+	ClassAdmin
+)
+
+func (c Class) String() string {
+	switch c {
+	case ClassHealth:
+		return "health"
+	case ClassRead:
+		return "read"
+	case ClassWrite:
+		return "write"
+	case ClassFact:
+		return "fact"
+	case ClassAdmin:
+		return "admin"
+	}
+	return fmt.Sprintf("Class(%d)", int(c))
+}
+
+// Decision is the gate's answer for one request.
+type Decision struct {
+	Serve bool
+	// Reason says, in an operator's words, why not.
+	Reason string
+	// Kind is a short, fixed label for Reason (for metrics).
+	Kind string
+	// RetryAfter is the suggested wait before the next attempt.
+	RetryAfter time.Duration
+}
+
+// RetryTimings are the retry-after hints the gate gives.
+type RetryTimings struct {
+	// Electing is the hint while no primary is known (about one election).
+	Electing time.Duration
+	// NoQuorum is the hint while the primary has lost its write quorum.
+	NoQuorum time.Duration
+}
+
+// Decide applies DESIGN §3's table. stale is whether the caller accepts a
+// stale read (read class only).
+func Decide(v *ha.View, class Class, stale bool, t RetryTimings) Decision {
+	if class == ClassHealth {
+		return Decision{Serve: true}
+	}
+	if v.Stopping {
+		return Decision{Kind: "shutting_down", Reason: "shutting down", RetryAfter: t.Electing}
+	}
+	switch v.Role {
+	case ha.RolePrimary:
+		if v.WriteQuorum || class == ClassFact {
+			return Decision{Serve: true}
+		}
+		return Decision{Kind: "no_quorum", Reason: "no write quorum", RetryAfter: t.NoQuorum}
+	case ha.RoleStandby:
+		if class == ClassRead && stale {
+			return Decision{Serve: true}
+		}
+		if v.LeaderID != "" {
+			return Decision{Kind: "standby", Reason: fmt.Sprintf("standby: primary is %s at %s", v.LeaderID, v.LeaderAddr)}
+		}
+		return Decision{Kind: "standby", Reason: "standby: primary unknown", RetryAfter: t.Electing}
+	case ha.RoleInit:
+		return Decision{Kind: "starting", Reason: "starting", RetryAfter: t.Electing}
+	default:
+		return Decision{Kind: "electing", Reason: "electing", RetryAfter: t.Electing}
+	}
+}

@@ -1,0 +1,388 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"regexp"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/xce/xce/configs"
+	"github.com/xce/xce/ha"
+	"github.com/xce/xce/persist"
+	xcev1 "github.com/xce/xce/proto/xce/v1"
+	"github.com/xce/xce/proto/xce/v1/xcev1connect"
+)
+
+// Node is what the handlers need from the controller.
+type Node interface {
+	View() *ha.View
+	FSM() *persist.FSM
+	Indexes() (commit, applied uint64)
+	Config() *configs.Config
+	Started() time.Time
+	Version() string
+	// Apply replicates cmd and returns the FSM's result.
+	Apply(ctx context.Context, cmd []byte) (persist.Result, error)
+	// ReadBarrier returns once a read of the FSM is linearizable.
+	ReadBarrier(ctx context.Context) error
+}
+
+// Methods maps every procedure of the API to its class. Each method is
+// declared here exactly once; the gate refuses a procedure missing from it.
+var Methods = map[string]Class{
+	xcev1connect.ControllerServiceStatusProcedure:      ClassHealth,
+	xcev1connect.ControllerServiceWatchStatusProcedure: ClassHealth,
+	xcev1connect.ControllerServiceGetTaskProcedure:     ClassRead,
+	xcev1connect.ControllerServiceListTasksProcedure:   ClassRead,
+	xcev1connect.ControllerServiceSubmitTaskProcedure:  ClassWrite,
+	xcev1connect.ControllerServiceDeleteTaskProcedure:  ClassWrite,
+}
+
+// Limits of the API.
+const (
+	// MaxRequestBytes caps a request message.
+	MaxRequestBytes = 64 << 10
+	defaultPageSize = 100
+	maxPageSize     = 1000
+	maxStandbys     = 16
+)
+
+var taskIDRe = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
+
+// ValidTaskID reports whether s is a valid task id: 1-128 characters of
+// [A-Za-z0-9._-].
+func ValidTaskID(s string) bool { return taskIDRe.MatchString(s) }
+
+// Service implements xce.v1.ControllerService.
+type Service struct {
+	node    Node
+	timings RetryTimings
+	m       *apiMetrics
+}
+
+// New returns the API handler (Connect: gRPC, gRPC-Web and JSON) with the
+// gate installed in front of every method.
+func New(node Node, reg prometheus.Registerer) (string, http.Handler) {
+	cfg := node.Config()
+	s := &Service{
+		node: node,
+		timings: RetryTimings{
+			Electing: cfg.Raft.ElectionTimeout.Duration / 2,
+			NoQuorum: cfg.Raft.LeaderLeaseTimeout.Duration,
+		},
+		m: newAPIMetrics(reg, node),
+	}
+	return xcev1connect.NewControllerServiceHandler(s,
+		connect.WithInterceptors(&gate{s: s}),
+		connect.WithReadMaxBytes(MaxRequestBytes),
+	)
+}
+
+// notReady builds the NOT_READY error for a decision.
+func (s *Service) notReady(v *ha.View, d Decision) error {
+	err := connect.NewError(connect.CodeUnavailable, fmt.Errorf("not ready: %s", d.Reason))
+	detail, derr := connect.NewErrorDetail(&xcev1.NotReady{
+		Role:         xcev1.Role(v.Role),
+		Term:         v.Term,
+		LeaderId:     v.LeaderID,
+		LeaderAddr:   v.LeaderAddr,
+		Reason:       d.Reason,
+		RetryAfterMs: uint32(d.RetryAfter / time.Millisecond),
+	})
+	if derr == nil {
+		err.AddDetail(detail)
+	}
+	s.m.notReady.WithLabelValues(d.Kind).Inc()
+	return err
+}
+
+// gate is the interceptor that applies DESIGN §3 before any handler runs.
+type gate struct{ s *Service }
+
+type consistent interface{ GetConsistency() xcev1.Consistency }
+
+func (g *gate) check(procedure string, req any) error {
+	class, ok := Methods[procedure]
+	if !ok {
+		return connect.NewError(connect.CodeUnimplemented, fmt.Errorf("%s is not declared in the gate", procedure))
+	}
+	stale := false
+	if c, ok := req.(consistent); ok {
+		stale = c.GetConsistency() == xcev1.Consistency_CONSISTENCY_STALE
+	}
+	v := g.s.node.View()
+	d := Decide(v, class, stale, g.s.timings)
+	if !d.Serve {
+		g.s.m.requests.WithLabelValues(procedure, class.String(), "not_ready").Inc()
+		return g.s.notReady(v, d)
+	}
+	return nil
+}
+
+func (g *gate) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		proc := req.Spec().Procedure
+		if err := g.check(proc, req.Any()); err != nil {
+			return nil, err
+		}
+		resp, err := next(ctx, req)
+		g.s.m.requests.WithLabelValues(proc, Methods[proc].String(), outcome(err)).Inc()
+		return resp, err
+	}
+}
+
+func (g *gate) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (g *gate) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		proc := conn.Spec().Procedure
+		if err := g.check(proc, nil); err != nil {
+			return err
+		}
+		err := next(ctx, conn)
+		g.s.m.requests.WithLabelValues(proc, Methods[proc].String(), outcome(err)).Inc()
+		return err
+	}
+}
+
+func outcome(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	return connect.CodeOf(err).String()
+}
+
+func invalid(format string, args ...any) error {
+	return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf(format, args...))
+}
+
+// Status answers in every role.
+func (s *Service) Status(ctx context.Context, _ *connect.Request[xcev1.StatusRequest]) (*connect.Response[xcev1.StatusResponse], error) {
+	return connect.NewResponse(s.status(s.node.View())), nil
+}
+
+func (s *Service) status(v *ha.View) *xcev1.StatusResponse {
+	commit, applied := s.node.Indexes()
+	cfg := s.node.Config()
+	return &xcev1.StatusResponse{
+		NodeId:       cfg.NodeID,
+		ClusterId:    cfg.ClusterID,
+		Role:         xcev1.Role(v.Role),
+		Term:         v.Term,
+		LeaderId:     v.LeaderID,
+		LeaderAddr:   v.LeaderAddr,
+		WriteQuorum:  v.Serving(),
+		CommitIndex:  commit,
+		AppliedIndex: applied,
+		Pid:          int64(os.Getpid()),
+		Version:      s.node.Version(),
+		Reason:       v.Reason,
+		UptimeMs:     time.Since(s.node.Started()).Milliseconds(),
+		Tasks:        uint64(s.node.FSM().NumTasks()),
+		Backend:      "raft",
+	}
+}
+
+// WatchStatus sends the current status and then one message per change,
+// until the client goes away or the node stops.
+func (s *Service) WatchStatus(ctx context.Context, _ *connect.Request[xcev1.WatchStatusRequest], stream *connect.ServerStream[xcev1.StatusResponse]) error {
+	v := s.node.View()
+	for {
+		if err := stream.Send(s.status(v)); err != nil {
+			return err
+		}
+		if v.Stopping {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-v.Changed():
+			v = s.node.View()
+		}
+	}
+}
+
+// applyErr turns an Apply failure into the client's error: leadership lost
+// mid-write is NOT_READY (the client retries with the same request id, and
+// the dedup table answers if the first attempt did commit).
+func (s *Service) applyErr(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return connect.NewError(connect.CodeDeadlineExceeded, err)
+	}
+	v := s.node.View()
+	d := Decide(v, ClassWrite, false, s.timings)
+	if d.Serve {
+		d = Decision{Kind: "leadership_lost", Reason: "write not confirmed: " + err.Error(), RetryAfter: s.timings.Electing}
+	}
+	return s.notReady(v, d)
+}
+
+func (s *Service) apply(ctx context.Context, c *persist.Command) (persist.Result, error) {
+	start := time.Now()
+	r, err := s.node.Apply(ctx, c.Encode())
+	s.m.applyLatency.Observe(time.Since(start).Seconds())
+	if err != nil {
+		return r, s.applyErr(err)
+	}
+	return r, nil
+}
+
+func validRequest(clientID, requestID string) error {
+	if len(clientID) > 128 || len(requestID) > 128 {
+		return invalid("client_id and request_id must be at most 128 bytes")
+	}
+	if requestID != "" && clientID == "" {
+		return invalid("request_id needs a client_id")
+	}
+	return nil
+}
+
+// SubmitTask creates a task. A retry with the same client and request id
+// returns the first answer and applies nothing.
+func (s *Service) SubmitTask(ctx context.Context, req *connect.Request[xcev1.SubmitTaskRequest]) (*connect.Response[xcev1.SubmitTaskResponse], error) {
+	m := req.Msg
+	if !ValidTaskID(m.TaskId) {
+		return nil, invalid("task_id %q: must be 1-128 characters of [A-Za-z0-9._-]", m.TaskId)
+	}
+	if m.StandbyReplicas > maxStandbys {
+		return nil, invalid("standby_replicas: %d is more than %d", m.StandbyReplicas, maxStandbys)
+	}
+	if err := validRequest(m.ClientId, m.RequestId); err != nil {
+		return nil, err
+	}
+	r, err := s.apply(ctx, &persist.Command{
+		Type: persist.CmdSubmitTask, ClientID: m.ClientId, RequestID: m.RequestId,
+		Task: persist.Task{ID: m.TaskId, Stateful: m.Stateful, StandbyReplicas: m.StandbyReplicas},
+	})
+	if err != nil {
+		return nil, err
+	}
+	switch r.Code {
+	case persist.CodeOK:
+	case persist.CodeAlreadyExists:
+		return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("task %q exists (created at index %d)", m.TaskId, r.Task.CreatedIndex))
+	default:
+		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("submit: %s", r.Err))
+	}
+	return connect.NewResponse(&xcev1.SubmitTaskResponse{Task: taskPB(r.Task), Index: r.Index}), nil
+}
+
+// DeleteTask removes a task; idempotent by request id like SubmitTask.
+func (s *Service) DeleteTask(ctx context.Context, req *connect.Request[xcev1.DeleteTaskRequest]) (*connect.Response[xcev1.DeleteTaskResponse], error) {
+	m := req.Msg
+	if !ValidTaskID(m.TaskId) {
+		return nil, invalid("task_id %q: must be 1-128 characters of [A-Za-z0-9._-]", m.TaskId)
+	}
+	if err := validRequest(m.ClientId, m.RequestId); err != nil {
+		return nil, err
+	}
+	r, err := s.apply(ctx, &persist.Command{Type: persist.CmdDeleteTask, ClientID: m.ClientId, RequestID: m.RequestId, Task: persist.Task{ID: m.TaskId}})
+	if err != nil {
+		return nil, err
+	}
+	switch r.Code {
+	case persist.CodeOK:
+	case persist.CodeNotFound:
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("task %q not found", m.TaskId))
+	default:
+		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("delete: %s", r.Err))
+	}
+	return connect.NewResponse(&xcev1.DeleteTaskResponse{Index: r.Index}), nil
+}
+
+func (s *Service) readBarrier(ctx context.Context, c xcev1.Consistency) error {
+	if c == xcev1.Consistency_CONSISTENCY_STALE {
+		return nil
+	}
+	if err := s.node.ReadBarrier(ctx); err != nil {
+		return s.applyErr(err)
+	}
+	return nil
+}
+
+// GetTask reads one task.
+func (s *Service) GetTask(ctx context.Context, req *connect.Request[xcev1.GetTaskRequest]) (*connect.Response[xcev1.GetTaskResponse], error) {
+	m := req.Msg
+	if !ValidTaskID(m.TaskId) {
+		return nil, invalid("task_id %q: must be 1-128 characters of [A-Za-z0-9._-]", m.TaskId)
+	}
+	if err := s.readBarrier(ctx, m.Consistency); err != nil {
+		return nil, err
+	}
+	_, applied := s.node.Indexes()
+	t, ok := s.node.FSM().Task(m.TaskId)
+	if !ok {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("task %q not found", m.TaskId))
+	}
+	return connect.NewResponse(&xcev1.GetTaskResponse{Task: taskPB(t), AppliedIndex: applied}), nil
+}
+
+// ListTasks pages through tasks in id order; the page token is the last id
+// of the previous page.
+func (s *Service) ListTasks(ctx context.Context, req *connect.Request[xcev1.ListTasksRequest]) (*connect.Response[xcev1.ListTasksResponse], error) {
+	m := req.Msg
+	size := int(m.PageSize)
+	switch {
+	case size == 0:
+		size = defaultPageSize
+	case size > maxPageSize:
+		return nil, invalid("page_size: %d is more than %d", size, maxPageSize)
+	}
+	if m.PageToken != "" && !ValidTaskID(m.PageToken) {
+		return nil, invalid("page_token: not a token this server issued")
+	}
+	if err := s.readBarrier(ctx, m.Consistency); err != nil {
+		return nil, err
+	}
+	_, applied := s.node.Indexes()
+	tasks, more := s.node.FSM().Tasks(m.PageToken, size)
+	resp := &xcev1.ListTasksResponse{AppliedIndex: applied, Tasks: make([]*xcev1.Task, len(tasks))}
+	for i, t := range tasks {
+		resp.Tasks[i] = taskPB(t)
+	}
+	if more && len(tasks) > 0 {
+		resp.NextPageToken = tasks[len(tasks)-1].ID
+	}
+	return connect.NewResponse(resp), nil
+}
+
+func taskPB(t persist.Task) *xcev1.Task {
+	return &xcev1.Task{
+		TaskId: t.ID, Stateful: t.Stateful, StandbyReplicas: t.StandbyReplicas,
+		CreatedIndex: t.CreatedIndex, State: t.State, PendingReason: t.PendingReason,
+	}
+}
+
+type apiMetrics struct {
+	requests     *prometheus.CounterVec
+	notReady     *prometheus.CounterVec
+	applyLatency prometheus.Histogram
+}
+
+func newAPIMetrics(reg prometheus.Registerer, node Node) *apiMetrics {
+	m := &apiMetrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "xce_requests_total", Help: "API requests by method, class and outcome.",
+		}, []string{"method", "class", "outcome"}),
+		notReady: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "xce_not_ready_total", Help: "NOT_READY answers by reason.",
+		}, []string{"reason"}),
+		applyLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "xce_apply_seconds", Help: "Time to replicate and apply a write.",
+			Buckets: prometheus.ExponentialBuckets(0.0002, 2, 16),
+		}),
+	}
+	reg.MustRegister(m.requests, m.notReady, m.applyLatency,
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "xce_dedup_hits_total", Help: "Retried writes answered from the dedup table."},
+			func() float64 { return float64(node.FSM().DedupHits()) }))
+	return m
+}
