@@ -1,0 +1,182 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/xce/xce/configs"
+	"github.com/xce/xce/ha"
+	"github.com/xce/xce/persist"
+)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func singleConfig(t *testing.T, dir string) *configs.Config {
+	t.Helper()
+	ca, pa := freeAddr(t), freeAddr(t)
+	y := fmt.Sprintf("node_id: n1\ncluster_id: t\ndata_dir: %s\nclient_addr: %s\npeer_addr: %s\npeers:\n  - {id: n1, peer_addr: %s, client_addr: %s}\n",
+		filepath.Join(dir, "n1"), ca, pa, pa, ca)
+	cfg, err := configs.Parse([]byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+type recorder struct {
+	established, revoked chan uint64
+}
+
+func (r *recorder) Name() string { return "recorder" }
+func (r *recorder) Establish(ctx context.Context, term uint64) error {
+	r.established <- term
+	return nil
+}
+func (r *recorder) Revoke() { r.revoked <- 0 }
+
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestSingleNodeLifecycle runs a one-node cluster in process: it answers
+// from INIT, elects itself, starts leader services once, applies a write,
+// revokes on stop and leaves no goroutine behind.
+func TestSingleNodeLifecycle(t *testing.T) {
+	before := runtime.NumGoroutine()
+	dir := t.TempDir()
+	cfg := singleConfig(t, dir)
+	rec := &recorder{established: make(chan uint64, 4), revoked: make(chan uint64, 4)}
+	phase2 := make(chan ha.Role, 4)
+	n, err := New(Options{Config: cfg, Logger: zerolog.Nop(), Services: []LeaderService{rec},
+		Phase2: []func(ha.Role){func(r ha.Role) { phase2 <- r }}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := n.View().Role; r != ha.RoleInit {
+		t.Fatalf("before Run: %s", r)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- n.Run(ctx, nil) }()
+
+	waitFor(t, 5*time.Second, "PRIMARY", func() bool { return n.View().Serving() })
+	if term := <-rec.established; term == 0 {
+		t.Fatal("established in term 0")
+	}
+	if r := <-phase2; r != ha.RolePrimary {
+		t.Fatalf("phase 2 ran with %s", r)
+	}
+	cmd := persist.Command{Type: persist.CmdSubmitTask, ClientID: "c", RequestID: "r", Task: persist.Task{ID: "a"}}
+	res, err := n.Apply(context.Background(), cmd.Encode())
+	if err != nil || res.Code != persist.CodeOK {
+		t.Fatalf("apply: %+v %v", res, err)
+	}
+	if err := n.ReadBarrier(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := n.FSM().Task("a"); !ok {
+		t.Fatal("task missing after a linearizable read barrier")
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return")
+	}
+	select {
+	case <-rec.revoked:
+	default:
+		t.Fatal("leader service not revoked on stop")
+	}
+	if len(phase2) != 0 {
+		t.Fatal("phase 2 ran more than once")
+	}
+	waitFor(t, 5*time.Second, "goroutines to end", func() bool { return runtime.NumGoroutine() <= before+1 })
+}
+
+// TestRestartDoesNotBootstrapAgain restarts a node on its data: it keeps its
+// state and its term grows.
+func TestRestartKeepsStateAndTermGrows(t *testing.T) {
+	dir := t.TempDir()
+	cfg := singleConfig(t, dir)
+	run := func() (uint64, int) {
+		n, err := New(Options{Config: cfg, Logger: zerolog.Nop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- n.Run(ctx, nil) }()
+		waitFor(t, 5*time.Second, "PRIMARY", func() bool { return n.View().Serving() })
+		cmd := persist.Command{Type: persist.CmdSubmitTask, ClientID: "c", RequestID: fmt.Sprint(time.Now().UnixNano()), Task: persist.Task{ID: fmt.Sprint("t", time.Now().UnixNano())}}
+		if _, err := n.Apply(context.Background(), cmd.Encode()); err != nil {
+			t.Fatal(err)
+		}
+		term, tasks := n.View().Term, n.FSM().NumTasks()
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		return term, tasks
+	}
+	t1, n1 := run()
+	t2, n2 := run()
+	if t2 <= t1 {
+		t.Fatalf("term %d after restart, was %d", t2, t1)
+	}
+	if n2 != n1+1 {
+		t.Fatalf("tasks %d after restart, want %d", n2, n1+1)
+	}
+}
+
+func TestLockedDataDirFailsFast(t *testing.T) {
+	dir := t.TempDir()
+	cfg := singleConfig(t, dir)
+	s, err := persist.Open(cfg.DataDir, persist.Options{NodeID: "n1", ClusterID: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	n, err := New(Options{Config: cfg, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err = n.Run(context.Background(), nil)
+	if err == nil || !strings.Contains(err.Error(), cfg.DataDir) {
+		t.Fatalf("Run on a locked dir: %v", err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("took %v to fail", d)
+	}
+	if _, statErr := os.Stat(cfg.DataDir); statErr != nil {
+		t.Fatal(statErr)
+	}
+}
