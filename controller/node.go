@@ -63,6 +63,8 @@ type Options struct {
 	LockWait time.Duration
 	// Services are the leader-only services, started in order.
 	Services []LeaderService
+	// Pprof serves /debug/pprof on the client port (XCE_PPROF=1).
+	Pprof bool
 	// Phase2 runs once, on the first role decision.
 	Phase2 []func(role ha.Role)
 }

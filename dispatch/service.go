@@ -81,6 +81,8 @@ func New(node Node, reg prometheus.Registerer) (string, http.Handler) {
 	return xcev1connect.NewControllerServiceHandler(s,
 		connect.WithInterceptors(&gate{s: s}),
 		connect.WithReadMaxBytes(MaxRequestBytes),
+		// Answers are small; compressing them costs more CPU than it saves.
+		connect.WithCompressMinBytes(16<<10),
 	)
 }
 

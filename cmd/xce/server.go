@@ -60,7 +60,7 @@ func runServer(cfgPath, pidFile string) error {
 		}
 		defer os.Remove(pidFile)
 	}
-	node, err := controller.New(controller.Options{Config: cfg, Logger: log, Version: versionString()})
+	node, err := controller.New(controller.Options{Config: cfg, Logger: log, Version: versionString(), Pprof: os.Getenv("XCE_PPROF") == "1"})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,176 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/xce/xce/client"
+	"github.com/xce/xce/netio"
+	xcev1 "github.com/xce/xce/proto/xce/v1"
+)
+
+// Load configures a run.
+type Load struct {
+	Endpoints []string
+	// Clients is the number of concurrent callers, each with its own client id.
+	Clients int
+	// Duration bounds the run; Ops, when set, bounds the number of calls.
+	Duration time.Duration
+	Ops      int64
+	// Reads is the fraction of calls that are linearizable GetTask.
+	Reads float64
+	// OpTimeout is each call's deadline (NOT_READY retried until then).
+	OpTimeout time.Duration
+	// Progress, when set, is called about once a second.
+	Progress func(Progress)
+}
+
+// Progress is a running count.
+type Progress struct {
+	Elapsed              time.Duration
+	Ops, Errors, Retries int64
+}
+
+// Result sums a run.
+type Result struct {
+	Ops, Errors, Retries int64
+	Elapsed              time.Duration
+	// Latencies of the successful calls, sorted.
+	Latencies []time.Duration
+}
+
+// Percentile returns the p-th percentile (0..100) of the latencies.
+func (r *Result) Percentile(p float64) time.Duration {
+	if len(r.Latencies) == 0 {
+		return 0
+	}
+	i := int(float64(len(r.Latencies)-1) * p / 100)
+	return r.Latencies[i]
+}
+
+// Run drives the load until ctx ends, Duration passes or Ops calls are made,
+// recording every call in h.
+func Run(ctx context.Context, l Load, h *History) (*Result, error) {
+	if l.Clients <= 0 {
+		return nil, errors.New("clients must be positive")
+	}
+	if l.OpTimeout <= 0 {
+		l.OpTimeout = 10 * time.Second
+	}
+	if l.Duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, l.Duration)
+		defer cancel()
+	}
+	// A few pooled HTTP/2 clients shared by the callers.
+	pool := make([]*http.Client, 4)
+	for i := range pool {
+		pool[i] = &http.Client{Transport: netio.NewClientTransport()}
+	}
+	defer func() {
+		for _, c := range pool {
+			c.CloseIdleConnections()
+		}
+	}()
+	nonce := fmt.Sprintf("%x", rand.Uint32())
+	var ops, errs, retries, budget atomic.Int64
+	lats := make([][]time.Duration, l.Clients)
+	start := time.Now()
+	var wg sync.WaitGroup
+	stopProgress := make(chan struct{})
+	if l.Progress != nil {
+		wg.Go(func() {
+			t := time.NewTicker(time.Second)
+			defer t.Stop()
+			for {
+				select {
+				case <-stopProgress:
+					return
+				case <-t.C:
+					l.Progress(Progress{Elapsed: time.Since(start), Ops: ops.Load(), Errors: errs.Load(), Retries: retries.Load()})
+				}
+			}
+		})
+	}
+	var workers sync.WaitGroup
+	for w := 0; w < l.Clients; w++ {
+		var myRetries atomic.Int64
+		c, err := client.New(l.Endpoints, client.Options{
+			HTTPClient: pool[w%len(pool)],
+			ClientID:   fmt.Sprintf("bench-%s-%d", nonce, w),
+			OnRetry: func(*xcev1.NotReady, error) {
+				myRetries.Add(1)
+				retries.Add(1)
+			},
+		})
+		if err != nil {
+			return nil, err
+		}
+		workers.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), uint64(start.UnixNano())))
+			var last string
+			for seq := 0; ctx.Err() == nil; seq++ {
+				if l.Ops > 0 && budget.Add(1) > l.Ops {
+					return
+				}
+				op := Op{Client: w}
+				before := myRetries.Load()
+				octx, cancel := context.WithTimeout(ctx, l.OpTimeout)
+				op.Call = time.Now()
+				if last != "" && l.Reads > 0 && rng.Float64() < l.Reads {
+					op.Kind, op.TaskID = Get, last
+					r, err := c.Get(octx, last, false)
+					op.Return = time.Now()
+					switch {
+					case err == nil:
+						op.Outcome, op.Index = OK, r.AppliedIndex
+					case errors.Is(err, client.ErrNotFound):
+						op.Outcome = NotFound
+					}
+				} else {
+					op.Kind, op.TaskID = Submit, fmt.Sprintf("b%s-%d-%d", nonce, w, seq)
+					r, err := c.Submit(octx, client.Task{ID: op.TaskID})
+					op.Return = time.Now()
+					switch {
+					case err == nil:
+						op.Outcome, op.Index = OK, r.Index
+						last = op.TaskID
+					case errors.Is(err, client.ErrAlreadyExists):
+						op.Outcome = Exists
+					}
+				}
+				cancel()
+				op.Retries = int(myRetries.Load() - before)
+				if ctx.Err() != nil && op.Outcome == Unknown {
+					// Cut off by the end of the run: the call's fate is
+					// unknown, keep it as such.
+					h.Add(op)
+					return
+				}
+				h.Add(op)
+				ops.Add(1)
+				if op.Outcome == Unknown {
+					errs.Add(1)
+					continue
+				}
+				lats[w] = append(lats[w], op.Return.Sub(op.Call))
+			}
+		})
+	}
+	workers.Wait()
+	close(stopProgress)
+	wg.Wait()
+	r := &Result{Ops: ops.Load(), Errors: errs.Load(), Retries: retries.Load(), Elapsed: time.Since(start)}
+	for _, ls := range lats {
+		r.Latencies = append(r.Latencies, ls...)
+	}
+	slices.Sort(r.Latencies)
+	return r, nil
+}
