@@ -31,10 +31,14 @@ type Config struct {
 	DataDir    string `yaml:"data_dir"`    // relative to the working directory
 	ClientAddr string `yaml:"client_addr"` // API, /healthz, /readyz, /metrics; host may be empty (all interfaces)
 	PeerAddr   string `yaml:"peer_addr"`   // Raft; advertised to peers, so it needs a concrete host
-	Peers      []Peer `yaml:"peers"`       // every voter, this node included
-	Raft       Raft   `yaml:"raft"`
-	Kafka      Kafka  `yaml:"kafka"`
-	Log        Log    `yaml:"log"`
+	// PeerListenAddr, when set, is where the Raft listener binds (behind NAT
+	// or a proxy, peers dial peer_addr); outbound peer connections then
+	// leave from its host, so peers see a stable source address.
+	PeerListenAddr string `yaml:"peer_listen_addr"`
+	Peers          []Peer `yaml:"peers"` // every voter, this node included
+	Raft           Raft   `yaml:"raft"`
+	Kafka          Kafka  `yaml:"kafka"`
+	Log            Log    `yaml:"log"`
 }
 
 // Peer is one voter of the cluster.

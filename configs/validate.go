@@ -35,6 +35,9 @@ func (c *Config) Validate() error {
 	}
 	p.addr("client_addr", c.ClientAddr, false)
 	p.addr("peer_addr", c.PeerAddr, true)
+	if c.PeerListenAddr != "" {
+		p.addr("peer_listen_addr", c.PeerListenAddr, false)
+	}
 	if c.ClientAddr != "" && c.ClientAddr == c.PeerAddr {
 		p.add("client_addr", "must differ from peer_addr (both are %q)", c.PeerAddr)
 	}

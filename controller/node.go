@@ -184,9 +184,14 @@ func (n *Node) Run(ctx context.Context, api http.Handler) (err error) {
 			return err
 		}
 	}
+	peerListen, dialFrom := n.cfg.PeerAddr, ""
+	if n.cfg.PeerListenAddr != "" {
+		peerListen = n.cfg.PeerListenAddr
+		dialFrom, _, _ = net.SplitHostPort(peerListen)
+	}
 	pl := n.opts.PeerListener
 	if pl == nil {
-		if pl, err = netio.Listen(n.cfg.PeerAddr); err != nil {
+		if pl, err = netio.Listen(peerListen); err != nil {
 			cl.Close()
 			return err
 		}
@@ -216,7 +221,7 @@ func (n *Node) Run(ctx context.Context, api http.Handler) (err error) {
 		pl.Close()
 		return err
 	}
-	stream, err := netio.NewStreamLayer(pl, n.cfg.PeerAddr)
+	stream, err := netio.NewStreamLayer(pl, n.cfg.PeerAddr, dialFrom)
 	if err != nil {
 		pl.Close()
 		store.Close()

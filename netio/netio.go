@@ -27,11 +27,14 @@ func Listen(addr string) (net.Listener, error) {
 type StreamLayer struct {
 	net.Listener
 	advertise net.Addr
+	source    *net.TCPAddr
 }
 
 // NewStreamLayer wraps l; advertise is the address peers dial (the configured
-// peer_addr, which may differ from l.Addr() when l listens on all interfaces).
-func NewStreamLayer(l net.Listener, advertise string) (*StreamLayer, error) {
+// peer_addr, which may differ from l.Addr() when l listens on all interfaces
+// or behind a proxy). A non-empty dialFrom is the local IP outbound peer
+// connections leave from.
+func NewStreamLayer(l net.Listener, advertise, dialFrom string) (*StreamLayer, error) {
 	a, err := net.ResolveTCPAddr("tcp", advertise)
 	if err != nil {
 		return nil, fmt.Errorf("peer address %s: %w", advertise, err)
@@ -39,12 +42,25 @@ func NewStreamLayer(l net.Listener, advertise string) (*StreamLayer, error) {
 	if a.IP == nil || a.IP.IsUnspecified() {
 		return nil, errors.New("peer address " + advertise + ": not advertisable")
 	}
-	return &StreamLayer{Listener: l, advertise: a}, nil
+	s := &StreamLayer{Listener: l, advertise: a}
+	if dialFrom != "" {
+		ip := net.ParseIP(dialFrom)
+		if ip == nil {
+			return nil, fmt.Errorf("peer source address %q: not an IP", dialFrom)
+		}
+		if !ip.IsUnspecified() {
+			s.source = &net.TCPAddr{IP: ip}
+		}
+	}
+	return s, nil
 }
 
 // Dial implements raft.StreamLayer.
 func (s *StreamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
 	d := net.Dialer{Timeout: timeout}
+	if s.source != nil {
+		d.LocalAddr = s.source
+	}
 	c, err := d.Dial("tcp", string(addr))
 	if err != nil {
 		return nil, err
