@@ -382,6 +382,14 @@ func (n *Node) beginTerm(term uint64) {
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), barrierTimeout)
 		err := b.Barrier(ctx)
+		if err == nil {
+			// Raft's own no-op and the barrier never reach the FSM, so the
+			// FSM's applied index would stay below the commit index until
+			// the next write, and linearizable reads (ReadBarrier waits for
+			// the FSM to reach the commit index) would block until then. A
+			// CmdNoop command brings the FSM to the end of the log.
+			_, _, err = b.Apply(ctx, (&persist.Command{Type: persist.CmdNoop}).Encode())
+		}
 		cancel()
 		select {
 		case <-stop:

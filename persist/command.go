@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"unicode/utf8"
 )
 
 // CmdType names a replicated command. Values are part of the log format: never
@@ -148,6 +149,11 @@ func (d *decoder) string(max int) string {
 	}
 	if n > uint64(max) || n > uint64(len(d.b)) {
 		d.fail("string length out of range")
+		return ""
+	}
+	if !utf8.Valid(d.b[:n]) {
+		// Snapshots are JSON: a non-UTF-8 id would not survive one.
+		d.fail("string is not UTF-8")
 		return ""
 	}
 	s := string(d.b[:n])

@@ -239,6 +239,14 @@ func (f *FSM) popLocked() {
 	}
 }
 
+// StoreConfiguration implements raft.ConfigurationStore. Membership lives in
+// raft; the FSM only counts the entry as applied, so its applied index keeps
+// pace with every entry raft hands it.
+func (f *FSM) StoreConfiguration(index uint64, _ raft.Configuration) {
+	f.applied.Store(index)
+	f.signalApplied()
+}
+
 // Task returns the task with the id from the applied state.
 func (f *FSM) Task(id string) (Task, bool) {
 	f.mu.RLock()
@@ -257,6 +265,7 @@ func (f *FSM) NumTasks() int {
 // Tasks returns up to limit tasks with ids greater than after, in id order,
 // and whether more follow.
 func (f *FSM) Tasks(after string, limit int) ([]Task, bool) {
+	limit = max(limit, 0)
 	f.mu.RLock()
 	ids := make([]string, 0, len(f.tasks))
 	for id := range f.tasks {

@@ -4,12 +4,15 @@
 package persist
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -228,6 +231,9 @@ func writeFileSync(path string, v any) error {
 // openBolt opens the log store, turning bbolt's panics on some corrupt files
 // into ErrCorrupt.
 func openBolt(path string) (s *raftboltdb.BoltStore, err error) {
+	// A fault while bbolt reads its mapping becomes a panic we recover
+	// rather than a SIGBUS that kills the process.
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if r := recover(); r != nil {
 			s, err = nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, path, r)
@@ -248,8 +254,10 @@ func openBolt(path string) (s *raftboltdb.BoltStore, err error) {
 	return s, nil
 }
 
-// sniffBolt rejects a non-empty file that does not start like a bbolt
-// database before bbolt maps it.
+// sniffBolt rejects, before bbolt maps it, a non-empty file that does not
+// start like a bbolt database or that is shorter than its newest valid meta
+// page says (a torn or truncated file would otherwise crash the process
+// with SIGBUS when bbolt reads past the end of its mapping).
 func sniffBolt(path string) error {
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -259,18 +267,76 @@ func sniffBolt(path string) error {
 		return err
 	}
 	defer f.Close()
-	var page [4096]byte
-	n, err := io.ReadFull(f, page[:])
-	if n == 0 && (err == io.EOF) {
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if fi.Size() == 0 {
 		return nil
 	}
-	// bbolt's meta page: magic 0xED0CDAED at offset 16 (after the page header).
-	if n < 32 || le32(page[16:20]) != 0xED0CDAED {
+	var page [4096]byte
+	n, _ := io.ReadFull(f, page[:])
+	m0, ok0 := parseMeta(page[:n])
+	if !ok0 && (n < 32 || binary.LittleEndian.Uint32(page[16:20]) != boltMagic) {
 		return fmt.Errorf("%w: %s is not a bbolt database", ErrCorrupt, path)
+	}
+	// The second meta page sits one page further on.
+	psize := int64(4096)
+	if ok0 {
+		psize = int64(m0.pageSize)
+	}
+	second := make([]byte, 4096)
+	n1, _ := f.ReadAt(second, psize)
+	m1, ok1 := parseMeta(second[:n1])
+	var m boltMeta
+	switch {
+	case ok0 && ok1:
+		m = m0
+		if m1.txid > m0.txid {
+			m = m1
+		}
+	case ok0:
+		m = m0
+	case ok1:
+		m = m1
+	default:
+		return fmt.Errorf("%w: %s: both bbolt meta pages are invalid", ErrCorrupt, path)
+	}
+	if need := int64(m.pgid) * int64(m.pageSize); fi.Size() < need {
+		return fmt.Errorf("%w: %s is truncated: %d bytes, its meta page needs %d", ErrCorrupt, path, fi.Size(), need)
 	}
 	return nil
 }
 
-func le32(b []byte) uint32 {
-	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
+const boltMagic = 0xED0CDAED
+
+type boltMeta struct {
+	pageSize uint32
+	pgid     uint64
+	txid     uint64
+}
+
+// parseMeta reads a bbolt meta page (page header of 16 bytes, then magic,
+// version, page size, flags, root bucket, freelist, pgid, txid, checksum:
+// an FNV-64a of the fields before it).
+func parseMeta(p []byte) (boltMeta, bool) {
+	const off = 16
+	if len(p) < off+64 {
+		return boltMeta{}, false
+	}
+	b := p[off : off+64]
+	le := binary.LittleEndian
+	if le.Uint32(b[0:]) != boltMagic || le.Uint32(b[4:]) != 2 {
+		return boltMeta{}, false
+	}
+	h := fnv.New64a()
+	h.Write(b[:56])
+	if h.Sum64() != le.Uint64(b[56:]) {
+		return boltMeta{}, false
+	}
+	m := boltMeta{pageSize: le.Uint32(b[8:]), pgid: le.Uint64(b[40:]), txid: le.Uint64(b[48:])}
+	if m.pageSize < 512 || m.pageSize > 1<<20 || m.pageSize&(m.pageSize-1) != 0 {
+		return boltMeta{}, false
+	}
+	return m, true
 }

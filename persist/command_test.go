@@ -1,0 +1,207 @@
+package persist
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"strings"
+	"testing"
+)
+
+// sampleCommands covers every CmdType with empty, ordinary and maximal fields.
+func sampleCommands() []Command {
+	long := strings.Repeat("x", maxIDLen)
+	return []Command{
+		{Type: CmdNoop},
+		{Type: CmdSubmitTask},
+		{Type: CmdSubmitTask, ClientID: "c1", RequestID: "r1", Task: Task{ID: "t1"}},
+		{Type: CmdSubmitTask, ClientID: "c1", RequestID: "r2", Task: Task{ID: "t2", Stateful: true}},
+		{Type: CmdSubmitTask, ClientID: "c1", RequestID: "r3", Task: Task{ID: "t3", StandbyReplicas: 3}},
+		{Type: CmdSubmitTask, ClientID: "c1", RequestID: "r4", Task: Task{ID: "t4", Stateful: true, StandbyReplicas: 1 << 16}},
+		{Type: CmdSubmitTask, ClientID: long, RequestID: long, Task: Task{ID: long, Stateful: true, StandbyReplicas: 300}},
+		{Type: CmdSubmitTask, ClientID: "ünï", RequestID: "\x00\x01", Task: Task{ID: "a.b-c_d"}},
+		{Type: CmdDeleteTask},
+		{Type: CmdDeleteTask, ClientID: "c2", RequestID: "r9", Task: Task{ID: "t1"}},
+		{Type: CmdDeleteTask, ClientID: long, RequestID: long, Task: Task{ID: long}},
+	}
+}
+
+func TestCommandRoundTrip(t *testing.T) {
+	seen := map[CmdType]bool{}
+	for _, c := range sampleCommands() {
+		seen[c.Type] = true
+		b := c.Encode()
+		got, err := DecodeCommand(b)
+		if err != nil {
+			t.Fatalf("DecodeCommand(Encode(%+v)): %v", c, err)
+		}
+		if got != c {
+			t.Fatalf("round trip: got %+v, want %+v", got, c)
+		}
+		if b[0] != commandVersion || CmdType(b[1]) != c.Type {
+			t.Fatalf("header of %+v: % x", c, b[:2])
+		}
+		if again := got.Encode(); !bytes.Equal(again, b) {
+			t.Fatalf("re-encode of %+v differs:\n% x\n% x", c, again, b)
+		}
+	}
+	for _, ct := range []CmdType{CmdNoop, CmdSubmitTask, CmdDeleteTask} {
+		if !seen[ct] {
+			t.Errorf("CmdType %d not covered", ct)
+		}
+	}
+}
+
+// TestCommandEncodingIsStable pins the wire format: log entries written today
+// must decode in every future release.
+func TestCommandEncodingIsStable(t *testing.T) {
+	cases := []struct {
+		c    Command
+		want []byte
+	}{
+		{Command{Type: CmdNoop}, []byte{1, 1}},
+		{Command{Type: CmdSubmitTask, ClientID: "c", RequestID: "r", Task: Task{ID: "t", Stateful: true, StandbyReplicas: 2}},
+			[]byte{1, 2, 1, 'c', 1, 'r', 1, 't', 1, 2}},
+		{Command{Type: CmdSubmitTask, Task: Task{ID: "t", StandbyReplicas: 300}},
+			[]byte{1, 2, 0, 0, 1, 't', 0, 0xac, 0x02}},
+		{Command{Type: CmdDeleteTask, ClientID: "c", RequestID: "r", Task: Task{ID: "t"}},
+			[]byte{1, 3, 1, 'c', 1, 'r', 1, 't'}},
+	}
+	for _, tc := range cases {
+		if got := tc.c.Encode(); !bytes.Equal(got, tc.want) {
+			t.Errorf("Encode(%+v) = % x, want % x", tc.c, got, tc.want)
+		}
+		got, err := DecodeCommand(tc.want)
+		if err != nil || got != tc.c {
+			t.Errorf("DecodeCommand(% x) = %+v, %v; want %+v", tc.want, got, err, tc.c)
+		}
+	}
+}
+
+// TestDeleteIgnoresTaskFields: a delete carries only the task id.
+func TestDeleteIgnoresTaskFields(t *testing.T) {
+	c := Command{Type: CmdDeleteTask, ClientID: "c", RequestID: "r", Task: Task{ID: "t", Stateful: true, StandbyReplicas: 7, CreatedIndex: 9, State: "X"}}
+	got, err := DecodeCommand(c.Encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Command{Type: CmdDeleteTask, ClientID: "c", RequestID: "r", Task: Task{ID: "t"}}
+	if got != want {
+		t.Fatalf("got %+v, want %+v", got, want)
+	}
+}
+
+func TestDecodeCommandErrors(t *testing.T) {
+	valid := (&Command{Type: CmdSubmitTask, ClientID: "c1", RequestID: "r1", Task: Task{ID: "t1", StandbyReplicas: 2}}).Encode()
+	validDel := (&Command{Type: CmdDeleteTask, ClientID: "c1", RequestID: "r1", Task: Task{ID: "t1"}}).Encode()
+	tooLongID := []byte{commandVersion, byte(CmdSubmitTask)}
+	tooLongID = binary.AppendUvarint(tooLongID, maxIDLen+1)
+	tooLongID = append(tooLongID, strings.Repeat("a", maxIDLen+1)...)
+	hugeLen := binary.AppendUvarint([]byte{commandVersion, byte(CmdDeleteTask)}, 1<<62)
+	overflowVarint := append([]byte{commandVersion, byte(CmdDeleteTask)}, bytes.Repeat([]byte{0xff}, 11)...)
+	tooManyStandbys := []byte{commandVersion, byte(CmdSubmitTask), 0, 0, 1, 't', 0}
+	tooManyStandbys = binary.AppendUvarint(tooManyStandbys, 1<<16+1)
+	oversized := make([]byte, maxCmdBytes+1)
+	oversized[0], oversized[1] = commandVersion, byte(CmdNoop)
+
+	cases := []struct {
+		name string
+		b    []byte
+	}{
+		{"nil", nil},
+		{"empty", []byte{}},
+		{"one byte", []byte{commandVersion}},
+		{"version 0", []byte{0, byte(CmdNoop)}},
+		{"version 2", []byte{2, byte(CmdNoop)}},
+		{"version 255", []byte{255, byte(CmdSubmitTask), 0, 0, 0, 0, 0}},
+		{"type 0", []byte{commandVersion, 0}},
+		{"type 4", []byte{commandVersion, 4}},
+		{"type 255", []byte{commandVersion, 255}},
+		{"noop trailing", []byte{commandVersion, byte(CmdNoop), 0}},
+		{"submit no fields", []byte{commandVersion, byte(CmdSubmitTask)}},
+		{"submit trailing", append(append([]byte{}, valid...), 0)},
+		{"delete trailing", append(append([]byte{}, validDel...), 'x')},
+		{"submit truncated in client", valid[:3]},
+		{"submit truncated in request", valid[:6]},
+		{"submit missing task id", valid[:8]},
+		{"submit missing flags", valid[:11]},
+		{"submit missing standbys", valid[:len(valid)-1]},
+		{"delete truncated in id", validDel[:len(validDel)-1]},
+		{"delete missing id", validDel[:len(validDel)-3]},
+		{"string length past end", []byte{commandVersion, byte(CmdDeleteTask), 5, 'a', 'b'}},
+		{"string longer than max", tooLongID},
+		{"huge string length", hugeLen},
+		{"varint overflow", overflowVarint},
+		{"unterminated varint", []byte{commandVersion, byte(CmdDeleteTask), 0x80}},
+		{"standbys out of range", tooManyStandbys},
+		{"oversized", oversized},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var c Command
+			var err error
+			func() {
+				defer func() {
+					if r := recover(); r != nil {
+						t.Fatalf("DecodeCommand(% x) panicked: %v", tc.b, r)
+					}
+				}()
+				c, err = DecodeCommand(tc.b)
+			}()
+			if err == nil {
+				t.Fatalf("DecodeCommand(% x) = %+v, want error", tc.b, c)
+			}
+			if !errors.Is(err, ErrBadCommand) {
+				t.Fatalf("error %v does not wrap ErrBadCommand", err)
+			}
+			if c.ClientID != "" || c.RequestID != "" || c.Task.ID != "" {
+				t.Fatalf("failed decode returned fields: %+v", c)
+			}
+		})
+	}
+}
+
+// TestDecodeEveryPrefix: every strict prefix of a valid non-noop encoding is
+// an error, never a panic.
+func TestDecodeEveryPrefix(t *testing.T) {
+	for _, c := range sampleCommands() {
+		b := c.Encode()
+		for i := 0; i < len(b); i++ {
+			if got, err := DecodeCommand(b[:i]); err == nil {
+				t.Fatalf("prefix %d of %+v decoded to %+v", i, c, got)
+			} else if !errors.Is(err, ErrBadCommand) {
+				t.Fatalf("prefix %d: %v does not wrap ErrBadCommand", i, err)
+			}
+		}
+	}
+}
+
+func FuzzDecodeCommand(f *testing.F) {
+	for _, c := range sampleCommands() {
+		f.Add(c.Encode())
+	}
+	f.Add([]byte{})
+	f.Add([]byte{commandVersion})
+	f.Add([]byte{commandVersion, 9})
+	f.Add([]byte{commandVersion, byte(CmdSubmitTask), 0x80, 0x00, 0, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c, err := DecodeCommand(b)
+		if err != nil {
+			if !errors.Is(err, ErrBadCommand) {
+				t.Fatalf("error %v does not wrap ErrBadCommand", err)
+			}
+			return
+		}
+		again := c.Encode()
+		c2, err := DecodeCommand(again)
+		if err != nil {
+			t.Fatalf("re-encoding of %+v (% x) does not decode: %v", c, again, err)
+		}
+		if c2 != c {
+			t.Fatalf("re-encoding changed the command: %+v -> %+v", c, c2)
+		}
+		if again2 := c2.Encode(); !bytes.Equal(again, again2) {
+			t.Fatalf("encoding not canonical: % x vs % x", again, again2)
+		}
+	})
+}
