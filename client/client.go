@@ -48,11 +48,19 @@ type NotReadyError struct {
 	Last *xcev1.NotReady
 	// Err is the last underlying error.
 	Err error
+	// lastErr is the last attempt's error when it was not a NOT_READY answer.
+	lastErr error
 }
 
 func (e *NotReadyError) Error() string {
 	if e.Last != nil {
-		return fmt.Sprintf("not ready: %s (role %s, term %d)", e.Last.Reason, roleName(e.Last.Role), e.Last.Term)
+		msg := fmt.Sprintf("not ready: %s (role %s, term %d)", e.Last.Reason, roleName(e.Last.Role), e.Last.Term)
+		if e.lastErr != nil {
+			// The last attempt failed otherwise (a timeout, a dead node):
+			// say so, or the NOT_READY detail would hide it.
+			msg += "; last attempt: " + e.lastErr.Error()
+		}
+		return msg
 	}
 	return fmt.Sprintf("not ready: no node answered: %v", e.Err)
 }
@@ -233,7 +241,11 @@ func (c *Client) do(ctx context.Context, call func(ctx context.Context, s xcev1c
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return &NotReadyError{Last: last, Err: errors.Join(ctx.Err(), lastErr)}
+			e := &NotReadyError{Last: last, Err: errors.Join(ctx.Err(), lastErr)}
+			if _, ok := NotReadyOf(lastErr); !ok && last != nil {
+				e.lastErr = lastErr
+			}
+			return e
 		case <-t.C:
 		}
 	}

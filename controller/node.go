@@ -475,7 +475,7 @@ func (n *Node) stop(store *persist.Store) {
 	n.log.Info().Str("role", v.Role.String()).Msg("stopping")
 
 	b := n.backend.Load()
-	if b != nil && n.machine.Role() == ha.RolePrimary {
+	if b != nil && n.machine.Role() == ha.RolePrimary && len(n.cfg.Peers) > 1 {
 		done := make(chan error, 1)
 		go func() { done <- b.TransferLeadership() }()
 		select {
