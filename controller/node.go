@@ -92,11 +92,13 @@ type Node struct {
 	stopOnce sync.Once
 
 	// loop-owned state
-	machine   *ha.Machine
-	quorum    *ha.Quorum
-	termStop  chan struct{}
-	quorumChk *delaymgr.Handle
-	leaderCtx context.CancelFunc
+	machine  *ha.Machine
+	quorum   *ha.Quorum
+	termStop chan struct{}
+	// primaryTerm is the last term this node was PRIMARY in.
+	primaryTerm uint64
+	quorumChk   *delaymgr.Handle
+	leaderCtx   context.CancelFunc
 }
 
 // internal events of the loop, besides ha.Event
@@ -348,6 +350,7 @@ func (n *Node) perform(fx ha.Effect) {
 		}
 	case ha.Establish:
 		n.quorum.Reset(time.Now())
+		n.primaryTerm = fx.Term
 		n.establish(fx.Term)
 	case ha.Revoke:
 		n.revoke()
@@ -434,6 +437,13 @@ func (n *Node) publish() {
 		LeaderID: n.machine.LeaderID(),
 		Reason:   n.machine.Reason(),
 	}
+	if v.Role == ha.RoleElecting && n.primaryTerm == v.Term && v.Term != 0 {
+		// Stepped down in the term it led: if a majority is out of
+		// reach, that is what clients should hear.
+		if has, _ := n.quorum.Has(now); !has {
+			v.QuorumLost, v.Reason = true, "no write quorum"
+		}
+	}
 	if v.Role == ha.RolePrimary {
 		has, next := n.quorum.Has(now)
 		v.WriteQuorum = has
@@ -454,7 +464,7 @@ func (n *Node) publish() {
 	}
 	old := n.view.Load()
 	v.Stopping = old.Stopping
-	if old.Role == v.Role && old.Term == v.Term && old.LeaderID == v.LeaderID && old.WriteQuorum == v.WriteQuorum &&
+	if old.Role == v.Role && old.Term == v.Term && old.LeaderID == v.LeaderID && old.WriteQuorum == v.WriteQuorum && old.QuorumLost == v.QuorumLost &&
 		old.Reason == v.Reason && old.LeaderAddr == v.LeaderAddr {
 		return
 	}

@@ -87,6 +87,11 @@ func Decide(v *ha.View, class Class, stale bool, t RetryTimings) Decision {
 		return Decision{Kind: "standby", Reason: "standby: primary unknown", RetryAfter: t.Electing}
 	case ha.RoleInit:
 		return Decision{Kind: "starting", Reason: "starting", RetryAfter: t.Electing}
+	case ha.RoleElecting:
+		if v.QuorumLost {
+			return Decision{Kind: "no_quorum", Reason: "no write quorum", RetryAfter: t.NoQuorum}
+		}
+		return Decision{Kind: "electing", Reason: "electing", RetryAfter: t.Electing}
 	default:
 		return Decision{Kind: "electing", Reason: "electing", RetryAfter: t.Electing}
 	}

@@ -77,6 +77,7 @@ func TestGateReasonsAndRetryAfter(t *testing.T) {
 		retryAfter time.Duration
 	}{
 		{ha.View{Role: ha.RoleElecting}, ClassWrite, "electing", timings.Electing},
+		{ha.View{Role: ha.RoleElecting, QuorumLost: true}, ClassWrite, "no write quorum", timings.NoQuorum},
 		{ha.View{Role: ha.RoleInit}, ClassRead, "starting", timings.Electing},
 		{ha.View{Role: ha.RolePrimary}, ClassWrite, "no write quorum", timings.NoQuorum},
 		{ha.View{Role: ha.RoleStandby, LeaderID: "n2", LeaderAddr: "127.0.0.1:7102"}, ClassWrite, "standby: primary is n2 at 127.0.0.1:7102", 0},

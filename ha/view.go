@@ -8,7 +8,11 @@ type View struct {
 	LeaderID    string
 	LeaderAddr  string // the leader's client address, when known
 	WriteQuorum bool
-	Reason      string
+	// QuorumLost: this node was PRIMARY in this term and lost contact with
+	// a majority (raft then steps it down); it says "no write quorum"
+	// rather than "electing" until the term moves on.
+	QuorumLost bool
+	Reason     string
 	// Stopping is set once shutdown began: every request that needs the
 	// role is answered NOT_READY.
 	Stopping bool

@@ -217,10 +217,13 @@ func TestPartitionIsolatedPrimary(t *testing.T) {
 	_, err := c.ClientOf(c.Node(p).ClientAddr).Submit(ctx, client.Task{ID: "to-the-isolated-node"})
 	cancel()
 	var nr *client.NotReadyError
-	if !errors.As(err, &nr) {
+	if !errors.As(err, &nr) || nr.Last == nil {
 		t.Errorf("write to the isolated node: %v, want NOT_READY", err)
 	} else {
 		t.Logf("write to the isolated node: %v", err)
+		if nr.Last.Reason != "no write quorum" {
+			t.Errorf("isolated node's NOT_READY reason %q, want \"no write quorum\"", nr.Last.Reason)
+		}
 	}
 	// The majority elects a new primary and keeps serving.
 	var majority []int
