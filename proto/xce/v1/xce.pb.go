@@ -89,7 +89,8 @@ const (
 	Consistency_CONSISTENCY_UNSPECIFIED Consistency = 0
 	// LINEARIZABLE reads are served by the PRIMARY after it confirms its leadership.
 	Consistency_CONSISTENCY_LINEARIZABLE Consistency = 1
-	// STALE reads are served by any PRIMARY or STANDBY from its applied state.
+	// STALE reads are served by a STANDBY, or a PRIMARY with write quorum,
+	// from its applied state; answers carry the applied index.
 	Consistency_CONSISTENCY_STALE Consistency = 2
 )
 
