@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 
 	"strings"
 	"time"
@@ -29,6 +30,7 @@ type benchFlags struct {
 	json        bool
 	keep        bool
 	history     string
+	cpuprofile  string
 }
 
 // benchJSON is `xce bench --json`.
@@ -81,6 +83,7 @@ none applied twice. A violation exits 1 and keeps the history visualisation.`,
 	fl.StringVar(&f.profile, "profile", "default", "raft timings of a --local cluster: default or fast")
 	fl.BoolVar(&f.json, "json", false, "print one JSON object")
 	fl.BoolVar(&f.keep, "keep", false, "keep the local cluster's directory")
+	fl.StringVar(&f.cpuprofile, "cpuprofile", "", "write the load generator's own CPU profile here")
 	fl.StringVar(&f.history, "history", "", "where to write the history visualisation on a violation (default: in the run's directory)")
 	return cmd
 }
@@ -165,7 +168,20 @@ func runBench(stdout, stderr io.Writer, f benchFlags) error {
 	} else {
 		killErr <- nil
 	}
+	if f.cpuprofile != "" {
+		pf, err := os.Create(f.cpuprofile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			return err
+		}
+		defer pf.Close()
+	}
 	res, err := bench.Run(ctx, load, &hist)
+	if f.cpuprofile != "" {
+		pprof.StopCPUProfile()
+	}
 	if err != nil {
 		return err
 	}

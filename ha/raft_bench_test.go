@@ -1,0 +1,98 @@
+package ha
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/xce/xce/netio"
+	"github.com/xce/xce/persist"
+)
+
+// startCluster runs n raft nodes in process over loopback TCP, with real
+// bolt stores (fsync on), and returns the leader.
+func startCluster(tb testing.TB, n int) (*Raft, func()) {
+	tb.Helper()
+	var ls []net.Listener
+	var peers []Peer
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		ls = append(ls, l)
+		peers = append(peers, Peer{ID: fmt.Sprintf("n%d", i+1), Addr: l.Addr().String()})
+	}
+	var nodes []*Raft
+	var stores []*persist.Store
+	for i := 0; i < n; i++ {
+		store, err := persist.Open(tb.TempDir(), persist.Options{NodeID: peers[i].ID, ClusterID: "b"})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		stream, err := netio.NewStreamLayer(ls[i], peers[i].Addr, "")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		cfg := RaftConfig{NodeID: peers[i].ID, Peers: peers, HeartbeatTimeout: 200 * time.Millisecond,
+			ElectionTimeout: 200 * time.Millisecond, LeaderLeaseTimeout: 150 * time.Millisecond,
+			CommitTimeout: 10 * time.Millisecond, SnapshotInterval: time.Hour, SnapshotThreshold: 1 << 30, TrailingLogs: 10240}
+		r, err := StartRaft(cfg, persist.NewFSM("b"), store, stream, hclog.NewNullLogger())
+		if err != nil {
+			tb.Fatal(err)
+		}
+		nodes, stores = append(nodes, r), append(stores, store)
+	}
+	stop := func() {
+		for i, r := range nodes {
+			r.Shutdown()
+			stores[i].Close()
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, r := range nodes {
+			if r.View().State == StateLeader {
+				if err := r.Barrier(context.Background()); err == nil {
+					return r, stop
+				}
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	stop()
+	tb.Fatal("no leader")
+	return nil, nil
+}
+
+// BenchmarkRaftApply is the ceiling the API layer eats into: commands
+// applied inside the leader process, 3 voters, fsync on.
+func BenchmarkRaftApply(b *testing.B) {
+	for _, writers := range []int{1, 16, 64} {
+		b.Run(fmt.Sprintf("writers=%d", writers), func(b *testing.B) {
+			leader, stop := startCluster(b, 3)
+			defer stop()
+			cmd := (&persist.Command{Type: persist.CmdNoop}).Encode()
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			per := b.N/writers + 1
+			for w := 0; w < writers; w++ {
+				wg.Go(func() {
+					for i := 0; i < per; i++ {
+						ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+						if _, _, err := leader.Apply(ctx, cmd); err != nil {
+							b.Error(err)
+						}
+						cancel()
+					}
+				})
+			}
+			wg.Wait()
+		})
+	}
+}
