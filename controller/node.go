@@ -61,12 +61,22 @@ type Options struct {
 	ClientListener, PeerListener net.Listener
 	// LockWait is how long to wait for the data dir lock.
 	LockWait time.Duration
+	// FSM is the replicated state machine; nil makes a new one.
+	FSM *persist.FSM
 	// Services are the leader-only services, started in order.
 	Services []LeaderService
 	// Pprof serves /debug/pprof on the client port (XCE_PPROF=1).
 	Pprof bool
+	// Outbox reports downstream publication (epoch, lag, state) for
+	// Status; nil means publishing is not configured.
+	Outbox OutboxStatus
 	// Phase2 runs once, on the first role decision.
 	Phase2 []func(role ha.Role)
+}
+
+// OutboxStatus is what Status shows of the downstream publisher.
+type OutboxStatus interface {
+	Status() (epoch, lag uint64, state string)
 }
 
 // Node is one controller node.
@@ -134,11 +144,14 @@ func New(opts Options) (*Node, error) {
 		version: opts.Version,
 		started: time.Now(),
 		opts:    opts,
-		fsm:     persist.NewFSM(cfg.ClusterID),
+		fsm:     opts.FSM,
 		events:  make(chan any, 256),
 		stopCh:  make(chan struct{}),
 		machine: ha.NewMachine(cfg.NodeID),
 		quorum:  ha.NewQuorum(cfg.NodeID, voters, cfg.Raft.LeaderLeaseTimeout.Duration),
+	}
+	if n.fsm == nil {
+		n.fsm = persist.NewFSM(cfg.ClusterID)
 	}
 	n.metrics = newMetrics(opts.Registry, n)
 	n.view.Store(ha.NewView(ha.View{Role: ha.RoleInit, Reason: "starting"}))
@@ -162,6 +175,24 @@ func (n *Node) Started() time.Time { return n.started }
 
 // Version is the binary's version.
 func (n *Node) Version() string { return n.version }
+
+// Outbox reports the producer epoch held this term (0: none), the events
+// committed but not yet published, and the publisher's state.
+func (n *Node) Outbox() (epoch, lag uint64, state string) {
+	if n.opts.Outbox == nil {
+		_, held, _ := n.fsm.Outbox(0)
+		return 0, uint64(held), "disabled"
+	}
+	return n.opts.Outbox.Status()
+}
+
+// Fence reports that a newer primary owns the downstream epoch: the node
+// leaves PRIMARY for the rest of term. Safe from any goroutine.
+func (n *Node) Fence(term uint64, reason string) {
+	// Posted from its own goroutine: the caller (the publisher) may be
+	// waited for by the loop's Revoke, and post ends at stop anyway.
+	go n.post(ha.Fenced{Term: term, Reason: reason})
+}
 
 // Indexes returns raft's commit and applied indexes (zero before raft runs).
 func (n *Node) Indexes() (commit, applied uint64) {

@@ -31,6 +31,9 @@ type Node interface {
 	Apply(ctx context.Context, cmd []byte) (persist.Result, error)
 	// ReadBarrier returns once a read of the FSM is linearizable.
 	ReadBarrier(ctx context.Context) error
+	// Outbox reports the producer epoch, the outbox lag and the
+	// publisher's state.
+	Outbox() (epoch, lag uint64, state string)
 }
 
 // Methods maps every procedure of the API to its class. Each method is
@@ -174,7 +177,11 @@ func (s *Service) Status(ctx context.Context, _ *connect.Request[xcev1.StatusReq
 func (s *Service) status(v *ha.View) *xcev1.StatusResponse {
 	commit, applied := s.node.Indexes()
 	cfg := s.node.Config()
+	epoch, lag, kstate := s.node.Outbox()
 	return &xcev1.StatusResponse{
+		KafkaEpoch:   epoch,
+		OutboxLag:    lag,
+		KafkaState:   kstate,
 		NodeId:       cfg.NodeID,
 		ClusterId:    cfg.ClusterID,
 		Role:         xcev1.Role(v.Role),

@@ -130,6 +130,8 @@ func (n *fakeNode) ReadBarrier(ctx context.Context) error {
 	return n.barrierErr
 }
 
+func (n *fakeNode) Outbox() (epoch, lag uint64, state string) { return 7, 3, "publishing" }
+
 // seed applies a submit directly through the fake raft (not via the API).
 func (n *fakeNode) seed(t *testing.T, id string) {
 	t.Helper()
@@ -284,6 +286,7 @@ func TestGateOverTheWire(t *testing.T) {
 				LeaderId: tc.v.LeaderID, LeaderAddr: tc.v.LeaderAddr, WriteQuorum: tc.v.Serving(),
 				CommitIndex: 1, AppliedIndex: 1, Pid: int64(os.Getpid()), Version: "test",
 				Reason: tc.v.Reason, Tasks: 1, Backend: "raft",
+				KafkaEpoch: 7, OutboxLag: 3, KafkaState: "publishing",
 			}
 			gotSt := proto.Clone(st.Msg).(*xcev1.StatusResponse)
 			if gotSt.UptimeMs < 0 {

@@ -18,6 +18,9 @@ const (
 	CmdSubmitTask CmdType = 2
 	// CmdDeleteTask removes a task.
 	CmdDeleteTask CmdType = 3
+	// CmdTrimOutbox records that every event up to an index is published
+	// downstream, so the outbox can drop them.
+	CmdTrimOutbox CmdType = 4
 )
 
 // commandVersion is the first byte of every encoded command. A node refuses to
@@ -42,6 +45,8 @@ type Command struct {
 	RequestID string
 	// Task is the task to create (CmdSubmitTask); only ID is used by CmdDeleteTask.
 	Task Task
+	// UpTo is CmdTrimOutbox's published watermark.
+	UpTo uint64
 }
 
 // Encode returns the command's log representation.
@@ -65,6 +70,8 @@ func (c *Command) Encode() []byte {
 		b = appendString(b, c.ClientID)
 		b = appendString(b, c.RequestID)
 		b = appendString(b, c.Task.ID)
+	case CmdTrimOutbox:
+		b = binary.AppendUvarint(b, c.UpTo)
 	}
 	return b
 }
@@ -101,6 +108,8 @@ func DecodeCommand(b []byte) (Command, error) {
 		c.ClientID = d.string(maxIDLen)
 		c.RequestID = d.string(maxIDLen)
 		c.Task.ID = d.string(maxIDLen)
+	case CmdTrimOutbox:
+		c.UpTo = d.uvarint()
 	default:
 		return c, fmt.Errorf("%w: unknown type %d", ErrBadCommand, b[1])
 	}

@@ -2,6 +2,7 @@ package persist
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -27,6 +28,22 @@ type Task struct {
 
 // TaskStatePending is the state of a task that no worker holds yet.
 const TaskStatePending = "PENDING"
+
+// Event is a committed change that goes downstream through the outbox,
+// keyed by its Raft index (DESIGN §5).
+type Event struct {
+	Index  uint64 `json:"index"`
+	Term   uint64 `json:"term"`
+	Kind   string `json:"kind"`
+	TaskID string `json:"task_id"`
+	Task   Task   `json:"task"`
+}
+
+// Event kinds.
+const (
+	EventTaskSubmitted = "task_submitted"
+	EventTaskDeleted   = "task_deleted"
+)
 
 // Code is the outcome of applying a command. Codes are stored in the dedup
 // table and in snapshots: never renumber them.
@@ -81,6 +98,12 @@ type FSM struct {
 	order []dedupEntry
 	head  int
 
+	// outbox holds the events not yet known to be published, in index
+	// order; published is the replicated watermark below which they were
+	// dropped.
+	outbox    []Event
+	published uint64
+
 	applied   atomic.Uint64
 	dedupHits atomic.Uint64
 	// appliedCh is closed and replaced after every apply.
@@ -116,6 +139,9 @@ func (f *FSM) WaitApplied(stop <-chan struct{}, index uint64) error {
 		}
 	}
 }
+
+// AppliedCh returns a channel closed at the next apply.
+func (f *FSM) AppliedCh() <-chan struct{} { return *f.appliedCh.Load() }
 
 // ErrStopped is returned by waits cut short by shutdown.
 var ErrStopped = errors.New("stopped")
@@ -181,10 +207,19 @@ func (f *FSM) applyLocked(l *raft.Log) any {
 	switch c.Type {
 	case CmdNoop:
 		return Result{Index: l.Index}
+	case CmdTrimOutbox:
+		f.trimLocked(c.UpTo)
+		return Result{Index: l.Index}
 	case CmdSubmitTask:
 		r = f.submitLocked(l.Index, c.Task)
+		if r.Code == CodeOK {
+			f.outbox = append(f.outbox, Event{Index: l.Index, Term: l.Term, Kind: EventTaskSubmitted, TaskID: r.Task.ID, Task: r.Task})
+		}
 	case CmdDeleteTask:
 		r = f.deleteLocked(l.Index, c.Task.ID)
+		if r.Code == CodeOK {
+			f.outbox = append(f.outbox, Event{Index: l.Index, Term: l.Term, Kind: EventTaskDeleted, TaskID: r.Task.ID, Task: r.Task})
+		}
 	}
 	if c.RequestID != "" {
 		f.rememberLocked(dedupEntry{Client: c.ClientID, Request: c.RequestID, Result: r})
@@ -247,6 +282,37 @@ func (f *FSM) StoreConfiguration(index uint64, _ raft.Configuration) {
 	f.signalApplied()
 }
 
+// trimLocked drops the events up to upTo, which are published downstream.
+func (f *FSM) trimLocked(upTo uint64) {
+	if upTo <= f.published {
+		return
+	}
+	f.published = upTo
+	i, _ := slices.BinarySearchFunc(f.outbox, upTo+1, func(e Event, idx uint64) int { return cmp.Compare(e.Index, idx) })
+	if i > 0 {
+		f.outbox = append(f.outbox[:0:0], f.outbox[i:]...)
+	}
+}
+
+// EventsAfter returns up to limit outbox events with an index above after,
+// in index order.
+func (f *FSM) EventsAfter(after uint64, limit int) []Event {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	i, _ := slices.BinarySearchFunc(f.outbox, after+1, func(e Event, idx uint64) int { return cmp.Compare(e.Index, idx) })
+	j := min(len(f.outbox), i+max(limit, 0))
+	return slices.Clone(f.outbox[i:j])
+}
+
+// Outbox reports the replicated published watermark, the number of events
+// held, and how many of them lie above after.
+func (f *FSM) Outbox(after uint64) (published uint64, held, pending int) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	i, _ := slices.BinarySearchFunc(f.outbox, after+1, func(e Event, idx uint64) int { return cmp.Compare(e.Index, idx) })
+	return f.published, len(f.outbox), len(f.outbox) - i
+}
+
 // Task returns the task with the id from the applied state.
 func (f *FSM) Task(id string) (Task, bool) {
 	f.mu.RLock()
@@ -298,13 +364,14 @@ func (f *FSM) DedupLen() int {
 // always loads.
 const (
 	snapshotMagic   = "XCESNAP\n"
-	snapshotVersion = 1
+	snapshotVersion = 2
 )
 
 // ErrBadSnapshot is returned for a snapshot that is not ours, is newer than
 // this binary, or does not decode.
 var ErrBadSnapshot = errors.New("bad snapshot")
 
+// snapshotV1 is the first release's body: tasks and the dedup table.
 type snapshotV1 struct {
 	ClusterID    string       `json:"cluster_id"`
 	AppliedIndex uint64       `json:"applied_index"`
@@ -314,21 +381,28 @@ type snapshotV1 struct {
 	DedupMax     int          `json:"dedup_max"`
 }
 
-type fsmSnapshot struct{ s snapshotV1 }
+// snapshotV2 adds the outbox and its published watermark.
+type snapshotV2 struct {
+	snapshotV1
+	Outbox    []Event `json:"outbox"`
+	Published uint64  `json:"published"`
+}
+
+type fsmSnapshot struct{ s snapshotV2 }
 
 // Snapshot implements raft.FSM: it copies the state under the read lock; the
 // copy is written out by Persist without holding it.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	s := snapshotV1{
+	s := snapshotV2{snapshotV1: snapshotV1{
 		ClusterID:    f.clusterID,
 		AppliedIndex: f.applied.Load(),
 		Tasks:        make([]Task, 0, len(f.tasks)),
 		Dedup:        slices.Clone(f.order[f.head:]),
 		DedupWindow:  f.window,
 		DedupMax:     f.maxEntries,
-	}
+	}, Outbox: slices.Clone(f.outbox), Published: f.published}
 	for _, t := range f.tasks {
 		s.Tasks = append(s.Tasks, t)
 	}
@@ -351,7 +425,7 @@ func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 
 func (s *fsmSnapshot) Release() {}
 
-func writeSnapshot(w io.Writer, s *snapshotV1) error {
+func writeSnapshot(w io.Writer, s *snapshotV2) error {
 	var hdr [len(snapshotMagic) + 4]byte
 	copy(hdr[:], snapshotMagic)
 	binary.BigEndian.PutUint32(hdr[len(snapshotMagic):], snapshotVersion)
@@ -361,7 +435,7 @@ func writeSnapshot(w io.Writer, s *snapshotV1) error {
 	return json.NewEncoder(w).Encode(s)
 }
 
-func readSnapshot(r io.Reader) (*snapshotV1, error) {
+func readSnapshot(r io.Reader) (*snapshotV2, error) {
 	var hdr [len(snapshotMagic) + 4]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return nil, fmt.Errorf("%w: header: %v", ErrBadSnapshot, err)
@@ -376,6 +450,14 @@ func readSnapshot(r io.Reader) (*snapshotV1, error) {
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&s); err != nil {
 			return nil, fmt.Errorf("%w: version 1 body: %v", ErrBadSnapshot, err)
+		}
+		return &snapshotV2{snapshotV1: s}, nil
+	case 2:
+		var s snapshotV2
+		dec := json.NewDecoder(r)
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&s); err != nil {
+			return nil, fmt.Errorf("%w: version 2 body: %v", ErrBadSnapshot, err)
 		}
 		return &s, nil
 	default:
@@ -404,6 +486,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.tasks, f.dedup, f.order, f.head = tasks, dedup, s.Dedup, 0
+	f.outbox, f.published = s.Outbox, s.Published
 	if s.DedupWindow > 0 {
 		f.window = s.DedupWindow
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -278,7 +279,7 @@ func TestRestoreRefusesBadSnapshots(t *testing.T) {
 		{"magic only", []byte(snapshotMagic), "header"},
 		{"short header", good[:hdr-1], "header"},
 		{"wrong magic", wrongMagic, "not an xce snapshot"},
-		{"version 2", withVersion(snapshotVersion + 1), "version 2"},
+		{"next version", withVersion(snapshotVersion + 1), fmt.Sprintf("version %d", snapshotVersion+1)},
 		{"version max", withVersion(0xffffffff), "newer"},
 		{"version 0", withVersion(0), "version 0"},
 		{"header only", good[:hdr], "body"},

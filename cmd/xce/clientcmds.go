@@ -60,6 +60,7 @@ type statusJSON struct {
 	AppliedIndex uint64 `json:"applied_index"`
 	KafkaEpoch   uint64 `json:"kafka_epoch"`
 	OutboxLag    uint64 `json:"outbox_lag"`
+	KafkaState   string `json:"kafka_state"`
 	Tasks        uint64 `json:"tasks"`
 	Backend      string `json:"backend"`
 	Pid          int64  `json:"pid"`
@@ -90,7 +91,7 @@ func statusCmd() *cobra.Command {
 			out := statusJSON{
 				NodeID: s.NodeId, ClusterID: s.ClusterId, Role: roleString(s.Role), Reason: s.Reason, Term: s.Term,
 				LeaderID: s.LeaderId, LeaderAddr: s.LeaderAddr, WriteQuorum: s.WriteQuorum,
-				CommitIndex: s.CommitIndex, AppliedIndex: s.AppliedIndex, KafkaEpoch: s.KafkaEpoch, OutboxLag: s.OutboxLag,
+				CommitIndex: s.CommitIndex, AppliedIndex: s.AppliedIndex, KafkaEpoch: s.KafkaEpoch, OutboxLag: s.OutboxLag, KafkaState: s.KafkaState,
 				Tasks: s.Tasks, Backend: s.Backend, Pid: s.Pid, Version: s.Version, UptimeMs: s.UptimeMs,
 			}
 			w := cmd.OutOrStdout()
@@ -105,7 +106,7 @@ func statusCmd() *cobra.Command {
 			fmt.Fprintf(tw, "write quorum\t%v\n", out.WriteQuorum)
 			fmt.Fprintf(tw, "commit/applied\t%d / %d\n", out.CommitIndex, out.AppliedIndex)
 			fmt.Fprintf(tw, "tasks\t%d\n", out.Tasks)
-			fmt.Fprintf(tw, "kafka epoch\t%d (outbox lag %d)\n", out.KafkaEpoch, out.OutboxLag)
+			fmt.Fprintf(tw, "kafka\t%s, epoch %d, outbox lag %d\n", out.KafkaState, out.KafkaEpoch, out.OutboxLag)
 			return tw.Flush()
 		},
 	}

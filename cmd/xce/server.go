@@ -9,12 +9,15 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/xce/xce/configs"
 	"github.com/xce/xce/controller"
 	"github.com/xce/xce/dispatch"
+	"github.com/xce/xce/fence"
 	"github.com/xce/xce/logging"
+	"github.com/xce/xce/persist"
 )
 
 // forceExitAfter bounds a graceful stop; past it the process exits 1.
@@ -60,7 +63,39 @@ func runServer(cfgPath, pidFile string) error {
 		}
 		defer os.Remove(pidFile)
 	}
-	node, err := controller.New(controller.Options{Config: cfg, Logger: log, Version: versionString(), Pprof: os.Getenv("XCE_PPROF") == "1"})
+	reg := prometheus.NewRegistry()
+	fsm := persist.NewFSM(cfg.ClusterID)
+	var node *controller.Node
+	apply := func(ctx context.Context, cmd []byte) error {
+		_, err := node.Apply(ctx, cmd)
+		return err
+	}
+	var outbox interface {
+		controller.LeaderService
+		controller.OutboxStatus
+	}
+	if len(cfg.Kafka.Brokers) == 0 {
+		log.Warn().Msg("kafka.brokers is empty: publishing to Kafka is disabled; the outbox is trimmed without being published")
+		outbox = fence.NewDiscarder(fsm, apply, 5*time.Second, log)
+	} else {
+		pub, err := fence.New(fence.Config{
+			Brokers:         cfg.Kafka.Brokers,
+			Topic:           cfg.Kafka.Topic,
+			TransactionalID: cfg.Kafka.TransactionalIDPrefix + "." + cfg.ClusterID + ".primary",
+			Logger:          log,
+		}, fsm, fence.Hooks{
+			Apply:  apply,
+			Fenced: func(term uint64, reason string) { node.Fence(term, reason) },
+		}, reg)
+		if err != nil {
+			return err
+		}
+		outbox = pub
+	}
+	node, err = controller.New(controller.Options{
+		Config: cfg, Logger: log, Version: versionString(), Pprof: os.Getenv("XCE_PPROF") == "1",
+		Registry: reg, FSM: fsm, Services: []controller.LeaderService{outbox}, Outbox: outbox,
+	})
 	if err != nil {
 		return err
 	}

@@ -819,9 +819,12 @@ type StatusResponse struct {
 	// Why the node is in its role, in words.
 	Reason string `protobuf:"bytes,14,opt,name=reason,proto3" json:"reason,omitempty"`
 	// Milliseconds since the process started.
-	UptimeMs      int64  `protobuf:"varint,15,opt,name=uptime_ms,json=uptimeMs,proto3" json:"uptime_ms,omitempty"`
-	Tasks         uint64 `protobuf:"varint,16,opt,name=tasks,proto3" json:"tasks,omitempty"`
-	Backend       string `protobuf:"bytes,17,opt,name=backend,proto3" json:"backend,omitempty"`
+	UptimeMs int64  `protobuf:"varint,15,opt,name=uptime_ms,json=uptimeMs,proto3" json:"uptime_ms,omitempty"`
+	Tasks    uint64 `protobuf:"varint,16,opt,name=tasks,proto3" json:"tasks,omitempty"`
+	Backend  string `protobuf:"bytes,17,opt,name=backend,proto3" json:"backend,omitempty"`
+	// Downstream publication: disabled, standby, acquiring epoch, publishing,
+	// retrying or fenced.
+	KafkaState    string `protobuf:"bytes,18,opt,name=kafka_state,json=kafkaState,proto3" json:"kafka_state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -975,6 +978,13 @@ func (x *StatusResponse) GetBackend() string {
 	return ""
 }
 
+func (x *StatusResponse) GetKafkaState() string {
+	if x != nil {
+		return x.KafkaState
+	}
+	return ""
+}
+
 type WatchStatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1063,7 +1073,7 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"request_id\x18\x03 \x01(\tR\trequestId\"*\n" +
 	"\x12DeleteTaskResponse\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\"\x0f\n" +
-	"\rStatusRequest\"\xf8\x03\n" +
+	"\rStatusRequest\"\x99\x04\n" +
 	"\x0eStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1d\n" +
 	"\n" +
@@ -1086,7 +1096,9 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"\x06reason\x18\x0e \x01(\tR\x06reason\x12\x1b\n" +
 	"\tuptime_ms\x18\x0f \x01(\x03R\buptimeMs\x12\x14\n" +
 	"\x05tasks\x18\x10 \x01(\x04R\x05tasks\x12\x18\n" +
-	"\abackend\x18\x11 \x01(\tR\abackend\"\x14\n" +
+	"\abackend\x18\x11 \x01(\tR\abackend\x12\x1f\n" +
+	"\vkafka_state\x18\x12 \x01(\tR\n" +
+	"kafkaState\"\x14\n" +
 	"\x12WatchStatusRequest*b\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\r\n" +

@@ -1,0 +1,432 @@
+package fence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/xce/xce/persist"
+)
+
+// Config configures a Publisher.
+type Config struct {
+	Brokers []string
+	Topic   string
+	// TransactionalID names the cluster's primary role:
+	// <prefix>.<cluster_id>.primary.
+	TransactionalID string
+	// BatchMax caps the events of one transaction. Default 500.
+	BatchMax int
+	// TrimEvery is how often the published watermark goes back through the
+	// log. Default 1s.
+	TrimEvery time.Duration
+	// TxnTimeout is the transaction timeout given to the coordinator.
+	// Default 10s.
+	TxnTimeout time.Duration
+	Logger     zerolog.Logger
+}
+
+// Source is the outbox as the publisher reads it: the FSM.
+type Source interface {
+	EventsAfter(after uint64, limit int) []persist.Event
+	Outbox(after uint64) (published uint64, held, pending int)
+	// AppliedCh is closed at the next apply.
+	AppliedCh() <-chan struct{}
+}
+
+// Hooks are what the publisher asks of its node.
+type Hooks struct {
+	// Apply replicates a command (the published watermark).
+	Apply func(ctx context.Context, cmd []byte) error
+	// Fenced reports that a newer producer owns the transactional id: the
+	// node must leave PRIMARY for the rest of the term.
+	Fenced func(term uint64, reason string)
+}
+
+// Publisher is the leader-only service that drains the outbox into Kafka.
+// Ordering rule: an event is in the outbox only once it is committed in the
+// Raft log (persist, then acknowledge); it is published after that; the
+// watermark goes back through the log only after Kafka committed it.
+type Publisher struct {
+	cfg   Config
+	src   Source
+	hooks Hooks
+	log   zerolog.Logger
+	m     *metrics
+
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	epoch     atomic.Int64 // -1: none this term
+	published atomic.Uint64
+	state     atomic.Pointer[string]
+}
+
+// Publisher states, as Status reports them.
+const (
+	StateStandby    = "standby"
+	StateAcquiring  = "acquiring epoch"
+	StateResuming   = "reading the topic's tail"
+	StatePublishing = "publishing"
+	StateRetrying   = "retrying"
+	StateFenced     = "fenced"
+	StateDisabled   = "disabled"
+)
+
+func (p *Publisher) setState(s string) { p.state.Store(&s) }
+
+// Status reports the epoch held this term (0 when none: the state tells an
+// epoch 0 from none), the outbox lag and the publisher's state.
+func (p *Publisher) Status() (epoch, lag uint64, state string) {
+	if e := p.epoch.Load(); e >= 0 {
+		epoch = uint64(e)
+	}
+	st := *p.state.Load()
+	if st == StateStandby {
+		_, held, _ := p.src.Outbox(0)
+		return 0, uint64(held), st
+	}
+	return epoch, uint64(p.Lag()), st
+}
+
+// Errors of the publisher.
+var (
+	// ErrFenced means a newer producer owns the transactional id.
+	ErrFenced = errors.New("fenced by a newer producer")
+)
+
+// New returns a publisher; metrics go to reg.
+func New(cfg Config, src Source, hooks Hooks, reg prometheus.Registerer) (*Publisher, error) {
+	if len(cfg.Brokers) == 0 {
+		return nil, errors.New("fence: no brokers")
+	}
+	if cfg.Topic == "" || cfg.TransactionalID == "" {
+		return nil, errors.New("fence: topic and transactional id are required")
+	}
+	if cfg.BatchMax <= 0 {
+		cfg.BatchMax = 500
+	}
+	if cfg.TrimEvery <= 0 {
+		cfg.TrimEvery = time.Second
+	}
+	if cfg.TxnTimeout <= 0 {
+		cfg.TxnTimeout = 10 * time.Second
+	}
+	p := &Publisher{cfg: cfg, src: src, hooks: hooks, log: cfg.Logger.With().Str("component", "publisher").Logger()}
+	p.epoch.Store(-1)
+	p.setState(StateStandby)
+	p.m = newMetrics(reg, p)
+	return p, nil
+}
+
+// Name implements controller.LeaderService.
+func (p *Publisher) Name() string { return "publisher" }
+
+// Epoch is the producer epoch acquired in the current term, or -1.
+func (p *Publisher) Epoch() int64 { return p.epoch.Load() }
+
+// Lag is the number of committed events not yet published by this node.
+func (p *Publisher) Lag() int {
+	_, _, pending := p.src.Outbox(p.published.Load())
+	return pending
+}
+
+// Establish starts publishing for the term. It returns at once: Kafka being
+// down must not keep the node from serving as PRIMARY.
+func (p *Publisher) Establish(_ context.Context, term uint64) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cancel != nil {
+		return errors.New("publisher already running")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p.cancel, p.done = cancel, make(chan struct{})
+	go func(done chan struct{}) {
+		defer close(done)
+		p.run(ctx, term)
+	}(p.done)
+	return nil
+}
+
+// Revoke stops publishing and returns once the publisher has stopped.
+func (p *Publisher) Revoke() {
+	p.mu.Lock()
+	cancel, done := p.cancel, p.done
+	p.cancel, p.done = nil, nil
+	p.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	<-done
+	p.epoch.Store(-1)
+	p.setState(StateStandby)
+}
+
+// IsFenced reports whether err means that a newer producer owns the
+// transactional id. kfake and Kafka answer a fenced producer with several
+// codes depending on the sequence, so the whole family counts.
+func IsFenced(err error) bool {
+	for _, e := range []error{kerr.ProducerFenced, kerr.InvalidProducerEpoch, kerr.InvalidTxnState,
+		kerr.OperationNotAttempted, kerr.TransactionalIDAuthorizationFailed, ErrFenced} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *Publisher) newClient() (*kgo.Client, error) {
+	return kgo.NewClient(
+		kgo.SeedBrokers(p.cfg.Brokers...),
+		kgo.TransactionalID(p.cfg.TransactionalID),
+		kgo.TransactionTimeout(p.cfg.TxnTimeout),
+		kgo.DefaultProduceTopic(p.cfg.Topic),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerLinger(0),
+		kgo.DialTimeout(2*time.Second),
+		kgo.RetryBackoffFn(func(int) time.Duration { return 100 * time.Millisecond }),
+	)
+}
+
+// backoff waits d or until ctx ends; it reports whether to go on.
+func backoff(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func (p *Publisher) run(ctx context.Context, term uint64) {
+	log := p.log.With().Uint64("term", term).Logger()
+	cl, err := p.newClient()
+	if err != nil {
+		log.Error().Err(err).Msg("kafka client: publishing stops for this term")
+		return
+	}
+	defer cl.Close()
+
+	p.setState(StateAcquiring)
+	// 1. The fence goes up first: InitProducerId bumps the epoch, aborts
+	// any transaction the previous primary left open and rejects its late
+	// writes. Once per term: the client keeps it for the whole term.
+	var epoch int16
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		start := time.Now()
+		_, e, err := cl.ProducerID(ctx)
+		if err == nil {
+			epoch = e
+			log.Info().Int16("epoch", epoch).Dur("took", time.Since(start)).Str("transactional_id", p.cfg.TransactionalID).
+				Msg("producer epoch acquired: older primaries are fenced")
+			break
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if IsFenced(err) {
+			p.fenced(log, term, epoch, err)
+			return
+		}
+		log.Warn().Err(err).Dur("retry_in", wait).Msg("cannot acquire the producer epoch; the outbox keeps events until kafka answers")
+		if !backoff(ctx, wait) {
+			return
+		}
+	}
+	p.epoch.Store(int64(epoch))
+
+	// 2. Where to resume: the last committed event on the topic.
+	p.setState(StateResuming)
+	last, ok := p.resumePoint(ctx, log)
+	if !ok {
+		return
+	}
+	p.published.Store(last)
+
+	// 3. Publish everything after it, in index order, in transactions.
+	trim := time.NewTicker(p.cfg.TrimEvery)
+	defer trim.Stop()
+	trimmed, _, _ := p.src.Outbox(0)
+	p.setState(StatePublishing)
+	for wait := 100 * time.Millisecond; ; {
+		applied := p.src.AppliedCh()
+		evs := p.src.EventsAfter(last, p.cfg.BatchMax)
+		if len(evs) == 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-applied:
+			case <-trim.C:
+				trimmed = p.trim(ctx, log, last, trimmed)
+			}
+			continue
+		}
+		start := time.Now()
+		err := p.publish(ctx, cl, epoch, evs)
+		if err == nil {
+			last = evs[len(evs)-1].Index
+			p.published.Store(last)
+			p.setState(StatePublishing)
+			p.m.events.Add(float64(len(evs)))
+			p.m.txns.Inc()
+			p.m.txnSeconds.Observe(time.Since(start).Seconds())
+			wait = 100 * time.Millisecond
+			select {
+			case <-trim.C:
+				trimmed = p.trim(ctx, log, last, trimmed)
+			default:
+			}
+			continue
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if IsFenced(err) {
+			p.fenced(log, term, epoch, err)
+			return
+		}
+		p.m.errors.Inc()
+		p.setState(StateRetrying)
+		log.Warn().Err(err).Int("events", len(evs)).Uint64("first_index", evs[0].Index).Dur("retry_in", wait).
+			Msg("publishing failed; aborting the transaction and retrying")
+		actx, cancel := context.WithTimeout(ctx, p.cfg.TxnTimeout)
+		if aerr := cl.EndTransaction(actx, kgo.TryAbort); aerr != nil && IsFenced(aerr) {
+			cancel()
+			p.fenced(log, term, epoch, aerr)
+			return
+		}
+		cancel()
+		if !backoff(ctx, wait) {
+			return
+		}
+		wait = min(2*wait, 2*time.Second)
+		// The commit's outcome may be unknown: read the tail again.
+		if last, ok = p.resumePoint(ctx, log); !ok {
+			return
+		}
+		p.published.Store(last)
+	}
+}
+
+// resumePoint reads the last committed event's index, retrying until Kafka
+// answers or ctx ends.
+func (p *Publisher) resumePoint(ctx context.Context, log zerolog.Logger) (uint64, bool) {
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		last, err := LastPublished(rctx, p.cfg.Brokers, p.cfg.Topic)
+		cancel()
+		if err == nil {
+			if published, _, _ := p.src.Outbox(0); last < published {
+				log.Error().Uint64("topic_last_index", last).Uint64("trimmed_up_to", published).
+					Msg("the topic ends before events this cluster already trimmed: downstream lost them (was the broker's log reset?); resuming after the trimmed ones")
+				last = published
+			}
+			log.Info().Uint64("last_published_index", last).Msg("resuming publication after the last committed event")
+			return last, true
+		}
+		if ctx.Err() != nil {
+			return 0, false
+		}
+		log.Warn().Err(err).Dur("retry_in", wait).Msg("cannot read the events topic's tail")
+		if !backoff(ctx, wait) {
+			return 0, false
+		}
+	}
+}
+
+// publish commits evs in one transaction.
+func (p *Publisher) publish(ctx context.Context, cl *kgo.Client, epoch int16, evs []persist.Event) error {
+	if err := cl.BeginTransaction(); err != nil {
+		return fmt.Errorf("begin transaction: %w", err)
+	}
+	var mu sync.Mutex
+	var first error
+	for _, ev := range evs {
+		cl.Produce(ctx, Encode(ev, epoch), func(_ *kgo.Record, err error) {
+			if err != nil {
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	if err := cl.Flush(ctx); err != nil {
+		return fmt.Errorf("flush: %w", err)
+	}
+	mu.Lock()
+	err := first
+	mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("produce: %w", err)
+	}
+	ectx, cancel := context.WithTimeout(ctx, p.cfg.TxnTimeout)
+	defer cancel()
+	if err := cl.EndTransaction(ectx, kgo.TryCommit); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// trim sends the published watermark through the log, so every replica
+// drops what is safely downstream.
+func (p *Publisher) trim(ctx context.Context, log zerolog.Logger, last, trimmed uint64) uint64 {
+	if last <= trimmed {
+		return trimmed
+	}
+	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := p.hooks.Apply(actx, (&persist.Command{Type: persist.CmdTrimOutbox, UpTo: last}).Encode()); err != nil {
+		if ctx.Err() == nil {
+			log.Debug().Err(err).Msg("published watermark not replicated; will retry")
+		}
+		return trimmed
+	}
+	return last
+}
+
+func (p *Publisher) fenced(log zerolog.Logger, term uint64, epoch int16, err error) {
+	p.m.fenced.Inc()
+	p.setState(StateFenced)
+	log.Error().Err(err).Int16("our_epoch", epoch).Str("transactional_id", p.cfg.TransactionalID).
+		Msg("FENCED: a newer primary owns the producer epoch; publishing stops for this term and the node leaves PRIMARY")
+	if p.hooks.Fenced != nil {
+		p.hooks.Fenced(term, fmt.Sprintf("producer epoch %d fenced: %v", epoch, err))
+	}
+}
+
+type metrics struct {
+	events, txns, errors, fenced prometheus.Counter
+	txnSeconds                   prometheus.Histogram
+}
+
+func newMetrics(reg prometheus.Registerer, p *Publisher) *metrics {
+	m := &metrics{
+		events:     prometheus.NewCounter(prometheus.CounterOpts{Name: "xce_outbox_published_events_total", Help: "Events committed to Kafka by this node."}),
+		txns:       prometheus.NewCounter(prometheus.CounterOpts{Name: "xce_outbox_transactions_total", Help: "Kafka transactions committed by this node."}),
+		errors:     prometheus.NewCounter(prometheus.CounterOpts{Name: "xce_outbox_publish_errors_total", Help: "Failed publication attempts (retried)."}),
+		fenced:     prometheus.NewCounter(prometheus.CounterOpts{Name: "xce_fenced_total", Help: "Times this node found a newer producer epoch and left PRIMARY."}),
+		txnSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "xce_outbox_transaction_seconds", Help: "Time to publish and commit one transaction.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.events, m.txns, m.errors, m.fenced, m.txnSeconds,
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "xce_outbox_lag", Help: "Committed events not yet published."},
+				func() float64 { return float64(p.Lag()) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "xce_kafka_epoch", Help: "Producer epoch held this term (-1: none)."},
+				func() float64 { return float64(p.Epoch()) }))
+	}
+	return m
+}
