@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -17,7 +18,8 @@ import (
 func devCmd() *cobra.Command {
 	var dir string
 	var nodes, basePort int
-	var fresh bool
+	var fresh, noKafka bool
+	var kafkaAddr string
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run a local cluster (3 nodes on loopback) until Ctrl-C",
@@ -26,37 +28,47 @@ func devCmd() *cobra.Command {
 			if nodes < 1 || nodes > 7 {
 				return usageErr("--nodes: %d is not between 1 and 7", nodes)
 			}
-			return runDev(dir, nodes, basePort, fresh)
+			if noKafka {
+				kafkaAddr = ""
+			}
+			return runDev(dir, nodes, basePort, fresh, kafkaAddr)
 		},
 	}
 	cmd.Flags().StringVar(&dir, "dir", ".xce-dev", "directory for the generated configs, data and logs")
 	cmd.Flags().IntVar(&nodes, "nodes", 3, "number of nodes")
 	cmd.Flags().IntVar(&basePort, "base-port", 7100, "client ports are base+i, peer ports base+100+i")
 	cmd.Flags().BoolVar(&fresh, "fresh", false, "delete the directory's data first")
+	cmd.Flags().StringVar(&kafkaAddr, "kafka-addr", "127.0.0.1:9092", "where the embedded Kafka broker (kafka-dev) listens")
+	cmd.Flags().BoolVar(&noKafka, "no-kafka", false, "run without the embedded broker (publishing disabled)")
 	return cmd
 }
 
 // devConfig writes node i's config for an n-node loopback cluster.
-func devConfig(dir string, i, n, base int) (string, error) {
+func devConfig(dir string, i, n, base int, kafkaAddr string) (string, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "node_id: n%d\ncluster_id: dev\ndata_dir: %s\n", i, filepath.Join(dir, "data", fmt.Sprintf("n%d", i)))
 	fmt.Fprintf(&b, "client_addr: 127.0.0.1:%d\npeer_addr: 127.0.0.1:%d\npeers:\n", base+i, base+100+i)
 	for j := 1; j <= n; j++ {
 		fmt.Fprintf(&b, "  - {id: n%d, peer_addr: 127.0.0.1:%d, client_addr: 127.0.0.1:%d}\n", j, base+100+j, base+j)
 	}
+	if kafkaAddr != "" {
+		fmt.Fprintf(&b, "kafka: {brokers: [%q]}\n", kafkaAddr)
+	}
 	b.WriteString("log: {level: info, format: json}\n")
 	path := filepath.Join(dir, fmt.Sprintf("n%d.yaml", i))
 	return path, os.WriteFile(path, []byte(b.String()), 0o644)
 }
 
-func runDev(dir string, n, base int, fresh bool) error {
+func runDev(dir string, n, base int, fresh bool, kafkaAddr string) error {
 	exe, err := os.Executable()
 	if err != nil {
 		return err
 	}
 	if fresh {
-		if err := os.RemoveAll(filepath.Join(dir, "data")); err != nil {
-			return err
+		for _, d := range []string{"data", "kafka"} {
+			if err := os.RemoveAll(filepath.Join(dir, d)); err != nil {
+				return err
+			}
 		}
 	}
 	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o755); err != nil {
@@ -68,38 +80,36 @@ func runDev(dir string, n, base int, fresh bool) error {
 	var procs []*exec.Cmd
 	var dones []chan struct{}
 	var addrs []string
-	exited := make(chan int, n)
+	exited := make(chan int, n+1)
 	defer func() {
-		for _, p := range procs {
-			_ = p.Process.Signal(syscall.SIGTERM)
+		// Servers first (in reverse start order), the broker last, so the
+		// primary's publisher does not lose its broker mid-stop.
+		for i := len(procs) - 1; i >= 0; i-- {
+			_ = procs[i].Process.Signal(syscall.SIGTERM)
+			if i > 0 && kafkaAddr != "" && i == 1 {
+				for j := 1; j < len(procs); j++ {
+					waitOrKill(procs[j], dones[j])
+				}
+			}
 		}
 		for i, p := range procs {
-			select {
-			case <-dones[i]:
-			case <-time.After(10 * time.Second):
-				_ = p.Process.Kill()
-				<-dones[i]
-			}
+			waitOrKill(p, dones[i])
 		}
 		fmt.Println("dev cluster stopped")
 	}()
-	for i := 1; i <= n; i++ {
-		cfg, err := devConfig(dir, i, n, base)
-		if err != nil {
-			return err
-		}
-		logPath := filepath.Join(dir, "logs", fmt.Sprintf("n%d.log", i))
+	// start runs one child process with its output in logs/<name>.log.
+	start := func(i int, name string, args ...string) (string, *exec.Cmd, error) {
+		logPath := filepath.Join(dir, "logs", name+".log")
 		logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {
-			return err
+			return "", nil, err
 		}
-		p := exec.Command(exe, "server", "--config", cfg)
+		defer logf.Close()
+		p := exec.Command(exe, args...)
 		p.Stdout, p.Stderr = logf, logf
 		if err := p.Start(); err != nil {
-			logf.Close()
-			return fmt.Errorf("start n%d: %w", i, err)
+			return "", nil, fmt.Errorf("start %s: %w", name, err)
 		}
-		logf.Close()
 		done := make(chan struct{})
 		procs, dones = append(procs, p), append(dones, done)
 		go func() {
@@ -107,18 +117,72 @@ func runDev(dir string, n, base int, fresh bool) error {
 			close(done)
 			exited <- i
 		}()
+		return logPath, p, nil
+	}
+	if kafkaAddr != "" {
+		logPath, p, err := start(0, "kafka", "kafka-dev", "--addr", kafkaAddr, "--data-dir", filepath.Join(dir, "kafka"))
+		if err != nil {
+			return err
+		}
+		if err := waitListening(kafkaAddr, 10*time.Second); err != nil {
+			return fmt.Errorf("kafka-dev: %w; see %s", err, logPath)
+		}
+		fmt.Printf("kafka  %s  (kfake, log in %s)  log %s  pid %d\n", kafkaAddr, filepath.Join(dir, "kafka"), logPath, p.Process.Pid)
+	}
+	for i := 1; i <= n; i++ {
+		cfg, err := devConfig(dir, i, n, base, kafkaAddr)
+		if err != nil {
+			return err
+		}
+		logPath, p, err := start(i, fmt.Sprintf("n%d", i), "server", "--config", cfg)
+		if err != nil {
+			return err
+		}
 		addr := fmt.Sprintf("127.0.0.1:%d", base+i)
 		addrs = append(addrs, addr)
 		fmt.Printf("n%d  api http://%s  peer 127.0.0.1:%d  config %s  log %s  pid %d\n", i, addr, base+100+i, cfg, logPath, p.Process.Pid)
 	}
 	all := strings.Join(addrs, ",")
-	fmt.Printf("\ntry:  xce status --addr %s\n      xce submit my-task --addr %s\n      curl -s -H 'Content-Type: application/json' -d '{\"taskId\":\"t1\"}' http://%s/xce.v1.ControllerService/SubmitTask\nCtrl-C stops the cluster.\n",
+	fmt.Printf("\ntry:  xce status --addr %s\n      xce submit my-task --addr %s\n      curl -s -H 'Content-Type: application/json' -d '{\"taskId\":\"t1\"}' http://%s/xce.v1.ControllerService/SubmitTask\n",
 		addrs[0], all, addrs[0])
+	if kafkaAddr != "" {
+		fmt.Printf("      xce events tail --brokers %s --from-start\n", kafkaAddr)
+	}
+	fmt.Println("Ctrl-C stops the cluster.")
 
 	select {
 	case <-ctx.Done():
 		return nil
 	case i := <-exited:
-		return fmt.Errorf("n%d exited; see %s", i, filepath.Join(dir, "logs", fmt.Sprintf("n%d.log", i)))
+		name := fmt.Sprintf("n%d", i)
+		if i == 0 {
+			name = "kafka"
+		}
+		return fmt.Errorf("%s exited; see %s", name, filepath.Join(dir, "logs", name+".log"))
+	}
+}
+
+// waitListening polls until addr accepts TCP connections.
+func waitListening(addr string, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for {
+		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func waitOrKill(p *exec.Cmd, done chan struct{}) {
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = p.Process.Kill()
+		<-done
 	}
 }
