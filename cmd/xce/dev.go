@@ -82,19 +82,14 @@ func runDev(dir string, n, base int, fresh bool, kafkaAddr string) error {
 	var addrs []string
 	exited := make(chan int, n+1)
 	defer func() {
-		// Servers first (in reverse start order), the broker last, so the
-		// primary's publisher does not lose its broker mid-stop.
-		for i := len(procs) - 1; i >= 0; i-- {
-			_ = procs[i].Process.Signal(syscall.SIGTERM)
-			if i > 0 && kafkaAddr != "" && i == 1 {
-				for j := 1; j < len(procs); j++ {
-					waitOrKill(procs[j], dones[j])
-				}
-			}
+		// Servers first, the broker last, so the primary's publisher does
+		// not lose its broker mid-stop.
+		first := 0
+		if kafkaAddr != "" && len(procs) > 0 {
+			first = 1
 		}
-		for i, p := range procs {
-			waitOrKill(p, dones[i])
-		}
+		stopProcs(procs[first:], dones[first:])
+		stopProcs(procs[:first], dones[:first])
 		fmt.Println("dev cluster stopped")
 	}()
 	// start runs one child process with its output in logs/<name>.log.
@@ -178,11 +173,18 @@ func waitListening(addr string, d time.Duration) error {
 	}
 }
 
-func waitOrKill(p *exec.Cmd, done chan struct{}) {
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		_ = p.Process.Kill()
-		<-done
+// stopProcs sends SIGTERM to every process, then waits for each, killing
+// one that takes longer than 10 s.
+func stopProcs(ps []*exec.Cmd, dones []chan struct{}) {
+	for _, p := range ps {
+		_ = p.Process.Signal(syscall.SIGTERM)
+	}
+	for i, p := range ps {
+		select {
+		case <-dones[i]:
+		case <-time.After(10 * time.Second):
+			_ = p.Process.Kill()
+			<-dones[i]
+		}
 	}
 }
