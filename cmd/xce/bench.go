@@ -45,6 +45,10 @@ type benchJSON struct {
 	NotReadyRetries int64              `json:"not_ready_retries"`
 	LatencyMs       map[string]float64 `json:"latency_ms"`
 	FsyncP50Ms      float64            `json:"fsync_p50_ms"`
+	// TermStart and TermEnd bracket the run: without kills, any growth is
+	// a spurious election.
+	TermStart uint64 `json:"term_start"`
+	TermEnd   uint64 `json:"term_end"`
 	FailoversMs     []float64          `json:"failovers_ms,omitempty"`
 	Linearizable    bool               `json:"linearizable"`
 	CheckResult     string             `json:"check_result"`
@@ -161,6 +165,7 @@ func runBench(stdout, stderr io.Writer, f benchFlags) error {
 				p.Elapsed.Seconds(), p.Ops, float64(p.Ops)/p.Elapsed.Seconds(), p.Retries, p.Errors)
 		},
 	}
+	termStart := maxTerm(ctx, ctl, endpoints)
 	killErr := make(chan error, 1)
 	var kills []time.Time
 	if f.killPrimary > 0 {
@@ -224,6 +229,7 @@ func runBench(stdout, stderr io.Writer, f benchFlags) error {
 		FsyncP50Ms: ms(fsync), Linearizable: verdict.Linearizable, CheckResult: verdict.CheckResult,
 		Acked: verdict.Acked, Lost: verdict.Lost, Duplicates: verdict.Duplicates, HistoryFile: verdict.HistoryFile,
 	}
+	out.TermStart, out.TermEnd = termStart, maxTerm(context.Background(), ctl, endpoints)
 	if f.local > 0 {
 		out.Profile = prof.Name
 	}
@@ -252,6 +258,19 @@ func runBench(stdout, stderr io.Writer, f benchFlags) error {
 	return nil
 }
 
+// maxTerm is the highest term any endpoint reports.
+func maxTerm(ctx context.Context, cl *client.Client, endpoints []string) uint64 {
+	var t uint64
+	for _, ep := range endpoints {
+		sctx, cancel := context.WithTimeout(ctx, time.Second)
+		if s, err := cl.Status(sctx, ep); err == nil {
+			t = max(t, s.Term)
+		}
+		cancel()
+	}
+	return t
+}
+
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 func printBench(w io.Writer, o benchJSON) {
@@ -262,6 +281,7 @@ func printBench(w io.Writer, o benchJSON) {
 	if len(o.FailoversMs) > 0 {
 		fmt.Fprintf(w, "failovers ms %v\n", o.FailoversMs)
 	}
+	fmt.Fprintf(w, "terms %d -> %d\n", o.TermStart, o.TermEnd)
 	fmt.Fprintf(w, "history: linearizable=%v (%s)  acked %d  lost %d  duplicates %d\n",
 		o.Linearizable, o.CheckResult, o.Acked, o.Lost, o.Duplicates)
 }
