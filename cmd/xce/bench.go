@@ -47,16 +47,16 @@ type benchJSON struct {
 	FsyncP50Ms      float64            `json:"fsync_p50_ms"`
 	// TermStart and TermEnd bracket the run: without kills, any growth is
 	// a spurious election.
-	TermStart uint64 `json:"term_start"`
-	TermEnd   uint64 `json:"term_end"`
-	FailoversMs     []float64          `json:"failovers_ms,omitempty"`
-	Linearizable    bool               `json:"linearizable"`
-	CheckResult     string             `json:"check_result"`
-	Acked           int                `json:"acked"`
-	Lost            int                `json:"lost"`
-	Duplicates      int                `json:"duplicates"`
-	HistoryFile     string             `json:"history_file,omitempty"`
-	Dir             string             `json:"dir,omitempty"`
+	TermStart    uint64    `json:"term_start"`
+	TermEnd      uint64    `json:"term_end"`
+	FailoversMs  []float64 `json:"failovers_ms,omitempty"`
+	Linearizable bool      `json:"linearizable"`
+	CheckResult  string    `json:"check_result"`
+	Acked        int       `json:"acked"`
+	Lost         int       `json:"lost"`
+	Duplicates   int       `json:"duplicates"`
+	HistoryFile  string    `json:"history_file,omitempty"`
+	Dir          string    `json:"dir,omitempty"`
 }
 
 func benchCmd() *cobra.Command {
