@@ -346,8 +346,32 @@ func (p *Publisher) resumePoint(ctx context.Context, log zerolog.Logger) (uint64
 	}
 }
 
+// slowTxn is how long a transaction may take before Status stops saying
+// "publishing": with Kafka unreachable, the client retries the records until
+// it answers and Flush blocks meanwhile, with no error to report.
+const slowTxn = 2 * time.Second
+
 // publish commits evs in one transaction.
 func (p *Publisher) publish(ctx context.Context, cl *kgo.Client, epoch int16, evs []persist.Event) error {
+	var slowMu sync.Mutex
+	finished := false
+	slow := time.AfterFunc(slowTxn, func() {
+		slowMu.Lock()
+		defer slowMu.Unlock()
+		if !finished {
+			p.setState(StateRetrying)
+			p.log.Warn().Int("events", len(evs)).Uint64("first_index", evs[0].Index).Dur("after", slowTxn).
+				Msg("kafka has not completed the transaction yet; the client keeps retrying and the outbox keeps events")
+		}
+	})
+	defer func() {
+		// Before the caller sets the next state: a late timer must not
+		// overwrite it.
+		slow.Stop()
+		slowMu.Lock()
+		finished = true
+		slowMu.Unlock()
+	}()
 	if err := cl.BeginTransaction(); err != nil {
 		return fmt.Errorf("begin transaction: %w", err)
 	}
