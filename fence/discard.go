@@ -2,6 +2,7 @@ package fence
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -36,6 +37,9 @@ func (d *Discarder) Name() string { return "outbox-discarder" }
 func (d *Discarder) Establish(_ context.Context, _ uint64) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.cancel != nil {
+		return errors.New("discarder already running")
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	d.cancel, d.done = cancel, make(chan struct{})
 	go func(done chan struct{}) {

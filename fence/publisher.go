@@ -102,6 +102,12 @@ func (p *Publisher) Status() (epoch, lag uint64, state string) {
 var (
 	// ErrFenced means a newer producer owns the transactional id.
 	ErrFenced = errors.New("fenced by a newer producer")
+	// ErrCommitUnknown means a commit failed without saying whether it
+	// took effect. Aborting would make the client re-initialise its
+	// producer id, a second InitProducerId in the term, which could take
+	// the epoch back from a newer primary; the node hands leadership on
+	// instead, and the next primary resumes from the topic's tail.
+	ErrCommitUnknown = errors.New("transaction commit outcome unknown")
 )
 
 // New returns a publisher; metrics go to reg.
@@ -293,7 +299,7 @@ func (p *Publisher) run(ctx context.Context, term uint64) {
 		if ctx.Err() != nil {
 			return
 		}
-		if IsFenced(err) {
+		if IsFenced(err) || errors.Is(err, ErrCommitUnknown) {
 			p.fenced(log, term, epoch, err)
 			return
 		}
@@ -375,6 +381,13 @@ func (p *Publisher) publish(ctx context.Context, cl *kgo.Client, epoch int16, ev
 	if err := cl.BeginTransaction(); err != nil {
 		return fmt.Errorf("begin transaction: %w", err)
 	}
+	// The epoch the records carry is the one writing them: with Kafka's
+	// transaction protocol v2 it grows at every commit (kgo caches it; no
+	// request is made here).
+	if _, e, err := cl.ProducerID(ctx); err == nil {
+		epoch = e
+		p.epoch.Store(int64(e))
+	}
 	var mu sync.Mutex
 	var first error
 	for _, ev := range evs {
@@ -400,7 +413,10 @@ func (p *Publisher) publish(ctx context.Context, cl *kgo.Client, epoch int16, ev
 	ectx, cancel := context.WithTimeout(ctx, p.cfg.TxnTimeout)
 	defer cancel()
 	if err := cl.EndTransaction(ectx, kgo.TryCommit); err != nil {
-		return fmt.Errorf("commit: %w", err)
+		if IsFenced(err) {
+			return fmt.Errorf("commit: %w", err)
+		}
+		return fmt.Errorf("%w: %w", ErrCommitUnknown, err)
 	}
 	return nil
 }

@@ -56,25 +56,25 @@ func Encode(ev persist.Event, epoch int16) *kgo.Record {
 // Decode reads an event record back.
 func Decode(r *kgo.Record) (Published, error) {
 	p := Published{Offset: r.Offset, Key: string(r.Key)}
-	seen := 0
+	var seen uint8 // one bit per required header, so a duplicate cannot stand in for a missing one
 	for _, h := range r.Headers {
 		var err error
 		switch h.Key {
 		case HeaderTerm:
 			p.Term, err = strconv.ParseUint(string(h.Value), 10, 64)
-			seen++
+			seen |= 1
 		case HeaderIndex:
 			p.Index, err = strconv.ParseUint(string(h.Value), 10, 64)
-			seen++
+			seen |= 2
 		case HeaderEpoch:
 			p.Epoch, err = strconv.ParseInt(string(h.Value), 10, 64)
-			seen++
+			seen |= 4
 		}
 		if err != nil {
 			return p, fmt.Errorf("%w: header %s: %v", ErrNotEvent, h.Key, err)
 		}
 	}
-	if seen != 3 {
+	if seen != 7 {
 		return p, fmt.Errorf("%w: offset %d lacks the xce headers", ErrNotEvent, r.Offset)
 	}
 	if err := json.Unmarshal(r.Value, &p.Event); err != nil {
