@@ -397,9 +397,11 @@ func (n *Node) perform(fx ha.Effect) {
 		}
 		n.log.Warn().Str("reason", fx.Reason).Msg("transferring leadership")
 		n.wg.Go(func() {
-			if err := b.TransferLeadership(); err != nil {
+			err := b.TransferLeadership()
+			if err != nil {
 				n.log.Warn().Err(err).Msg("leadership transfer failed")
 			}
+			n.post(ha.TransferDone{Err: err})
 		})
 	default:
 		panic(fmt.Sprintf("controller: unknown effect %T", fx))

@@ -103,10 +103,11 @@ var (
 	// ErrFenced means a newer producer owns the transactional id.
 	ErrFenced = errors.New("fenced by a newer producer")
 	// ErrCommitUnknown means a commit failed without saying whether it
-	// took effect. Aborting would make the client re-initialise its
-	// producer id, a second InitProducerId in the term, which could take
-	// the epoch back from a newer primary; the node hands leadership on
-	// instead, and the next primary resumes from the topic's tail.
+	// took effect. The publisher aborts and reads the topic's tail again.
+	// kgo's abort after such a commit reloads the producer id with the
+	// epoch it holds (KIP-360): Kafka answers PRODUCER_FENCED when a newer
+	// primary took the epoch meanwhile, so the reload never takes it back.
+	// (kfake accepts such a stale reload; the fence tests note it.)
 	ErrCommitUnknown = errors.New("transaction commit outcome unknown")
 )
 
@@ -299,7 +300,7 @@ func (p *Publisher) run(ctx context.Context, term uint64) {
 		if ctx.Err() != nil {
 			return
 		}
-		if IsFenced(err) || errors.Is(err, ErrCommitUnknown) {
+		if IsFenced(err) {
 			p.fenced(log, term, epoch, err)
 			return
 		}

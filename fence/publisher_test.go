@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"runtime"
 	"runtime/pprof"
 	"slices"
@@ -812,6 +813,14 @@ func TestFencedByNewerProducer(t *testing.T) {
 // the new one and publishes again; a real broker refuses the stale re-init
 // with PRODUCER_FENCED.
 func TestFencedDuringAmbiguousCommit(t *testing.T) {
+	// After a commit of unknown outcome, kgo's abort reloads the producer
+	// id at the epoch it holds (KIP-360). Kafka refuses such a stale reload
+	// with PRODUCER_FENCED once a newer producer took the epoch; kfake
+	// accepts it and bumps the epoch again, so against kfake the deposed
+	// publisher wins the epoch back. XCE_FENCE_KFAKE_STALE_REINIT=1 runs it.
+	if os.Getenv("XCE_FENCE_KFAKE_STALE_REINIT") == "" {
+		t.Skip("kfake accepts a stale-epoch InitProducerId that Kafka refuses (KIP-360)")
+	}
 	c := newCluster(t)
 	brokers := c.ListenAddrs()
 	inits := countRequests(c, kmsg.InitProducerID)
@@ -952,6 +961,7 @@ func TestRetriesKafkaErrorsThatAreNotFencing(t *testing.T) {
 		// and retries (rather than kgo retrying it inside).
 		publisherRetries bool
 	}{
+		{"commit unknown server error", kmsg.EndTxn, kerr.UnknownServerError, true},
 		// (A retriable produce error such as NOT_LEADER_FOR_PARTITION is
 		// retried inside kgo after a metadata refresh, which kgo holds back
 		// MetadataMinAge, 5s by default: too slow for this test.)

@@ -31,14 +31,19 @@ type Fenced struct {
 	Reason string
 }
 
+// TransferDone: a leadership transfer the machine asked for finished; Err
+// is nil when another node took over.
+type TransferDone struct{ Err error }
+
 // Stopping: the node shuts down.
 type Stopping struct{}
 
-func (Started) isEvent()     {}
-func (Observed) isEvent()    {}
-func (BarrierDone) isEvent() {}
-func (Fenced) isEvent()      {}
-func (Stopping) isEvent()    {}
+func (Started) isEvent()      {}
+func (Observed) isEvent()     {}
+func (BarrierDone) isEvent()  {}
+func (Fenced) isEvent()       {}
+func (Stopping) isEvent()     {}
+func (TransferDone) isEvent() {}
 
 // Effect is work the event loop performs, in order, after a Step.
 type Effect interface{ isEffect() }
@@ -92,8 +97,10 @@ type Machine struct {
 	barrierTerm uint64
 	// fencedTerm is a term in which this node must not be PRIMARY again.
 	fencedTerm uint64
-	decided    bool
-	stopped    bool
+	// transferring: a leadership transfer is under way.
+	transferring bool
+	decided      bool
+	stopped      bool
 }
 
 // NewMachine returns a machine in INIT for the node id.
@@ -124,6 +131,11 @@ func (m *Machine) Step(ev Event) []Effect {
 		return m.barrierDone(ev)
 	case Fenced:
 		return m.fenced(ev)
+	case TransferDone:
+		// A failed transfer is asked again at the next observation that
+		// still finds this node leading a term it must not serve.
+		m.transferring = false
+		return nil
 	case Stopping:
 		var fx []Effect
 		fx = m.leave(fx)
@@ -149,10 +161,15 @@ func (m *Machine) observe(o Observed) []Effect {
 		case m.role == RolePrimary && m.barrierTerm == o.Term:
 			return fx
 		case o.Term == m.fencedTerm:
-			// Fenced in this term: stay out of PRIMARY until Raft settles.
+			// Fenced in this term: stay out of PRIMARY and keep handing
+			// leadership on until Raft settles elsewhere.
 			if m.role == RolePrimary {
 				fx = m.leave(fx)
 				fx = m.become(RoleElecting, "fenced", fx)
+			}
+			if !m.transferring {
+				m.transferring = true
+				fx = append(fx, TransferLeadership{Reason: "fenced in this term"})
 			}
 			return fx
 		case m.barrierTerm == o.Term:
@@ -196,6 +213,7 @@ func (m *Machine) fenced(f Fenced) []Effect {
 	m.fencedTerm = f.Term
 	var fx []Effect
 	fx = m.leave(fx)
+	m.transferring = true
 	fx = append(fx, TransferLeadership{Reason: "fenced: " + f.Reason})
 	return m.become(RoleElecting, "fenced: "+f.Reason, fx)
 }

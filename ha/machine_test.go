@@ -121,6 +121,10 @@ func TestFencedLeavesPrimaryForTheTerm(t *testing.T) {
 		{Fenced{Term: 5, Reason: "epoch"}, []string{"revoke", "end", "transfer", "role PRIMARY->ELECTING"}, RoleElecting},
 		// raft still says leader in term 5: the node does not become PRIMARY again
 		{Observed{State: StateLeader, Term: 5}, nil, RoleElecting},
+		// the transfer failed: it is asked again while the node still leads term 5
+		{TransferDone{Err: errors.New("no peer")}, nil, RoleElecting},
+		{Observed{State: StateLeader, Term: 5}, []string{"transfer"}, RoleElecting},
+		{Observed{State: StateLeader, Term: 5}, nil, RoleElecting},
 		{Observed{State: StateLeader, Term: 6}, []string{"begin 6"}, RoleElecting},
 	})
 }
