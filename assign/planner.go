@@ -1,0 +1,1054 @@
+package assign
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+)
+
+// maxRounds bounds the rounds run computes towards a fixed point; in
+// practice the second round already is one (see run).
+const maxRounds = 10
+
+// lagEntry is one reported lag, indexed by task so that "who has state for
+// this task" is a short sorted list instead of a scan over every worker.
+type lagEntry struct {
+	w   int
+	lag int64
+}
+
+// pendingMove is a target standby move that waits: the standby stays on
+// from, which is caught up, while to warms up.
+type pendingMove struct{ from, to int }
+
+// planner holds one Plan's working state. Tasks and workers are sorted by id
+// and referred to by index, so index order is id order and every tie broken
+// "by index" is broken by id.
+type planner struct {
+	cfg       Config
+	tasks     []Task
+	workers   []Worker
+	nT, nW    int
+	weight    []uint64 // effective capacity
+	totalW    uint64
+	k         int // standbys per stateful task
+	stateful  []int
+	stateless []int
+
+	lags   [][]lagEntry // per task, sorted by worker
+	minLag []int64      // per task, infLag when nobody has state
+	anyCU  []bool       // per task: some worker is caught up
+	cuList [][]int      // per worker: stateful tasks it is caught up on, sorted
+
+	// The cleaned Previous, which Moves are relative to.
+	origA []int
+	origS [][]int
+	origW [][]int
+
+	// The previous assignment of the current round (see run).
+	prevA   []int   // -1 when none
+	prevS   [][]int // stateful only, sorted
+	prevW   [][]int // stateful only, sorted
+	pinned  []bool  // nobody is caught up and the previous active is among the most caught up
+	sbList  [][]int // per worker: stateful tasks it held a previous standby of, sorted
+	wuList  [][]int // per worker: stateful tasks it held a previous warm-up of, sorted
+	minList [][]int // per worker: unpinned tasks nobody is caught up on and it is among the most caught up
+
+	// One round's work.
+	a0      []int   // where each stateful active can run now
+	astar   []int   // target active
+	paid    []bool  // per task: the target active move holds a warm-up slot
+	cntA    []int   // target actives per worker
+	sstar   [][]int // target standbys
+	copies  []int   // target stateful copies per worker
+	pend    [][]pendingMove
+	budget  int  // warm-up slots left
+	blocked bool // a target move waited for lack of warm-up slots
+
+	aOut     []int
+	sOut     [][]int
+	wOut     [][]int
+	followup bool
+	rounds   int
+
+	scratch []int
+}
+
+func newPlanner(in Input) *planner {
+	p := &planner{cfg: in.Config}
+	p.tasks = slices.Clone(in.Tasks)
+	slices.SortFunc(p.tasks, func(a, b Task) int { return strings.Compare(a.ID, b.ID) })
+	p.workers = slices.Clone(in.Workers)
+	slices.SortFunc(p.workers, func(a, b Worker) int { return strings.Compare(a.ID, b.ID) })
+	p.nT, p.nW = len(p.tasks), len(p.workers)
+
+	tidx := make(map[string]int, p.nT)
+	for i, t := range p.tasks {
+		tidx[t.ID] = i
+		if t.Stateful {
+			p.stateful = append(p.stateful, i)
+		} else {
+			p.stateless = append(p.stateless, i)
+		}
+	}
+	widx := make(map[string]int, p.nW)
+	p.weight = make([]uint64, p.nW)
+	for i, w := range p.workers {
+		widx[w.ID] = i
+		p.weight[i] = uint64(w.Capacity)
+		p.totalW += uint64(w.Capacity)
+	}
+	if p.totalW == 0 {
+		for i := range p.weight {
+			p.weight[i] = 1
+		}
+		p.totalW = uint64(p.nW)
+	}
+	eligible := 0
+	for _, w := range p.weight {
+		if w > 0 {
+			eligible++
+		}
+	}
+	p.k = min(p.cfg.NumStandbyReplicas, max(eligible-1, 0))
+
+	p.indexLags(tidx)
+	p.cleanPrevious(in.Previous, widx)
+	p.setPrev(p.origA, p.origS, p.origW)
+	return p
+}
+
+// indexLags inverts the workers' lag maps into per-task lists sorted by
+// worker. Workers are visited in id order, so each list comes out sorted
+// whatever the map iteration order; two passes keep it to one allocation.
+func (p *planner) indexLags(tidx map[string]int) {
+	arl := p.cfg.AcceptableRecoveryLag
+	off := make([]int, p.nT+1)
+	for _, w := range p.workers {
+		for id, l := range w.Lags {
+			if t, ok := tidx[id]; ok && p.tasks[t].Stateful && l != infLag {
+				off[t+1]++
+			}
+		}
+	}
+	for t := range p.nT {
+		off[t+1] += off[t]
+	}
+	buf := make([]lagEntry, off[p.nT])
+	next := slices.Clone(off[:p.nT])
+	for wi, w := range p.workers {
+		for id, l := range w.Lags {
+			if t, ok := tidx[id]; ok && p.tasks[t].Stateful && l != infLag {
+				buf[next[t]] = lagEntry{w: wi, lag: l}
+				next[t]++
+			}
+		}
+	}
+	p.lags = make([][]lagEntry, p.nT)
+	p.minLag = make([]int64, p.nT)
+	p.anyCU = make([]bool, p.nT)
+	p.cuList = make([][]int, p.nW)
+	for t := range p.nT {
+		p.lags[t] = buf[off[t]:off[t+1]:off[t+1]]
+		p.minLag[t] = infLag
+		for _, e := range p.lags[t] {
+			p.minLag[t] = min(p.minLag[t], e.lag)
+			if e.lag <= arl {
+				p.cuList[e.w] = append(p.cuList[e.w], t)
+			}
+		}
+		p.anyCU[t] = p.minLag[t] <= arl
+	}
+}
+
+// cleanPrevious drops departed workers, unknown tasks, duplicate copies and
+// the standbys and warm-ups of stateless tasks, so that later steps can trust
+// that a worker holds at most one copy of a task.
+func (p *planner) cleanPrevious(prev Assignment, widx map[string]int) {
+	p.origA = make([]int, p.nT)
+	p.origS = make([][]int, p.nT)
+	p.origW = make([][]int, p.nT)
+	for t := range p.nT {
+		p.origA[t] = -1
+		pl, ok := prev[p.tasks[t].ID]
+		if !ok {
+			continue
+		}
+		a := -1
+		if w, ok := widx[pl.Active]; ok {
+			a = w
+		}
+		p.origA[t] = a
+		if !p.tasks[t].Stateful {
+			continue
+		}
+		var s, wu []int
+		for _, id := range pl.Standbys {
+			if w, ok := widx[id]; ok && w != a && !slices.Contains(s, w) {
+				s = append(s, w)
+			}
+		}
+		for _, id := range pl.Warmups {
+			if w, ok := widx[id]; ok && w != a && !slices.Contains(s, w) && !slices.Contains(wu, w) {
+				wu = append(wu, w)
+			}
+		}
+		slices.Sort(s)
+		slices.Sort(wu)
+		p.origS[t], p.origW[t] = s, wu
+	}
+}
+
+// setPrev makes a (clean) assignment the previous one of the next round and
+// derives the per-worker views the balancing steps scan.
+func (p *planner) setPrev(a []int, s, w [][]int) {
+	p.prevA, p.prevS, p.prevW = a, s, w
+	if p.sbList == nil {
+		p.sbList = make([][]int, p.nW)
+		p.wuList = make([][]int, p.nW)
+		p.minList = make([][]int, p.nW)
+		p.pinned = make([]bool, p.nT)
+	}
+	for i := range p.nW {
+		p.sbList[i], p.wuList[i], p.minList[i] = p.sbList[i][:0], p.wuList[i][:0], p.minList[i][:0]
+	}
+	for _, t := range p.stateful {
+		for _, x := range s[t] {
+			p.sbList[x] = append(p.sbList[x], t)
+		}
+		for _, x := range w[t] {
+			p.wuList[x] = append(p.wuList[x], t)
+		}
+		p.pinned[t] = !p.anyCU[t] && a[t] >= 0 && p.lag(a[t], t) == p.minLag[t]
+		if !p.anyCU[t] && !p.pinned[t] && p.minLag[t] != infLag {
+			for _, e := range p.lags[t] {
+				if e.lag == p.minLag[t] {
+					p.minList[e.w] = append(p.minList[e.w], t)
+				}
+			}
+		}
+	}
+}
+
+func (p *planner) lag(w, t int) int64 {
+	e := p.lags[t]
+	i, ok := slices.BinarySearchFunc(e, w, func(x lagEntry, w int) int { return cmp.Compare(x.w, w) })
+	if !ok {
+		return infLag
+	}
+	return e[i].lag
+}
+
+func (p *planner) caughtUp(w, t int) bool { return p.lag(w, t) <= p.cfg.AcceptableRecoveryLag }
+
+// free reports whether the active of t may go to u although u is not caught
+// up: nobody is caught up, u is among the most caught up, and the tie rule
+// does not keep the previous active.
+func (p *planner) free(t, u int) bool {
+	return !p.anyCU[t] && !p.pinned[t] && p.lag(u, t) == p.minLag[t]
+}
+
+// holds reports whether w holds a target copy of t.
+func (p *planner) holds(t, w int) bool {
+	return p.astar[t] == w || slices.Contains(p.sstar[t], w)
+}
+
+// run plans rounds until the output is a fixed point: planning again from
+// it, with the same lags, would change nothing. A round's target depends on
+// where the previous standbys and warm-ups are (they are preferred
+// destinations), so the first round's output, fed back, can pick slightly
+// different but equally good destinations; returning the fixed point keeps
+// a controller that re-plans on every event from flapping copies around.
+func (p *planner) run() Result {
+	if p.nW == 0 {
+		res := Result{Assignment: make(Assignment, p.nT)}
+		for _, t := range p.tasks {
+			res.Assignment[t.ID] = Placement{}
+		}
+		return res
+	}
+	for p.rounds = 1; ; p.rounds++ {
+		p.solve()
+		if p.fixedPoint() || p.rounds == maxRounds {
+			break
+		}
+		p.setPrev(p.aOut, p.sOut, p.wOut)
+	}
+	return p.result()
+}
+
+// fixedPoint reports whether the round's output equals its previous
+// assignment.
+func (p *planner) fixedPoint() bool {
+	for t := range p.nT {
+		if p.aOut[t] != p.prevA[t] || !slices.Equal(p.sOut[t], p.prevS[t]) || !slices.Equal(p.wOut[t], p.prevW[t]) {
+			return false
+		}
+	}
+	return true
+}
+
+// solve runs one round from the current previous assignment.
+func (p *planner) solve() {
+	p.budget = p.cfg.MaxWarmupReplicas
+	p.blocked, p.followup = false, false
+	p.placeActives()
+	p.balanceActives()
+	p.placeStandbys()
+	p.reconcile()
+	p.placeStateless()
+}
+
+// placeActives decides where each stateful active can run now, before any
+// balancing: that is the state-preserving placement the target starts from.
+func (p *planner) placeActives() {
+	arl := p.cfg.AcceptableRecoveryLag
+	p.a0 = make([]int, p.nT)
+	p.cntA = make([]int, p.nW)
+	for t := range p.a0 {
+		p.a0[t] = -1
+	}
+	var pending []int
+	for _, t := range p.stateful {
+		if a := p.prevA[t]; a >= 0 && p.caughtUp(a, t) {
+			p.a0[t] = a
+			p.cntA[a]++
+		} else {
+			pending = append(pending, t)
+		}
+	}
+	lighter := func(a, b int) bool {
+		c := cmpLoad(p.cntA[a]+1, p.weight[a], p.cntA[b]+1, p.weight[b])
+		return c < 0 || (c == 0 && a < b)
+	}
+	var h *workerHeap
+	for _, t := range pending {
+		best := -1
+		consider := func(w int) {
+			if best < 0 || lighter(w, best) {
+				best = w
+			}
+		}
+		switch {
+		case p.anyCU[t]:
+			// A caught-up standby takes over first (a swap, no warm-up),
+			// then a caught-up warm-up, then any caught-up worker.
+			for _, w := range p.prevS[t] {
+				if p.caughtUp(w, t) {
+					consider(w)
+				}
+			}
+			if best < 0 {
+				for _, w := range p.prevW[t] {
+					if p.caughtUp(w, t) {
+						consider(w)
+					}
+				}
+			}
+			if best < 0 {
+				for _, e := range p.lags[t] {
+					if e.lag <= arl {
+						consider(e.w)
+					}
+				}
+			}
+		case p.pinned[t]:
+			best = p.prevA[t]
+		case p.minLag[t] == infLag:
+			if h == nil {
+				h = newWorkerHeap(p.nW, lighter)
+			}
+			best = h.top()
+		default:
+			for _, e := range p.lags[t] {
+				if e.lag == p.minLag[t] {
+					consider(e.w)
+				}
+			}
+		}
+		p.a0[t] = best
+		p.cntA[best]++
+		if h != nil {
+			h.fix(best)
+		}
+	}
+}
+
+// needsWarmup reports whether the active of t may move to x only after a
+// warm-up: x is not caught up, not an equally caught-up free choice, and
+// holds no standby of t that could restore in its place.
+func (p *planner) needsWarmup(t, x int) bool {
+	return x != p.a0[t] && !p.caughtUp(x, t) && !p.free(t, x) && !slices.Contains(p.prevS[t], x)
+}
+
+// balanceActives computes the target actives: the state-preserving placement
+// moved into the balance band with the fewest moves, preferring for each
+// receiver the tasks it can take at once. A move onto a worker that must
+// warm up first takes a warm-up slot; without one it is not planned.
+func (p *planner) balanceActives() {
+	p.astar = slices.Clone(p.a0)
+	p.paid = make([]bool, p.nT)
+	c := newCounter(p.cntA, len(p.stateful), p.weight, p.totalW)
+	// act lists each worker's target actives; unstated the subset nobody has
+	// any state for, which may go anywhere without waiting.
+	act := make([][]int, p.nW)
+	unstated := make([][]int, p.nW)
+	isUnstated := func(t int) bool { return p.minLag[t] == infLag && !p.pinned[t] }
+	for _, t := range p.stateful {
+		act[p.a0[t]] = append(act[p.a0[t]], t)
+		if isUnstated(t) {
+			unstated[p.a0[t]] = append(unstated[p.a0[t]], t)
+		}
+	}
+	try := func(t, v, u int) bool {
+		switch need := p.needsWarmup(t, u); {
+		case need && !p.paid[t]:
+			if p.budget == 0 {
+				p.blocked = true
+				return false
+			}
+			p.budget--
+			p.paid[t] = true
+		case !need && p.paid[t]:
+			p.budget++
+			p.paid[t] = false
+		}
+		p.astar[t] = u
+		c.cnt[v]--
+		c.cnt[u]++
+		act[v] = removeSorted(act[v], t)
+		act[u] = insertSorted(act[u], t)
+		if isUnstated(t) {
+			unstated[v] = removeSorted(unstated[v], t)
+			unstated[u] = insertSorted(unstated[u], t)
+		}
+		return true
+	}
+	for progress := true; progress; {
+		progress = false
+		for phase := 1; phase <= 3; phase++ {
+			if !c.needed(phase) {
+				continue
+			}
+			// Receiver categories, best first: a caught-up standby (swap),
+			// a caught-up warm-up (its restoration was for this), any
+			// caught-up worker, a most-caught-up worker when nobody is
+			// caught up, a warm-up in progress, a lagging standby.
+			for cat := range 6 {
+				for u := range p.nW {
+					var list []int
+					switch cat {
+					case 0, 5:
+						list = p.sbList[u]
+					case 1, 4:
+						list = p.wuList[u]
+					case 2:
+						list = p.cuList[u]
+					case 3:
+						list = p.minList[u]
+					}
+					for i := len(list) - 1; i >= 0 && c.receiver(phase, u); i-- {
+						t := list[i]
+						v := p.astar[t]
+						if v == u || !c.donor(phase, v) {
+							continue
+						}
+						if cu := p.caughtUp(u, t); (cat <= 1 && !cu) || (cat >= 4 && cu) {
+							continue
+						}
+						if try(t, v, u) {
+							progress = true
+						}
+					}
+				}
+			}
+			// Then anything: the least loaded receiver takes from the most
+			// loaded donor a task nobody has state for, else (with a
+			// warm-up slot) its highest task.
+			recv, don := c.receivers(phase), c.donors(phase, nil)
+			for recv.len() > 0 && don.len() > 0 {
+				u := recv.top()
+				if !c.receiver(phase, u) {
+					recv.pop()
+					continue
+				}
+				tried := p.scratch[:0]
+				moved := false
+				for don.len() > 0 && !moved {
+					v := don.pop()
+					if !c.donor(phase, v) {
+						continue // for good: donors only shrink within a phase
+					}
+					tried = append(tried, v)
+					t := -1
+					if l := unstated[v]; len(l) > 0 {
+						t = l[len(l)-1]
+					} else if p.budget > 0 {
+						t = act[v][len(act[v])-1]
+					}
+					moved = t >= 0 && try(t, v, u)
+				}
+				for _, v := range tried {
+					don.push(v)
+				}
+				p.scratch = tried
+				if moved {
+					recv.fix(u)
+					progress = true
+					continue
+				}
+				// No donor could serve u; whether one can does not depend
+				// on the receiver, so no other receiver will be served.
+				if p.budget == 0 {
+					p.blocked = true
+				}
+				break
+			}
+		}
+	}
+}
+
+// partner is the worker that should take the standby slot of t when its
+// active moves: the previous active's worker, else the state-preserving one.
+func (p *planner) partner(t int) int {
+	if a := p.prevA[t]; a >= 0 && a != p.astar[t] {
+		return a
+	}
+	if a := p.a0[t]; a != p.astar[t] {
+		return a
+	}
+	return -1
+}
+
+// activeWaits reports whether the target active of t must wait for its
+// worker to catch up: the active then stays where it can run now.
+func (p *planner) activeWaits(t int) bool {
+	a := p.astar[t]
+	return a != p.a0[t] && !p.caughtUp(a, t) && !p.free(t, a)
+}
+
+// valuable reports whether w runs a caught-up copy of t now (active,
+// standby or warm-up): moving a target standby away from it to a worker
+// that is not caught up waits for a warm-up.
+func (p *planner) valuable(t, w int) bool {
+	return p.caughtUp(w, t) && (p.prevA[t] == w || slices.Contains(p.prevS[t], w) || slices.Contains(p.prevW[t], w))
+}
+
+// placeStandbys computes the target standbys: previous standbys stay, a
+// promoted standby swaps roles with the old active, surplus standbys go
+// (lagging and loaded ones first), missing ones go to workers with state
+// before empty ones, and then the copies are balanced.
+func (p *planner) placeStandbys() {
+	k := p.k
+	p.sstar = make([][]int, p.nT)
+	p.pend = make([][]pendingMove, p.nT)
+	p.copies = slices.Clone(p.cntA)
+	// The standby lists share one buffer (one allocation instead of one per
+	// task); a list that outgrows its share is reallocated by append.
+	size := 0
+	for _, t := range p.stateful {
+		size += max(k, len(p.prevS[t])) + 1
+	}
+	buf := make([]int, size)
+	for _, t := range p.stateful {
+		a := p.astar[t]
+		n := max(k, len(p.prevS[t])) + 1
+		s := buf[:0:n]
+		buf = buf[n:]
+		for _, w := range p.prevS[t] {
+			if w != a {
+				s = append(s, w)
+			}
+		}
+		if len(s) < len(p.prevS[t]) {
+			if w := p.partner(t); w >= 0 && !slices.Contains(s, w) {
+				s = insertSorted(s, w)
+			}
+		}
+		p.sstar[t] = s
+		for _, w := range s {
+			p.copies[w]++
+		}
+	}
+	c := newCounter(p.copies, len(p.stateful)*(1+k), p.weight, p.totalW)
+
+	for _, t := range p.stateful {
+		s := p.sstar[t]
+		for len(s) > k {
+			vi := 0
+			for i := 1; i < len(s); i++ {
+				if p.dropFirst(t, s[i], s[vi]) {
+					vi = i
+				}
+			}
+			p.copies[s[vi]]--
+			s = slices.Delete(s, vi, vi+1)
+		}
+		p.sstar[t] = s
+	}
+
+	lighter := func(a, b int) bool {
+		c := cmpLoad(p.copies[a]+1, p.weight[a], p.copies[b]+1, p.weight[b])
+		return c < 0 || (c == 0 && a < b)
+	}
+	var h *workerHeap
+	for _, t := range p.stateful {
+		for len(p.sstar[t]) < k {
+			if h == nil {
+				h = newWorkerHeap(p.nW, lighter)
+			}
+			w := p.fillCandidate(t, c.hi, lighter, h)
+			p.sstar[t] = insertSorted(p.sstar[t], w)
+			p.copies[w]++
+			h.fix(w)
+		}
+	}
+	p.balanceCopies(c)
+}
+
+// dropFirst orders surplus standbys of t for removal: lagging before caught
+// up, then more loaded, then higher id.
+func (p *planner) dropFirst(t, a, b int) bool {
+	ca, cb := p.caughtUp(a, t), p.caughtUp(b, t)
+	if ca != cb {
+		return !ca
+	}
+	if c := cmpLoad(p.copies[a], p.weight[a], p.copies[b], p.weight[b]); c != 0 {
+		return c > 0
+	}
+	return a > b
+}
+
+// fillCandidate picks the worker for a missing standby of t: one that held
+// the active (kept even above its ceiling when caught up, since its state is
+// worth keeping and balancing may still move it), then the least loaded
+// caught-up worker, then the least loaded warm-up holder (each only while
+// below its ceiling), else the least loaded worker that does not hold t.
+func (p *planner) fillCandidate(t int, hi []int, lighter func(a, b int) bool, h *workerHeap) int {
+	ok := func(w int) bool {
+		return w >= 0 && p.weight[w] > 0 && p.copies[w] < hi[w] && !p.holds(t, w)
+	}
+	for _, w := range [...]int{p.partner(t), p.prevA[t], p.a0[t]} {
+		if w >= 0 && p.weight[w] > 0 && !p.holds(t, w) && (p.caughtUp(w, t) || p.copies[w] < hi[w]) {
+			return w
+		}
+	}
+	best := -1
+	for _, e := range p.lags[t] {
+		if e.lag <= p.cfg.AcceptableRecoveryLag && ok(e.w) && (best < 0 || lighter(e.w, best)) {
+			best = e.w
+		}
+	}
+	if best >= 0 {
+		return best
+	}
+	for _, w := range p.prevW[t] {
+		if ok(w) && (best < 0 || lighter(w, best)) {
+			best = w
+		}
+	}
+	if best >= 0 {
+		return best
+	}
+	best, p.scratch = h.minExcluding(func(w int) bool { return p.weight[w] == 0 || p.holds(t, w) }, p.scratch)
+	return best
+}
+
+// balanceCopies moves target standbys until the stateful copies are balanced
+// or no allowed move remains, preferring receivers that are caught up on the
+// task, then receivers warming it up, and standbys whose move loses nothing.
+// Moving a caught-up running copy to a worker that is not caught up takes a
+// warm-up slot and is recorded in pend (reconcile keeps the copy in place
+// until the warm-up has caught up).
+func (p *planner) balanceCopies(c *counter) {
+	// Each worker's target standbys, split by whether moving them away
+	// costs a warm-up slot (sb[1]) or not (sb[0]).
+	var sb [2][][]int
+	sb[0], sb[1] = make([][]int, p.nW), make([][]int, p.nW)
+	class := func(t, w int) int {
+		if p.valuable(t, w) {
+			return 1
+		}
+		return 0
+	}
+	// The standbys of a task whose active move waits stay put: the target
+	// worker of the active takes one of their slots in the output, so moving
+	// them would make the output flap between rounds.
+	for _, t := range p.stateful {
+		if p.activeWaits(t) {
+			continue
+		}
+		for _, w := range p.sstar[t] {
+			sb[class(t, w)][w] = append(sb[class(t, w)][w], t)
+		}
+	}
+	try := func(t, v, u int) bool {
+		cu := p.caughtUp(u, t)
+		i := slices.IndexFunc(p.pend[t], func(m pendingMove) bool { return m.to == v })
+		switch {
+		case i >= 0 && cu: // the waiting move can now happen at once
+			p.pend[t] = slices.Delete(p.pend[t], i, i+1)
+			p.budget++
+		case i >= 0:
+			p.pend[t][i].to = u
+		case !cu && p.valuable(t, v):
+			if p.budget == 0 {
+				p.blocked = true
+				return false
+			}
+			p.budget--
+			p.pend[t] = append(p.pend[t], pendingMove{from: v, to: u})
+		}
+		s := removeSorted(p.sstar[t], v)
+		p.sstar[t] = insertSorted(s, u)
+		c.cnt[v]--
+		c.cnt[u]++
+		l := class(t, v)
+		sb[l][v] = removeSorted(sb[l][v], t)
+		l = class(t, u)
+		sb[l][u] = insertSorted(sb[l][u], t)
+		return true
+	}
+	for progress := true; progress; {
+		progress = false
+		for phase := 1; phase <= 3; phase++ {
+			if !c.needed(phase) {
+				continue
+			}
+			// Receiver categories, best first: a caught-up warm-up, any
+			// caught-up worker, a warm-up in progress.
+			for cat := range 3 {
+				for u := range p.nW {
+					list := p.wuList[u]
+					if cat == 1 {
+						list = p.cuList[u]
+					}
+					for i := len(list) - 1; i >= 0 && c.receiver(phase, u); i-- {
+						t := list[i]
+						if cu := p.caughtUp(u, t); (cat == 0 && !cu) || (cat == 2 && cu) || p.holds(t, u) || p.activeWaits(t) {
+							continue
+						}
+						v := -1
+						for _, w := range p.sstar[t] {
+							if c.donor(phase, w) && (v < 0 || cmpLoad(c.cnt[w], c.weight[w], c.cnt[v], c.weight[v]) > 0) {
+								v = w
+							}
+						}
+						if v >= 0 && try(t, v, u) {
+							progress = true
+						}
+					}
+				}
+			}
+			// Then anything: the least loaded receiver takes a standby from
+			// the most loaded donor that has one it may hold. A receiver no
+			// donor can serve is dropped for the phase: donors only lose
+			// standbys, so it will not be served later either.
+			// Without warm-up slots only donors with cheap standbys can
+			// serve anyone; dropping the others keeps failures cheap.
+			canServe := func(v int) bool {
+				if p.budget > 0 || len(sb[0][v]) > 0 {
+					return true
+				}
+				if len(sb[1][v]) > 0 {
+					p.blocked = true
+				}
+				return false
+			}
+			recv, don := c.receivers(phase), c.donors(phase, canServe)
+			hadBudget := p.budget > 0
+			for recv.len() > 0 && don.len() > 0 {
+				if hadBudget && p.budget == 0 {
+					hadBudget = false
+					don = c.donors(phase, canServe)
+					continue
+				}
+				u := recv.top()
+				if !c.receiver(phase, u) {
+					recv.pop()
+					continue
+				}
+				tried := p.scratch[:0]
+				moved := false
+				for don.len() > 0 && !moved {
+					v := don.pop()
+					if !c.donor(phase, v) || !canServe(v) {
+						continue // for good: donors only shrink within a phase
+					}
+					tried = append(tried, v)
+					if t := p.pickStandby(sb[0][v], sb[1][v], u); t >= 0 {
+						moved = try(t, v, u)
+					}
+				}
+				for _, v := range tried {
+					don.push(v)
+				}
+				p.scratch = tried
+				if moved {
+					recv.fix(u)
+					progress = true
+				} else {
+					recv.pop()
+				}
+			}
+		}
+	}
+}
+
+// pickStandby chooses which standby of a donor moves to u: one whose move
+// loses nothing first, then (with a warm-up slot left) a running caught-up
+// one, the highest id first; never one u holds.
+func (p *planner) pickStandby(cheap, valuable []int, u int) int {
+	for i := len(cheap) - 1; i >= 0; i-- {
+		if t := cheap[i]; !p.holds(t, u) {
+			return t
+		}
+	}
+	for i := len(valuable) - 1; i >= 0; i-- {
+		if t := valuable[i]; !p.holds(t, u) {
+			if p.budget == 0 {
+				p.blocked = true
+				return -1
+			}
+			return t
+		}
+	}
+	return -1
+}
+
+// warmupRequest asks for a warm-up of task t on worker w because a target
+// move onto w waits for w to catch up.
+type warmupRequest struct {
+	t, w    int
+	paid    bool // the target reserved a slot for it
+	resume  bool // w already warms t up
+	standby bool // for a standby move rather than an active move
+}
+
+// reconcile turns the target into what can run now: moves onto workers that
+// are not caught up wait (the copy stays where it holds state) and the
+// destination warms up, as a warm-up or, when a standby slot is free for
+// it, as a standby.
+func (p *planner) reconcile() {
+	p.aOut = make([]int, p.nT)
+	p.sOut = make([][]int, p.nT)
+	p.wOut = make([][]int, p.nT)
+	var reqs []warmupRequest
+	buf := make([]int, len(p.stateful)*(p.k+1))
+	for _, t := range p.stateful {
+		a := p.astar[t]
+		s := append(buf[:0:p.k+1], p.sstar[t]...)
+		buf = buf[p.k+1:]
+		out := a
+		if p.activeWaits(t) {
+			out = p.a0[t]
+			if i := slices.Index(s, out); i >= 0 {
+				s[i] = a // the target made the old active a standby: swap back
+			} else {
+				s = append(s, a)
+			}
+			if len(s) > p.k {
+				di := 0
+				for i := 1; i < len(s); i++ {
+					if vi, vd := p.keepValue(t, s[i], a), p.keepValue(t, s[di], a); vi < vd || (vi == vd && s[i] > s[di]) {
+						di = i
+					}
+				}
+				if s[di] == a {
+					reqs = append(reqs, warmupRequest{t: t, w: a, paid: p.paid[t], resume: slices.Contains(p.prevW[t], a)})
+				}
+				s = slices.Delete(s, di, di+1)
+			}
+		}
+		for _, m := range p.pend[t] {
+			i := slices.Index(s, m.to)
+			if i < 0 || m.from == out || slices.Contains(s, m.from) {
+				continue
+			}
+			s[i] = m.from
+			reqs = append(reqs, warmupRequest{t: t, w: m.to, paid: true, resume: slices.Contains(p.prevW[t], m.to), standby: true})
+		}
+		slices.Sort(s)
+		p.aOut[t], p.sOut[t] = out, s
+		if out != a || !slices.Equal(s, p.sstar[t]) {
+			p.followup = true
+		}
+	}
+	if p.blocked {
+		p.followup = true
+	}
+	// Reserved slots first, then warm-ups in progress (so restoration is not
+	// thrown away), then actives before standbys, then by id.
+	slices.SortFunc(reqs, func(x, y warmupRequest) int {
+		return cmp.Or(cmpTrueFirst(x.paid, y.paid), cmpTrueFirst(x.resume, y.resume), cmpTrueFirst(!x.standby, !y.standby),
+			cmp.Compare(x.t, y.t), cmp.Compare(x.w, y.w))
+	})
+	for _, r := range reqs[:min(len(reqs), p.cfg.MaxWarmupReplicas)] {
+		p.wOut[r.t] = insertSorted(p.wOut[r.t], r.w)
+	}
+}
+
+// keepValue ranks the candidate standbys of a task whose active move waits,
+// when one must go: caught-up copies are kept first, then previous standbys
+// and the previous active, then the waiting target (which then warms up as
+// a warm-up rather than displacing a standby), then new ones.
+func (p *planner) keepValue(t, w, target int) int {
+	switch {
+	case p.caughtUp(w, t):
+		return 3
+	case p.prevA[t] == w || slices.Contains(p.prevS[t], w):
+		return 2
+	case w == target:
+		return 1
+	}
+	return 0
+}
+
+func cmpTrueFirst(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return -1
+	}
+	return 1
+}
+
+// placeStateless keeps stateless tasks where they ran, places new ones on the
+// least loaded workers and then moves them to balance the total load (every
+// active and standby), since they cost nothing to move.
+func (p *planner) placeStateless() {
+	if len(p.stateless) == 0 {
+		return
+	}
+	load := make([]int, p.nW)
+	n := len(p.stateless)
+	for _, t := range p.stateful {
+		load[p.aOut[t]]++
+		for _, w := range p.sOut[t] {
+			load[w]++
+		}
+		n += 1 + len(p.sOut[t])
+	}
+	sl := make([][]int, p.nW)
+	var unplaced []int
+	for _, t := range p.stateless {
+		if a := p.prevA[t]; a >= 0 {
+			p.aOut[t] = a
+			load[a]++
+			sl[a] = append(sl[a], t)
+		} else {
+			unplaced = append(unplaced, t)
+		}
+	}
+	if len(unplaced) > 0 {
+		h := newWorkerHeap(p.nW, func(a, b int) bool {
+			c := cmpLoad(load[a]+1, p.weight[a], load[b]+1, p.weight[b])
+			return c < 0 || (c == 0 && a < b)
+		})
+		for _, t := range unplaced {
+			w := h.top()
+			p.aOut[t] = w
+			load[w]++
+			sl[w] = insertSorted(sl[w], t)
+			h.fix(w)
+		}
+	}
+	c := newCounter(load, n, p.weight, p.totalW)
+	hasItems := func(w int) bool { return len(sl[w]) > 0 }
+	for progress := true; progress; {
+		progress = false
+		for phase := 1; phase <= 3; phase++ {
+			recv, don := c.receivers(phase), c.donors(phase, hasItems)
+			for recv.len() > 0 && don.len() > 0 {
+				u, v := recv.top(), don.top()
+				if !c.receiver(phase, u) {
+					recv.pop()
+					continue
+				}
+				if !c.donor(phase, v) || !hasItems(v) {
+					don.pop()
+					continue
+				}
+				t := sl[v][len(sl[v])-1]
+				sl[v] = sl[v][:len(sl[v])-1]
+				sl[u] = insertSorted(sl[u], t)
+				p.aOut[t] = u
+				c.cnt[v]--
+				c.cnt[u]++
+				recv.fix(u)
+				don.fix(v)
+				progress = true
+			}
+		}
+	}
+}
+
+var kindOrder = map[string]int{KindActive: 0, KindStandby: 1, KindWarmup: 2}
+
+// result converts indices back to ids and lists the moves.
+func (p *planner) result() Result {
+	res := Result{Assignment: make(Assignment, p.nT), Followup: p.followup}
+	name := func(w int) string {
+		if w < 0 {
+			return ""
+		}
+		return p.workers[w].ID
+	}
+	total := 0
+	for _, t := range p.stateful {
+		total += len(p.sOut[t]) + len(p.wOut[t])
+	}
+	buf := make([]string, 0, total)
+	names := func(ws []int) []string {
+		if len(ws) == 0 {
+			return nil
+		}
+		start := len(buf)
+		for _, w := range ws {
+			buf = append(buf, p.workers[w].ID)
+		}
+		return buf[start:len(buf):len(buf)]
+	}
+	var removed, added []int
+	diff := func(id string, before, after []int, kind string) {
+		removed, added = removed[:0], added[:0]
+		for _, w := range before {
+			if !slices.Contains(after, w) {
+				removed = append(removed, w)
+			}
+		}
+		for _, w := range after {
+			if !slices.Contains(before, w) {
+				added = append(added, w)
+			}
+		}
+		for i := range max(len(removed), len(added)) {
+			m := Move{Task: id, Kind: kind}
+			if i < len(removed) {
+				m.From = name(removed[i])
+			}
+			if i < len(added) {
+				m.To = name(added[i])
+			}
+			res.Moves = append(res.Moves, m)
+		}
+	}
+	for t, task := range p.tasks {
+		res.Assignment[task.ID] = Placement{
+			Active:   name(p.aOut[t]),
+			Standbys: names(p.sOut[t]),
+			Warmups:  names(p.wOut[t]),
+		}
+		if p.origA[t] != p.aOut[t] {
+			res.Moves = append(res.Moves, Move{Task: task.ID, From: name(p.origA[t]), To: name(p.aOut[t]), Kind: KindActive})
+		}
+		diff(task.ID, p.origS[t], p.sOut[t], KindStandby)
+		diff(task.ID, p.origW[t], p.wOut[t], KindWarmup)
+	}
+	slices.SortStableFunc(res.Moves, func(x, y Move) int {
+		return cmp.Or(strings.Compare(x.Task, y.Task), cmp.Compare(kindOrder[x.Kind], kindOrder[y.Kind]),
+			strings.Compare(x.From, y.From), strings.Compare(x.To, y.To))
+	})
+	return res
+}
