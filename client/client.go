@@ -192,8 +192,8 @@ func (c *Client) do(ctx context.Context, call func(ctx context.Context, s xcev1c
 	ep := c.cur()
 	var last *xcev1.NotReady
 	var lastErr error
-	hops := 0
-	for attempt := 0; ; attempt++ {
+	hops, transport := 0, 0
+	for {
 		actx, cancel := context.WithTimeout(ctx, c.opts.AttemptTimeout)
 		err := call(actx, c.svc(ep))
 		cancel()
@@ -205,6 +205,7 @@ func (c *Client) do(ctx context.Context, call func(ctx context.Context, s xcev1c
 		var wait time.Duration
 		if nr, ok := NotReadyOf(err); ok {
 			last = nr
+			transport = 0
 			if nr.LeaderAddr != "" && nr.LeaderAddr != ep && hops < 3 {
 				// Follow the hint at once; a few hops at most before
 				// backing off, in case hints disagree mid-election.
@@ -216,24 +217,23 @@ func (c *Client) do(ctx context.Context, call func(ctx context.Context, s xcev1c
 				continue
 			}
 			hops = 0
-			wait = time.Duration(nr.RetryAfterMs) * time.Millisecond
-			if wait <= 0 {
-				wait = 20 * time.Millisecond
-			}
+			// The server's own estimate (about half an election): trusted
+			// as is, so a client notices the new primary within one hint of
+			// its election rather than after a growing backoff.
+			wait = max(time.Duration(nr.RetryAfterMs)*time.Millisecond, 10*time.Millisecond)
 			ep = c.next(ep)
 		} else if retryable(ctx, err) {
+			// A node that does not answer: try the next one soon, backing
+			// off exponentially only while none answers.
 			hops = 0
-			wait = 20 * time.Millisecond
+			wait = 20 * time.Millisecond << min(transport, 5)
+			transport++
 			ep = c.next(ep)
 		} else {
 			return mapErr(err)
 		}
 		if c.opts.OnRetry != nil {
 			c.opts.OnRetry(last, err)
-		}
-		// Exponential growth on top of the hint, capped, with jitter.
-		if attempt > 2 {
-			wait <<= min(attempt-2, 5)
 		}
 		wait = min(wait, c.opts.MaxBackoff)
 		wait += time.Duration(mrand.Int64N(int64(wait)/2 + int64(5*time.Millisecond)))
