@@ -27,7 +27,7 @@ type Profile struct {
 // CPU stalls for failover speed (see the README).
 var Profiles = map[string]Profile{
 	"default": {Name: "default"},
-	"fast":    {Name: "fast", HeartbeatTimeout: 60 * time.Millisecond, ElectionTimeout: 60 * time.Millisecond, LeaderLeaseTimeout: 50 * time.Millisecond},
+	"fast":    {Name: "fast", HeartbeatTimeout: 50 * time.Millisecond, ElectionTimeout: 50 * time.Millisecond, LeaderLeaseTimeout: 40 * time.Millisecond},
 }
 
 // LocalCluster is N child `xce server` processes on loopback in a temp dir.
