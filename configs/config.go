@@ -55,7 +55,7 @@ type Raft struct {
 	LeaderLeaseTimeout Duration `yaml:"leader_lease_timeout"` // default 150ms
 	CommitTimeout      Duration `yaml:"commit_timeout"`       // default 10ms
 	SnapshotInterval   Duration `yaml:"snapshot_interval"`    // default 30s
-	SnapshotThreshold  uint64   `yaml:"snapshot_threshold"`   // default 8192
+	SnapshotThreshold  uint64   `yaml:"snapshot_threshold"`   // default 65536
 	TrailingLogs       uint64   `yaml:"trailing_logs"`        // default 10240
 }
 
@@ -110,7 +110,7 @@ func Default() Config {
 			LeaderLeaseTimeout: Duration{150 * time.Millisecond},
 			CommitTimeout:      Duration{10 * time.Millisecond},
 			SnapshotInterval:   Duration{30 * time.Second},
-			SnapshotThreshold:  8192,
+			SnapshotThreshold:  65536,
 			TrailingLogs:       10240,
 		},
 		Kafka: Kafka{Topic: "xce.events", TransactionalIDPrefix: "xce"},

@@ -406,12 +406,14 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	for _, t := range f.tasks {
 		s.Tasks = append(s.Tasks, t)
 	}
-	slices.SortFunc(s.Tasks, func(a, b Task) int { return strings.Compare(a.ID, b.ID) })
+	// Sorting (for a deterministic file) happens in Persist, off the lock
+	// that Apply waits for.
 	return &fsmSnapshot{s: s}, nil
 }
 
 func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
-	w := bufio.NewWriter(sink)
+	slices.SortFunc(s.s.Tasks, func(a, b Task) int { return strings.Compare(a.ID, b.ID) })
+	w := bufio.NewWriterSize(sink, 1<<20)
 	if err := writeSnapshot(w, &s.s); err != nil {
 		sink.Cancel()
 		return err
