@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"runtime/pprof"
 
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -155,7 +157,9 @@ func runBench(stdout, stderr io.Writer, f benchFlags) error {
 		fmt.Fprintf(stderr, "local cluster of %d (%s timings) up in %s\n", f.local, prof.Name, dir)
 	}
 
-	ctx, cancel := context.WithCancel(context.Background())
+	// Ctrl-C or SIGTERM ends the run early; the deferred Stop still takes
+	// the local cluster down rather than leaving its servers behind.
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 	var hist bench.History
 	load := bench.Load{
