@@ -114,6 +114,8 @@ func (c *LocalCluster) Start(i int) error {
 	defer logf.Close()
 	cmd := exec.Command(c.Exe, "server", "--config", c.configPath(i))
 	cmd.Stdout, cmd.Stderr = logf, logf
+	// Should the bench itself die, its servers go with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start n%d: %w", i+1, err)
 	}
