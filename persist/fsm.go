@@ -98,6 +98,13 @@ type FSM struct {
 	order []dedupEntry
 	head  int
 
+	// taskVer counts changes of the task set; sorted caches its ids in
+	// order as of sortedVer (guarded by idxMu, under f.mu's read lock).
+	taskVer   uint64
+	idxMu     sync.Mutex
+	sorted    []string
+	sortedVer uint64
+
 	// outbox holds the events not yet known to be published, in index
 	// order; published is the replicated watermark below which they were
 	// dropped.
@@ -235,6 +242,7 @@ func (f *FSM) submitLocked(index uint64, t Task) Result {
 	t.State = TaskStatePending
 	t.PendingReason = "no worker assigned"
 	f.tasks[t.ID] = t
+	f.taskVer++
 	return Result{Index: index, Task: t}
 }
 
@@ -244,6 +252,7 @@ func (f *FSM) deleteLocked(index uint64, id string) Result {
 		return Result{Index: index, Code: CodeNotFound, Task: Task{ID: id}}
 	}
 	delete(f.tasks, id)
+	f.taskVer++
 	return Result{Index: index, Task: old}
 }
 
@@ -333,13 +342,13 @@ func (f *FSM) NumTasks() int {
 func (f *FSM) Tasks(after string, limit int) ([]Task, bool) {
 	limit = max(limit, 0)
 	f.mu.RLock()
-	ids := make([]string, 0, len(f.tasks))
-	for id := range f.tasks {
-		if id > after {
-			ids = append(ids, id)
-		}
+	defer f.mu.RUnlock()
+	ids := f.sortedIDsLocked()
+	i, found := slices.BinarySearch(ids, after)
+	if found {
+		i++
 	}
-	slices.Sort(ids)
+	ids = ids[i:]
 	more := len(ids) > limit
 	if more {
 		ids = ids[:limit]
@@ -348,8 +357,24 @@ func (f *FSM) Tasks(after string, limit int) ([]Task, bool) {
 	for i, id := range ids {
 		out[i] = f.tasks[id]
 	}
-	f.mu.RUnlock()
 	return out, more
+}
+
+// sortedIDsLocked returns the task ids in order, sorting them once per
+// change of the task set rather than once per page: paging through a large
+// registry costs one sort, not one per page. Callers hold f.mu (read).
+func (f *FSM) sortedIDsLocked() []string {
+	f.idxMu.Lock()
+	defer f.idxMu.Unlock()
+	if f.sortedVer != f.taskVer || f.sorted == nil {
+		ids := make([]string, 0, len(f.tasks))
+		for id := range f.tasks {
+			ids = append(ids, id)
+		}
+		slices.Sort(ids)
+		f.sorted, f.sortedVer = ids, f.taskVer
+	}
+	return f.sorted
 }
 
 // DedupLen is the number of remembered request ids.
@@ -488,6 +513,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.tasks, f.dedup, f.order, f.head = tasks, dedup, s.Dedup, 0
+	f.taskVer++
 	f.outbox, f.published = s.Outbox, s.Published
 	if s.DedupWindow > 0 {
 		f.window = s.DedupWindow
