@@ -157,6 +157,10 @@ func runBench(stdout, stderr io.Writer, f benchFlags) error {
 		fmt.Fprintf(stderr, "local cluster of %d (%s timings) up in %s\n", f.local, prof.Name, dir)
 	}
 
+	// The servers are started: from here on the load generator yields the
+	// CPU to them.
+	bench.Yield()
+
 	// Ctrl-C or SIGTERM ends the run early; the deferred Stop still takes
 	// the local cluster down rather than leaving its servers behind.
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
