@@ -75,7 +75,7 @@ func main() {
 	}
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageErr("%v", err) })
 	root.AddCommand(serverCmd(), devCmd(), statusCmd(), versionCmd(),
-		submitCmd(), taskCmd(), tasksCmd(), benchCmd(), kafkaDevCmd(), eventsCmd())
+		submitCmd(), taskCmd(), tasksCmd(), benchCmd(), kafkaDevCmd(), eventsCmd(), assignCmd())
 	err := root.Execute()
 	os.Exit(exitCode(err))
 }
