@@ -459,8 +459,79 @@ func writeSnapshot(w io.Writer, s *snapshotV2) error {
 	if _, err := w.Write(hdr[:]); err != nil {
 		return err
 	}
-	return json.NewEncoder(w).Encode(s)
+	return writeBody(w, s)
 }
+
+// writeBody writes the same JSON document json.Marshal(s) would, but
+// element by element: marshalling a large registry in one piece held the
+// whole document in memory and the GC it caused stalled the node long
+// enough for its peers to miss heartbeats.
+func writeBody(w io.Writer, s *snapshotV2) error {
+	ew := &errWriter{w: w}
+	enc := json.NewEncoder(ew)
+	field := func(name string, v any, first bool) {
+		if !first {
+			ew.write(",")
+		}
+		ew.write(`"` + name + `":`)
+		if ew.err == nil {
+			ew.err = enc.Encode(v)
+		}
+	}
+	ew.write("{")
+	field("cluster_id", s.ClusterID, true)
+	field("applied_index", s.AppliedIndex, false)
+	ew.write(`,"tasks":[`)
+	for i := range s.Tasks {
+		if i > 0 {
+			ew.write(",")
+		}
+		if ew.err == nil {
+			ew.err = enc.Encode(&s.Tasks[i])
+		}
+	}
+	ew.write(`],"dedup":[`)
+	for i := range s.Dedup {
+		if i > 0 {
+			ew.write(",")
+		}
+		if ew.err == nil {
+			ew.err = enc.Encode(&s.Dedup[i])
+		}
+	}
+	ew.write("]")
+	field("dedup_window", s.DedupWindow, false)
+	field("dedup_max", s.DedupMax, false)
+	ew.write(`,"outbox":[`)
+	for i := range s.Outbox {
+		if i > 0 {
+			ew.write(",")
+		}
+		if ew.err == nil {
+			ew.err = enc.Encode(&s.Outbox[i])
+		}
+	}
+	ew.write("]")
+	field("published", s.Published, false)
+	ew.write("}\n")
+	return ew.err
+}
+
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) Write(p []byte) (int, error) {
+	if e.err != nil {
+		return 0, e.err
+	}
+	n, err := e.w.Write(p)
+	e.err = err
+	return n, err
+}
+
+func (e *errWriter) write(s string) { _, _ = e.Write([]byte(s)) }
 
 func readSnapshot(r io.Reader) (*snapshotV2, error) {
 	var hdr [len(snapshotMagic) + 4]byte

@@ -3,6 +3,7 @@ package persist
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -397,5 +398,38 @@ func TestNonUTF8IDsSurviveSnapshot(t *testing.T) {
 	}
 	if a, b := stateOf(t, f), stateOf(t, g); !reflect.DeepEqual(a, b) {
 		t.Fatalf("restored state differs:\n%+v\n%+v", a, b)
+	}
+}
+
+// TestStreamedBodyEqualsMarshal: the element-by-element writer produces a
+// document that decodes to exactly what json.Marshal of the whole body does.
+func TestStreamedBodyEqualsMarshal(t *testing.T) {
+	s := &snapshotV2{
+		snapshotV1: snapshotV1{ClusterID: "c", AppliedIndex: 9, DedupWindow: 5, DedupMax: 7,
+			Tasks: []Task{{ID: "a", CreatedIndex: 1, State: TaskStatePending}, {ID: "b\"q", Stateful: true, StandbyReplicas: 2}},
+			Dedup: []dedupEntry{{Client: "x", Request: "r", Result: Result{Index: 3, Task: Task{ID: "a"}}}}},
+		Outbox:    []Event{{Index: 4, Term: 2, Kind: EventTaskSubmitted, TaskID: "a"}},
+		Published: 3,
+	}
+	empty := &snapshotV2{snapshotV1: snapshotV1{Tasks: []Task{}, Dedup: []dedupEntry{}}, Outbox: []Event{}}
+	for _, v := range []*snapshotV2{s, empty} {
+		var streamed bytes.Buffer
+		if err := writeBody(&streamed, v); err != nil {
+			t.Fatal(err)
+		}
+		whole, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var a, b any
+		if err := json.Unmarshal(streamed.Bytes(), &a); err != nil {
+			t.Fatalf("streamed body is not JSON: %v\n%s", err, streamed.Bytes())
+		}
+		if err := json.Unmarshal(whole, &b); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(a, b) {
+			t.Fatalf("streamed %s\nwhole    %s", streamed.Bytes(), whole)
+		}
 	}
 }
