@@ -96,6 +96,8 @@ type Node struct {
 
 	reads  readBatcher
 	events chan any
+	// fenced carries a fencing report from the publisher (see Fence).
+	fenced chan ha.Fenced
 	wg     sync.WaitGroup
 	// stopCh is closed when Run begins to stop.
 	stopCh   chan struct{}
@@ -146,6 +148,7 @@ func New(opts Options) (*Node, error) {
 		opts:    opts,
 		fsm:     opts.FSM,
 		events:  make(chan any, 256),
+		fenced:  make(chan ha.Fenced, 1),
 		stopCh:  make(chan struct{}),
 		machine: ha.NewMachine(cfg.NodeID),
 		quorum:  ha.NewQuorum(cfg.NodeID, voters, cfg.Raft.LeaderLeaseTimeout.Duration),
@@ -189,9 +192,12 @@ func (n *Node) Outbox() (epoch, lag uint64, state string) {
 // Fence reports that a newer primary owns the downstream epoch: the node
 // leaves PRIMARY for the rest of term. Safe from any goroutine.
 func (n *Node) Fence(term uint64, reason string) {
-	// Posted from its own goroutine: the caller (the publisher) may be
-	// waited for by the loop's Revoke, and post ends at stop anyway.
-	go n.post(ha.Fenced{Term: term, Reason: reason})
+	// Never blocks: the caller (the publisher) may be waited for by the
+	// loop's Revoke. One pending fence is enough; the loop checks the term.
+	select {
+	case n.fenced <- ha.Fenced{Term: term, Reason: reason}:
+	default:
+	}
 }
 
 // Indexes returns raft's commit and applied indexes (zero before raft runs).
@@ -334,6 +340,8 @@ func (n *Node) loop(ctx context.Context) error {
 					n.step(ha.Fenced{Term: ev.term, Reason: ev.err.Error()})
 				}
 			}
+		case f := <-n.fenced:
+			n.step(f)
 		case o := <-obs:
 			n.observation(o)
 		case <-tick.C:
@@ -399,7 +407,13 @@ func (n *Node) perform(fx ha.Effect) {
 		n.wg.Go(func() {
 			err := b.TransferLeadership()
 			if err != nil {
-				n.log.Warn().Err(err).Msg("leadership transfer failed")
+				n.log.Warn().Err(err).Msg("leadership transfer failed; asking again in a second")
+				// At most one attempt a second while no peer can take over.
+				select {
+				case <-time.After(time.Second):
+				case <-n.stopCh:
+					return
+				}
 			}
 			n.post(ha.TransferDone{Err: err})
 		})

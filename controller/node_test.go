@@ -180,3 +180,40 @@ func TestLockedDataDirFailsFast(t *testing.T) {
 		t.Fatal(statErr)
 	}
 }
+
+// TestFenceLeavesPrimaryForTheTerm: a fencing report makes the node leave
+// PRIMARY and not come back in that term, even when no peer can take over.
+func TestFenceLeavesPrimaryForTheTerm(t *testing.T) {
+	dir := t.TempDir()
+	cfg := singleConfig(t, dir)
+	n, err := New(Options{Config: cfg, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- n.Run(ctx, nil) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	waitFor(t, 5*time.Second, "PRIMARY", func() bool { return n.View().Serving() })
+	term := n.View().Term
+	n.Fence(term, "a newer producer owns the epoch")
+	n.Fence(term, "reported twice") // never blocks
+	waitFor(t, 2*time.Second, "leaving PRIMARY", func() bool { return n.View().Role != ha.RolePrimary })
+	if v := n.View(); v.Term == term && !strings.Contains(v.Reason, "fenced") {
+		t.Errorf("reason %q after the fence", v.Reason)
+	}
+	// A lone node keeps raft leadership (no peer to hand it to) but must
+	// not serve as PRIMARY again in the fenced term.
+	deadline := time.Now().Add(1500 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		if v := n.View(); v.Role == ha.RolePrimary && v.Term == term {
+			t.Fatalf("PRIMARY again in fenced term %d", term)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
