@@ -36,8 +36,15 @@ func (f *clientFlags) client() (*client.Client, error) {
 	return c, nil
 }
 
-func (f *clientFlags) ctx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), f.timeout)
+// call runs fn with a client over --addr and a context bounded by --timeout.
+func (f *clientFlags) call(fn func(ctx context.Context, c *client.Client) error) error {
+	c, err := f.client()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
+	defer cancel()
+	return fn(ctx, c)
 }
 
 func printJSON(w io.Writer, v any) error {
@@ -77,37 +84,33 @@ func statusCmd() *cobra.Command {
 		Short: "Print one node's status (answered in every role)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.client()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := f.ctx()
-			defer cancel()
-			ep := c.Endpoints()[0]
-			s, err := c.Status(ctx, ep)
-			if err != nil {
-				return fmt.Errorf("status of %s: %w", ep, err)
-			}
-			out := statusJSON{
-				NodeID: s.NodeId, ClusterID: s.ClusterId, Role: roleString(s.Role), Reason: s.Reason, Term: s.Term,
-				LeaderID: s.LeaderId, LeaderAddr: s.LeaderAddr, WriteQuorum: s.WriteQuorum,
-				CommitIndex: s.CommitIndex, AppliedIndex: s.AppliedIndex, KafkaEpoch: s.KafkaEpoch, OutboxLag: s.OutboxLag, KafkaState: s.KafkaState,
-				Tasks: s.Tasks, Backend: s.Backend, Pid: s.Pid, Version: s.Version, UptimeMs: s.UptimeMs,
-			}
-			w := cmd.OutOrStdout()
-			if f.json {
-				return printJSON(w, out)
-			}
-			tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-			fmt.Fprintf(tw, "node\t%s (cluster %s, pid %d, version %s)\n", out.NodeID, out.ClusterID, out.Pid, out.Version)
-			fmt.Fprintf(tw, "role\t%s (%s)\n", out.Role, out.Reason)
-			fmt.Fprintf(tw, "term\t%d\n", out.Term)
-			fmt.Fprintf(tw, "leader\t%s %s\n", out.LeaderID, out.LeaderAddr)
-			fmt.Fprintf(tw, "write quorum\t%v\n", out.WriteQuorum)
-			fmt.Fprintf(tw, "commit/applied\t%d / %d\n", out.CommitIndex, out.AppliedIndex)
-			fmt.Fprintf(tw, "tasks\t%d\n", out.Tasks)
-			fmt.Fprintf(tw, "kafka\t%s, epoch %d, outbox lag %d\n", out.KafkaState, out.KafkaEpoch, out.OutboxLag)
-			return tw.Flush()
+			return f.call(func(ctx context.Context, c *client.Client) error {
+				ep := c.Endpoints()[0]
+				s, err := c.Status(ctx, ep)
+				if err != nil {
+					return fmt.Errorf("status of %s: %w", ep, err)
+				}
+				out := statusJSON{
+					NodeID: s.NodeId, ClusterID: s.ClusterId, Role: roleString(s.Role), Reason: s.Reason, Term: s.Term,
+					LeaderID: s.LeaderId, LeaderAddr: s.LeaderAddr, WriteQuorum: s.WriteQuorum,
+					CommitIndex: s.CommitIndex, AppliedIndex: s.AppliedIndex, KafkaEpoch: s.KafkaEpoch, OutboxLag: s.OutboxLag, KafkaState: s.KafkaState,
+					Tasks: s.Tasks, Backend: s.Backend, Pid: s.Pid, Version: s.Version, UptimeMs: s.UptimeMs,
+				}
+				w := cmd.OutOrStdout()
+				if f.json {
+					return printJSON(w, out)
+				}
+				tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+				fmt.Fprintf(tw, "node\t%s (cluster %s, pid %d, version %s)\n", out.NodeID, out.ClusterID, out.Pid, out.Version)
+				fmt.Fprintf(tw, "role\t%s (%s)\n", out.Role, out.Reason)
+				fmt.Fprintf(tw, "term\t%d\n", out.Term)
+				fmt.Fprintf(tw, "leader\t%s %s\n", out.LeaderID, out.LeaderAddr)
+				fmt.Fprintf(tw, "write quorum\t%v\n", out.WriteQuorum)
+				fmt.Fprintf(tw, "commit/applied\t%d / %d\n", out.CommitIndex, out.AppliedIndex)
+				fmt.Fprintf(tw, "tasks\t%d\n", out.Tasks)
+				fmt.Fprintf(tw, "kafka\t%s, epoch %d, outbox lag %d\n", out.KafkaState, out.KafkaEpoch, out.OutboxLag)
+				return tw.Flush()
+			})
 		},
 	}
 	f.register(cmd)
@@ -147,21 +150,17 @@ func submitCmd() *cobra.Command {
 		Short: "Submit a task (retried through elections; applied once)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.client()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := f.ctx()
-			defer cancel()
-			r, err := c.Submit(ctx, client.Task{ID: args[0], Stateful: stateful, StandbyReplicas: standbys})
-			if err != nil {
-				return err
-			}
-			if f.json {
-				return printJSON(cmd.OutOrStdout(), map[string]any{"task": taskOut(r.Task), "index": r.Index})
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "submitted %s at index %d\n", r.Task.TaskId, r.Index)
-			return nil
+			return f.call(func(ctx context.Context, c *client.Client) error {
+				r, err := c.Submit(ctx, client.Task{ID: args[0], Stateful: stateful, StandbyReplicas: standbys})
+				if err != nil {
+					return err
+				}
+				if f.json {
+					return printJSON(cmd.OutOrStdout(), map[string]any{"task": taskOut(r.Task), "index": r.Index})
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "submitted %s at index %d\n", r.Task.TaskId, r.Index)
+				return nil
+			})
 		},
 	}
 	f.register(cmd)
@@ -179,20 +178,16 @@ func taskCmd() *cobra.Command {
 		Short: "Read a task (linearizable unless --stale)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := gf.client()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := gf.ctx()
-			defer cancel()
-			r, err := c.Get(ctx, args[0], stale)
-			if err != nil {
-				return err
-			}
-			if gf.json {
-				return printJSON(cmd.OutOrStdout(), map[string]any{"task": taskOut(r.Task), "applied_index": r.AppliedIndex})
-			}
-			return printTasks(cmd.OutOrStdout(), []*xcev1.Task{r.Task})
+			return gf.call(func(ctx context.Context, c *client.Client) error {
+				r, err := c.Get(ctx, args[0], stale)
+				if err != nil {
+					return err
+				}
+				if gf.json {
+					return printJSON(cmd.OutOrStdout(), map[string]any{"task": taskOut(r.Task), "applied_index": r.AppliedIndex})
+				}
+				return printTasks(cmd.OutOrStdout(), []*xcev1.Task{r.Task})
+			})
 		},
 	}
 	gf.register(get)
@@ -203,21 +198,17 @@ func taskCmd() *cobra.Command {
 		Short: "Delete a task",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := df.client()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := df.ctx()
-			defer cancel()
-			r, err := c.Delete(ctx, args[0])
-			if err != nil {
-				return err
-			}
-			if df.json {
-				return printJSON(cmd.OutOrStdout(), map[string]any{"task_id": args[0], "index": r.Index})
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "deleted %s at index %d\n", args[0], r.Index)
-			return nil
+			return df.call(func(ctx context.Context, c *client.Client) error {
+				r, err := c.Delete(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				if df.json {
+					return printJSON(cmd.OutOrStdout(), map[string]any{"task_id": args[0], "index": r.Index})
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "deleted %s at index %d\n", args[0], r.Index)
+				return nil
+			})
 		},
 	}
 	df.register(del)
@@ -233,24 +224,20 @@ func tasksCmd() *cobra.Command {
 		Short: "List every task",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.client()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := f.ctx()
-			defer cancel()
-			ts, err := c.List(ctx, stale)
-			if err != nil {
-				return err
-			}
-			if f.json {
-				out := make([]taskJSON, len(ts))
-				for i, t := range ts {
-					out[i] = taskOut(t)
+			return f.call(func(ctx context.Context, c *client.Client) error {
+				ts, err := c.List(ctx, stale)
+				if err != nil {
+					return err
 				}
-				return printJSON(cmd.OutOrStdout(), map[string]any{"tasks": out})
-			}
-			return printTasks(cmd.OutOrStdout(), ts)
+				if f.json {
+					out := make([]taskJSON, len(ts))
+					for i, t := range ts {
+						out[i] = taskOut(t)
+					}
+					return printJSON(cmd.OutOrStdout(), map[string]any{"tasks": out})
+				}
+				return printTasks(cmd.OutOrStdout(), ts)
+			})
 		},
 	}
 	f.register(cmd)
