@@ -51,14 +51,18 @@ func (r *recorder) Establish(ctx context.Context, term uint64) error {
 }
 func (r *recorder) Revoke() { r.revoked <- 0 }
 
+// waitFor polls cond every 5 ms until it holds, failing after d.
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
+	deadline := time.After(d)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
 	for !cond() {
-		if time.Now().After(deadline) {
+		select {
+		case <-deadline:
 			t.Fatalf("timed out after %v waiting for %s", d, what)
+		case <-tick.C:
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -209,11 +213,17 @@ func TestFenceLeavesPrimaryForTheTerm(t *testing.T) {
 	}
 	// A lone node keeps raft leadership (no peer to hand it to) but must
 	// not serve as PRIMARY again in the fenced term.
-	deadline := time.Now().Add(1500 * time.Millisecond)
-	for time.Now().Before(deadline) {
-		if v := n.View(); v.Role == ha.RolePrimary && v.Term == term {
+	// Every role change replaces the view, so watching the views published
+	// over 1.5 s sees any return to PRIMARY.
+	window := time.After(1500 * time.Millisecond)
+	for v := n.View(); ; v = n.View() {
+		if v.Role == ha.RolePrimary && v.Term == term {
 			t.Fatalf("PRIMARY again in fenced term %d", term)
 		}
-		time.Sleep(20 * time.Millisecond)
+		select {
+		case <-v.Changed():
+		case <-window:
+			return
+		}
 	}
 }
