@@ -34,11 +34,27 @@ type Config struct {
 	// PeerListenAddr, when set, is where the Raft listener binds (behind NAT
 	// or a proxy, peers dial peer_addr); outbound peer connections then
 	// leave from its host, so peers see a stable source address.
-	PeerListenAddr string `yaml:"peer_listen_addr"`
-	Peers          []Peer `yaml:"peers"` // every voter, this node included
-	Raft           Raft   `yaml:"raft"`
-	Kafka          Kafka  `yaml:"kafka"`
-	Log            Log    `yaml:"log"`
+	PeerListenAddr string   `yaml:"peer_listen_addr"`
+	Peers          []Peer   `yaml:"peers"` // every voter, this node included
+	Raft           Raft     `yaml:"raft"`
+	Kafka          Kafka    `yaml:"kafka"`
+	Assignor       Assignor `yaml:"assignor"`
+	Log            Log      `yaml:"log"`
+}
+
+// Assignor holds the task placement settings (DESIGN §7) and the worker
+// session timings. Only the primary plans, but every node should carry the
+// same values so that a failover keeps the policy.
+type Assignor struct {
+	AcceptableRecoveryLag    int64    `yaml:"acceptable_recovery_lag"`    // default 10000
+	MaxWarmupReplicas        int      `yaml:"max_warmup_replicas"`        // default 2, at least 1
+	NumStandbyReplicas       int      `yaml:"num_standby_replicas"`       // default 0
+	ProbingRebalanceInterval Duration `yaml:"probing_rebalance_interval"` // default 10m, at least 1m
+	// SessionTimeout: a worker silent for this long is gone; a new primary
+	// also waits this long for workers to report before it plans.
+	SessionTimeout Duration `yaml:"session_timeout"` // default 10s
+	// HeartbeatInterval is what workers are told to use.
+	HeartbeatInterval Duration `yaml:"heartbeat_interval"` // default 1s, below session_timeout/2
 }
 
 // Peer is one voter of the cluster.
@@ -114,7 +130,14 @@ func Default() Config {
 			TrailingLogs:       10240,
 		},
 		Kafka: Kafka{Topic: "xce.events", TransactionalIDPrefix: "xce"},
-		Log:   Log{Level: "info", Format: "auto"},
+		Assignor: Assignor{
+			AcceptableRecoveryLag:    10000,
+			MaxWarmupReplicas:        2,
+			ProbingRebalanceInterval: Duration{10 * time.Minute},
+			SessionTimeout:           Duration{10 * time.Second},
+			HeartbeatInterval:        Duration{time.Second},
+		},
+		Log: Log{Level: "info", Format: "auto"},
 	}
 }
 

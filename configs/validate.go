@@ -56,6 +56,7 @@ func (c *Config) Validate() error {
 		p.add("kafka.topic", `must not be "." or ".."`)
 	}
 	p.id("kafka.transactional_id_prefix", k.TransactionalIDPrefix)
+	c.Assignor.validate(&p)
 	p.oneOf("log.level", c.Log.Level, "trace", "debug", "info", "warn", "error")
 	p.oneOf("log.format", c.Log.Format, "json", "console", "auto")
 	if len(p) == 0 {
@@ -150,6 +151,30 @@ func (r Raft) validate(p *problems) {
 	}
 	if r.SnapshotThreshold < 1 {
 		p.add("raft.snapshot_threshold", "must be at least 1")
+	}
+}
+
+func (a Assignor) validate(p *problems) {
+	if a.AcceptableRecoveryLag < 0 {
+		p.add("assignor.acceptable_recovery_lag", "must not be negative (got %d)", a.AcceptableRecoveryLag)
+	}
+	if a.MaxWarmupReplicas < 1 {
+		p.add("assignor.max_warmup_replicas", "must be at least 1 (got %d)", a.MaxWarmupReplicas)
+	}
+	if a.NumStandbyReplicas < 0 || a.NumStandbyReplicas > 16 {
+		p.add("assignor.num_standby_replicas", "must be between 0 and 16 (got %d)", a.NumStandbyReplicas)
+	}
+	if d := a.ProbingRebalanceInterval.Duration; d < time.Minute {
+		p.add("assignor.probing_rebalance_interval", "must be at least 1m (got %s)", d)
+	}
+	st, hb := a.SessionTimeout.Duration, a.HeartbeatInterval.Duration
+	switch {
+	case st < 500*time.Millisecond || st > time.Hour:
+		p.add("assignor.session_timeout", "must be between 500ms and 1h (got %s)", st)
+	case hb < 50*time.Millisecond:
+		p.add("assignor.heartbeat_interval", "must be at least 50ms (got %s)", hb)
+	case hb*2 > st:
+		p.add("assignor.heartbeat_interval", "must be at most half of assignor.session_timeout (%s > %s/2)", hb, st)
 	}
 }
 

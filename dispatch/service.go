@@ -45,6 +45,12 @@ var Methods = map[string]Class{
 	xcev1connect.ControllerServiceListTasksProcedure:   ClassRead,
 	xcev1connect.ControllerServiceSubmitTaskProcedure:  ClassWrite,
 	xcev1connect.ControllerServiceDeleteTaskProcedure:  ClassWrite,
+	// The assignment is replicated: a read like the tasks.
+	xcev1connect.ControllerServiceGetAssignmentProcedure: ClassRead,
+	// Worker sessions are the primary's soft state: facts.
+	xcev1connect.ControllerServiceListWorkersProcedure: ClassFact,
+	xcev1connect.WorkerServiceRegisterProcedure:        ClassFact,
+	xcev1connect.WorkerServiceHeartbeatProcedure:       ClassFact,
 }
 
 // Limits of the API.
@@ -62,31 +68,38 @@ var taskIDRe = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
 // [A-Za-z0-9._-].
 func ValidTaskID(s string) bool { return taskIDRe.MatchString(s) }
 
-// Service implements xce.v1.ControllerService.
+// Service implements xce.v1.ControllerService and xce.v1.WorkerService.
 type Service struct {
 	node    Node
+	workers Workers
 	timings RetryTimings
 	m       *apiMetrics
 }
 
 // New returns the API handler (Connect: gRPC, gRPC-Web and JSON) with the
-// gate installed in front of every method.
-func New(node Node, reg prometheus.Registerer) (string, http.Handler) {
+// gate installed in front of every method, to be mounted at the returned
+// path. workers may be nil: the worker methods then answer NOT_READY.
+func New(node Node, reg prometheus.Registerer, workers Workers) (string, http.Handler) {
 	cfg := node.Config()
 	s := &Service{
-		node: node,
+		node:    node,
+		workers: workers,
 		timings: RetryTimings{
 			Electing: cfg.Raft.ElectionTimeout.Duration / 2,
 			NoQuorum: cfg.Raft.LeaderLeaseTimeout.Duration,
 		},
 		m: newAPIMetrics(reg, node),
 	}
-	return xcev1connect.NewControllerServiceHandler(s,
+	opts := []connect.HandlerOption{
 		connect.WithInterceptors(&gate{s: s}),
 		connect.WithReadMaxBytes(MaxRequestBytes),
 		// Answers are small; compressing them costs more CPU than it saves.
-		connect.WithCompressMinBytes(16<<10),
-	)
+		connect.WithCompressMinBytes(16 << 10),
+	}
+	mux := http.NewServeMux()
+	mux.Handle(xcev1connect.NewControllerServiceHandler(s, opts...))
+	mux.Handle(xcev1connect.NewWorkerServiceHandler(&workerService{s}, opts...))
+	return "/", mux
 }
 
 // notReady builds the NOT_READY error for a decision.

@@ -156,7 +156,7 @@ type testServer struct {
 func startServer(t *testing.T, node *fakeNode, lim netio.Limits) *testServer {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	path, h := dispatch.New(node, reg)
+	path, h := dispatch.New(node, reg, nil)
 	mux := http.NewServeMux()
 	mux.Handle(path, h)
 	srv := netio.NewServer(mux, lim)

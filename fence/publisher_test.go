@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"reflect"
 	"runtime"
 	"runtime/pprof"
 	"slices"
@@ -294,7 +295,7 @@ func checkExactlyOnce(t testing.TB, pubs []fence.Published, want []persist.Event
 	}
 	for i, p := range pubs {
 		e := want[i]
-		if p.Event != e {
+		if !reflect.DeepEqual(p.Event, e) {
 			t.Fatalf("offset %d: event %+v, want %+v", p.Offset, p.Event, e)
 		}
 		if p.Key != e.TaskID || p.Term != e.Term || p.Index != e.Index {

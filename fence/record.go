@@ -5,6 +5,7 @@
 package fence
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -42,7 +43,7 @@ var ErrNotEvent = errors.New("not an xce event record")
 func Encode(ev persist.Event, epoch int16) *kgo.Record {
 	v, _ := json.Marshal(ev) // an Event always marshals
 	return &kgo.Record{
-		Key:       []byte(ev.TaskID),
+		Key:       []byte(cmp.Or(ev.Key, ev.TaskID)),
 		Value:     v,
 		Partition: 0,
 		Headers: []kgo.RecordHeader{

@@ -3,6 +3,7 @@ package fence_test
 import (
 	"errors"
 	"math"
+	"reflect"
 	"strconv"
 	"testing"
 
@@ -36,7 +37,7 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 				t.Fatalf("Decode(Encode(%+v, %d)): %v", ev, epoch, err)
 			}
 			want := fence.Published{Offset: 99, Key: ev.TaskID, Term: ev.Term, Index: ev.Index, Epoch: int64(epoch), Event: ev}
-			if p != want {
+			if !reflect.DeepEqual(p, want) {
 				t.Fatalf("round trip:\n got %+v\nwant %+v", p, want)
 			}
 		}
@@ -52,7 +53,7 @@ func TestDecodeHeaderOrderAndExtraHeaders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Event != ev || p.Epoch != 3 || p.Index != 42 || p.Term != 7 {
+	if !reflect.DeepEqual(p.Event, ev) || p.Epoch != 3 || p.Index != 42 || p.Term != 7 {
 		t.Fatalf("decoded %+v", p)
 	}
 }
@@ -195,7 +196,7 @@ func FuzzDecode(f *testing.F) {
 		}
 		if p.Epoch >= math.MinInt16 && p.Epoch <= math.MaxInt16 {
 			back, err := fence.Decode(fence.Encode(p.Event, int16(p.Epoch)))
-			if err != nil || back.Event != p.Event {
+			if err != nil || !reflect.DeepEqual(back.Event, p.Event) {
 				t.Fatalf("re-encoding %+v: %+v, %v", p.Event, back, err)
 			}
 		}

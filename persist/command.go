@@ -21,6 +21,9 @@ const (
 	// CmdTrimOutbox records that every event up to an index is published
 	// downstream, so the outbox can drop them.
 	CmdTrimOutbox CmdType = 4
+	// CmdSetAssignment moves the task assignment from one generation to the
+	// next by a delta (changed placements and removed tasks).
+	CmdSetAssignment CmdType = 5
 )
 
 // commandVersion is the first byte of every encoded command. A node refuses to
@@ -33,6 +36,11 @@ const (
 	maxIDLen    = 256
 	maxTextLen  = 4096
 	maxCmdBytes = 64 << 10
+	// An assignment delta may place every task at once; 16 MiB holds
+	// several hundred thousand placements.
+	maxAssignCmdBytes = 16 << 20
+	// maxCopies bounds the standbys or warm-ups of one placement.
+	maxCopies = 1024
 )
 
 // ErrBadCommand is returned for a log entry that does not decode.
@@ -47,6 +55,19 @@ type Command struct {
 	Task Task
 	// UpTo is CmdTrimOutbox's published watermark.
 	UpTo uint64
+	// Assign is CmdSetAssignment's delta.
+	Assign AssignmentDelta
+}
+
+// AssignmentDelta takes the assignment from generation Base to Generation
+// (Base+1): placements in Set replace (or add) those of their tasks, tasks in
+// Removed lose theirs. A delta whose Base is not the current generation is
+// refused, so a plan made from a stale view never lands.
+type AssignmentDelta struct {
+	Base       uint64
+	Generation uint64
+	Set        []Placement
+	Removed    []string
 }
 
 // Encode returns the command's log representation.
@@ -72,6 +93,18 @@ func (c *Command) Encode() []byte {
 		b = appendString(b, c.Task.ID)
 	case CmdTrimOutbox:
 		b = binary.AppendUvarint(b, c.UpTo)
+	case CmdSetAssignment:
+		d := &c.Assign
+		b = binary.AppendUvarint(b, d.Base)
+		b = binary.AppendUvarint(b, d.Generation)
+		b = binary.AppendUvarint(b, uint64(len(d.Set)))
+		for _, p := range d.Set {
+			b = appendString(b, p.Task)
+			b = appendString(b, p.Active)
+			b = appendStrings(b, p.Standbys)
+			b = appendStrings(b, p.Warmups)
+		}
+		b = appendStrings(b, d.Removed)
 	}
 	return b
 }
@@ -80,11 +113,14 @@ func (c *Command) Encode() []byte {
 // input it cannot read whole is ErrBadCommand.
 func DecodeCommand(b []byte) (Command, error) {
 	var c Command
-	if len(b) > maxCmdBytes {
-		return c, fmt.Errorf("%w: %d bytes", ErrBadCommand, len(b))
-	}
 	if len(b) < 2 {
 		return c, fmt.Errorf("%w: too short", ErrBadCommand)
+	}
+	if limit := maxCmdBytes; len(b) > limit && (CmdType(b[1]) != CmdSetAssignment || len(b) > maxAssignCmdBytes) {
+		if CmdType(b[1]) == CmdSetAssignment {
+			limit = maxAssignCmdBytes
+		}
+		return c, fmt.Errorf("%w: %d bytes (limit %d)", ErrBadCommand, len(b), limit)
 	}
 	if b[0] != commandVersion {
 		return c, fmt.Errorf("%w: unknown version %d", ErrBadCommand, b[0])
@@ -110,6 +146,21 @@ func DecodeCommand(b []byte) (Command, error) {
 		c.Task.ID = d.string(maxIDLen)
 	case CmdTrimOutbox:
 		c.UpTo = d.uvarint()
+	case CmdSetAssignment:
+		a := &c.Assign
+		a.Base = d.uvarint()
+		a.Generation = d.uvarint()
+		if d.err == nil && a.Generation != a.Base+1 {
+			d.fail("generation must follow base")
+		}
+		n := d.count()
+		for i := uint64(0); i < n && d.err == nil; i++ {
+			p := Placement{Task: d.string(maxIDLen), Active: d.string(maxIDLen)}
+			p.Standbys = d.strings(maxCopies)
+			p.Warmups = d.strings(maxCopies)
+			a.Set = append(a.Set, p)
+		}
+		a.Removed = d.strings(1 << 24)
 	default:
 		return c, fmt.Errorf("%w: unknown type %d", ErrBadCommand, b[1])
 	}
@@ -120,6 +171,41 @@ func DecodeCommand(b []byte) (Command, error) {
 		return Command{}, d.err
 	}
 	return c, nil
+}
+
+func appendStrings(b []byte, ss []string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(ss)))
+	for _, s := range ss {
+		b = appendString(b, s)
+	}
+	return b
+}
+
+// count reads an element count; every element takes at least one byte, so a
+// count above the bytes left is corrupt (and must not size an allocation).
+func (d *decoder) count() uint64 {
+	n := d.uvarint()
+	if d.err == nil && n > uint64(len(d.b)) {
+		d.fail("count out of range")
+		return 0
+	}
+	return n
+}
+
+func (d *decoder) strings(max uint64) []string {
+	n := d.count()
+	if d.err == nil && n > max {
+		d.fail("too many elements")
+		return nil
+	}
+	if n == 0 {
+		return nil
+	}
+	out := make([]string, 0, n)
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		out = append(out, d.string(maxIDLen))
+	}
+	return out
 }
 
 func appendString(b []byte, s string) []byte {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -23,6 +24,14 @@ func sampleCommands() []Command {
 		{Type: CmdDeleteTask},
 		{Type: CmdDeleteTask, ClientID: "c2", RequestID: "r9", Task: Task{ID: "t1"}},
 		{Type: CmdDeleteTask, ClientID: long, RequestID: long, Task: Task{ID: long}},
+		{Type: CmdSetAssignment, Assign: AssignmentDelta{Base: 0, Generation: 1}},
+		{Type: CmdSetAssignment, Assign: AssignmentDelta{Base: 300, Generation: 301,
+			Set: []Placement{
+				{Task: "t1", Active: "w1", Standbys: []string{"w2", "w3"}, Warmups: []string{"w4"}},
+				{Task: "t2"},
+				{Task: long, Active: long, Standbys: []string{long}, Warmups: []string{long, ""}},
+			},
+			Removed: []string{"t3", long, ""}}},
 	}
 }
 
@@ -35,7 +44,7 @@ func TestCommandRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatalf("DecodeCommand(Encode(%+v)): %v", c, err)
 		}
-		if got != c {
+		if !reflect.DeepEqual(got, c) {
 			t.Fatalf("round trip: got %+v, want %+v", got, c)
 		}
 		if b[0] != commandVersion || CmdType(b[1]) != c.Type {
@@ -45,7 +54,7 @@ func TestCommandRoundTrip(t *testing.T) {
 			t.Fatalf("re-encode of %+v differs:\n% x\n% x", c, again, b)
 		}
 	}
-	for _, ct := range []CmdType{CmdNoop, CmdSubmitTask, CmdDeleteTask} {
+	for _, ct := range []CmdType{CmdNoop, CmdSubmitTask, CmdDeleteTask, CmdSetAssignment} {
 		if !seen[ct] {
 			t.Errorf("CmdType %d not covered", ct)
 		}
@@ -72,7 +81,7 @@ func TestCommandEncodingIsStable(t *testing.T) {
 			t.Errorf("Encode(%+v) = % x, want % x", tc.c, got, tc.want)
 		}
 		got, err := DecodeCommand(tc.want)
-		if err != nil || got != tc.c {
+		if err != nil || !reflect.DeepEqual(got, tc.c) {
 			t.Errorf("DecodeCommand(% x) = %+v, %v; want %+v", tc.want, got, err, tc.c)
 		}
 	}
@@ -86,7 +95,7 @@ func TestDeleteIgnoresTaskFields(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Command{Type: CmdDeleteTask, ClientID: "c", RequestID: "r", Task: Task{ID: "t"}}
-	if got != want {
+	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %+v, want %+v", got, want)
 	}
 }
@@ -197,7 +206,7 @@ func FuzzDecodeCommand(f *testing.F) {
 		if err != nil {
 			t.Fatalf("re-encoding of %+v (% x) does not decode: %v", c, again, err)
 		}
-		if c2 != c {
+		if !reflect.DeepEqual(c2, c) {
 			t.Fatalf("re-encoding changed the command: %+v -> %+v", c, c2)
 		}
 		if again2 := c2.Encode(); !bytes.Equal(again, again2) {

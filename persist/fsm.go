@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -26,8 +27,23 @@ type Task struct {
 	PendingReason   string `json:"pending_reason,omitempty"`
 }
 
-// TaskStatePending is the state of a task that no worker holds yet.
-const TaskStatePending = "PENDING"
+// Task states.
+const (
+	// TaskStatePending is the state of a task that no worker holds.
+	TaskStatePending = "PENDING"
+	// TaskStateAssigned is the state of a task with an active worker.
+	TaskStateAssigned = "ASSIGNED"
+)
+
+// Placement says where the copies of one task run. Placements stored in the
+// FSM are never modified in place (a new generation replaces them), so
+// readers may keep the slices they are given.
+type Placement struct {
+	Task     string   `json:"task"`
+	Active   string   `json:"active,omitempty"`
+	Standbys []string `json:"standbys,omitempty"`
+	Warmups  []string `json:"warmups,omitempty"`
+}
 
 // Event is a committed change that goes downstream through the outbox,
 // keyed by its Raft index (DESIGN §5).
@@ -37,12 +53,21 @@ type Event struct {
 	Kind   string `json:"kind"`
 	TaskID string `json:"task_id"`
 	Task   Task   `json:"task"`
+	// Key, when set, is the downstream record key (otherwise TaskID):
+	// assignment changes are keyed by cluster id, so they stay in order.
+	Key string `json:"key,omitempty"`
+	// Generation, Placements and Removed describe an assignment change.
+	Generation uint64      `json:"generation,omitempty"`
+	Placements []Placement `json:"placements,omitempty"`
+	Removed    []string    `json:"removed,omitempty"`
 }
 
 // Event kinds.
 const (
 	EventTaskSubmitted = "task_submitted"
 	EventTaskDeleted   = "task_deleted"
+	// EventAssignment carries one assignment generation's delta.
+	EventAssignment = "assignment_changed"
 )
 
 // Code is the outcome of applying a command. Codes are stored in the dedup
@@ -54,6 +79,8 @@ const (
 	CodeAlreadyExists Code = 1
 	CodeNotFound      Code = 2
 	CodeInvalid       Code = 3
+	// CodeConflict: an assignment delta planned from another generation.
+	CodeConflict Code = 4
 )
 
 // Result is what applying one command produced. A retried command with a
@@ -111,6 +138,14 @@ type FSM struct {
 	outbox    []Event
 	published uint64
 
+	// assignGen is the assignment's generation; assignment maps task id to
+	// its placement (only tasks that exist).
+	assignGen  uint64
+	assignment map[string]Placement
+	// assignVer counts changes of the assignment map (a new generation, or a
+	// deleted task dropping its placement), so readers can cache indexes.
+	assignVer uint64
+
 	applied   atomic.Uint64
 	dedupHits atomic.Uint64
 	// appliedCh is closed and replaced after every apply.
@@ -125,6 +160,7 @@ func NewFSM(clusterID string) *FSM {
 		maxEntries: DefaultDedupMaxEntries,
 		tasks:      make(map[string]Task),
 		dedup:      make(map[dedupKey]Result),
+		assignment: make(map[string]Placement),
 	}
 	ch := make(chan struct{})
 	f.appliedCh.Store(&ch)
@@ -217,6 +253,8 @@ func (f *FSM) applyLocked(l *raft.Log) any {
 	case CmdTrimOutbox:
 		f.trimLocked(c.UpTo)
 		return Result{Index: l.Index}
+	case CmdSetAssignment:
+		return f.assignLocked(l, &c.Assign)
 	case CmdSubmitTask:
 		r = f.submitLocked(l.Index, c.Task)
 		if r.Code == CodeOK {
@@ -252,8 +290,85 @@ func (f *FSM) deleteLocked(index uint64, id string) Result {
 		return Result{Index: index, Code: CodeNotFound, Task: Task{ID: id}}
 	}
 	delete(f.tasks, id)
+	if _, ok := f.assignment[id]; ok {
+		delete(f.assignment, id)
+		f.assignVer++
+	}
 	f.taskVer++
 	return Result{Index: index, Task: old}
+}
+
+// assignLocked applies an assignment delta. Placements of tasks deleted
+// since the plan are skipped; every replica skips the same ones.
+func (f *FSM) assignLocked(l *raft.Log, d *AssignmentDelta) Result {
+	if d.Base != f.assignGen {
+		return Result{Index: l.Index, Code: CodeConflict, Err: fmt.Sprintf("assignment delta from generation %d, current is %d", d.Base, f.assignGen)}
+	}
+	f.assignGen = d.Generation
+	f.assignVer++
+	ev := Event{Index: l.Index, Term: l.Term, Kind: EventAssignment, Key: f.clusterID, Generation: d.Generation}
+	for _, p := range d.Set {
+		t, ok := f.tasks[p.Task]
+		if !ok {
+			continue
+		}
+		f.assignment[p.Task] = p
+		if p.Active != "" {
+			t.State, t.PendingReason = TaskStateAssigned, ""
+		} else {
+			t.State, t.PendingReason = TaskStatePending, "no worker available"
+		}
+		f.tasks[p.Task] = t
+		ev.Placements = append(ev.Placements, p)
+	}
+	for _, id := range d.Removed {
+		if _, ok := f.assignment[id]; !ok {
+			continue
+		}
+		delete(f.assignment, id)
+		if t, ok := f.tasks[id]; ok {
+			t.State, t.PendingReason = TaskStatePending, "no worker assigned"
+			f.tasks[id] = t
+		}
+		ev.Removed = append(ev.Removed, id)
+	}
+	f.outbox = append(f.outbox, ev)
+	return Result{Index: l.Index}
+}
+
+// Assignment returns the assignment's generation and a copy of its map
+// (the placements themselves are shared: they are never modified).
+func (f *FSM) Assignment() (uint64, map[string]Placement) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.assignGen, maps.Clone(f.assignment)
+}
+
+// AssignmentGeneration returns the assignment's generation and the version
+// of the assignment map (see assignVer).
+func (f *FSM) AssignmentGeneration() (gen, version uint64) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.assignGen, f.assignVer
+}
+
+// AllTasks returns every task, in no order, and the version of the task
+// set (it changes when a task is created or deleted).
+func (f *FSM) AllTasks() ([]Task, uint64) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	out := make([]Task, 0, len(f.tasks))
+	for _, t := range f.tasks {
+		out = append(out, t)
+	}
+	return out, f.taskVer
+}
+
+// TaskVersion returns the version of the task set.
+func (f *FSM) TaskVersion() uint64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.taskVer
 }
 
 func (f *FSM) rememberLocked(e dedupEntry) {
@@ -389,7 +504,7 @@ func (f *FSM) DedupLen() int {
 // always loads.
 const (
 	snapshotMagic   = "XCESNAP\n"
-	snapshotVersion = 2
+	snapshotVersion = 3
 )
 
 // ErrBadSnapshot is returned for a snapshot that is not ours, is newer than
@@ -413,23 +528,36 @@ type snapshotV2 struct {
 	Published uint64  `json:"published"`
 }
 
-type fsmSnapshot struct{ s snapshotV2 }
+// snapshotV3 adds the task assignment.
+type snapshotV3 struct {
+	snapshotV2
+	AssignmentGeneration uint64      `json:"assignment_generation"`
+	Assignment           []Placement `json:"assignment"`
+}
+
+type fsmSnapshot struct{ s snapshotV3 }
 
 // Snapshot implements raft.FSM: it copies the state under the read lock; the
 // copy is written out by Persist without holding it.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	s := snapshotV2{snapshotV1: snapshotV1{
+	s := snapshotV3{snapshotV2: snapshotV2{snapshotV1: snapshotV1{
 		ClusterID:    f.clusterID,
 		AppliedIndex: f.applied.Load(),
 		Tasks:        make([]Task, 0, len(f.tasks)),
 		Dedup:        slices.Clone(f.order[f.head:]),
 		DedupWindow:  f.window,
 		DedupMax:     f.maxEntries,
-	}, Outbox: slices.Clone(f.outbox), Published: f.published}
+	}, Outbox: slices.Clone(f.outbox), Published: f.published},
+		AssignmentGeneration: f.assignGen,
+		Assignment:           make([]Placement, 0, len(f.assignment)),
+	}
 	for _, t := range f.tasks {
 		s.Tasks = append(s.Tasks, t)
+	}
+	for _, p := range f.assignment {
+		s.Assignment = append(s.Assignment, p)
 	}
 	// Sorting (for a deterministic file) happens in Persist, off the lock
 	// that Apply waits for.
@@ -438,6 +566,7 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 
 func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 	slices.SortFunc(s.s.Tasks, func(a, b Task) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortFunc(s.s.Assignment, func(a, b Placement) int { return strings.Compare(a.Task, b.Task) })
 	w := bufio.NewWriterSize(sink, 1<<20)
 	if err := writeSnapshot(w, &s.s); err != nil {
 		sink.Cancel()
@@ -452,7 +581,7 @@ func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 
 func (s *fsmSnapshot) Release() {}
 
-func writeSnapshot(w io.Writer, s *snapshotV2) error {
+func writeSnapshot(w io.Writer, s *snapshotV3) error {
 	var hdr [len(snapshotMagic) + 4]byte
 	copy(hdr[:], snapshotMagic)
 	binary.BigEndian.PutUint32(hdr[len(snapshotMagic):], snapshotVersion)
@@ -466,7 +595,7 @@ func writeSnapshot(w io.Writer, s *snapshotV2) error {
 // element by element: marshalling a large registry in one piece held the
 // whole document in memory and the GC it caused stalled the node long
 // enough for its peers to miss heartbeats.
-func writeBody(w io.Writer, s *snapshotV2) error {
+func writeBody(w io.Writer, s *snapshotV3) error {
 	ew := &errWriter{w: w}
 	enc := json.NewEncoder(ew)
 	field := func(name string, v any, first bool) {
@@ -513,7 +642,17 @@ func writeBody(w io.Writer, s *snapshotV2) error {
 	}
 	ew.write("]")
 	field("published", s.Published, false)
-	ew.write("}\n")
+	field("assignment_generation", s.AssignmentGeneration, false)
+	ew.write(`,"assignment":[`)
+	for i := range s.Assignment {
+		if i > 0 {
+			ew.write(",")
+		}
+		if ew.err == nil {
+			ew.err = enc.Encode(&s.Assignment[i])
+		}
+	}
+	ew.write("]}\n")
 	return ew.err
 }
 
@@ -533,7 +672,7 @@ func (e *errWriter) Write(p []byte) (int, error) {
 
 func (e *errWriter) write(s string) { _, _ = e.Write([]byte(s)) }
 
-func readSnapshot(r io.Reader) (*snapshotV2, error) {
+func readSnapshot(r io.Reader) (*snapshotV3, error) {
 	var hdr [len(snapshotMagic) + 4]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return nil, fmt.Errorf("%w: header: %v", ErrBadSnapshot, err)
@@ -549,13 +688,21 @@ func readSnapshot(r io.Reader) (*snapshotV2, error) {
 		if err := dec.Decode(&s); err != nil {
 			return nil, fmt.Errorf("%w: version 1 body: %v", ErrBadSnapshot, err)
 		}
-		return &snapshotV2{snapshotV1: s}, nil
+		return &snapshotV3{snapshotV2: snapshotV2{snapshotV1: s}}, nil
 	case 2:
 		var s snapshotV2
 		dec := json.NewDecoder(r)
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&s); err != nil {
 			return nil, fmt.Errorf("%w: version 2 body: %v", ErrBadSnapshot, err)
+		}
+		return &snapshotV3{snapshotV2: s}, nil
+	case 3:
+		var s snapshotV3
+		dec := json.NewDecoder(r)
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&s); err != nil {
+			return nil, fmt.Errorf("%w: version 3 body: %v", ErrBadSnapshot, err)
 		}
 		return &s, nil
 	default:
@@ -577,6 +724,10 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	for _, t := range s.Tasks {
 		tasks[t.ID] = t
 	}
+	assignment := make(map[string]Placement, len(s.Assignment))
+	for _, p := range s.Assignment {
+		assignment[p.Task] = p
+	}
 	dedup := make(map[dedupKey]Result, len(s.Dedup))
 	for _, e := range s.Dedup {
 		dedup[dedupKey{e.Client, e.Request}] = e.Result
@@ -586,6 +737,8 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.tasks, f.dedup, f.order, f.head = tasks, dedup, s.Dedup, 0
 	f.taskVer++
 	f.outbox, f.published = s.Outbox, s.Published
+	f.assignGen, f.assignment = s.AssignmentGeneration, assignment
+	f.assignVer++
 	if s.DedupWindow > 0 {
 		f.window = s.DedupWindow
 	}

@@ -385,8 +385,8 @@ func checkOutboxBuiltBehaviour(t *testing.T, f *FSM) {
 	applyTerm(t, f, 17, 4, trimCmd(9))
 	applyTerm(t, f, 18, 4, submitCmd("cD", "r1", "zeta"))
 	got := outboxOf(t, f)
-	if got.Published != 9 || len(got.Events) != 3 || got.Events[0].Index != 12 || got.Events[2] !=
-		(Event{Index: 18, Term: 4, Kind: EventTaskSubmitted, TaskID: "zeta", Task: pendingTask("zeta", 18)}) {
+	if got.Published != 9 || len(got.Events) != 3 || got.Events[0].Index != 12 || !reflect.DeepEqual(got.Events[2],
+		Event{Index: 18, Term: 4, Kind: EventTaskSubmitted, TaskID: "zeta", Task: pendingTask("zeta", 18)}) {
 		t.Fatalf("outbox after trim and submit: %+v", got)
 	}
 }

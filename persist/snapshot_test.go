@@ -404,15 +404,15 @@ func TestNonUTF8IDsSurviveSnapshot(t *testing.T) {
 // TestStreamedBodyEqualsMarshal: the element-by-element writer produces a
 // document that decodes to exactly what json.Marshal of the whole body does.
 func TestStreamedBodyEqualsMarshal(t *testing.T) {
-	s := &snapshotV2{
+	s := &snapshotV3{snapshotV2: snapshotV2{
 		snapshotV1: snapshotV1{ClusterID: "c", AppliedIndex: 9, DedupWindow: 5, DedupMax: 7,
 			Tasks: []Task{{ID: "a", CreatedIndex: 1, State: TaskStatePending}, {ID: "b\"q", Stateful: true, StandbyReplicas: 2}},
 			Dedup: []dedupEntry{{Client: "x", Request: "r", Result: Result{Index: 3, Task: Task{ID: "a"}}}}},
-		Outbox:    []Event{{Index: 4, Term: 2, Kind: EventTaskSubmitted, TaskID: "a"}},
+		Outbox:    []Event{{Index: 4, Term: 2, Kind: EventTaskSubmitted, TaskID: "a"}, {Index: 5, Term: 2, Kind: EventAssignment, Key: "c", Generation: 1, Placements: []Placement{{Task: "a", Active: "w1"}}}},
 		Published: 3,
-	}
-	empty := &snapshotV2{snapshotV1: snapshotV1{Tasks: []Task{}, Dedup: []dedupEntry{}}, Outbox: []Event{}}
-	for _, v := range []*snapshotV2{s, empty} {
+	}, AssignmentGeneration: 1, Assignment: []Placement{{Task: "a", Active: "w1", Standbys: []string{"w2"}, Warmups: []string{"w3"}}}}
+	empty := &snapshotV3{snapshotV2: snapshotV2{snapshotV1: snapshotV1{Tasks: []Task{}, Dedup: []dedupEntry{}}, Outbox: []Event{}}, Assignment: []Placement{}}
+	for _, v := range []*snapshotV3{s, empty} {
 		var streamed bytes.Buffer
 		if err := writeBody(&streamed, v); err != nil {
 			t.Fatal(err)

@@ -12,12 +12,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
+	"github.com/xce/xce/assign"
 	"github.com/xce/xce/configs"
 	"github.com/xce/xce/controller"
 	"github.com/xce/xce/dispatch"
 	"github.com/xce/xce/fence"
 	"github.com/xce/xce/logging"
 	"github.com/xce/xce/persist"
+	"github.com/xce/xce/placement"
 )
 
 // forceExitAfter bounds a graceful stop; past it the process exits 1.
@@ -92,14 +94,28 @@ func runServer(cfgPath, pidFile string) error {
 		}
 		outbox = pub
 	}
+	a := cfg.Assignor
+	assignor, err := placement.New(placement.Config{
+		Assign: assign.Config{
+			AcceptableRecoveryLag:    a.AcceptableRecoveryLag,
+			MaxWarmupReplicas:        a.MaxWarmupReplicas,
+			NumStandbyReplicas:       a.NumStandbyReplicas,
+			ProbingRebalanceInterval: a.ProbingRebalanceInterval.Duration,
+		},
+		SessionTimeout:    a.SessionTimeout.Duration,
+		HeartbeatInterval: a.HeartbeatInterval.Duration,
+	}, fsm, func(ctx context.Context, cmd []byte) (persist.Result, error) { return node.Apply(ctx, cmd) }, log)
+	if err != nil {
+		return err
+	}
 	node, err = controller.New(controller.Options{
 		Config: cfg, Logger: log, Version: versionString(), Pprof: os.Getenv("XCE_PPROF") == "1",
-		Registry: reg, FSM: fsm, Services: []controller.LeaderService{outbox}, Outbox: outbox,
+		Registry: reg, FSM: fsm, Services: []controller.LeaderService{outbox, assignor}, Outbox: outbox,
 	})
 	if err != nil {
 		return err
 	}
-	_, api := dispatch.New(node, node.Registry())
+	_, api := dispatch.New(node, node.Registry(), assignor)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -135,6 +135,66 @@ func (Consistency) EnumDescriptor() ([]byte, []int) {
 	return file_xce_v1_xce_proto_rawDescGZIP(), []int{1}
 }
 
+// FactKind is the kind of a fact a worker reports with its heartbeat.
+type FactKind int32
+
+const (
+	FactKind_FACT_KIND_UNSPECIFIED FactKind = 0
+	// NOTIFY: a free-form notice from the worker (shown by xce workers).
+	FactKind_FACT_KIND_NOTIFY FactKind = 1
+	// UPDATE: the worker's status text for one task it runs.
+	FactKind_FACT_KIND_UPDATE FactKind = 2
+	// SET_PENDING_REASON: why one task cannot run on the worker.
+	FactKind_FACT_KIND_SET_PENDING_REASON FactKind = 3
+	// CLEAR_PENDING_REASON: the task runs again.
+	FactKind_FACT_KIND_CLEAR_PENDING_REASON FactKind = 4
+)
+
+// Enum value maps for FactKind.
+var (
+	FactKind_name = map[int32]string{
+		0: "FACT_KIND_UNSPECIFIED",
+		1: "FACT_KIND_NOTIFY",
+		2: "FACT_KIND_UPDATE",
+		3: "FACT_KIND_SET_PENDING_REASON",
+		4: "FACT_KIND_CLEAR_PENDING_REASON",
+	}
+	FactKind_value = map[string]int32{
+		"FACT_KIND_UNSPECIFIED":          0,
+		"FACT_KIND_NOTIFY":               1,
+		"FACT_KIND_UPDATE":               2,
+		"FACT_KIND_SET_PENDING_REASON":   3,
+		"FACT_KIND_CLEAR_PENDING_REASON": 4,
+	}
+)
+
+func (x FactKind) Enum() *FactKind {
+	p := new(FactKind)
+	*p = x
+	return p
+}
+
+func (x FactKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (FactKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_xce_v1_xce_proto_enumTypes[2].Descriptor()
+}
+
+func (FactKind) Type() protoreflect.EnumType {
+	return &file_xce_v1_xce_proto_enumTypes[2]
+}
+
+func (x FactKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use FactKind.Descriptor instead.
+func (FactKind) EnumDescriptor() ([]byte, []int) {
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{2}
+}
+
 // NotReady is the detail carried by every Unavailable answer of the gate: who
 // answered, what it knows of the primary, and when to try again.
 type NotReady struct {
@@ -1021,6 +1081,810 @@ func (*WatchStatusRequest) Descriptor() ([]byte, []int) {
 	return file_xce_v1_xce_proto_rawDescGZIP(), []int{12}
 }
 
+// TaskPlacement says where the copies of one task run.
+type TaskPlacement struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	TaskId string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	// Worker running the active copy; empty while no worker holds the task.
+	Active string `protobuf:"bytes,2,opt,name=active,proto3" json:"active,omitempty"`
+	// Workers holding standby copies, by id.
+	Standbys []string `protobuf:"bytes,3,rep,name=standbys,proto3" json:"standbys,omitempty"`
+	// Workers restoring extra copies before an active or standby moves there.
+	Warmups       []string `protobuf:"bytes,4,rep,name=warmups,proto3" json:"warmups,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskPlacement) Reset() {
+	*x = TaskPlacement{}
+	mi := &file_xce_v1_xce_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskPlacement) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskPlacement) ProtoMessage() {}
+
+func (x *TaskPlacement) ProtoReflect() protoreflect.Message {
+	mi := &file_xce_v1_xce_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskPlacement.ProtoReflect.Descriptor instead.
+func (*TaskPlacement) Descriptor() ([]byte, []int) {
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *TaskPlacement) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *TaskPlacement) GetActive() string {
+	if x != nil {
+		return x.Active
+	}
+	return ""
+}
+
+func (x *TaskPlacement) GetStandbys() []string {
+	if x != nil {
+		return x.Standbys
+	}
+	return nil
+}
+
+func (x *TaskPlacement) GetWarmups() []string {
+	if x != nil {
+		return x.Warmups
+	}
+	return nil
+}
+
+type GetAssignmentRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Consistency   Consistency            `protobuf:"varint,1,opt,name=consistency,proto3,enum=xce.v1.Consistency" json:"consistency,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetAssignmentRequest) Reset() {
+	*x = GetAssignmentRequest{}
+	mi := &file_xce_v1_xce_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetAssignmentRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetAssignmentRequest) ProtoMessage() {}
+
+func (x *GetAssignmentRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_xce_v1_xce_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetAssignmentRequest.ProtoReflect.Descriptor instead.
+func (*GetAssignmentRequest) Descriptor() ([]byte, []int) {
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *GetAssignmentRequest) GetConsistency() Consistency {
+	if x != nil {
+		return x.Consistency
+	}
+	return Consistency_CONSISTENCY_UNSPECIFIED
+}
+
+// TaskAssignment is one task's placement with what the primary knows of it.
+type TaskAssignment struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Placement *TaskPlacement         `protobuf:"bytes,1,opt,name=placement,proto3" json:"placement,omitempty"`
+	Stateful  bool                   `protobuf:"varint,2,opt,name=stateful,proto3" json:"stateful,omitempty"`
+	// Lag of each worker that reported one for this task (primary only).
+	Lags map[string]int64 `protobuf:"bytes,3,rep,name=lags,proto3" json:"lags,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// Why the task waits, as its active worker reported it (primary only).
+	PendingReason string `protobuf:"bytes,4,opt,name=pending_reason,json=pendingReason,proto3" json:"pending_reason,omitempty"`
+	// The active worker's last update for the task (primary only).
+	Update        string `protobuf:"bytes,5,opt,name=update,proto3" json:"update,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskAssignment) Reset() {
+	*x = TaskAssignment{}
+	mi := &file_xce_v1_xce_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskAssignment) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskAssignment) ProtoMessage() {}
+
+func (x *TaskAssignment) ProtoReflect() protoreflect.Message {
+	mi := &file_xce_v1_xce_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskAssignment.ProtoReflect.Descriptor instead.
+func (*TaskAssignment) Descriptor() ([]byte, []int) {
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *TaskAssignment) GetPlacement() *TaskPlacement {
+	if x != nil {
+		return x.Placement
+	}
+	return nil
+}
+
+func (x *TaskAssignment) GetStateful() bool {
+	if x != nil {
+		return x.Stateful
+	}
+	return false
+}
+
+func (x *TaskAssignment) GetLags() map[string]int64 {
+	if x != nil {
+		return x.Lags
+	}
+	return nil
+}
+
+func (x *TaskAssignment) GetPendingReason() string {
+	if x != nil {
+		return x.PendingReason
+	}
+	return ""
+}
+
+func (x *TaskAssignment) GetUpdate() string {
+	if x != nil {
+		return x.Update
+	}
+	return ""
+}
+
+type GetAssignmentResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Generation of the committed assignment (0: none yet).
+	Generation   uint64            `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	Tasks        []*TaskAssignment `protobuf:"bytes,2,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	AppliedIndex uint64            `protobuf:"varint,3,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	// True while the primary waits for workers to report after it took over;
+	// it changes no placement until then.
+	Settling bool `protobuf:"varint,4,opt,name=settling,proto3" json:"settling,omitempty"`
+	// True when the assignor has planned moves that wait for warm-ups.
+	Followup      bool `protobuf:"varint,5,opt,name=followup,proto3" json:"followup,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetAssignmentResponse) Reset() {
+	*x = GetAssignmentResponse{}
+	mi := &file_xce_v1_xce_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetAssignmentResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetAssignmentResponse) ProtoMessage() {}
+
+func (x *GetAssignmentResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_xce_v1_xce_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetAssignmentResponse.ProtoReflect.Descriptor instead.
+func (*GetAssignmentResponse) Descriptor() ([]byte, []int) {
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *GetAssignmentResponse) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *GetAssignmentResponse) GetTasks() []*TaskAssignment {
+	if x != nil {
+		return x.Tasks
+	}
+	return nil
+}
+
+func (x *GetAssignmentResponse) GetAppliedIndex() uint64 {
+	if x != nil {
+		return x.AppliedIndex
+	}
+	return 0
+}
+
+func (x *GetAssignmentResponse) GetSettling() bool {
+	if x != nil {
+		return x.Settling
+	}
+	return false
+}
+
+func (x *GetAssignmentResponse) GetFollowup() bool {
+	if x != nil {
+		return x.Followup
+	}
+	return false
+}
+
+type ListWorkersRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWorkersRequest) Reset() {
+	*x = ListWorkersRequest{}
+	mi := &file_xce_v1_xce_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWorkersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWorkersRequest) ProtoMessage() {}
+
+func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_xce_v1_xce_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
+func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{17}
+}
+
+type WorkerInfo struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	WorkerId   string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	Capacity   uint32                 `protobuf:"varint,2,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	ClientAddr string                 `protobuf:"bytes,3,opt,name=client_addr,json=clientAddr,proto3" json:"client_addr,omitempty"`
+	// Milliseconds since the primary last heard from the worker.
+	LastHeartbeatAgeMs int64            `protobuf:"varint,4,opt,name=last_heartbeat_age_ms,json=lastHeartbeatAgeMs,proto3" json:"last_heartbeat_age_ms,omitempty"`
+	Actives            []string         `protobuf:"bytes,5,rep,name=actives,proto3" json:"actives,omitempty"`
+	Standbys           []string         `protobuf:"bytes,6,rep,name=standbys,proto3" json:"standbys,omitempty"`
+	Warmups            []string         `protobuf:"bytes,7,rep,name=warmups,proto3" json:"warmups,omitempty"`
+	Lags               map[string]int64 `protobuf:"bytes,8,rep,name=lags,proto3" json:"lags,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// The worker's last notify fact.
+	Notice        string `protobuf:"bytes,9,opt,name=notice,proto3" json:"notice,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkerInfo) Reset() {
+	*x = WorkerInfo{}
+	mi := &file_xce_v1_xce_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkerInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkerInfo) ProtoMessage() {}
+
+func (x *WorkerInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_xce_v1_xce_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkerInfo.ProtoReflect.Descriptor instead.
+func (*WorkerInfo) Descriptor() ([]byte, []int) {
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *WorkerInfo) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+func (x *WorkerInfo) GetCapacity() uint32 {
+	if x != nil {
+		return x.Capacity
+	}
+	return 0
+}
+
+func (x *WorkerInfo) GetClientAddr() string {
+	if x != nil {
+		return x.ClientAddr
+	}
+	return ""
+}
+
+func (x *WorkerInfo) GetLastHeartbeatAgeMs() int64 {
+	if x != nil {
+		return x.LastHeartbeatAgeMs
+	}
+	return 0
+}
+
+func (x *WorkerInfo) GetActives() []string {
+	if x != nil {
+		return x.Actives
+	}
+	return nil
+}
+
+func (x *WorkerInfo) GetStandbys() []string {
+	if x != nil {
+		return x.Standbys
+	}
+	return nil
+}
+
+func (x *WorkerInfo) GetWarmups() []string {
+	if x != nil {
+		return x.Warmups
+	}
+	return nil
+}
+
+func (x *WorkerInfo) GetLags() map[string]int64 {
+	if x != nil {
+		return x.Lags
+	}
+	return nil
+}
+
+func (x *WorkerInfo) GetNotice() string {
+	if x != nil {
+		return x.Notice
+	}
+	return ""
+}
+
+type ListWorkersResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Workers       []*WorkerInfo          `protobuf:"bytes,1,rep,name=workers,proto3" json:"workers,omitempty"`
+	Generation    uint64                 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
+	Settling      bool                   `protobuf:"varint,3,opt,name=settling,proto3" json:"settling,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWorkersResponse) Reset() {
+	*x = ListWorkersResponse{}
+	mi := &file_xce_v1_xce_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWorkersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWorkersResponse) ProtoMessage() {}
+
+func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_xce_v1_xce_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
+func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ListWorkersResponse) GetWorkers() []*WorkerInfo {
+	if x != nil {
+		return x.Workers
+	}
+	return nil
+}
+
+func (x *ListWorkersResponse) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *ListWorkersResponse) GetSettling() bool {
+	if x != nil {
+		return x.Settling
+	}
+	return false
+}
+
+type Fact struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kind          FactKind               `protobuf:"varint,1,opt,name=kind,proto3,enum=xce.v1.FactKind" json:"kind,omitempty"`
+	TaskId        string                 `protobuf:"bytes,2,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	Text          string                 `protobuf:"bytes,3,opt,name=text,proto3" json:"text,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Fact) Reset() {
+	*x = Fact{}
+	mi := &file_xce_v1_xce_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Fact) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Fact) ProtoMessage() {}
+
+func (x *Fact) ProtoReflect() protoreflect.Message {
+	mi := &file_xce_v1_xce_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Fact.ProtoReflect.Descriptor instead.
+func (*Fact) Descriptor() ([]byte, []int) {
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *Fact) GetKind() FactKind {
+	if x != nil {
+		return x.Kind
+	}
+	return FactKind_FACT_KIND_UNSPECIFIED
+}
+
+func (x *Fact) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *Fact) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+type RegisterRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	WorkerId string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	// Relative weight (number of processing threads); 0 drains the worker.
+	Capacity uint32 `protobuf:"varint,2,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	// Where the worker serves its own clients (informational).
+	ClientAddr    string `protobuf:"bytes,3,opt,name=client_addr,json=clientAddr,proto3" json:"client_addr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisterRequest) Reset() {
+	*x = RegisterRequest{}
+	mi := &file_xce_v1_xce_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterRequest) ProtoMessage() {}
+
+func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_xce_v1_xce_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
+func (*RegisterRequest) Descriptor() ([]byte, []int) {
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *RegisterRequest) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+func (x *RegisterRequest) GetCapacity() uint32 {
+	if x != nil {
+		return x.Capacity
+	}
+	return 0
+}
+
+func (x *RegisterRequest) GetClientAddr() string {
+	if x != nil {
+		return x.ClientAddr
+	}
+	return ""
+}
+
+type RegisterResponse struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Generation uint64                 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	// The worker is gone when the primary hears nothing for this long.
+	SessionTimeoutMs uint32 `protobuf:"varint,2,opt,name=session_timeout_ms,json=sessionTimeoutMs,proto3" json:"session_timeout_ms,omitempty"`
+	// How often the worker should heartbeat.
+	HeartbeatIntervalMs uint32 `protobuf:"varint,3,opt,name=heartbeat_interval_ms,json=heartbeatIntervalMs,proto3" json:"heartbeat_interval_ms,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *RegisterResponse) Reset() {
+	*x = RegisterResponse{}
+	mi := &file_xce_v1_xce_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterResponse) ProtoMessage() {}
+
+func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_xce_v1_xce_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
+func (*RegisterResponse) Descriptor() ([]byte, []int) {
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *RegisterResponse) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *RegisterResponse) GetSessionTimeoutMs() uint32 {
+	if x != nil {
+		return x.SessionTimeoutMs
+	}
+	return 0
+}
+
+func (x *RegisterResponse) GetHeartbeatIntervalMs() uint32 {
+	if x != nil {
+		return x.HeartbeatIntervalMs
+	}
+	return 0
+}
+
+type HeartbeatRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	WorkerId string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	// Lag (records behind) of every task the worker holds state for.
+	Lags          map[string]int64 `protobuf:"bytes,2,rep,name=lags,proto3" json:"lags,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	Facts         []*Fact          `protobuf:"bytes,3,rep,name=facts,proto3" json:"facts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeartbeatRequest) Reset() {
+	*x = HeartbeatRequest{}
+	mi := &file_xce_v1_xce_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeartbeatRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeartbeatRequest) ProtoMessage() {}
+
+func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_xce_v1_xce_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
+func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *HeartbeatRequest) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+func (x *HeartbeatRequest) GetLags() map[string]int64 {
+	if x != nil {
+		return x.Lags
+	}
+	return nil
+}
+
+func (x *HeartbeatRequest) GetFacts() []*Fact {
+	if x != nil {
+		return x.Facts
+	}
+	return nil
+}
+
+type HeartbeatResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Generation of the committed assignment the lists below come from.
+	Generation          uint64   `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	Actives             []string `protobuf:"bytes,2,rep,name=actives,proto3" json:"actives,omitempty"`
+	Standbys            []string `protobuf:"bytes,3,rep,name=standbys,proto3" json:"standbys,omitempty"`
+	Warmups             []string `protobuf:"bytes,4,rep,name=warmups,proto3" json:"warmups,omitempty"`
+	HeartbeatIntervalMs uint32   `protobuf:"varint,5,opt,name=heartbeat_interval_ms,json=heartbeatIntervalMs,proto3" json:"heartbeat_interval_ms,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *HeartbeatResponse) Reset() {
+	*x = HeartbeatResponse{}
+	mi := &file_xce_v1_xce_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeartbeatResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeartbeatResponse) ProtoMessage() {}
+
+func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_xce_v1_xce_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
+func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *HeartbeatResponse) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *HeartbeatResponse) GetActives() []string {
+	if x != nil {
+		return x.Actives
+	}
+	return nil
+}
+
+func (x *HeartbeatResponse) GetStandbys() []string {
+	if x != nil {
+		return x.Standbys
+	}
+	return nil
+}
+
+func (x *HeartbeatResponse) GetWarmups() []string {
+	if x != nil {
+		return x.Warmups
+	}
+	return nil
+}
+
+func (x *HeartbeatResponse) GetHeartbeatIntervalMs() uint32 {
+	if x != nil {
+		return x.HeartbeatIntervalMs
+	}
+	return 0
+}
+
 var File_xce_v1_xce_proto protoreflect.FileDescriptor
 
 const file_xce_v1_xce_proto_rawDesc = "" +
@@ -1099,7 +1963,83 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"\abackend\x18\x11 \x01(\tR\abackend\x12\x1f\n" +
 	"\vkafka_state\x18\x12 \x01(\tR\n" +
 	"kafkaState\"\x14\n" +
-	"\x12WatchStatusRequest*b\n" +
+	"\x12WatchStatusRequest\"v\n" +
+	"\rTaskPlacement\x12\x17\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x16\n" +
+	"\x06active\x18\x02 \x01(\tR\x06active\x12\x1a\n" +
+	"\bstandbys\x18\x03 \x03(\tR\bstandbys\x12\x18\n" +
+	"\awarmups\x18\x04 \x03(\tR\awarmups\"M\n" +
+	"\x14GetAssignmentRequest\x125\n" +
+	"\vconsistency\x18\x01 \x01(\x0e2\x13.xce.v1.ConsistencyR\vconsistency\"\x8f\x02\n" +
+	"\x0eTaskAssignment\x123\n" +
+	"\tplacement\x18\x01 \x01(\v2\x15.xce.v1.TaskPlacementR\tplacement\x12\x1a\n" +
+	"\bstateful\x18\x02 \x01(\bR\bstateful\x124\n" +
+	"\x04lags\x18\x03 \x03(\v2 .xce.v1.TaskAssignment.LagsEntryR\x04lags\x12%\n" +
+	"\x0epending_reason\x18\x04 \x01(\tR\rpendingReason\x12\x16\n" +
+	"\x06update\x18\x05 \x01(\tR\x06update\x1a7\n" +
+	"\tLagsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xc2\x01\n" +
+	"\x15GetAssignmentResponse\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x01 \x01(\x04R\n" +
+	"generation\x12,\n" +
+	"\x05tasks\x18\x02 \x03(\v2\x16.xce.v1.TaskAssignmentR\x05tasks\x12#\n" +
+	"\rapplied_index\x18\x03 \x01(\x04R\fappliedIndex\x12\x1a\n" +
+	"\bsettling\x18\x04 \x01(\bR\bsettling\x12\x1a\n" +
+	"\bfollowup\x18\x05 \x01(\bR\bfollowup\"\x14\n" +
+	"\x12ListWorkersRequest\"\xec\x02\n" +
+	"\n" +
+	"WorkerInfo\x12\x1b\n" +
+	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x1a\n" +
+	"\bcapacity\x18\x02 \x01(\rR\bcapacity\x12\x1f\n" +
+	"\vclient_addr\x18\x03 \x01(\tR\n" +
+	"clientAddr\x121\n" +
+	"\x15last_heartbeat_age_ms\x18\x04 \x01(\x03R\x12lastHeartbeatAgeMs\x12\x18\n" +
+	"\aactives\x18\x05 \x03(\tR\aactives\x12\x1a\n" +
+	"\bstandbys\x18\x06 \x03(\tR\bstandbys\x12\x18\n" +
+	"\awarmups\x18\a \x03(\tR\awarmups\x120\n" +
+	"\x04lags\x18\b \x03(\v2\x1c.xce.v1.WorkerInfo.LagsEntryR\x04lags\x12\x16\n" +
+	"\x06notice\x18\t \x01(\tR\x06notice\x1a7\n" +
+	"\tLagsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x7f\n" +
+	"\x13ListWorkersResponse\x12,\n" +
+	"\aworkers\x18\x01 \x03(\v2\x12.xce.v1.WorkerInfoR\aworkers\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x02 \x01(\x04R\n" +
+	"generation\x12\x1a\n" +
+	"\bsettling\x18\x03 \x01(\bR\bsettling\"Y\n" +
+	"\x04Fact\x12$\n" +
+	"\x04kind\x18\x01 \x01(\x0e2\x10.xce.v1.FactKindR\x04kind\x12\x17\n" +
+	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x12\n" +
+	"\x04text\x18\x03 \x01(\tR\x04text\"k\n" +
+	"\x0fRegisterRequest\x12\x1b\n" +
+	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x1a\n" +
+	"\bcapacity\x18\x02 \x01(\rR\bcapacity\x12\x1f\n" +
+	"\vclient_addr\x18\x03 \x01(\tR\n" +
+	"clientAddr\"\x94\x01\n" +
+	"\x10RegisterResponse\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x01 \x01(\x04R\n" +
+	"generation\x12,\n" +
+	"\x12session_timeout_ms\x18\x02 \x01(\rR\x10sessionTimeoutMs\x122\n" +
+	"\x15heartbeat_interval_ms\x18\x03 \x01(\rR\x13heartbeatIntervalMs\"\xc4\x01\n" +
+	"\x10HeartbeatRequest\x12\x1b\n" +
+	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x126\n" +
+	"\x04lags\x18\x02 \x03(\v2\".xce.v1.HeartbeatRequest.LagsEntryR\x04lags\x12\"\n" +
+	"\x05facts\x18\x03 \x03(\v2\f.xce.v1.FactR\x05facts\x1a7\n" +
+	"\tLagsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xb7\x01\n" +
+	"\x11HeartbeatResponse\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x01 \x01(\x04R\n" +
+	"generation\x12\x18\n" +
+	"\aactives\x18\x02 \x03(\tR\aactives\x12\x1a\n" +
+	"\bstandbys\x18\x03 \x03(\tR\bstandbys\x12\x18\n" +
+	"\awarmups\x18\x04 \x03(\tR\awarmups\x122\n" +
+	"\x15heartbeat_interval_ms\x18\x05 \x01(\rR\x13heartbeatIntervalMs*b\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tROLE_INIT\x10\x01\x12\x11\n" +
@@ -1109,7 +2049,13 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"\vConsistency\x12\x1b\n" +
 	"\x17CONSISTENCY_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18CONSISTENCY_LINEARIZABLE\x10\x01\x12\x15\n" +
-	"\x11CONSISTENCY_STALE\x10\x022\x9e\x03\n" +
+	"\x11CONSISTENCY_STALE\x10\x02*\x97\x01\n" +
+	"\bFactKind\x12\x19\n" +
+	"\x15FACT_KIND_UNSPECIFIED\x10\x00\x12\x14\n" +
+	"\x10FACT_KIND_NOTIFY\x10\x01\x12\x14\n" +
+	"\x10FACT_KIND_UPDATE\x10\x02\x12 \n" +
+	"\x1cFACT_KIND_SET_PENDING_REASON\x10\x03\x12\"\n" +
+	"\x1eFACT_KIND_CLEAR_PENDING_REASON\x10\x042\xb4\x04\n" +
 	"\x11ControllerService\x12<\n" +
 	"\x06Status\x12\x15.xce.v1.StatusRequest\x1a\x16.xce.v1.StatusResponse\"\x03\x90\x02\x01\x12C\n" +
 	"\vWatchStatus\x12\x1a.xce.v1.WatchStatusRequest\x1a\x16.xce.v1.StatusResponse0\x01\x12C\n" +
@@ -1118,7 +2064,12 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"\aGetTask\x12\x16.xce.v1.GetTaskRequest\x1a\x17.xce.v1.GetTaskResponse\x12@\n" +
 	"\tListTasks\x12\x18.xce.v1.ListTasksRequest\x1a\x19.xce.v1.ListTasksResponse\x12C\n" +
 	"\n" +
-	"DeleteTask\x12\x19.xce.v1.DeleteTaskRequest\x1a\x1a.xce.v1.DeleteTaskResponseB'Z%github.com/xce/xce/proto/xce/v1;xcev1b\x06proto3"
+	"DeleteTask\x12\x19.xce.v1.DeleteTaskRequest\x1a\x1a.xce.v1.DeleteTaskResponse\x12L\n" +
+	"\rGetAssignment\x12\x1c.xce.v1.GetAssignmentRequest\x1a\x1d.xce.v1.GetAssignmentResponse\x12F\n" +
+	"\vListWorkers\x12\x1a.xce.v1.ListWorkersRequest\x1a\x1b.xce.v1.ListWorkersResponse2\x90\x01\n" +
+	"\rWorkerService\x12=\n" +
+	"\bRegister\x12\x17.xce.v1.RegisterRequest\x1a\x18.xce.v1.RegisterResponse\x12@\n" +
+	"\tHeartbeat\x12\x18.xce.v1.HeartbeatRequest\x1a\x19.xce.v1.HeartbeatResponseB'Z%github.com/xce/xce/proto/xce/v1;xcev1b\x06proto3"
 
 var (
 	file_xce_v1_xce_proto_rawDescOnce sync.Once
@@ -1132,50 +2083,83 @@ func file_xce_v1_xce_proto_rawDescGZIP() []byte {
 	return file_xce_v1_xce_proto_rawDescData
 }
 
-var file_xce_v1_xce_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_xce_v1_xce_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_xce_v1_xce_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_xce_v1_xce_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_xce_v1_xce_proto_goTypes = []any{
-	(Role)(0),                  // 0: xce.v1.Role
-	(Consistency)(0),           // 1: xce.v1.Consistency
-	(*NotReady)(nil),           // 2: xce.v1.NotReady
-	(*Task)(nil),               // 3: xce.v1.Task
-	(*SubmitTaskRequest)(nil),  // 4: xce.v1.SubmitTaskRequest
-	(*SubmitTaskResponse)(nil), // 5: xce.v1.SubmitTaskResponse
-	(*GetTaskRequest)(nil),     // 6: xce.v1.GetTaskRequest
-	(*GetTaskResponse)(nil),    // 7: xce.v1.GetTaskResponse
-	(*ListTasksRequest)(nil),   // 8: xce.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),  // 9: xce.v1.ListTasksResponse
-	(*DeleteTaskRequest)(nil),  // 10: xce.v1.DeleteTaskRequest
-	(*DeleteTaskResponse)(nil), // 11: xce.v1.DeleteTaskResponse
-	(*StatusRequest)(nil),      // 12: xce.v1.StatusRequest
-	(*StatusResponse)(nil),     // 13: xce.v1.StatusResponse
-	(*WatchStatusRequest)(nil), // 14: xce.v1.WatchStatusRequest
+	(Role)(0),                     // 0: xce.v1.Role
+	(Consistency)(0),              // 1: xce.v1.Consistency
+	(FactKind)(0),                 // 2: xce.v1.FactKind
+	(*NotReady)(nil),              // 3: xce.v1.NotReady
+	(*Task)(nil),                  // 4: xce.v1.Task
+	(*SubmitTaskRequest)(nil),     // 5: xce.v1.SubmitTaskRequest
+	(*SubmitTaskResponse)(nil),    // 6: xce.v1.SubmitTaskResponse
+	(*GetTaskRequest)(nil),        // 7: xce.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),       // 8: xce.v1.GetTaskResponse
+	(*ListTasksRequest)(nil),      // 9: xce.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),     // 10: xce.v1.ListTasksResponse
+	(*DeleteTaskRequest)(nil),     // 11: xce.v1.DeleteTaskRequest
+	(*DeleteTaskResponse)(nil),    // 12: xce.v1.DeleteTaskResponse
+	(*StatusRequest)(nil),         // 13: xce.v1.StatusRequest
+	(*StatusResponse)(nil),        // 14: xce.v1.StatusResponse
+	(*WatchStatusRequest)(nil),    // 15: xce.v1.WatchStatusRequest
+	(*TaskPlacement)(nil),         // 16: xce.v1.TaskPlacement
+	(*GetAssignmentRequest)(nil),  // 17: xce.v1.GetAssignmentRequest
+	(*TaskAssignment)(nil),        // 18: xce.v1.TaskAssignment
+	(*GetAssignmentResponse)(nil), // 19: xce.v1.GetAssignmentResponse
+	(*ListWorkersRequest)(nil),    // 20: xce.v1.ListWorkersRequest
+	(*WorkerInfo)(nil),            // 21: xce.v1.WorkerInfo
+	(*ListWorkersResponse)(nil),   // 22: xce.v1.ListWorkersResponse
+	(*Fact)(nil),                  // 23: xce.v1.Fact
+	(*RegisterRequest)(nil),       // 24: xce.v1.RegisterRequest
+	(*RegisterResponse)(nil),      // 25: xce.v1.RegisterResponse
+	(*HeartbeatRequest)(nil),      // 26: xce.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),     // 27: xce.v1.HeartbeatResponse
+	nil,                           // 28: xce.v1.TaskAssignment.LagsEntry
+	nil,                           // 29: xce.v1.WorkerInfo.LagsEntry
+	nil,                           // 30: xce.v1.HeartbeatRequest.LagsEntry
 }
 var file_xce_v1_xce_proto_depIdxs = []int32{
 	0,  // 0: xce.v1.NotReady.role:type_name -> xce.v1.Role
-	3,  // 1: xce.v1.SubmitTaskResponse.task:type_name -> xce.v1.Task
+	4,  // 1: xce.v1.SubmitTaskResponse.task:type_name -> xce.v1.Task
 	1,  // 2: xce.v1.GetTaskRequest.consistency:type_name -> xce.v1.Consistency
-	3,  // 3: xce.v1.GetTaskResponse.task:type_name -> xce.v1.Task
+	4,  // 3: xce.v1.GetTaskResponse.task:type_name -> xce.v1.Task
 	1,  // 4: xce.v1.ListTasksRequest.consistency:type_name -> xce.v1.Consistency
-	3,  // 5: xce.v1.ListTasksResponse.tasks:type_name -> xce.v1.Task
+	4,  // 5: xce.v1.ListTasksResponse.tasks:type_name -> xce.v1.Task
 	0,  // 6: xce.v1.StatusResponse.role:type_name -> xce.v1.Role
-	12, // 7: xce.v1.ControllerService.Status:input_type -> xce.v1.StatusRequest
-	14, // 8: xce.v1.ControllerService.WatchStatus:input_type -> xce.v1.WatchStatusRequest
-	4,  // 9: xce.v1.ControllerService.SubmitTask:input_type -> xce.v1.SubmitTaskRequest
-	6,  // 10: xce.v1.ControllerService.GetTask:input_type -> xce.v1.GetTaskRequest
-	8,  // 11: xce.v1.ControllerService.ListTasks:input_type -> xce.v1.ListTasksRequest
-	10, // 12: xce.v1.ControllerService.DeleteTask:input_type -> xce.v1.DeleteTaskRequest
-	13, // 13: xce.v1.ControllerService.Status:output_type -> xce.v1.StatusResponse
-	13, // 14: xce.v1.ControllerService.WatchStatus:output_type -> xce.v1.StatusResponse
-	5,  // 15: xce.v1.ControllerService.SubmitTask:output_type -> xce.v1.SubmitTaskResponse
-	7,  // 16: xce.v1.ControllerService.GetTask:output_type -> xce.v1.GetTaskResponse
-	9,  // 17: xce.v1.ControllerService.ListTasks:output_type -> xce.v1.ListTasksResponse
-	11, // 18: xce.v1.ControllerService.DeleteTask:output_type -> xce.v1.DeleteTaskResponse
-	13, // [13:19] is the sub-list for method output_type
-	7,  // [7:13] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	1,  // 7: xce.v1.GetAssignmentRequest.consistency:type_name -> xce.v1.Consistency
+	16, // 8: xce.v1.TaskAssignment.placement:type_name -> xce.v1.TaskPlacement
+	28, // 9: xce.v1.TaskAssignment.lags:type_name -> xce.v1.TaskAssignment.LagsEntry
+	18, // 10: xce.v1.GetAssignmentResponse.tasks:type_name -> xce.v1.TaskAssignment
+	29, // 11: xce.v1.WorkerInfo.lags:type_name -> xce.v1.WorkerInfo.LagsEntry
+	21, // 12: xce.v1.ListWorkersResponse.workers:type_name -> xce.v1.WorkerInfo
+	2,  // 13: xce.v1.Fact.kind:type_name -> xce.v1.FactKind
+	30, // 14: xce.v1.HeartbeatRequest.lags:type_name -> xce.v1.HeartbeatRequest.LagsEntry
+	23, // 15: xce.v1.HeartbeatRequest.facts:type_name -> xce.v1.Fact
+	13, // 16: xce.v1.ControllerService.Status:input_type -> xce.v1.StatusRequest
+	15, // 17: xce.v1.ControllerService.WatchStatus:input_type -> xce.v1.WatchStatusRequest
+	5,  // 18: xce.v1.ControllerService.SubmitTask:input_type -> xce.v1.SubmitTaskRequest
+	7,  // 19: xce.v1.ControllerService.GetTask:input_type -> xce.v1.GetTaskRequest
+	9,  // 20: xce.v1.ControllerService.ListTasks:input_type -> xce.v1.ListTasksRequest
+	11, // 21: xce.v1.ControllerService.DeleteTask:input_type -> xce.v1.DeleteTaskRequest
+	17, // 22: xce.v1.ControllerService.GetAssignment:input_type -> xce.v1.GetAssignmentRequest
+	20, // 23: xce.v1.ControllerService.ListWorkers:input_type -> xce.v1.ListWorkersRequest
+	24, // 24: xce.v1.WorkerService.Register:input_type -> xce.v1.RegisterRequest
+	26, // 25: xce.v1.WorkerService.Heartbeat:input_type -> xce.v1.HeartbeatRequest
+	14, // 26: xce.v1.ControllerService.Status:output_type -> xce.v1.StatusResponse
+	14, // 27: xce.v1.ControllerService.WatchStatus:output_type -> xce.v1.StatusResponse
+	6,  // 28: xce.v1.ControllerService.SubmitTask:output_type -> xce.v1.SubmitTaskResponse
+	8,  // 29: xce.v1.ControllerService.GetTask:output_type -> xce.v1.GetTaskResponse
+	10, // 30: xce.v1.ControllerService.ListTasks:output_type -> xce.v1.ListTasksResponse
+	12, // 31: xce.v1.ControllerService.DeleteTask:output_type -> xce.v1.DeleteTaskResponse
+	19, // 32: xce.v1.ControllerService.GetAssignment:output_type -> xce.v1.GetAssignmentResponse
+	22, // 33: xce.v1.ControllerService.ListWorkers:output_type -> xce.v1.ListWorkersResponse
+	25, // 34: xce.v1.WorkerService.Register:output_type -> xce.v1.RegisterResponse
+	27, // 35: xce.v1.WorkerService.Heartbeat:output_type -> xce.v1.HeartbeatResponse
+	26, // [26:36] is the sub-list for method output_type
+	16, // [16:26] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_xce_v1_xce_proto_init() }
@@ -1188,10 +2172,10 @@ func file_xce_v1_xce_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_xce_v1_xce_proto_rawDesc), len(file_xce_v1_xce_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   13,
+			NumEnums:      3,
+			NumMessages:   28,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   2,
 		},
 		GoTypes:           file_xce_v1_xce_proto_goTypes,
 		DependencyIndexes: file_xce_v1_xce_proto_depIdxs,

@@ -23,6 +23,8 @@ const _ = connect.IsAtLeastVersion1_13_0
 const (
 	// ControllerServiceName is the fully-qualified name of the ControllerService service.
 	ControllerServiceName = "xce.v1.ControllerService"
+	// WorkerServiceName is the fully-qualified name of the WorkerService service.
+	WorkerServiceName = "xce.v1.WorkerService"
 )
 
 // These constants are the fully-qualified names of the RPCs defined in this package. They're
@@ -51,6 +53,16 @@ const (
 	// ControllerServiceDeleteTaskProcedure is the fully-qualified name of the ControllerService's
 	// DeleteTask RPC.
 	ControllerServiceDeleteTaskProcedure = "/xce.v1.ControllerService/DeleteTask"
+	// ControllerServiceGetAssignmentProcedure is the fully-qualified name of the ControllerService's
+	// GetAssignment RPC.
+	ControllerServiceGetAssignmentProcedure = "/xce.v1.ControllerService/GetAssignment"
+	// ControllerServiceListWorkersProcedure is the fully-qualified name of the ControllerService's
+	// ListWorkers RPC.
+	ControllerServiceListWorkersProcedure = "/xce.v1.ControllerService/ListWorkers"
+	// WorkerServiceRegisterProcedure is the fully-qualified name of the WorkerService's Register RPC.
+	WorkerServiceRegisterProcedure = "/xce.v1.WorkerService/Register"
+	// WorkerServiceHeartbeatProcedure is the fully-qualified name of the WorkerService's Heartbeat RPC.
+	WorkerServiceHeartbeatProcedure = "/xce.v1.WorkerService/Heartbeat"
 )
 
 // ControllerServiceClient is a client for the xce.v1.ControllerService service.
@@ -62,6 +74,11 @@ type ControllerServiceClient interface {
 	GetTask(context.Context, *connect.Request[v1.GetTaskRequest]) (*connect.Response[v1.GetTaskResponse], error)
 	ListTasks(context.Context, *connect.Request[v1.ListTasksRequest]) (*connect.Response[v1.ListTasksResponse], error)
 	DeleteTask(context.Context, *connect.Request[v1.DeleteTaskRequest]) (*connect.Response[v1.DeleteTaskResponse], error)
+	// GetAssignment reads the committed assignment (a read: stale reads are
+	// served by standbys, without the primary's soft state).
+	GetAssignment(context.Context, *connect.Request[v1.GetAssignmentRequest]) (*connect.Response[v1.GetAssignmentResponse], error)
+	// ListWorkers reports the live worker sessions, which only the primary holds.
+	ListWorkers(context.Context, *connect.Request[v1.ListWorkersRequest]) (*connect.Response[v1.ListWorkersResponse], error)
 }
 
 // NewControllerServiceClient constructs a client for the xce.v1.ControllerService service. By
@@ -112,17 +129,31 @@ func NewControllerServiceClient(httpClient connect.HTTPClient, baseURL string, o
 			connect.WithSchema(controllerServiceMethods.ByName("DeleteTask")),
 			connect.WithClientOptions(opts...),
 		),
+		getAssignment: connect.NewClient[v1.GetAssignmentRequest, v1.GetAssignmentResponse](
+			httpClient,
+			baseURL+ControllerServiceGetAssignmentProcedure,
+			connect.WithSchema(controllerServiceMethods.ByName("GetAssignment")),
+			connect.WithClientOptions(opts...),
+		),
+		listWorkers: connect.NewClient[v1.ListWorkersRequest, v1.ListWorkersResponse](
+			httpClient,
+			baseURL+ControllerServiceListWorkersProcedure,
+			connect.WithSchema(controllerServiceMethods.ByName("ListWorkers")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // controllerServiceClient implements ControllerServiceClient.
 type controllerServiceClient struct {
-	status      *connect.Client[v1.StatusRequest, v1.StatusResponse]
-	watchStatus *connect.Client[v1.WatchStatusRequest, v1.StatusResponse]
-	submitTask  *connect.Client[v1.SubmitTaskRequest, v1.SubmitTaskResponse]
-	getTask     *connect.Client[v1.GetTaskRequest, v1.GetTaskResponse]
-	listTasks   *connect.Client[v1.ListTasksRequest, v1.ListTasksResponse]
-	deleteTask  *connect.Client[v1.DeleteTaskRequest, v1.DeleteTaskResponse]
+	status        *connect.Client[v1.StatusRequest, v1.StatusResponse]
+	watchStatus   *connect.Client[v1.WatchStatusRequest, v1.StatusResponse]
+	submitTask    *connect.Client[v1.SubmitTaskRequest, v1.SubmitTaskResponse]
+	getTask       *connect.Client[v1.GetTaskRequest, v1.GetTaskResponse]
+	listTasks     *connect.Client[v1.ListTasksRequest, v1.ListTasksResponse]
+	deleteTask    *connect.Client[v1.DeleteTaskRequest, v1.DeleteTaskResponse]
+	getAssignment *connect.Client[v1.GetAssignmentRequest, v1.GetAssignmentResponse]
+	listWorkers   *connect.Client[v1.ListWorkersRequest, v1.ListWorkersResponse]
 }
 
 // Status calls xce.v1.ControllerService.Status.
@@ -155,6 +186,16 @@ func (c *controllerServiceClient) DeleteTask(ctx context.Context, req *connect.R
 	return c.deleteTask.CallUnary(ctx, req)
 }
 
+// GetAssignment calls xce.v1.ControllerService.GetAssignment.
+func (c *controllerServiceClient) GetAssignment(ctx context.Context, req *connect.Request[v1.GetAssignmentRequest]) (*connect.Response[v1.GetAssignmentResponse], error) {
+	return c.getAssignment.CallUnary(ctx, req)
+}
+
+// ListWorkers calls xce.v1.ControllerService.ListWorkers.
+func (c *controllerServiceClient) ListWorkers(ctx context.Context, req *connect.Request[v1.ListWorkersRequest]) (*connect.Response[v1.ListWorkersResponse], error) {
+	return c.listWorkers.CallUnary(ctx, req)
+}
+
 // ControllerServiceHandler is an implementation of the xce.v1.ControllerService service.
 type ControllerServiceHandler interface {
 	Status(context.Context, *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error)
@@ -164,6 +205,11 @@ type ControllerServiceHandler interface {
 	GetTask(context.Context, *connect.Request[v1.GetTaskRequest]) (*connect.Response[v1.GetTaskResponse], error)
 	ListTasks(context.Context, *connect.Request[v1.ListTasksRequest]) (*connect.Response[v1.ListTasksResponse], error)
 	DeleteTask(context.Context, *connect.Request[v1.DeleteTaskRequest]) (*connect.Response[v1.DeleteTaskResponse], error)
+	// GetAssignment reads the committed assignment (a read: stale reads are
+	// served by standbys, without the primary's soft state).
+	GetAssignment(context.Context, *connect.Request[v1.GetAssignmentRequest]) (*connect.Response[v1.GetAssignmentResponse], error)
+	// ListWorkers reports the live worker sessions, which only the primary holds.
+	ListWorkers(context.Context, *connect.Request[v1.ListWorkersRequest]) (*connect.Response[v1.ListWorkersResponse], error)
 }
 
 // NewControllerServiceHandler builds an HTTP handler from the service implementation. It returns
@@ -210,6 +256,18 @@ func NewControllerServiceHandler(svc ControllerServiceHandler, opts ...connect.H
 		connect.WithSchema(controllerServiceMethods.ByName("DeleteTask")),
 		connect.WithHandlerOptions(opts...),
 	)
+	controllerServiceGetAssignmentHandler := connect.NewUnaryHandler(
+		ControllerServiceGetAssignmentProcedure,
+		svc.GetAssignment,
+		connect.WithSchema(controllerServiceMethods.ByName("GetAssignment")),
+		connect.WithHandlerOptions(opts...),
+	)
+	controllerServiceListWorkersHandler := connect.NewUnaryHandler(
+		ControllerServiceListWorkersProcedure,
+		svc.ListWorkers,
+		connect.WithSchema(controllerServiceMethods.ByName("ListWorkers")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/xce.v1.ControllerService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ControllerServiceStatusProcedure:
@@ -224,6 +282,10 @@ func NewControllerServiceHandler(svc ControllerServiceHandler, opts ...connect.H
 			controllerServiceListTasksHandler.ServeHTTP(w, r)
 		case ControllerServiceDeleteTaskProcedure:
 			controllerServiceDeleteTaskHandler.ServeHTTP(w, r)
+		case ControllerServiceGetAssignmentProcedure:
+			controllerServiceGetAssignmentHandler.ServeHTTP(w, r)
+		case ControllerServiceListWorkersProcedure:
+			controllerServiceListWorkersHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -255,4 +317,108 @@ func (UnimplementedControllerServiceHandler) ListTasks(context.Context, *connect
 
 func (UnimplementedControllerServiceHandler) DeleteTask(context.Context, *connect.Request[v1.DeleteTaskRequest]) (*connect.Response[v1.DeleteTaskResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("xce.v1.ControllerService.DeleteTask is not implemented"))
+}
+
+func (UnimplementedControllerServiceHandler) GetAssignment(context.Context, *connect.Request[v1.GetAssignmentRequest]) (*connect.Response[v1.GetAssignmentResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("xce.v1.ControllerService.GetAssignment is not implemented"))
+}
+
+func (UnimplementedControllerServiceHandler) ListWorkers(context.Context, *connect.Request[v1.ListWorkersRequest]) (*connect.Response[v1.ListWorkersResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("xce.v1.ControllerService.ListWorkers is not implemented"))
+}
+
+// WorkerServiceClient is a client for the xce.v1.WorkerService service.
+type WorkerServiceClient interface {
+	Register(context.Context, *connect.Request[v1.RegisterRequest]) (*connect.Response[v1.RegisterResponse], error)
+	Heartbeat(context.Context, *connect.Request[v1.HeartbeatRequest]) (*connect.Response[v1.HeartbeatResponse], error)
+}
+
+// NewWorkerServiceClient constructs a client for the xce.v1.WorkerService service. By default, it
+// uses the Connect protocol with the binary Protobuf Codec, asks for gzipped responses, and sends
+// uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the connect.WithGRPC() or
+// connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewWorkerServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) WorkerServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	workerServiceMethods := v1.File_xce_v1_xce_proto.Services().ByName("WorkerService").Methods()
+	return &workerServiceClient{
+		register: connect.NewClient[v1.RegisterRequest, v1.RegisterResponse](
+			httpClient,
+			baseURL+WorkerServiceRegisterProcedure,
+			connect.WithSchema(workerServiceMethods.ByName("Register")),
+			connect.WithClientOptions(opts...),
+		),
+		heartbeat: connect.NewClient[v1.HeartbeatRequest, v1.HeartbeatResponse](
+			httpClient,
+			baseURL+WorkerServiceHeartbeatProcedure,
+			connect.WithSchema(workerServiceMethods.ByName("Heartbeat")),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// workerServiceClient implements WorkerServiceClient.
+type workerServiceClient struct {
+	register  *connect.Client[v1.RegisterRequest, v1.RegisterResponse]
+	heartbeat *connect.Client[v1.HeartbeatRequest, v1.HeartbeatResponse]
+}
+
+// Register calls xce.v1.WorkerService.Register.
+func (c *workerServiceClient) Register(ctx context.Context, req *connect.Request[v1.RegisterRequest]) (*connect.Response[v1.RegisterResponse], error) {
+	return c.register.CallUnary(ctx, req)
+}
+
+// Heartbeat calls xce.v1.WorkerService.Heartbeat.
+func (c *workerServiceClient) Heartbeat(ctx context.Context, req *connect.Request[v1.HeartbeatRequest]) (*connect.Response[v1.HeartbeatResponse], error) {
+	return c.heartbeat.CallUnary(ctx, req)
+}
+
+// WorkerServiceHandler is an implementation of the xce.v1.WorkerService service.
+type WorkerServiceHandler interface {
+	Register(context.Context, *connect.Request[v1.RegisterRequest]) (*connect.Response[v1.RegisterResponse], error)
+	Heartbeat(context.Context, *connect.Request[v1.HeartbeatRequest]) (*connect.Response[v1.HeartbeatResponse], error)
+}
+
+// NewWorkerServiceHandler builds an HTTP handler from the service implementation. It returns the
+// path on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewWorkerServiceHandler(svc WorkerServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	workerServiceMethods := v1.File_xce_v1_xce_proto.Services().ByName("WorkerService").Methods()
+	workerServiceRegisterHandler := connect.NewUnaryHandler(
+		WorkerServiceRegisterProcedure,
+		svc.Register,
+		connect.WithSchema(workerServiceMethods.ByName("Register")),
+		connect.WithHandlerOptions(opts...),
+	)
+	workerServiceHeartbeatHandler := connect.NewUnaryHandler(
+		WorkerServiceHeartbeatProcedure,
+		svc.Heartbeat,
+		connect.WithSchema(workerServiceMethods.ByName("Heartbeat")),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/xce.v1.WorkerService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case WorkerServiceRegisterProcedure:
+			workerServiceRegisterHandler.ServeHTTP(w, r)
+		case WorkerServiceHeartbeatProcedure:
+			workerServiceHeartbeatHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedWorkerServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedWorkerServiceHandler struct{}
+
+func (UnimplementedWorkerServiceHandler) Register(context.Context, *connect.Request[v1.RegisterRequest]) (*connect.Response[v1.RegisterResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("xce.v1.WorkerService.Register is not implemented"))
+}
+
+func (UnimplementedWorkerServiceHandler) Heartbeat(context.Context, *connect.Request[v1.HeartbeatRequest]) (*connect.Response[v1.HeartbeatResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("xce.v1.WorkerService.Heartbeat is not implemented"))
 }

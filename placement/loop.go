@@ -1,0 +1,192 @@
+package placement
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/xce/xce/assign"
+	"github.com/xce/xce/delaymgr"
+	"github.com/xce/xce/persist"
+)
+
+// applyTimeout bounds one assignment write; a write that times out is
+// retried by a later plan (the generation check makes that safe).
+const applyTimeout = 5 * time.Second
+
+// retryAfter spaces plans after a failed write.
+const retryAfter = time.Second
+
+// run is the term's loop: it expires sessions, notices task-set changes,
+// and plans when something changed, at most once per Tick.
+func (s *Service) run(ts *termState) {
+	defer close(ts.done)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-ts.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	tick := time.NewTicker(s.cfg.Tick)
+	defer tick.Stop()
+
+	var (
+		dirty    = true
+		settled  = false
+		lastPlan time.Time
+		notUntil time.Time
+		taskVer  = s.fsm.TaskVersion()
+		probe    *delaymgr.Handle
+	)
+	defer func() {
+		if probe != nil {
+			probe.Cancel()
+		}
+	}()
+	for {
+		now := time.Now()
+		if !settled && !now.Before(ts.settleUntil) {
+			settled = true
+			s.mu.Lock()
+			n := len(ts.workers)
+			s.mu.Unlock()
+			s.log.Info().Int("workers", n).Msg("settled: planning from the workers that reported")
+		}
+		if settled && dirty && !now.Before(notUntil) && now.Sub(lastPlan) >= s.cfg.Tick {
+			dirty = false
+			lastPlan = now
+			followup, retry := s.plan(ctx, ts)
+			if retry {
+				dirty = true
+				notUntil = time.Now().Add(retryAfter)
+			}
+			// A plan that left moves waiting is repeated after the probing
+			// interval, in case no lag report crosses the threshold first.
+			if probe != nil {
+				probe.Cancel()
+				probe = nil
+			}
+			if followup {
+				probe = ts.delays.After(s.cfg.Assign.ProbingRebalanceInterval, func() {
+					s.log.Info().Msg("probing rebalance due")
+					kick(ts)
+				})
+			}
+		}
+		select {
+		case <-ts.stop:
+			return
+		case <-ts.kick:
+			dirty = true
+		case <-tick.C:
+			if s.expire(ts) {
+				dirty = true
+			}
+			if v := s.fsm.TaskVersion(); v != taskVer {
+				taskVer = v
+				dirty = true
+			}
+		}
+	}
+}
+
+// expire ends the sessions of silent workers and reports whether any ended.
+func (s *Service) expire(ts *termState) bool {
+	now := time.Now()
+	var gone []string
+	s.mu.Lock()
+	for id, w := range ts.workers {
+		if now.Sub(w.lastSeen) >= s.cfg.SessionTimeout {
+			delete(ts.workers, id)
+			gone = append(gone, id)
+		}
+	}
+	n := len(ts.workers)
+	s.mu.Unlock()
+	slices.Sort(gone)
+	for _, id := range gone {
+		s.log.Warn().Str("worker", id).Dur("session_timeout", s.cfg.SessionTimeout).Int("workers", n).Msg("worker gone: no heartbeat within the session timeout")
+	}
+	return len(gone) > 0
+}
+
+// plan computes the next assignment from the sessions and the committed
+// state and writes it when it differs. It reports whether moves wait
+// (followup) and whether the write failed and should be retried.
+func (s *Service) plan(ctx context.Context, ts *termState) (followup, retry bool) {
+	gen, prev := s.fsm.Assignment()
+	tasks, _ := s.fsm.AllTasks()
+	in := assign.Input{Config: s.cfg.Assign, Tasks: make([]assign.Task, len(tasks)), Previous: make(assign.Assignment, len(prev))}
+	for i, t := range tasks {
+		in.Tasks[i] = assign.Task{ID: t.ID, Stateful: t.Stateful}
+	}
+	for id, p := range prev {
+		in.Previous[id] = assign.Placement{Active: p.Active, Standbys: p.Standbys, Warmups: p.Warmups}
+	}
+	s.mu.Lock()
+	for _, w := range ts.workers {
+		in.Workers = append(in.Workers, assign.Worker{ID: w.id, Capacity: w.capacity, Lags: maps.Clone(w.lags)})
+	}
+	s.mu.Unlock()
+
+	start := time.Now()
+	s.plans.Add(1)
+	res, err := assign.Plan(in)
+	if err != nil {
+		// Inputs are validated on the way in; this is a bug, not a state
+		// to retry quickly.
+		s.log.Error().Err(err).Msg("planning failed")
+		return false, true
+	}
+	s.mu.Lock()
+	ts.followup = res.Followup
+	s.mu.Unlock()
+
+	delta := persist.AssignmentDelta{Base: gen, Generation: gen + 1}
+	for _, id := range slices.Sorted(maps.Keys(res.Assignment)) {
+		np := res.Assignment[id]
+		op, had := prev[id]
+		if had && op.Active == np.Active && slices.Equal(op.Standbys, np.Standbys) && slices.Equal(op.Warmups, np.Warmups) {
+			continue
+		}
+		delta.Set = append(delta.Set, persist.Placement{Task: id, Active: np.Active, Standbys: np.Standbys, Warmups: np.Warmups})
+	}
+	for _, id := range slices.Sorted(maps.Keys(prev)) {
+		if _, ok := res.Assignment[id]; !ok {
+			delta.Removed = append(delta.Removed, id)
+		}
+	}
+	if len(delta.Set) == 0 && len(delta.Removed) == 0 {
+		return res.Followup, false
+	}
+	cmd := persist.Command{Type: persist.CmdSetAssignment, Assign: delta}
+	actx, cancel := context.WithTimeout(ctx, applyTimeout)
+	defer cancel()
+	r, err := s.apply(actx, cmd.Encode())
+	switch {
+	case err != nil:
+		if ctx.Err() == nil {
+			s.log.Warn().Err(err).Uint64("generation", delta.Generation).Msg("writing the assignment failed; planning again shortly")
+		}
+		return res.Followup, true
+	case r.Code == persist.CodeConflict:
+		s.log.Info().Str("why", r.Err).Msg("assignment changed under the plan; planning again")
+		return res.Followup, true
+	case r.Code != persist.CodeOK:
+		s.log.Error().Str("err", r.Err).Msg("the log refused the assignment")
+		return res.Followup, true
+	}
+	ev := s.log.Info().Uint64("generation", delta.Generation).Uint64("index", r.Index).
+		Int("tasks", len(tasks)).Int("workers", len(in.Workers)).Int("changed", len(delta.Set)).
+		Int("removed", len(delta.Removed)).Int("moves", len(res.Moves)).Bool("followup", res.Followup).
+		Dur("plan_time", time.Since(start))
+	ev.Msg("assignment committed")
+	for _, m := range res.Moves {
+		s.log.Debug().Str("task", m.Task).Str("kind", m.Kind).Str("from", m.From).Str("to", m.To).Msg("move")
+	}
+	return res.Followup, false
+}

@@ -1,0 +1,532 @@
+// Package placement is the primary's side of worker management: the worker
+// sessions (soft state reported by Register and Heartbeat, DESIGN §4) and
+// the assignor loop that turns those facts into committed assignment
+// generations (DESIGN §7).
+//
+// The Service is a leader-only service: Establish starts a term's state
+// and its loop, Revoke stops both. Sessions are never replicated; a new
+// primary starts with none and waits one session timeout (the settle
+// period) for workers to register again before it plans, so that a
+// controller failover never moves a task. Only the plan's result, the
+// assignment, goes to the log, and only when it changed.
+//
+// The loop plans when a worker joins or goes, when the task set changes,
+// when a reported lag crosses the acceptable recovery lag (at once: a
+// caught-up warm-up or standby takes over without waiting for a probing
+// rebalance), and when a probing rebalance is due after a plan that left
+// moves waiting (scheduled with delaymgr).
+package placement
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/xce/xce/assign"
+	"github.com/xce/xce/delaymgr"
+	"github.com/xce/xce/persist"
+)
+
+// Limits on soft state, so that misbehaving workers cannot grow the
+// primary's memory without bound.
+const (
+	// MaxWorkers bounds the live sessions.
+	MaxWorkers = 10_000
+	// MaxLags bounds the lags one heartbeat reports.
+	MaxLags = 100_000
+	// MaxFacts bounds the facts of one heartbeat.
+	MaxFacts = 1_000
+	// MaxFactText bounds a fact's text in bytes.
+	MaxFactText = 1024
+)
+
+// Errors of the worker-facing methods. The API maps them to its codes.
+var (
+	// ErrNotServing: this node runs no term (it is not, or no longer, the
+	// primary); the worker should follow the leader hint and retry.
+	ErrNotServing = errors.New("the assignor is not running on this node")
+	// ErrUnknownWorker: a heartbeat from a worker without a session here;
+	// the worker registers again.
+	ErrUnknownWorker = errors.New("unknown worker: register again")
+	// ErrInvalid wraps every malformed request.
+	ErrInvalid = errors.New("invalid request")
+	// ErrTooManyWorkers: MaxWorkers sessions exist already.
+	ErrTooManyWorkers = errors.New("too many workers")
+)
+
+// Config tunes the Service.
+type Config struct {
+	Assign assign.Config
+	// SessionTimeout: a worker that sends nothing for this long is gone.
+	SessionTimeout time.Duration
+	// HeartbeatInterval is what workers are told to use.
+	HeartbeatInterval time.Duration
+	// Settle is how long a new primary waits for workers before it plans;
+	// zero means SessionTimeout. A cluster without any assignment yet has
+	// nothing to preserve and plans at once.
+	Settle time.Duration
+	// Tick is the loop's period for session expiry and task-set checks;
+	// it also spaces plans apart (zero means 100ms).
+	Tick time.Duration
+}
+
+// FSM is what the Service reads of the replicated state.
+type FSM interface {
+	Assignment() (uint64, map[string]persist.Placement)
+	AssignmentGeneration() (gen, version uint64)
+	AllTasks() ([]persist.Task, uint64)
+	TaskVersion() uint64
+	Task(id string) (persist.Task, bool)
+}
+
+// ApplyFunc replicates a command and returns the FSM's result.
+type ApplyFunc func(ctx context.Context, cmd []byte) (persist.Result, error)
+
+// Fact kinds a heartbeat carries.
+const (
+	FactNotify = iota + 1
+	FactUpdate
+	FactSetPendingReason
+	FactClearPendingReason
+)
+
+// Fact is one soft fact from a worker.
+type Fact struct {
+	Kind int
+	Task string
+	Text string
+}
+
+// Copies are the tasks one worker holds, by kind, from the committed
+// assignment, sorted by task id.
+type Copies struct {
+	Generation uint64
+	Actives    []string
+	Standbys   []string
+	Warmups    []string
+}
+
+// RegisterInfo answers a registration.
+type RegisterInfo struct {
+	Generation        uint64
+	SessionTimeout    time.Duration
+	HeartbeatInterval time.Duration
+}
+
+// WorkerInfo is what ListWorkers shows of one session.
+type WorkerInfo struct {
+	ID         string
+	Capacity   int
+	Addr       string
+	LastSeen   time.Duration // age of the last message
+	Lags       map[string]int64
+	Notice     string
+	Copies     Copies
+	Registered time.Time
+}
+
+// TaskSoft is what the primary knows of one task beyond the log.
+type TaskSoft struct {
+	Lags          map[string]int64
+	PendingReason string
+	Update        string
+}
+
+// Service implements the worker sessions and the assignor loop.
+type Service struct {
+	cfg   Config
+	fsm   FSM
+	apply ApplyFunc
+	log   zerolog.Logger
+
+	mu   sync.Mutex
+	term *termState
+
+	idxMu sync.Mutex
+	idx   *workerIndex
+
+	// plans counts plans computed (for tests and metrics).
+	plans atomic.Uint64
+}
+
+// New returns a stopped Service.
+func New(cfg Config, fsm FSM, apply ApplyFunc, log zerolog.Logger) (*Service, error) {
+	if err := cfg.Assign.Validate(); err != nil {
+		return nil, fmt.Errorf("placement: %w", err)
+	}
+	if cfg.SessionTimeout <= 0 || cfg.HeartbeatInterval <= 0 {
+		return nil, errors.New("placement: session timeout and heartbeat interval must be positive")
+	}
+	if cfg.Settle == 0 {
+		cfg.Settle = cfg.SessionTimeout
+	}
+	if cfg.Tick <= 0 {
+		cfg.Tick = 100 * time.Millisecond
+	}
+	return &Service{cfg: cfg, fsm: fsm, apply: apply, log: log.With().Str("component", "assignor").Logger()}, nil
+}
+
+// Name implements controller.LeaderService.
+func (s *Service) Name() string { return "assignor" }
+
+type session struct {
+	id         string
+	capacity   int
+	addr       string
+	registered time.Time
+	lastSeen   time.Time
+	lags       map[string]int64
+	notice     string
+	updates    map[string]string
+	pending    map[string]string
+}
+
+type termState struct {
+	term    uint64
+	started time.Time
+	// settleUntil is when planning may start.
+	settleUntil time.Time
+	workers     map[string]*session
+	kick        chan struct{}
+	stop        chan struct{}
+	done        chan struct{}
+	delays      *delaymgr.Manager
+	// Written by the loop only, read under Service.mu.
+	followup bool
+}
+
+// Establish starts the term's sessions and loop.
+func (s *Service) Establish(_ context.Context, term uint64) error {
+	now := time.Now()
+	ts := &termState{
+		term:        term,
+		started:     now,
+		settleUntil: now.Add(s.cfg.Settle),
+		workers:     make(map[string]*session),
+		kick:        make(chan struct{}, 1),
+		stop:        make(chan struct{}),
+		done:        make(chan struct{}),
+		delays:      delaymgr.New(delaymgr.RealClock()),
+	}
+	if gen, _ := s.fsm.AssignmentGeneration(); gen == 0 {
+		// Nothing placed yet: there is no placement a hasty plan could
+		// disturb, so plan as soon as workers come.
+		ts.settleUntil = now
+	}
+	s.mu.Lock()
+	old := s.term
+	s.term = ts
+	s.mu.Unlock()
+	if old != nil {
+		s.stopTerm(old)
+	}
+	s.log.Info().Uint64("term", term).Time("settle_until", ts.settleUntil).Msg("assignor started; waiting for workers to report before planning")
+	go s.run(ts)
+	return nil
+}
+
+// Revoke stops the term's loop and forgets its sessions.
+func (s *Service) Revoke() {
+	s.mu.Lock()
+	ts := s.term
+	s.term = nil
+	s.mu.Unlock()
+	if ts != nil {
+		s.stopTerm(ts)
+		s.log.Info().Uint64("term", ts.term).Msg("assignor stopped")
+	}
+}
+
+func (s *Service) stopTerm(ts *termState) {
+	close(ts.stop)
+	<-ts.done
+	ts.delays.Stop()
+}
+
+func kick(ts *termState) {
+	select {
+	case ts.kick <- struct{}{}:
+	default:
+	}
+}
+
+// current returns the running term or ErrNotServing. Callers hold s.mu.
+func (s *Service) current() (*termState, error) {
+	if s.term == nil {
+		return nil, ErrNotServing
+	}
+	return s.term, nil
+}
+
+// Register opens (or renews) a worker's session. A known worker that
+// registers again keeps its lags and facts; a changed capacity triggers a
+// plan.
+func (s *Service) Register(id string, capacity uint32, addr string) (RegisterInfo, error) {
+	if !validID(id) {
+		return RegisterInfo{}, fmt.Errorf("%w: worker_id %q: must be 1-128 characters of [A-Za-z0-9._-]", ErrInvalid, id)
+	}
+	if capacity > assign.MaxCapacity {
+		return RegisterInfo{}, fmt.Errorf("%w: capacity %d exceeds the maximum %d", ErrInvalid, capacity, assign.MaxCapacity)
+	}
+	if len(addr) > 256 {
+		return RegisterInfo{}, fmt.Errorf("%w: client_addr: longer than 256 bytes", ErrInvalid)
+	}
+	now := time.Now()
+	s.mu.Lock()
+	ts, err := s.current()
+	if err != nil {
+		s.mu.Unlock()
+		return RegisterInfo{}, err
+	}
+	w, known := ts.workers[id]
+	switch {
+	case !known && len(ts.workers) >= MaxWorkers:
+		s.mu.Unlock()
+		return RegisterInfo{}, fmt.Errorf("%w: %d sessions", ErrTooManyWorkers, MaxWorkers)
+	case !known:
+		w = &session{id: id, registered: now, lags: map[string]int64{}, updates: map[string]string{}, pending: map[string]string{}}
+		ts.workers[id] = w
+	}
+	changed := !known || w.capacity != int(capacity)
+	w.capacity, w.addr, w.lastSeen = int(capacity), addr, now
+	n := len(ts.workers)
+	s.mu.Unlock()
+	if changed {
+		s.log.Info().Str("worker", id).Uint32("capacity", capacity).Str("addr", addr).Bool("new", !known).Int("workers", n).Msg("worker registered")
+		kick(ts)
+	}
+	gen, _ := s.fsm.AssignmentGeneration()
+	return RegisterInfo{Generation: gen, SessionTimeout: s.cfg.SessionTimeout, HeartbeatInterval: s.cfg.HeartbeatInterval}, nil
+}
+
+// Heartbeat renews a session, records the worker's lags and facts, and
+// returns the worker's copies in the committed assignment.
+func (s *Service) Heartbeat(id string, lags map[string]int64, facts []Fact) (Copies, error) {
+	if !validID(id) {
+		return Copies{}, fmt.Errorf("%w: worker_id %q: must be 1-128 characters of [A-Za-z0-9._-]", ErrInvalid, id)
+	}
+	if len(lags) > MaxLags {
+		return Copies{}, fmt.Errorf("%w: %d lags (at most %d)", ErrInvalid, len(lags), MaxLags)
+	}
+	for _, t := range slices.Sorted(maps.Keys(lags)) {
+		if !validID(t) {
+			return Copies{}, fmt.Errorf("%w: lags: task id %q", ErrInvalid, t)
+		}
+		if lags[t] < 0 {
+			return Copies{}, fmt.Errorf("%w: lags: negative lag %d for task %q", ErrInvalid, lags[t], t)
+		}
+	}
+	if len(facts) > MaxFacts {
+		return Copies{}, fmt.Errorf("%w: %d facts (at most %d)", ErrInvalid, len(facts), MaxFacts)
+	}
+	for i, f := range facts {
+		if len(f.Text) > MaxFactText {
+			return Copies{}, fmt.Errorf("%w: facts[%d]: text longer than %d bytes", ErrInvalid, i, MaxFactText)
+		}
+		switch f.Kind {
+		case FactNotify:
+		case FactUpdate, FactSetPendingReason, FactClearPendingReason:
+			if !validID(f.Task) {
+				return Copies{}, fmt.Errorf("%w: facts[%d]: task_id %q", ErrInvalid, i, f.Task)
+			}
+		default:
+			return Copies{}, fmt.Errorf("%w: facts[%d]: unknown kind %d", ErrInvalid, i, f.Kind)
+		}
+	}
+	s.mu.Lock()
+	ts, err := s.current()
+	if err != nil {
+		s.mu.Unlock()
+		return Copies{}, err
+	}
+	w, ok := ts.workers[id]
+	if !ok {
+		s.mu.Unlock()
+		return Copies{}, fmt.Errorf("%w: worker %q has no session with this primary", ErrUnknownWorker, id)
+	}
+	w.lastSeen = time.Now()
+	crossed := s.crossed(w.lags, lags)
+	w.lags = maps.Clone(lags)
+	if w.lags == nil {
+		w.lags = map[string]int64{}
+	}
+	for _, f := range facts {
+		switch f.Kind {
+		case FactNotify:
+			w.notice = f.Text
+		case FactUpdate:
+			if _, exists := s.fsm.Task(f.Task); exists {
+				w.updates[f.Task] = f.Text
+			}
+		case FactSetPendingReason:
+			if _, exists := s.fsm.Task(f.Task); exists {
+				w.pending[f.Task] = f.Text
+			}
+		case FactClearPendingReason:
+			delete(w.pending, f.Task)
+		}
+	}
+	s.mu.Unlock()
+	if crossed != "" {
+		s.log.Debug().Str("worker", id).Str("task", crossed).Msg("a lag crossed the acceptable recovery lag: planning")
+		kick(ts)
+	}
+	return s.copiesOf(id), nil
+}
+
+// crossed returns a task whose caught-up state differs between two lag
+// reports ("" when none does).
+func (s *Service) crossed(before, after map[string]int64) string {
+	limit := s.cfg.Assign.AcceptableRecoveryLag
+	up := func(m map[string]int64, t string) bool {
+		l, ok := m[t]
+		return ok && l <= limit
+	}
+	for t := range after {
+		if up(before, t) != up(after, t) {
+			return t
+		}
+	}
+	for t := range before {
+		if up(before, t) != up(after, t) {
+			return t
+		}
+	}
+	return ""
+}
+
+// workerIndex lists each worker's copies for one version of the committed
+// assignment, so that heartbeats need not scan every task.
+type workerIndex struct {
+	version uint64
+	gen     uint64
+	by      map[string]*Copies
+}
+
+func (s *Service) index() *workerIndex {
+	gen, ver := s.fsm.AssignmentGeneration()
+	s.idxMu.Lock()
+	defer s.idxMu.Unlock()
+	if s.idx != nil && s.idx.version == ver && s.idx.gen == gen {
+		return s.idx
+	}
+	gen, a := s.fsm.Assignment()
+	idx := &workerIndex{version: ver, gen: gen, by: map[string]*Copies{}}
+	get := func(w string) *Copies {
+		c := idx.by[w]
+		if c == nil {
+			c = &Copies{Generation: gen}
+			idx.by[w] = c
+		}
+		return c
+	}
+	for _, t := range slices.Sorted(maps.Keys(a)) {
+		p := a[t]
+		if p.Active != "" {
+			c := get(p.Active)
+			c.Actives = append(c.Actives, t)
+		}
+		for _, w := range p.Standbys {
+			c := get(w)
+			c.Standbys = append(c.Standbys, t)
+		}
+		for _, w := range p.Warmups {
+			c := get(w)
+			c.Warmups = append(c.Warmups, t)
+		}
+	}
+	s.idx = idx
+	return idx
+}
+
+func (s *Service) copiesOf(worker string) Copies {
+	idx := s.index()
+	if c := idx.by[worker]; c != nil {
+		return *c
+	}
+	return Copies{Generation: idx.gen}
+}
+
+// Workers lists the live sessions by id, and whether the primary is still
+// settling. It returns ErrNotServing off the primary.
+func (s *Service) Workers() ([]WorkerInfo, bool, error) {
+	now := time.Now()
+	s.mu.Lock()
+	ts, err := s.current()
+	if err != nil {
+		s.mu.Unlock()
+		return nil, false, err
+	}
+	out := make([]WorkerInfo, 0, len(ts.workers))
+	for _, w := range ts.workers {
+		out = append(out, WorkerInfo{
+			ID: w.id, Capacity: w.capacity, Addr: w.addr, LastSeen: now.Sub(w.lastSeen),
+			Lags: maps.Clone(w.lags), Notice: w.notice, Registered: w.registered,
+		})
+	}
+	settling := now.Before(ts.settleUntil)
+	s.mu.Unlock()
+	slices.SortFunc(out, func(a, b WorkerInfo) int { return strings.Compare(a.ID, b.ID) })
+	for i := range out {
+		out[i].Copies = s.copiesOf(out[i].ID)
+	}
+	return out, settling, nil
+}
+
+// Soft returns the primary's soft facts per task (lags by worker, the
+// active worker's pending reason and update), whether it is settling and
+// whether moves wait for warm-ups. ok is false off the primary.
+func (s *Service) Soft() (tasks map[string]TaskSoft, settling, followup, ok bool) {
+	_, a := s.fsm.Assignment()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ts, err := s.current()
+	if err != nil {
+		return nil, false, false, false
+	}
+	tasks = map[string]TaskSoft{}
+	for _, w := range ts.workers {
+		for t, lag := range w.lags {
+			ti := tasks[t]
+			if ti.Lags == nil {
+				ti.Lags = map[string]int64{}
+			}
+			ti.Lags[w.id] = lag
+			tasks[t] = ti
+		}
+	}
+	for t, p := range a {
+		w := ts.workers[p.Active]
+		if w == nil {
+			continue
+		}
+		ti := tasks[t]
+		ti.PendingReason, ti.Update = w.pending[t], w.updates[t]
+		tasks[t] = ti
+	}
+	return tasks, time.Now().Before(ts.settleUntil), ts.followup, true
+}
+
+
+func validID(s string) bool {
+	if len(s) < 1 || len(s) > 128 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '.', c == '_', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}

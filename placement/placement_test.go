@@ -1,0 +1,522 @@
+package placement
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/rs/zerolog"
+
+	"github.com/xce/xce/assign"
+	"github.com/xce/xce/persist"
+)
+
+// rig is a Service over a real FSM; "replication" applies each command as
+// the next log entry.
+type rig struct {
+	t   *testing.T
+	fsm *persist.FSM
+	svc *Service
+
+	mu      sync.Mutex
+	index   uint64
+	writes  int
+	failing bool
+}
+
+const (
+	sessionTimeout = 3 * time.Second
+	acc            = 100
+)
+
+func newRig(t *testing.T, standbys int) *rig {
+	r := &rig{t: t, fsm: persist.NewFSM("c")}
+	cfg := Config{
+		Assign: assign.Config{AcceptableRecoveryLag: acc, MaxWarmupReplicas: 2, NumStandbyReplicas: standbys,
+			ProbingRebalanceInterval: time.Minute},
+		SessionTimeout: sessionTimeout, HeartbeatInterval: 500 * time.Millisecond,
+	}
+	svc, err := New(cfg, r.fsm, r.apply, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.svc = svc
+	return r
+}
+
+func (r *rig) apply(_ context.Context, b []byte) (persist.Result, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.failing {
+		return persist.Result{}, errors.New("leadership lost")
+	}
+	c, err := persist.DecodeCommand(b)
+	if err != nil {
+		r.t.Errorf("the service wrote a bad command: %v", err)
+	}
+	if c.Type == persist.CmdSetAssignment {
+		r.writes++
+	}
+	r.index++
+	res, _ := r.fsm.Apply(&raft.Log{Index: r.index, Term: 1, Type: raft.LogCommand, Data: b}).(persist.Result)
+	return res, nil
+}
+
+func (r *rig) setFailing(v bool) {
+	r.mu.Lock()
+	r.failing = v
+	r.mu.Unlock()
+}
+
+func (r *rig) assignmentWrites() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.writes
+}
+
+func (r *rig) submit(ids ...string) {
+	for _, id := range ids {
+		c := persist.Command{Type: persist.CmdSubmitTask, Task: persist.Task{ID: id, Stateful: true}}
+		if _, err := r.apply(context.Background(), c.Encode()); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+}
+
+// commit writes an assignment directly, as a previous primary would have.
+func (r *rig) commit(a map[string]persist.Placement) {
+	gen, _ := r.fsm.AssignmentGeneration()
+	d := persist.AssignmentDelta{Base: gen, Generation: gen + 1}
+	for _, id := range slices.Sorted(mapsKeys(a)) {
+		p := a[id]
+		p.Task = id
+		d.Set = append(d.Set, p)
+	}
+	c := persist.Command{Type: persist.CmdSetAssignment, Assign: d}
+	if res, err := r.apply(context.Background(), c.Encode()); err != nil || res.Code != persist.CodeOK {
+		r.t.Fatalf("commit: %v %+v", err, res)
+	}
+}
+
+func mapsKeys[V any](m map[string]V) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+func (r *rig) register(id string, capacity uint32) {
+	r.t.Helper()
+	if _, err := r.svc.Register(id, capacity, ""); err != nil {
+		r.t.Fatalf("register %s: %v", id, err)
+	}
+}
+
+func (r *rig) beat(id string, lags map[string]int64, facts ...Fact) Copies {
+	r.t.Helper()
+	c, err := r.svc.Heartbeat(id, lags, facts)
+	if err != nil {
+		r.t.Fatalf("heartbeat %s: %v", id, err)
+	}
+	return c
+}
+
+func (r *rig) placement(task string) persist.Placement {
+	_, a := r.fsm.Assignment()
+	return a[task]
+}
+
+func (r *rig) gen() uint64 {
+	g, _ := r.fsm.AssignmentGeneration()
+	return g
+}
+
+// settle advances fake time by d and lets the loop run.
+func settle(d time.Duration) {
+	time.Sleep(d)
+	synctest.Wait()
+}
+
+func TestFirstPlanNeedsNoSettle(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, 1)
+		r.submit("t0", "t1", "t2", "t3")
+		if err := r.svc.Establish(context.Background(), 1); err != nil {
+			t.Fatal(err)
+		}
+		defer r.svc.Revoke()
+		r.register("w1", 1)
+		r.register("w2", 1)
+		settle(200 * time.Millisecond)
+		if r.gen() == 0 {
+			t.Fatal("no assignment for a cluster that had none: it should not wait a session timeout")
+		}
+		for _, id := range []string{"t0", "t1", "t2", "t3"} {
+			p := r.placement(id)
+			if p.Active == "" || len(p.Standbys) != 1 || p.Standbys[0] == p.Active {
+				t.Fatalf("%s placed %+v, want an active and one standby elsewhere", id, p)
+			}
+			if task, _ := r.fsm.Task(id); task.State != persist.TaskStateAssigned {
+				t.Fatalf("%s state %q after assignment", id, task.State)
+			}
+		}
+		c := r.beat("w1", nil)
+		if len(c.Actives) != 2 || len(c.Standbys) != 2 || c.Generation != r.gen() {
+			t.Fatalf("w1 copies %+v, want 2 actives and 2 standbys of generation %d", c, r.gen())
+		}
+	})
+}
+
+// A new primary with a committed assignment waits one session timeout for
+// the workers to report; a balanced, caught-up cluster then keeps every
+// placement and no generation is written.
+func TestFailoverSettlesAndMovesNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, 1)
+		r.submit("t0", "t1", "t2", "t3")
+		r.commit(map[string]persist.Placement{
+			"t0": {Active: "w1", Standbys: []string{"w2"}}, "t1": {Active: "w1", Standbys: []string{"w2"}},
+			"t2": {Active: "w2", Standbys: []string{"w1"}}, "t3": {Active: "w2", Standbys: []string{"w1"}},
+		})
+		_, before := r.fsm.Assignment()
+		writes := r.assignmentWrites()
+		if err := r.svc.Establish(context.Background(), 2); err != nil {
+			t.Fatal(err)
+		}
+		defer r.svc.Revoke()
+		caught := map[string]int64{"t0": 0, "t1": 0, "t2": 0, "t3": 0}
+		// Only w1 has reported when half the settle period has passed: a
+		// hasty plan would move w2's tasks.
+		r.register("w1", 1)
+		r.beat("w1", caught)
+		settle(sessionTimeout / 2)
+		if r.assignmentWrites() != writes {
+			t.Fatal("planned while settling")
+		}
+		if _, settling, _, ok := r.svc.Soft(); !ok || !settling {
+			t.Fatalf("Soft: settling=%v ok=%v, want settling", settling, ok)
+		}
+		r.register("w2", 1)
+		for range 4 {
+			r.beat("w1", caught)
+			r.beat("w2", caught)
+			settle(sessionTimeout / 4)
+		}
+		if _, settling, _, _ := r.svc.Soft(); settling {
+			t.Fatal("still settling after the session timeout")
+		}
+		if _, after := r.fsm.Assignment(); !equalAssignments(before, after) || r.assignmentWrites() != writes {
+			t.Fatalf("a failover changed the placement:\nbefore %v\nafter  %v", before, after)
+		}
+	})
+}
+
+func equalAssignments(a, b map[string]persist.Placement) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, p := range a {
+		q, ok := b[k]
+		if !ok || p.Active != q.Active || !slices.Equal(p.Standbys, q.Standbys) || !slices.Equal(p.Warmups, q.Warmups) {
+			return false
+		}
+	}
+	return true
+}
+
+// A worker that stops heartbeating is gone after the session timeout; its
+// actives move to their caught-up standbys at once.
+func TestSilentWorkerExpiresAndStandbysTakeOver(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, 1)
+		r.submit("t0", "t1", "t2", "t3", "t4", "t5")
+		if err := r.svc.Establish(context.Background(), 1); err != nil {
+			t.Fatal(err)
+		}
+		defer r.svc.Revoke()
+		for _, w := range []string{"w1", "w2", "w3"} {
+			r.register(w, 1)
+		}
+		settle(200 * time.Millisecond)
+		lagsOf := func(w string) map[string]int64 {
+			c := r.beat(w, nil)
+			m := map[string]int64{}
+			for _, t := range append(append(c.Actives, c.Standbys...), c.Warmups...) {
+				m[t] = 0
+			}
+			return m
+		}
+		var w3Last time.Time
+		for range 3 {
+			for _, w := range []string{"w1", "w2", "w3"} {
+				r.beat(w, lagsOf(w))
+			}
+			w3Last = time.Now()
+			settle(500 * time.Millisecond)
+		}
+		_, before := r.fsm.Assignment()
+		var onW3 []string
+		for id, p := range before {
+			if p.Active == "w3" {
+				onW3 = append(onW3, id)
+			}
+		}
+		if len(onW3) != 2 {
+			t.Fatalf("w3 runs %v, want 2 of 6 tasks", onW3)
+		}
+		// w3 dies: only w1 and w2 keep reporting.
+		start := time.Now()
+		for r.placementOf(onW3[0]).Active == "w3" {
+			if time.Since(start) > sessionTimeout+time.Second {
+				t.Fatalf("w3's tasks still on w3 %v after it went silent", time.Since(start))
+			}
+			r.beat("w1", lagsOf("w1"))
+			r.beat("w2", lagsOf("w2"))
+			settle(250 * time.Millisecond)
+		}
+		if took := time.Since(w3Last); took < sessionTimeout {
+			t.Fatalf("w3 expired %v after its last heartbeat, before its session timeout %v", took, sessionTimeout)
+		}
+		for _, id := range onW3 {
+			p, old := r.placement(id), before[id]
+			if len(old.Standbys) != 1 || p.Active != old.Standbys[0] {
+				t.Fatalf("%s: active moved to %q, want its caught-up standby %v", id, p.Active, old.Standbys)
+			}
+		}
+		ws, _, err := r.svc.Workers()
+		if err != nil || len(ws) != 2 {
+			t.Fatalf("Workers() = %d sessions, %v; want w1 and w2", len(ws), err)
+		}
+	})
+}
+
+func (r *rig) placementOf(task string) persist.Placement { return r.placement(task) }
+
+// A warm-up whose lag crosses the acceptable recovery lag takes over at the
+// next heartbeat, not at the probing interval.
+func TestCaughtUpWarmupTakesOverAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, 0)
+		r.submit("t0", "t1", "t2", "t3")
+		r.commit(map[string]persist.Placement{
+			"t0": {Active: "w1"}, "t1": {Active: "w1"}, "t2": {Active: "w2"}, "t3": {Active: "w2"},
+		})
+		r.svc.cfg.Settle = time.Millisecond
+		if err := r.svc.Establish(context.Background(), 1); err != nil {
+			t.Fatal(err)
+		}
+		defer r.svc.Revoke()
+		r.register("w1", 1)
+		r.register("w2", 1)
+		r.register("w3", 1)
+		r.beat("w1", map[string]int64{"t0": 0, "t1": 0})
+		r.beat("w2", map[string]int64{"t2": 0, "t3": 0})
+		settle(200 * time.Millisecond)
+		c := r.beat("w3", nil)
+		if len(c.Warmups) == 0 || len(c.Actives) != 0 {
+			t.Fatalf("w3 copies %+v: want warm-ups and no active while it has no state", c)
+		}
+		warm := c.Warmups[0]
+		gen := r.gen()
+		// Still lagging: nothing moves.
+		r.beat("w3", map[string]int64{warm: acc + 1})
+		settle(200 * time.Millisecond)
+		if r.gen() != gen {
+			t.Fatal("a lag report that does not cross the threshold changed the assignment")
+		}
+		// Crossing: the active moves within a tick, far before the probing
+		// interval (a minute).
+		r.beat("w3", map[string]int64{warm: acc})
+		settle(200 * time.Millisecond)
+		if p := r.placement(warm); p.Active != "w3" {
+			t.Fatalf("%s placed %+v after w3 caught up; want its active on w3", warm, p)
+		}
+	})
+}
+
+// A plan that leaves moves waiting is repeated after the probing interval
+// even if no lag report crosses the threshold.
+func TestProbingRebalanceRepeatsThePlan(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, 0)
+		r.submit("t0", "t1", "t2", "t3")
+		r.commit(map[string]persist.Placement{
+			"t0": {Active: "w1"}, "t1": {Active: "w1"}, "t2": {Active: "w2"}, "t3": {Active: "w2"},
+		})
+		r.svc.cfg.Settle = time.Millisecond
+		if err := r.svc.Establish(context.Background(), 1); err != nil {
+			t.Fatal(err)
+		}
+		defer r.svc.Revoke()
+		for _, w := range []string{"w1", "w2", "w3"} {
+			r.register(w, 1)
+		}
+		beat := func() {
+			r.beat("w1", map[string]int64{"t0": 0, "t1": 0})
+			r.beat("w2", map[string]int64{"t2": 0, "t3": 0})
+			r.beat("w3", nil)
+		}
+		beat()
+		settle(200 * time.Millisecond)
+		if _, _, followup, _ := r.svc.Soft(); !followup {
+			t.Fatal("no follow-up while w3 warms up")
+		}
+		plans := r.svc.plansForTest()
+		for range 50 { // 50 s: less than the probing interval
+			beat()
+			settle(time.Second)
+		}
+		if got := r.svc.plansForTest(); got != plans {
+			t.Fatalf("%d plans without a trigger before the probing interval", got-plans)
+		}
+		for range 15 {
+			beat()
+			settle(time.Second)
+		}
+		if got := r.svc.plansForTest(); got <= plans {
+			t.Fatal("no plan after the probing interval")
+		}
+	})
+}
+
+// A failed write is retried; a delta from a stale generation is re-planned.
+func TestFailedWriteIsRetried(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, 0)
+		r.submit("t0", "t1")
+		r.setFailing(true)
+		if err := r.svc.Establish(context.Background(), 1); err != nil {
+			t.Fatal(err)
+		}
+		defer r.svc.Revoke()
+		r.register("w1", 1)
+		settle(500 * time.Millisecond)
+		if r.gen() != 0 {
+			t.Fatal("an assignment landed while writes fail")
+		}
+		r.setFailing(false)
+		settle(2 * time.Second)
+		if r.gen() == 0 || r.placement("t0").Active != "w1" {
+			t.Fatalf("no assignment after writes recovered: gen %d", r.gen())
+		}
+	})
+}
+
+func TestTaskSetChangesArePlanned(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, 0)
+		if err := r.svc.Establish(context.Background(), 1); err != nil {
+			t.Fatal(err)
+		}
+		defer r.svc.Revoke()
+		r.register("w1", 1)
+		settle(200 * time.Millisecond)
+		r.submit("late")
+		settle(300 * time.Millisecond)
+		if p := r.placement("late"); p.Active != "w1" {
+			t.Fatalf("a task submitted after the last plan is placed %+v", p)
+		}
+	})
+}
+
+func TestRequestsOffThePrimaryAndBadInput(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, 0)
+		r.submit("t0")
+		if _, err := r.svc.Register("w1", 1, ""); !errors.Is(err, ErrNotServing) {
+			t.Fatalf("Register before Establish: %v", err)
+		}
+		if _, err := r.svc.Heartbeat("w1", nil, nil); !errors.Is(err, ErrNotServing) {
+			t.Fatalf("Heartbeat before Establish: %v", err)
+		}
+		if _, _, err := r.svc.Workers(); !errors.Is(err, ErrNotServing) {
+			t.Fatalf("Workers before Establish: %v", err)
+		}
+		if err := r.svc.Establish(context.Background(), 1); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.svc.Heartbeat("w1", nil, nil); !errors.Is(err, ErrUnknownWorker) {
+			t.Fatalf("heartbeat without registration: %v", err)
+		}
+		r.register("w1", 1)
+		bad := []struct {
+			name string
+			err  error
+		}{
+			{"bad id", func() error { _, err := r.svc.Register("w 1", 1, ""); return err }()},
+			{"huge capacity", func() error { _, err := r.svc.Register("w2", assign.MaxCapacity+1, ""); return err }()},
+			{"negative lag", func() error { _, err := r.svc.Heartbeat("w1", map[string]int64{"t0": -1}, nil); return err }()},
+			{"bad task id", func() error { _, err := r.svc.Heartbeat("w1", map[string]int64{"t/0": 1}, nil); return err }()},
+			{"bad fact", func() error { _, err := r.svc.Heartbeat("w1", nil, []Fact{{Kind: 9}}); return err }()},
+			{"long fact", func() error {
+				_, err := r.svc.Heartbeat("w1", nil, []Fact{{Kind: FactNotify, Text: string(make([]byte, MaxFactText+1))}})
+				return err
+			}()},
+		}
+		for _, b := range bad {
+			if !errors.Is(b.err, ErrInvalid) {
+				t.Errorf("%s: %v, want ErrInvalid", b.name, b.err)
+			}
+		}
+		// Bad input changed nothing: w2 has no session, w1 no lags.
+		ws, _, _ := r.svc.Workers()
+		if len(ws) != 1 || ws[0].ID != "w1" || len(ws[0].Lags) != 0 {
+			t.Fatalf("sessions after bad input: %+v", ws)
+		}
+		// Facts: a pending reason on a task shows through Soft once w1 runs it.
+		r.beat("w1", map[string]int64{"t0": 5}, Fact{Kind: FactSetPendingReason, Task: "t0", Text: "disk full"},
+			Fact{Kind: FactNotify, Text: "hello"}, Fact{Kind: FactUpdate, Task: "nope", Text: "x"})
+		settle(200 * time.Millisecond)
+		soft, _, _, ok := r.svc.Soft()
+		if !ok || soft["t0"].PendingReason != "disk full" || soft["t0"].Lags["w1"] != 5 {
+			t.Fatalf("soft facts %+v", soft)
+		}
+		if ws, _, _ := r.svc.Workers(); ws[0].Notice != "hello" {
+			t.Fatalf("notice %q", ws[0].Notice)
+		}
+		r.svc.Revoke()
+		if _, err := r.svc.Heartbeat("w1", nil, nil); !errors.Is(err, ErrNotServing) {
+			t.Fatalf("Heartbeat after Revoke: %v", err)
+		}
+		// A new term starts with no sessions.
+		if err := r.svc.Establish(context.Background(), 2); err != nil {
+			t.Fatal(err)
+		}
+		defer r.svc.Revoke()
+		if _, err := r.svc.Heartbeat("w1", nil, nil); !errors.Is(err, ErrUnknownWorker) {
+			t.Fatalf("heartbeat in a new term: %v", err)
+		}
+	})
+}
+
+func TestTooManyWorkers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, 0)
+		if err := r.svc.Establish(context.Background(), 1); err != nil {
+			t.Fatal(err)
+		}
+		defer r.svc.Revoke()
+		for i := range MaxWorkers {
+			if _, err := r.svc.Register(fmt.Sprintf("w%d", i), 1, ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := r.svc.Register("one-more", 1, ""); !errors.Is(err, ErrTooManyWorkers) {
+			t.Fatalf("register beyond the limit: %v", err)
+		}
+		if _, err := r.svc.Register("w7", 2, ""); err != nil {
+			t.Fatalf("a known worker re-registering at the limit: %v", err)
+		}
+	})
+}
+
+func (s *Service) plansForTest() uint64 { return s.plans.Load() }
