@@ -146,4 +146,3 @@ func (s *Service) GetAssignment(ctx context.Context, req *connect.Request[xcev1.
 	}
 	return connect.NewResponse(resp), nil
 }
-

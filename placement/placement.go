@@ -515,7 +515,6 @@ func (s *Service) Soft() (tasks map[string]TaskSoft, settling, followup, ok bool
 	return tasks, time.Now().Before(ts.settleUntil), ts.followup, true
 }
 
-
 func validID(s string) bool {
 	if len(s) < 1 || len(s) > 128 {
 		return false
