@@ -1,8 +1,10 @@
-// Package client is the Go client of the xce API. Every call follows the
-// leader hint of a NOT_READY answer, otherwise backs off by the server's
-// retry-after plus jitter and rotates endpoints, until the caller's deadline.
-// Writes carry a client id and a request id, kept across retries, so a retry
-// is never applied twice.
+// Package client is the Go client of the xce API: the ControllerService
+// (tasks, the assignment, the worker list) and the WorkerService (Register,
+// Heartbeat) that workers use. Every call follows the leader hint of a
+// NOT_READY answer, otherwise backs off by the server's retry-after plus
+// jitter and rotates endpoints, until the caller's deadline. Writes carry a
+// client id and a request id, kept across retries, so a retry is never
+// applied twice.
 package client
 
 import (
@@ -39,6 +41,10 @@ var (
 	ErrInvalid = errors.New("invalid argument")
 	// ErrNoEndpoints: New was given no address.
 	ErrNoEndpoints = errors.New("no endpoints")
+	// ErrUnknownWorker: the primary has no session for the worker (a
+	// heartbeat after a controller failover, or after the session expired);
+	// the worker must Register again.
+	ErrUnknownWorker = errors.New("unknown worker: register again")
 )
 
 // NotReadyError is returned when the deadline passed while nodes answered
@@ -97,6 +103,7 @@ type Client struct {
 	mu      sync.Mutex
 	current string
 	svcs    map[string]xcev1connect.ControllerServiceClient
+	wsvcs   map[string]xcev1connect.WorkerServiceClient
 }
 
 // New returns a client for the given HOST:PORT endpoints.
@@ -126,7 +133,8 @@ func New(endpoints []string, opts Options) (*Client, error) {
 	}
 	return &Client{
 		endpoints: eps, opts: opts, http: opts.HTTPClient, current: eps[0],
-		svcs: make(map[string]xcev1connect.ControllerServiceClient),
+		svcs:  make(map[string]xcev1connect.ControllerServiceClient),
+		wsvcs: make(map[string]xcev1connect.WorkerServiceClient),
 	}, nil
 }
 
@@ -145,6 +153,17 @@ func (c *Client) svc(ep string) xcev1connect.ControllerServiceClient {
 	if !ok {
 		s = xcev1connect.NewControllerServiceClient(c.http, "http://"+ep)
 		c.svcs[ep] = s
+	}
+	return s
+}
+
+func (c *Client) workerSvc(ep string) xcev1connect.WorkerServiceClient {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s, ok := c.wsvcs[ep]
+	if !ok {
+		s = xcev1connect.NewWorkerServiceClient(c.http, "http://"+ep)
+		c.wsvcs[ep] = s
 	}
 	return s
 }
@@ -187,15 +206,32 @@ func NotReadyOf(err error) (*xcev1.NotReady, bool) {
 	return nil, false
 }
 
-// do runs call until it succeeds, fails for good, or ctx ends.
+// do runs call on the ControllerService until it succeeds, fails for good,
+// or ctx ends.
 func (c *Client) do(ctx context.Context, call func(ctx context.Context, s xcev1connect.ControllerServiceClient) error) error {
+	return retry(ctx, c, c.svc, call)
+}
+
+// doWorker is do for the WorkerService: the same endpoints, leader
+// following and retry.
+func (c *Client) doWorker(ctx context.Context, call func(ctx context.Context, s xcev1connect.WorkerServiceClient) error) error {
+	return retry(ctx, c, c.workerSvc, call)
+}
+
+// retry runs call on the stub of one endpoint after another until it
+// succeeds, fails for good, or ctx ends: it follows a NOT_READY answer's
+// leader hint at once (at most three hops in a row), otherwise waits the
+// server's retry-after (with jitter) and moves to the next endpoint; a
+// node that does not answer costs at most one attempt timeout. Every
+// service of the API shares it, and the endpoint that last served.
+func retry[S any](ctx context.Context, c *Client, stub func(ep string) S, call func(ctx context.Context, s S) error) error {
 	ep := c.cur()
 	var last *xcev1.NotReady
 	var lastErr error
 	hops, transport := 0, 0
 	for {
 		actx, cancel := context.WithTimeout(ctx, c.opts.AttemptTimeout)
-		err := call(actx, c.svc(ep))
+		err := call(actx, stub(ep))
 		cancel()
 		if err == nil {
 			c.setCur(ep)
@@ -230,6 +266,9 @@ func (c *Client) do(ctx context.Context, call func(ctx context.Context, s xcev1c
 			transport++
 			ep = c.next(ep)
 		} else {
+			// An answer (not found, refused, …) from a node that served
+			// the call: the next call starts there too.
+			c.setCur(ep)
 			return mapErr(err)
 		}
 		if c.opts.OnRetry != nil {
@@ -371,6 +410,70 @@ func (c *Client) List(ctx context.Context, stale bool) ([]*xcev1.Task, error) {
 	}
 }
 
+// GetAssignment reads the committed assignment. The primary adds what it
+// knows beyond the log (lags, pending reasons, updates, settling); a stale
+// read may be served by a STANDBY, without them.
+func (c *Client) GetAssignment(ctx context.Context, stale bool) (*xcev1.GetAssignmentResponse, error) {
+	req := &xcev1.GetAssignmentRequest{Consistency: consistency(stale)}
+	var out *xcev1.GetAssignmentResponse
+	err := c.do(ctx, func(ctx context.Context, s xcev1connect.ControllerServiceClient) error {
+		r, err := s.GetAssignment(ctx, connect.NewRequest(req))
+		if err == nil {
+			out = r.Msg
+		}
+		return err
+	})
+	return out, err
+}
+
+// ListWorkers lists the primary's worker sessions (only the primary has
+// them: the call follows the leader).
+func (c *Client) ListWorkers(ctx context.Context) (*xcev1.ListWorkersResponse, error) {
+	var out *xcev1.ListWorkersResponse
+	err := c.do(ctx, func(ctx context.Context, s xcev1connect.ControllerServiceClient) error {
+		r, err := s.ListWorkers(ctx, connect.NewRequest(&xcev1.ListWorkersRequest{}))
+		if err == nil {
+			out = r.Msg
+		}
+		return err
+	})
+	return out, err
+}
+
+// Register opens (or renews) the session of worker id with the primary.
+// capacity is its relative weight (0 drains it); addr is where it serves
+// its own clients (informational).
+func (c *Client) Register(ctx context.Context, id string, capacity uint32, addr string) (*xcev1.RegisterResponse, error) {
+	req := &xcev1.RegisterRequest{WorkerId: id, Capacity: capacity, ClientAddr: addr}
+	var out *xcev1.RegisterResponse
+	err := c.doWorker(ctx, func(ctx context.Context, s xcev1connect.WorkerServiceClient) error {
+		r, err := s.Register(ctx, connect.NewRequest(req))
+		if err == nil {
+			out = r.Msg
+		}
+		return err
+	})
+	return out, err
+}
+
+// Heartbeat renews the worker's session with its lags and facts and
+// returns its copies in the committed assignment. ErrUnknownWorker means
+// the primary has no session for it: Register, then heartbeat again.
+func (c *Client) Heartbeat(ctx context.Context, req *xcev1.HeartbeatRequest) (*xcev1.HeartbeatResponse, error) {
+	var out *xcev1.HeartbeatResponse
+	err := c.doWorker(ctx, func(ctx context.Context, s xcev1connect.WorkerServiceClient) error {
+		r, err := s.Heartbeat(ctx, connect.NewRequest(req))
+		if err == nil {
+			out = r.Msg
+		}
+		return err
+	})
+	if connect.CodeOf(err) == connect.CodeFailedPrecondition {
+		return nil, fmt.Errorf("%w: %v", ErrUnknownWorker, connectMsg(err))
+	}
+	return out, err
+}
+
 // Status asks one endpoint for its status, without retry: status answers in
 // every role, so a failure means the node is unreachable.
 func (c *Client) Status(ctx context.Context, endpoint string) (*xcev1.StatusResponse, error) {
@@ -383,3 +486,7 @@ func (c *Client) Status(ctx context.Context, endpoint string) (*xcev1.StatusResp
 
 // Endpoints are the configured addresses.
 func (c *Client) Endpoints() []string { return c.endpoints }
+
+// CloseIdleConnections closes the idle connections of the client's HTTP
+// client (and the goroutines that keep them), for a caller that is done.
+func (c *Client) CloseIdleConnections() { c.http.CloseIdleConnections() }

@@ -32,6 +32,12 @@ func TestMain(m *testing.M) {
 }
 
 func testMain(m *testing.M) int {
+	// Servers upgraded in place leave a successor whose parent exits; as a
+	// child subreaper this process inherits (and can wait for) them.
+	if _, _, errno := syscall.RawSyscall6(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0, 0, 0, 0); errno != 0 {
+		fmt.Fprintf(os.Stderr, "prctl(PR_SET_CHILD_SUBREAPER): %v\n", errno)
+		return 1
+	}
 	if p := os.Getenv("XCE_BIN"); p != "" {
 		abs, err := filepath.Abs(p)
 		if err != nil {
@@ -67,6 +73,9 @@ func testMain(m *testing.M) int {
 	return m.Run()
 }
 
+// prSetChildSubreaper is PR_SET_CHILD_SUBREAPER of prctl(2).
+const prSetChildSubreaper = 36
+
 // ---------------------------------------------------------------------------
 // Cluster
 
@@ -74,8 +83,16 @@ func testMain(m *testing.M) int {
 type Option func(*clusterOptions)
 
 type clusterOptions struct {
-	raft     *raftSpec
-	logLevel string
+	raft      *raftSpec
+	logLevel  string
+	extra     string
+	ownBinary bool
+}
+
+// WithOwnBinary runs the cluster's servers from a copy of the xce binary
+// in the test's dir, which InstallBinary replaces (for upgrades).
+func WithOwnBinary() Option {
+	return func(o *clusterOptions) { o.ownBinary = true }
 }
 
 type raftSpec struct {
@@ -87,6 +104,11 @@ type raftSpec struct {
 // defaults, i.e. no raft section).
 func WithRaft(heartbeat, election, lease time.Duration) Option {
 	return func(o *clusterOptions) { o.raft = &raftSpec{heartbeat, election, lease} }
+}
+
+// WithExtra appends YAML (whole top-level sections) to every node's config.
+func WithExtra(yaml string) Option {
+	return func(o *clusterOptions) { o.extra += yaml }
 }
 
 // WithLogLevel sets log.level (default debug).
@@ -102,6 +124,7 @@ type Cluster struct {
 	dir    string
 	opts   clusterOptions
 	nodes  []*Node
+	bin    string         // the binary servers start from
 	status *client.Client // for Status only: one endpoint per call
 	http   *http.Client
 }
@@ -116,8 +139,12 @@ type Node struct {
 	ConfigPath string
 	LogPath    string
 
-	mu        sync.Mutex
-	cmd       *exec.Cmd
+	PidFile string
+
+	mu sync.Mutex
+	// proc is the current (or last) process: the one the harness started,
+	// or the one that took over in an upgrade (see Adopt).
+	proc      *os.Process
 	done      chan struct{} // closed when the current process has exited
 	exitCode  int
 	startedAt time.Time
@@ -153,9 +180,16 @@ func freePorts(t testing.TB, n int) []int {
 func newCluster(t testing.TB, n int, opts ...Option) *Cluster {
 	t.Helper()
 	c := &Cluster{t: t, dir: t.TempDir(), opts: clusterOptions{logLevel: "debug"},
-		http: &http.Client{Timeout: 5 * time.Second}}
+		http: &http.Client{Timeout: 5 * time.Second}, bin: xceBin}
 	for _, o := range opts {
 		o(&c.opts)
+	}
+	if c.opts.ownBinary {
+		c.bin = filepath.Join(c.dir, "bin", "xce")
+		if err := os.MkdirAll(filepath.Dir(c.bin), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		c.InstallBinary(xceBin)
 	}
 	ports := freePorts(t, 2*n)
 	var eps []string
@@ -168,6 +202,7 @@ func newCluster(t testing.TB, n int, opts ...Option) *Cluster {
 			PeerAddr:   fmt.Sprintf("127.0.0.1:%d", ports[2*i+1]),
 			DataDir:    filepath.Join(c.dir, "data", id),
 			ConfigPath: filepath.Join(c.dir, id+".yaml"),
+			PidFile:    filepath.Join(c.dir, id+".pid"),
 			LogPath:    filepath.Join(c.dir, id+".log"),
 			exitCode:   -1,
 		}
@@ -226,7 +261,7 @@ func (c *Cluster) ConfigSpec(i int) ConfigSpec {
 	n := c.nodes[i]
 	s := ConfigSpec{
 		NodeID: n.ID, ClusterID: "it", DataDir: n.DataDir, ClientAddr: n.ClientAddr, PeerAddr: n.PeerAddr,
-		Raft: c.opts.raft, LogLevel: c.opts.logLevel, LogFormat: "json",
+		Raft: c.opts.raft, LogLevel: c.opts.logLevel, LogFormat: "json", Extra: c.opts.extra,
 	}
 	for _, p := range c.nodes {
 		s.Peers = append(s.Peers, PeerSpec{ID: p.ID, PeerAddr: p.PeerAddr, ClientAddr: p.ClientAddr})
@@ -270,8 +305,8 @@ func (c *Cluster) Start(i int) {
 	n := c.nodes[i]
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.cmd != nil && !isClosed(n.done) {
-		c.t.Fatalf("start %s: already running (pid %d)", n.ID, n.cmd.Process.Pid)
+	if n.proc != nil && !isClosed(n.done) {
+		c.t.Fatalf("start %s: already running (pid %d)", n.ID, n.proc.Pid)
 	}
 	f, err := os.OpenFile(n.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -283,18 +318,20 @@ func (c *Cluster) Start(i int) {
 	if st, err := f.Stat(); err == nil {
 		n.logOffset = st.Size()
 	}
-	cmd := exec.Command(xceBin, "server", "--config", n.ConfigPath)
+	cmd := exec.Command(c.bin, "server", "--config", n.ConfigPath, "--pid-file", n.PidFile)
 	cmd.Stdout, cmd.Stderr = f, f
 	n.startedAt = time.Now()
 	if err := cmd.Start(); err != nil {
 		c.t.Fatalf("start %s: %v", n.ID, err)
 	}
 	done := make(chan struct{})
-	n.cmd, n.done, n.exitCode = cmd, done, -1
+	n.proc, n.done, n.exitCode = cmd.Process, done, -1
 	go func() {
 		_ = cmd.Wait()
 		n.mu.Lock()
-		n.exitCode = cmd.ProcessState.ExitCode()
+		if n.done == done {
+			n.exitCode = cmd.ProcessState.ExitCode()
+		}
 		n.mu.Unlock()
 		close(done)
 	}()
@@ -322,7 +359,7 @@ func (c *Cluster) Running(i int) bool {
 	n := c.nodes[i]
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.cmd != nil && !isClosed(n.done)
+	return n.proc != nil && !isClosed(n.done)
 }
 
 // Live returns the indexes of the running nodes.
@@ -341,10 +378,74 @@ func (c *Cluster) Pid(i int) int {
 	n := c.nodes[i]
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.cmd == nil {
+	if n.proc == nil {
 		return 0
 	}
-	return n.cmd.Process.Pid
+	return n.proc.Pid
+}
+
+// InstallBinary replaces the cluster's own binary (WithOwnBinary) with a
+// copy of src, atomically: running servers keep their old image, an
+// upgrade starts the new one.
+func (c *Cluster) InstallBinary(src string) {
+	c.t.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	tmp := c.bin + ".new"
+	if err := os.WriteFile(tmp, b, 0o755); err != nil {
+		c.t.Fatal(err)
+	}
+	if err := os.Rename(tmp, c.bin); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+func readPidFile(path string) int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 0
+	}
+	return pid
+}
+
+// Adopt makes the process named by node i's pid file its current process,
+// once the previous one has exited after an upgrade. The test binary is a
+// child subreaper (see testMain), so the orphaned successor is its child
+// and can be waited for like the processes it started.
+func (c *Cluster) Adopt(i int) int {
+	c.t.Helper()
+	n := c.nodes[i]
+	if _, ok := c.waitExit(i, stopWait); !ok {
+		c.t.Fatalf("%s: the old process did not exit after the upgrade", n.ID)
+	}
+	pid := readPidFile(n.PidFile)
+	if pid <= 0 {
+		c.t.Fatalf("%s: no pid in %s after the upgrade", n.ID, n.PidFile)
+	}
+	proc, err := os.FindProcess(pid)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	done := make(chan struct{})
+	n.mu.Lock()
+	n.proc, n.done, n.exitCode = proc, done, -1
+	n.mu.Unlock()
+	go func() {
+		st, err := proc.Wait()
+		n.mu.Lock()
+		if n.done == done && err == nil {
+			n.exitCode = st.ExitCode()
+		}
+		n.mu.Unlock()
+		close(done)
+	}()
+	return pid
 }
 
 // Signal sends sig to node i's process.
@@ -352,12 +453,12 @@ func (c *Cluster) Signal(i int, sig syscall.Signal) {
 	c.t.Helper()
 	n := c.nodes[i]
 	n.mu.Lock()
-	cmd := n.cmd
+	proc := n.proc
 	n.mu.Unlock()
-	if cmd == nil {
+	if proc == nil {
 		c.t.Fatalf("signal %s: never started", n.ID)
 	}
-	if err := cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+	if err := proc.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
 		c.t.Fatalf("signal %v to %s: %v", sig, n.ID, err)
 	}
 }
@@ -423,26 +524,38 @@ func (c *Cluster) waitExit(i int, d time.Duration) (int, bool) {
 func (c *Cluster) killAll() {
 	type victim struct {
 		n    *Node
-		cmd  *exec.Cmd
+		proc *os.Process
 		done chan struct{}
 	}
 	var vs []victim
 	for _, n := range c.nodes {
 		n.mu.Lock()
-		cmd, done := n.cmd, n.done
+		proc, done := n.proc, n.done
 		n.mu.Unlock()
-		if cmd == nil || isClosed(done) {
+		if proc == nil || isClosed(done) {
 			continue
 		}
-		_ = cmd.Process.Kill()
-		vs = append(vs, victim{n, cmd, done})
+		_ = proc.Kill()
+		vs = append(vs, victim{n, proc, done})
+	}
+	// A process that took over in an upgrade the test did not adopt.
+	for _, n := range c.nodes {
+		n.mu.Lock()
+		cur := 0
+		if n.proc != nil {
+			cur = n.proc.Pid
+		}
+		n.mu.Unlock()
+		if pid := readPidFile(n.PidFile); pid > 0 && pid != cur {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
 	}
 	deadline := time.After(10 * time.Second)
 	for _, v := range vs {
 		select {
 		case <-v.done:
 		case <-deadline:
-			c.t.Errorf("%s (pid %d) did not die on SIGKILL", v.n.ID, v.cmd.Process.Pid)
+			c.t.Errorf("%s (pid %d) did not die on SIGKILL", v.n.ID, v.proc.Pid)
 		}
 	}
 }

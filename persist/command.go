@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"unicode/utf8"
 )
 
@@ -33,15 +35,18 @@ const commandVersion = 1
 // Limits on decoded fields, so a corrupt entry cannot make the FSM allocate
 // without bound.
 const (
-	maxIDLen    = 256
-	maxTextLen  = 4096
-	maxCmdBytes = 64 << 10
-	// An assignment delta may place every task at once; 16 MiB holds
-	// several hundred thousand placements.
-	maxAssignCmdBytes = 16 << 20
+	maxIDLen          = 256
+	maxTextLen        = 4096
+	maxCmdBytes       = 64 << 10
+	maxAssignCmdBytes = MaxAssignmentBytes
 	// maxCopies bounds the standbys or warm-ups of one placement.
 	maxCopies = 1024
 )
+
+// MaxAssignmentBytes is the largest encoded CmdSetAssignment: an assignment
+// delta may place every task at once, and 16 MiB holds several hundred
+// thousand placements.
+const MaxAssignmentBytes = 16 << 20
 
 // ErrBadCommand is returned for a log entry that does not decode.
 var ErrBadCommand = errors.New("malformed command")
@@ -150,17 +155,38 @@ func DecodeCommand(b []byte) (Command, error) {
 		a := &c.Assign
 		a.Base = d.uvarint()
 		a.Generation = d.uvarint()
-		if d.err == nil && a.Generation != a.Base+1 {
+		if d.err == nil && (a.Base == math.MaxUint64 || a.Generation != a.Base+1) {
 			d.fail("generation must follow base")
+		}
+		// Every task appears once, in Set or in Removed, with a non-empty
+		// id; so does every worker within one placement.
+		seen := map[string]bool{}
+		task := func(id string) {
+			switch {
+			case d.err != nil:
+			case id == "":
+				d.fail("empty task id")
+			case seen[id]:
+				d.fail("task listed twice")
+			default:
+				seen[id] = true
+			}
 		}
 		n := d.count()
 		for i := uint64(0); i < n && d.err == nil; i++ {
 			p := Placement{Task: d.string(maxIDLen), Active: d.string(maxIDLen)}
+			task(p.Task)
 			p.Standbys = d.strings(maxCopies)
 			p.Warmups = d.strings(maxCopies)
+			if d.err == nil && !distinctWorkers(p) {
+				d.fail("bad worker ids in a placement")
+			}
 			a.Set = append(a.Set, p)
 		}
 		a.Removed = d.strings(1 << 24)
+		for _, id := range a.Removed {
+			task(id)
+		}
 	default:
 		return c, fmt.Errorf("%w: unknown type %d", ErrBadCommand, b[1])
 	}
@@ -171,6 +197,22 @@ func DecodeCommand(b []byte) (Command, error) {
 		return Command{}, d.err
 	}
 	return c, nil
+}
+
+// distinctWorkers reports whether a placement names each worker at most once
+// and no empty worker besides an empty Active (no worker at all).
+func distinctWorkers(p Placement) bool {
+	seen := map[string]bool{}
+	if p.Active != "" {
+		seen[p.Active] = true
+	}
+	for _, w := range append(slices.Clone(p.Standbys), p.Warmups...) {
+		if w == "" || seen[w] {
+			return false
+		}
+		seen[w] = true
+	}
+	return true
 }
 
 func appendStrings(b []byte, ss []string) []byte {
@@ -201,7 +243,9 @@ func (d *decoder) strings(max uint64) []string {
 	if n == 0 {
 		return nil
 	}
-	out := make([]string, 0, n)
+	// The count is bounded by the bytes left, not by what they hold:
+	// grow as elements decode rather than trusting it for the allocation.
+	out := make([]string, 0, min(n, 1024))
 	for i := uint64(0); i < n && d.err == nil; i++ {
 		out = append(out, d.string(maxIDLen))
 	}

@@ -12,6 +12,7 @@ import (
 // sampleCommands covers every CmdType with empty, ordinary and maximal fields.
 func sampleCommands() []Command {
 	long := strings.Repeat("x", maxIDLen)
+	long2 := strings.Repeat("y", maxIDLen)
 	return []Command{
 		{Type: CmdNoop},
 		{Type: CmdSubmitTask},
@@ -29,9 +30,10 @@ func sampleCommands() []Command {
 			Set: []Placement{
 				{Task: "t1", Active: "w1", Standbys: []string{"w2", "w3"}, Warmups: []string{"w4"}},
 				{Task: "t2"},
-				{Task: long, Active: long, Standbys: []string{long}, Warmups: []string{long, ""}},
+				{Task: long, Active: long, Standbys: []string{long2}, Warmups: []string{"w1", "ünï"}},
+				{Task: long2, Standbys: []string{long}, Warmups: []string{long2}},
 			},
-			Removed: []string{"t3", long, ""}}},
+			Removed: []string{"t3", "w1", "\x00"}}},
 	}
 }
 

@@ -164,9 +164,16 @@ func (s *Service) plan(ctx context.Context, ts *termState) (followup, retry bool
 		return res.Followup, false
 	}
 	cmd := persist.Command{Type: persist.CmdSetAssignment, Assign: delta}
+	b := cmd.Encode()
+	if len(b) > persist.MaxAssignmentBytes {
+		// Retrying would produce the same delta: wait for the next trigger.
+		s.log.Error().Int("bytes", len(b)).Int("limit", persist.MaxAssignmentBytes).Int("changed", len(delta.Set)).
+			Msg("the assignment delta is too large for one log entry; not written")
+		return res.Followup, false
+	}
 	actx, cancel := context.WithTimeout(ctx, applyTimeout)
 	defer cancel()
-	r, err := s.apply(actx, cmd.Encode())
+	r, err := s.apply(actx, b)
 	switch {
 	case err != nil:
 		if ctx.Err() == nil {

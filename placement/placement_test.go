@@ -247,21 +247,37 @@ func TestSilentWorkerExpiresAndStandbysTakeOver(t *testing.T) {
 			r.register(w, 1)
 		}
 		settle(200 * time.Millisecond)
+		// A worker holds (caught up) every copy it was given; it reports
+		// what it held, then learns its copies from the answer.
+		last := map[string]map[string]int64{}
 		lagsOf := func(w string) map[string]int64 {
-			c := r.beat(w, nil)
+			c := r.beat(w, last[w])
 			m := map[string]int64{}
+			defer func() { last[w] = m }()
 			for _, t := range append(append(c.Actives, c.Standbys...), c.Warmups...) {
 				m[t] = 0
 			}
 			return m
 		}
+		// Report until the assignment is stable: the first plan placed
+		// tasks before anyone held state, later reports may swap them.
 		var w3Last time.Time
-		for range 3 {
+		stable := 0
+		for round := 0; stable < 3; round++ {
+			if round > 40 {
+				t.Fatal("the assignment never became stable")
+			}
+			gen := r.gen()
 			for _, w := range []string{"w1", "w2", "w3"} {
 				r.beat(w, lagsOf(w))
 			}
 			w3Last = time.Now()
 			settle(500 * time.Millisecond)
+			if r.gen() == gen {
+				stable++
+			} else {
+				stable = 0
+			}
 		}
 		_, before := r.fsm.Assignment()
 		var onW3 []string

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -20,6 +21,8 @@ func devCmd() *cobra.Command {
 	var nodes, basePort int
 	var fresh, noKafka bool
 	var kafkaAddr string
+	var workers int
+	var restoreRate float64
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run a local cluster (3 nodes on loopback) until Ctrl-C",
@@ -28,10 +31,16 @@ func devCmd() *cobra.Command {
 			if nodes < 1 || nodes > 7 {
 				return usageErr("--nodes: %d is not between 1 and 7", nodes)
 			}
+			if workers < 0 || workers > 50 {
+				return usageErr("--workers: %d is not between 0 and 50", workers)
+			}
+			if restoreRate <= 0 {
+				return usageErr("--worker-restore-rate: %v is not positive", restoreRate)
+			}
 			if noKafka {
 				kafkaAddr = ""
 			}
-			return runDev(dir, nodes, basePort, fresh, kafkaAddr)
+			return runDev(dir, nodes, basePort, fresh, kafkaAddr, devWorkers{n: workers, restoreRate: restoreRate})
 		},
 	}
 	cmd.Flags().StringVar(&dir, "dir", ".xce-dev", "directory for the generated configs, data and logs")
@@ -40,6 +49,8 @@ func devCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&fresh, "fresh", false, "delete the directory's data first")
 	cmd.Flags().StringVar(&kafkaAddr, "kafka-addr", "127.0.0.1:9092", "where the embedded Kafka broker (kafka-dev) listens")
 	cmd.Flags().BoolVar(&noKafka, "no-kafka", false, "run without the embedded broker (publishing disabled)")
+	cmd.Flags().IntVar(&workers, "workers", 3, "reference workers to run (w1, w2, …; capacity 1 each)")
+	cmd.Flags().Float64Var(&restoreRate, "worker-restore-rate", 20000, "the reference workers' restore rate, records/s")
 	return cmd
 }
 
@@ -59,7 +70,13 @@ func devConfig(dir string, i, n, base int, kafkaAddr string) (string, error) {
 	return path, os.WriteFile(path, []byte(b.String()), 0o644)
 }
 
-func runDev(dir string, n, base int, fresh bool, kafkaAddr string) error {
+// devWorkers are the reference workers `xce dev` runs.
+type devWorkers struct {
+	n           int
+	restoreRate float64
+}
+
+func runDev(dir string, n, base int, fresh bool, kafkaAddr string, workers devWorkers) error {
 	exe, err := os.Executable()
 	if err != nil {
 		return err
@@ -77,23 +94,27 @@ func runDev(dir string, n, base int, fresh bool, kafkaAddr string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	var procs []*exec.Cmd
-	var dones []chan struct{}
+	// The children by kind, in stop order: workers first (they would only
+	// complain about the servers going), then the servers, the broker
+	// last, so the primary's publisher does not lose its broker mid-stop.
+	const (
+		kindWorker = iota
+		kindServer
+		kindKafka
+		kinds
+	)
+	var procs [kinds][]*exec.Cmd
+	var dones [kinds][]chan struct{}
 	var addrs []string
-	exited := make(chan int, n+1)
+	exited := make(chan string, n+workers.n+1)
 	defer func() {
-		// Servers first, the broker last, so the primary's publisher does
-		// not lose its broker mid-stop.
-		first := 0
-		if kafkaAddr != "" && len(procs) > 0 {
-			first = 1
+		for k := range kinds {
+			stopProcs(procs[k], dones[k])
 		}
-		stopProcs(procs[first:], dones[first:])
-		stopProcs(procs[:first], dones[:first])
 		fmt.Println("dev cluster stopped")
 	}()
 	// start runs one child process with its output in logs/<name>.log.
-	start := func(i int, name string, args ...string) (string, *exec.Cmd, error) {
+	start := func(kind int, name string, args ...string) (string, *exec.Cmd, error) {
 		logPath := filepath.Join(dir, "logs", name+".log")
 		logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {
@@ -106,16 +127,16 @@ func runDev(dir string, n, base int, fresh bool, kafkaAddr string) error {
 			return "", nil, fmt.Errorf("start %s: %w", name, err)
 		}
 		done := make(chan struct{})
-		procs, dones = append(procs, p), append(dones, done)
+		procs[kind], dones[kind] = append(procs[kind], p), append(dones[kind], done)
 		go func() {
 			_ = p.Wait()
 			close(done)
-			exited <- i
+			exited <- name
 		}()
 		return logPath, p, nil
 	}
 	if kafkaAddr != "" {
-		logPath, p, err := start(0, "kafka", "kafka-dev", "--addr", kafkaAddr, "--data-dir", filepath.Join(dir, "kafka"))
+		logPath, p, err := start(kindKafka, "kafka", "kafka-dev", "--addr", kafkaAddr, "--data-dir", filepath.Join(dir, "kafka"))
 		if err != nil {
 			return err
 		}
@@ -129,7 +150,7 @@ func runDev(dir string, n, base int, fresh bool, kafkaAddr string) error {
 		if err != nil {
 			return err
 		}
-		logPath, p, err := start(i, fmt.Sprintf("n%d", i), "server", "--config", cfg)
+		logPath, p, err := start(kindServer, fmt.Sprintf("n%d", i), "server", "--config", cfg)
 		if err != nil {
 			return err
 		}
@@ -138,8 +159,23 @@ func runDev(dir string, n, base int, fresh bool, kafkaAddr string) error {
 		fmt.Printf("n%d  api http://%s  peer 127.0.0.1:%d  config %s  log %s  pid %d\n", i, addr, base+100+i, cfg, logPath, p.Process.Pid)
 	}
 	all := strings.Join(addrs, ",")
+	if workers.n > 0 {
+		fmt.Println()
+	}
+	for i := 1; i <= workers.n; i++ {
+		id := fmt.Sprintf("w%d", i)
+		logPath, p, err := start(kindWorker, id, "worker", "--id", id, "--controllers", all, "--capacity", "1",
+			"--restore-rate", strconv.FormatFloat(workers.restoreRate, 'g', -1, 64), "--log-format", "json")
+		if err != nil {
+			return err
+		}
+		fmt.Printf("%s  worker, capacity 1, restore rate %g/s  log %s  pid %d\n", id, workers.restoreRate, logPath, p.Process.Pid)
+	}
 	fmt.Printf("\ntry:  xce status --addr %s\n      xce submit my-task --addr %s\n      curl -s -H 'Content-Type: application/json' -d '{\"taskId\":\"t1\"}' http://%s/xce.v1.ControllerService/SubmitTask\n",
 		addrs[0], all, addrs[0])
+	if workers.n > 0 {
+		fmt.Printf("      xce submit my-stateful-task --stateful --addr %s\n      xce workers --addr %s\n      xce assignment --addr %s\n", all, all, all)
+	}
 	if kafkaAddr != "" {
 		fmt.Printf("      xce events tail --brokers %s --from-start\n", kafkaAddr)
 	}
@@ -148,10 +184,13 @@ func runDev(dir string, n, base int, fresh bool, kafkaAddr string) error {
 	select {
 	case <-ctx.Done():
 		return nil
-	case i := <-exited:
-		name := fmt.Sprintf("n%d", i)
-		if i == 0 {
-			name = "kafka"
+	case name := <-exited:
+		// Ctrl-C in a terminal signals the children too: one may exit
+		// before this process has seen its own signal.
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(200 * time.Millisecond):
 		}
 		return fmt.Errorf("%s exited; see %s", name, filepath.Join(dir, "logs", name+".log"))
 	}

@@ -75,7 +75,8 @@ func main() {
 	}
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageErr("%v", err) })
 	root.AddCommand(serverCmd(), devCmd(), statusCmd(), versionCmd(),
-		submitCmd(), taskCmd(), tasksCmd(), benchCmd(), kafkaDevCmd(), eventsCmd(), assignCmd())
+		submitCmd(), taskCmd(), tasksCmd(), benchCmd(), kafkaDevCmd(), eventsCmd(), assignCmd(),
+		workerCmd(), workersCmd(), assignmentCmd())
 	err := root.Execute()
 	os.Exit(exitCode(err))
 }

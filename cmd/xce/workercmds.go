@@ -1,0 +1,311 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/xce/xce/client"
+	"github.com/xce/xce/logging"
+	xcev1 "github.com/xce/xce/proto/xce/v1"
+	"github.com/xce/xce/worker"
+)
+
+// workerFlags are the flags of `xce worker`.
+type workerFlags struct {
+	id, controllers, clientAddr string
+	capacity                    uint32
+	restoreRate                 float64
+	initialLag, dropLag         int64
+	dropAfter                   time.Duration
+	logLevel, logFormat         string
+}
+
+// config turns the flags into a worker.Config (usage errors for bad values).
+func (f *workerFlags) config() (worker.Config, error) {
+	if f.id == "" {
+		return worker.Config{}, usageErr("worker: --id is required")
+	}
+	switch {
+	case f.restoreRate <= 0:
+		return worker.Config{}, usageErr("--restore-rate: %v is not positive", f.restoreRate)
+	case f.initialLag < 0:
+		return worker.Config{}, usageErr("--initial-lag: %d is negative", f.initialLag)
+	case f.dropLag <= 0:
+		return worker.Config{}, usageErr("--drop-lag: %d is not positive", f.dropLag)
+	case f.dropAfter <= 0:
+		return worker.Config{}, usageErr("--drop-after: %s is not positive", f.dropAfter)
+	}
+	initial := f.initialLag
+	if initial == 0 {
+		initial = -1 // worker.Config: negative means "caught up at once"
+	}
+	return worker.Config{
+		ID: f.id, Controllers: strings.Split(f.controllers, ","), Capacity: f.capacity, ClientAddr: f.clientAddr,
+		RestoreRate: f.restoreRate, InitialLag: initial, DropLag: f.dropLag, DropAfter: f.dropAfter,
+	}, nil
+}
+
+// runWorker runs a reference worker until ctx ends.
+func runWorker(ctx context.Context, f *workerFlags, stderr io.Writer) error {
+	cfg, err := f.config()
+	if err != nil {
+		return err
+	}
+	log, err := logging.New(stderr, f.logLevel, f.logFormat, "")
+	if err != nil {
+		return usageErr("%v", err)
+	}
+	cfg.Logger = log
+	if err := worker.Run(ctx, cfg); err != nil {
+		if errors.Is(err, worker.ErrConfig) || errors.Is(err, client.ErrInvalid) {
+			return usageErr("%v", err)
+		}
+		return err
+	}
+	return nil
+}
+
+func workerCmd() *cobra.Command {
+	var f workerFlags
+	cmd := &cobra.Command{
+		Use:   "worker --id W",
+		Short: "Run a reference worker that simulates the state of the tasks it is given",
+		Long: `Run a reference worker until SIGTERM or SIGINT (exit 0). It registers with the
+primary, heartbeats at the interval the controller gives, registers again after
+a controller failover, and simulates state: every copy it holds (active,
+standby, warm-up) catches up at --restore-rate records/s from --initial-lag
+(a task it has no state for) down to 0; a copy it no longer holds falls behind
+at the same rate and is dropped past --drop-lag or after --drop-after. It
+reports its lags, a notice when its actives change, and "running" or
+"restoring" for each active task.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return runWorker(ctx, &f, cmd.ErrOrStderr())
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.id, "id", "", "worker id (1-128 characters of [A-Za-z0-9._-]); required")
+	fl.StringVar(&f.controllers, "controllers", "127.0.0.1:7101", "comma-separated HOST:PORT list of controller client addresses")
+	fl.Uint32Var(&f.capacity, "capacity", 1, "relative weight (processing threads); 0 drains the worker")
+	fl.StringVar(&f.clientAddr, "client-addr", "", "where this worker serves its clients (informational)")
+	fl.Float64Var(&f.restoreRate, "restore-rate", worker.DefaultRestoreRate, "records/s a held copy catches up (and an unheld one falls behind)")
+	fl.Int64Var(&f.initialLag, "initial-lag", worker.DefaultInitialLag, "lag of a copy assigned without state (0: caught up at once)")
+	fl.Int64Var(&f.dropLag, "drop-lag", worker.DefaultDropLag, "drop the state of a task no longer held once its lag passes this")
+	fl.DurationVar(&f.dropAfter, "drop-after", worker.DefaultDropAfter, "drop the state of a task no longer held after this long")
+	fl.StringVar(&f.logLevel, "log-level", "info", "trace, debug, info, warn or error")
+	fl.StringVar(&f.logFormat, "log-format", "auto", "json, console or auto (console on a terminal)")
+	return cmd
+}
+
+// workerJSON is a worker as `xce workers --json` prints it.
+type workerJSON struct {
+	WorkerID           string           `json:"worker_id"`
+	Capacity           uint32           `json:"capacity"`
+	ClientAddr         string           `json:"client_addr"`
+	LastHeartbeatAgeMs int64            `json:"last_heartbeat_age_ms"`
+	Actives            []string         `json:"actives"`
+	Standbys           []string         `json:"standbys"`
+	Warmups            []string         `json:"warmups"`
+	Lags               map[string]int64 `json:"lags"`
+	Notice             string           `json:"notice"`
+}
+
+type workersJSON struct {
+	Workers    []workerJSON `json:"workers"`
+	Generation uint64       `json:"generation"`
+	Settling   bool         `json:"settling"`
+}
+
+func workersOut(r *xcev1.ListWorkersResponse) workersJSON {
+	out := workersJSON{Workers: make([]workerJSON, len(r.Workers)), Generation: r.Generation, Settling: r.Settling}
+	for i, w := range r.Workers {
+		out.Workers[i] = workerJSON{
+			WorkerID: w.WorkerId, Capacity: w.Capacity, ClientAddr: w.ClientAddr, LastHeartbeatAgeMs: w.LastHeartbeatAgeMs,
+			Actives: nonNil(w.Actives), Standbys: nonNil(w.Standbys), Warmups: nonNil(w.Warmups),
+			Lags: nonNilLags(w.Lags), Notice: w.Notice,
+		}
+	}
+	return out
+}
+
+func nonNilLags(m map[string]int64) map[string]int64 {
+	if m == nil {
+		return map[string]int64{}
+	}
+	return m
+}
+
+// listCell prints a list of task or worker ids, at most n of them.
+func listCell(s []string, n int) string {
+	switch {
+	case len(s) == 0:
+		return "-"
+	case len(s) <= n:
+		return strings.Join(s, ",")
+	}
+	return fmt.Sprintf("%s,… (%d)", strings.Join(s[:n], ","), len(s))
+}
+
+// lagsCell prints lags as "k=v" pairs, sorted by key.
+func lagsCell(m map[string]int64) string {
+	if len(m) == 0 {
+		return "-"
+	}
+	var b strings.Builder
+	for i, k := range slices.Sorted(maps.Keys(m)) {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%s=%d", k, m[k])
+	}
+	return b.String()
+}
+
+func printWorkers(w io.Writer, r *xcev1.ListWorkersResponse) error {
+	fmt.Fprintf(w, "generation %d, %d workers", r.Generation, len(r.Workers))
+	if r.Settling {
+		fmt.Fprint(w, " (settling: the primary waits for workers to report before it places anything)")
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "WORKER\tCAPACITY\tLAST SEEN\tACTIVES\tSTANDBYS\tWARMUPS\tNOTICE")
+	for _, x := range r.Workers {
+		notice := x.Notice
+		if notice == "" {
+			notice = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", x.WorkerId, x.Capacity,
+			(time.Duration(x.LastHeartbeatAgeMs) * time.Millisecond).String(),
+			listCell(x.Actives, 4), listCell(x.Standbys, 4), listCell(x.Warmups, 4), notice)
+	}
+	return tw.Flush()
+}
+
+func workersCmd() *cobra.Command {
+	var f clientFlags
+	cmd := &cobra.Command{
+		Use:   "workers",
+		Short: "List the workers the primary has sessions with, and their copies",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return f.call(func(ctx context.Context, c *client.Client) error {
+				r, err := c.ListWorkers(ctx)
+				if err != nil {
+					return err
+				}
+				if f.json {
+					return printJSON(cmd.OutOrStdout(), workersOut(r))
+				}
+				return printWorkers(cmd.OutOrStdout(), r)
+			})
+		},
+	}
+	f.register(cmd)
+	return cmd
+}
+
+// taskAssignmentJSON is one task as `xce assignment --json` prints it.
+type taskAssignmentJSON struct {
+	TaskID        string           `json:"task_id"`
+	Stateful      bool             `json:"stateful"`
+	Active        string           `json:"active"`
+	Standbys      []string         `json:"standbys"`
+	Warmups       []string         `json:"warmups"`
+	Lags          map[string]int64 `json:"lags"`
+	PendingReason string           `json:"pending_reason,omitempty"`
+	Update        string           `json:"update,omitempty"`
+}
+
+type assignmentJSON struct {
+	Generation   uint64               `json:"generation"`
+	AppliedIndex uint64               `json:"applied_index"`
+	Settling     bool                 `json:"settling"`
+	Followup     bool                 `json:"followup"`
+	Tasks        []taskAssignmentJSON `json:"tasks"`
+}
+
+func assignmentOut(r *xcev1.GetAssignmentResponse) assignmentJSON {
+	out := assignmentJSON{Generation: r.Generation, AppliedIndex: r.AppliedIndex, Settling: r.Settling, Followup: r.Followup,
+		Tasks: make([]taskAssignmentJSON, len(r.Tasks))}
+	for i, t := range r.Tasks {
+		p := t.GetPlacement()
+		out.Tasks[i] = taskAssignmentJSON{
+			TaskID: p.GetTaskId(), Stateful: t.Stateful, Active: p.GetActive(),
+			Standbys: nonNil(p.GetStandbys()), Warmups: nonNil(p.GetWarmups()),
+			Lags: nonNilLags(t.Lags), PendingReason: t.PendingReason, Update: t.Update,
+		}
+	}
+	return out
+}
+
+func printAssignment(w io.Writer, r *xcev1.GetAssignmentResponse) error {
+	fmt.Fprintf(w, "generation %d (applied index %d), %d tasks", r.Generation, r.AppliedIndex, len(r.Tasks))
+	if r.Settling {
+		fmt.Fprint(w, "; settling: the primary waits for workers to report and moves nothing until then")
+	}
+	if r.Followup {
+		fmt.Fprint(w, "; moves wait for warm-ups")
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TASK\tSTATEFUL\tACTIVE\tSTANDBYS\tWARMUPS\tLAGS\tSTATUS")
+	for _, t := range r.Tasks {
+		p := t.GetPlacement()
+		active := p.GetActive()
+		if active == "" {
+			active = "-"
+		}
+		status := t.Update
+		if t.PendingReason != "" {
+			status = strings.TrimSpace(status + " (pending: " + t.PendingReason + ")")
+		}
+		if status == "" {
+			status = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%v\t%s\t%s\t%s\t%s\t%s\n", p.GetTaskId(), t.Stateful, active,
+			listCell(p.GetStandbys(), 4), listCell(p.GetWarmups(), 4), lagsCell(t.Lags), status)
+	}
+	return tw.Flush()
+}
+
+func assignmentCmd() *cobra.Command {
+	var f clientFlags
+	var stale bool
+	cmd := &cobra.Command{
+		Use:   "assignment",
+		Short: "Print the committed assignment: each task's active, standbys and warm-ups",
+		Long: `Print the committed assignment: each task's active worker, standbys and
+warm-ups. The primary adds the lags its workers report and each active's
+status; a --stale read may be served by a STANDBY, without them.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return f.call(func(ctx context.Context, c *client.Client) error {
+				r, err := c.GetAssignment(ctx, stale)
+				if err != nil {
+					return err
+				}
+				if f.json {
+					return printJSON(cmd.OutOrStdout(), assignmentOut(r))
+				}
+				return printAssignment(cmd.OutOrStdout(), r)
+			})
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().BoolVar(&stale, "stale", false, "accept a stale read from a STANDBY")
+	return cmd
+}

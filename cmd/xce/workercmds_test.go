@@ -1,0 +1,307 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+
+	"github.com/xce/xce/netio"
+	xcev1 "github.com/xce/xce/proto/xce/v1"
+	"github.com/xce/xce/proto/xce/v1/xcev1connect"
+)
+
+// fakeAPI serves ListWorkers, GetAssignment and the WorkerService on a
+// loopback port; with notReady set it refuses every call like an electing
+// node.
+type fakeAPI struct {
+	xcev1connect.UnimplementedControllerServiceHandler
+	xcev1connect.UnimplementedWorkerServiceHandler
+	notReady   bool
+	stale      atomic.Bool
+	heartbeats atomic.Int64
+}
+
+func (f *fakeAPI) refuse() error {
+	if !f.notReady {
+		return nil
+	}
+	e := connect.NewError(connect.CodeUnavailable, errors.New("electing"))
+	d, _ := connect.NewErrorDetail(&xcev1.NotReady{Role: xcev1.Role_ROLE_ELECTING, Reason: "electing", RetryAfterMs: 50})
+	e.AddDetail(d)
+	return e
+}
+
+func (f *fakeAPI) ListWorkers(context.Context, *connect.Request[xcev1.ListWorkersRequest]) (*connect.Response[xcev1.ListWorkersResponse], error) {
+	if err := f.refuse(); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&xcev1.ListWorkersResponse{Generation: 4, Settling: true, Workers: []*xcev1.WorkerInfo{
+		{WorkerId: "w1", Capacity: 1, LastHeartbeatAgeMs: 250, Actives: []string{"t1", "t2"}, Standbys: []string{"t3"},
+			Lags: map[string]int64{"t1": 0, "t2": 0, "t3": 1200}, Notice: "actives: t1,t2"},
+		{WorkerId: "w2", Capacity: 2, LastHeartbeatAgeMs: 1500, Warmups: []string{"a", "b", "c", "d", "e", "f"}},
+	}}), nil
+}
+
+func (f *fakeAPI) GetAssignment(_ context.Context, req *connect.Request[xcev1.GetAssignmentRequest]) (*connect.Response[xcev1.GetAssignmentResponse], error) {
+	if err := f.refuse(); err != nil {
+		return nil, err
+	}
+	f.stale.Store(req.Msg.Consistency == xcev1.Consistency_CONSISTENCY_STALE)
+	return connect.NewResponse(&xcev1.GetAssignmentResponse{Generation: 4, AppliedIndex: 17, Followup: true, Tasks: []*xcev1.TaskAssignment{
+		{Placement: &xcev1.TaskPlacement{TaskId: "t1", Active: "w1", Standbys: []string{"w2"}, Warmups: []string{"w3"}}, Stateful: true,
+			Lags: map[string]int64{"w1": 0, "w2": 40, "w3": 30000}, Update: "running"},
+		{Placement: &xcev1.TaskPlacement{TaskId: "t2"}, PendingReason: "no worker"},
+	}}), nil
+}
+
+func (f *fakeAPI) Register(context.Context, *connect.Request[xcev1.RegisterRequest]) (*connect.Response[xcev1.RegisterResponse], error) {
+	return connect.NewResponse(&xcev1.RegisterResponse{HeartbeatIntervalMs: 50, SessionTimeoutMs: 500}), nil
+}
+
+func (f *fakeAPI) Heartbeat(context.Context, *connect.Request[xcev1.HeartbeatRequest]) (*connect.Response[xcev1.HeartbeatResponse], error) {
+	f.heartbeats.Add(1)
+	return connect.NewResponse(&xcev1.HeartbeatResponse{Generation: 1, Actives: []string{"t1"}, HeartbeatIntervalMs: 50}), nil
+}
+
+func startAPI(t *testing.T, f *fakeAPI) string {
+	t.Helper()
+	mux := http.NewServeMux()
+	mux.Handle(xcev1connect.NewControllerServiceHandler(f))
+	mux.Handle(xcev1connect.NewWorkerServiceHandler(f))
+	srv := netio.NewServer(mux, netio.DefaultLimits())
+	ln, err := netio.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	t.Cleanup(func() {
+		_ = srv.Close()
+		<-done
+	})
+	return ln.Addr().String()
+}
+
+// runCmd runs one command with args and returns its output and exit code.
+func runCmd(t *testing.T, cmd *cobra.Command, args ...string) (string, int) {
+	t.Helper()
+	var out bytes.Buffer
+	cmd.SetArgs(args)
+	cmd.SetOut(&out)
+	cmd.SetErr(io.Discard)
+	cmd.SilenceErrors, cmd.SilenceUsage = true, true
+	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageErr("%v", err) })
+	code := exitCodeQuiet(cmd.Execute())
+	return out.String(), code
+}
+
+// exitCodeQuiet is exitCode without the message on stderr.
+func exitCodeQuiet(err error) int {
+	if err == nil {
+		return exitOK
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	return exitCode(err)
+}
+
+func TestWorkersCommand(t *testing.T) {
+	addr := startAPI(t, &fakeAPI{})
+	var out bytes.Buffer
+	cmd := workersCmd()
+	cmd.SetOut(&out)
+	cmd.SetArgs([]string{"--addr", addr, "--json"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	if got["generation"] != 4.0 || got["settling"] != true {
+		t.Errorf("json %v", got)
+	}
+	ws, _ := got["workers"].([]any)
+	if len(ws) != 2 {
+		t.Fatalf("workers %v", got["workers"])
+	}
+	w2, _ := ws[1].(map[string]any)
+	for _, k := range []string{"worker_id", "capacity", "client_addr", "last_heartbeat_age_ms", "actives", "standbys", "warmups", "lags", "notice"} {
+		if _, ok := w2[k]; !ok {
+			t.Errorf("worker object without %q: %v", k, w2)
+		}
+	}
+	if a, ok := w2["actives"].([]any); !ok || len(a) != 0 {
+		t.Errorf("w2 actives %v, want []", w2["actives"])
+	}
+
+	out.Reset()
+	cmd = workersCmd()
+	cmd.SetOut(&out)
+	cmd.SetArgs([]string{"--addr", addr})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	table := out.String()
+	for _, want := range []string{"generation 4, 2 workers (settling", "WORKER", "w1", "250ms", "t1,t2", "actives: t1,t2", "1.5s", "a,b,c,d,… (6)"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("table without %q:\n%s", want, table)
+		}
+	}
+}
+
+func TestAssignmentCommand(t *testing.T) {
+	f := &fakeAPI{}
+	addr := startAPI(t, f)
+	var out bytes.Buffer
+	cmd := assignmentCmd()
+	cmd.SetOut(&out)
+	cmd.SetArgs([]string{"--addr", addr, "--json", "--stale"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if !f.stale.Load() {
+		t.Error("--stale did not ask for a stale read")
+	}
+	var got assignmentJSON
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	if got.Generation != 4 || !got.Followup || got.Settling || len(got.Tasks) != 2 {
+		t.Fatalf("json %+v", got)
+	}
+	t1, t2 := got.Tasks[0], got.Tasks[1]
+	if t1.TaskID != "t1" || !t1.Stateful || t1.Active != "w1" || t1.Standbys[0] != "w2" || t1.Warmups[0] != "w3" || t1.Lags["w3"] != 30000 {
+		t.Errorf("t1 %+v", t1)
+	}
+	if t2.TaskID != "t2" || t2.Active != "" || t2.Standbys == nil || t2.Warmups == nil || t2.Lags == nil {
+		t.Errorf("t2 %+v (lists must be [] not null)", t2)
+	}
+	var raw map[string]any
+	_ = json.Unmarshal(out.Bytes(), &raw)
+	for _, k := range []string{"generation", "settling", "followup", "tasks"} {
+		if _, ok := raw[k]; !ok {
+			t.Errorf("json without %q", k)
+		}
+	}
+
+	out.Reset()
+	cmd = assignmentCmd()
+	cmd.SetOut(&out)
+	cmd.SetArgs([]string{"--addr", addr})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if f.stale.Load() {
+		t.Error("a read without --stale was stale")
+	}
+	table := out.String()
+	for _, want := range []string{"generation 4 (applied index 17), 2 tasks; moves wait for warm-ups", "TASK", "w1=0 w2=40 w3=30000", "running", "(pending: no worker)"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("table without %q:\n%s", want, table)
+		}
+	}
+}
+
+func TestWorkerCommandsExitCodes(t *testing.T) {
+	addr := startAPI(t, &fakeAPI{notReady: true})
+	for _, tc := range []struct {
+		name string
+		cmd  func() *cobra.Command
+		args []string
+		want int
+	}{
+		{"workers not ready", workersCmd, []string{"--addr", addr, "--timeout", "200ms"}, exitNotReady},
+		{"assignment not ready", assignmentCmd, []string{"--addr", addr, "--timeout", "200ms"}, exitNotReady},
+		{"workers bad flag", workersCmd, []string{"--nope"}, exitUsage},
+		{"assignment argument", assignmentCmd, []string{"extra"}, exitUsage},
+		{"worker without id", workerCmd, nil, exitUsage},
+		{"worker bad rate", workerCmd, []string{"--id", "w1", "--restore-rate", "0"}, exitUsage},
+		{"worker bad id", workerCmd, []string{"--id", "a b"}, exitUsage},
+		{"worker bad lag", workerCmd, []string{"--id", "w1", "--initial-lag", "-1"}, exitUsage},
+		{"worker bad log level", workerCmd, []string{"--id", "w1", "--log-level", "loud"}, exitUsage},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, code := runCmd(t, tc.cmd(), tc.args...); code != tc.want {
+				t.Errorf("exit %d, want %d", code, tc.want)
+			}
+		})
+	}
+}
+
+func TestWorkerFlagsConfig(t *testing.T) {
+	f := workerFlags{id: "w1", controllers: "a:1, b:2", capacity: 3, restoreRate: 500, initialLag: 0, dropLag: 10, dropAfter: time.Second}
+	cfg, err := f.config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ID != "w1" || len(cfg.Controllers) != 2 || cfg.Capacity != 3 || cfg.RestoreRate != 500 || cfg.InitialLag != -1 || cfg.DropLag != 10 || cfg.DropAfter != time.Second {
+		t.Fatalf("config %+v", cfg)
+	}
+	f.initialLag = 7
+	if cfg, _ = f.config(); cfg.InitialLag != 7 {
+		t.Fatalf("initial lag %d", cfg.InitialLag)
+	}
+}
+
+// TestRunWorker: the command's worker heartbeats until its context ends,
+// then returns nil (exit 0).
+func TestRunWorker(t *testing.T) {
+	f := &fakeAPI{}
+	addr := startAPI(t, f)
+	flags := workerFlags{id: "w1", controllers: addr, capacity: 1, restoreRate: 1000, initialLag: 5, dropLag: 100, dropAfter: time.Minute,
+		logLevel: "info", logFormat: "json"}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	var logs syncBuffer
+	go func() { done <- runWorker(ctx, &flags, &logs) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for f.heartbeats.Load() < 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d heartbeats in 10s; log:\n%s", f.heartbeats.Load(), logs.String())
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("worker returned %v; log:\n%s", err, logs.String())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("runWorker: %v, want nil on cancellation", err)
+	}
+	if !strings.Contains(logs.String(), `"worker_id":"w1"`) || !strings.Contains(logs.String(), "assignment changed") {
+		t.Errorf("log:\n%s", logs.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent use.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

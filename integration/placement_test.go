@@ -1,0 +1,341 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/xce/xce/client"
+	xcev1 "github.com/xce/xce/proto/xce/v1"
+	"github.com/xce/xce/proto/xce/v1/xcev1connect"
+)
+
+// Worker timings of the placement tests: short sessions so that a dead
+// worker is noticed in seconds, and a restore that takes about two seconds
+// (initial lag 40000 at 20000 records/s; caught up below 10000).
+const (
+	itSessionTimeout = 3 * time.Second
+	itAssignor       = `assignor: {num_standby_replicas: 1, session_timeout: 3s, heartbeat_interval: 300ms, acceptable_recovery_lag: 10000}
+`
+)
+
+// workerProc is one `xce worker` process of a test.
+type workerProc struct {
+	id   string
+	log  string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// workers runs reference workers against a cluster and kills them at the
+// end of the test, printing their logs' tails when it failed.
+type workers struct {
+	t  *testing.T
+	c  *Cluster
+	mu sync.Mutex
+	ps map[string]*workerProc
+}
+
+func newWorkers(t *testing.T, c *Cluster) *workers {
+	w := &workers{t: t, c: c, ps: map[string]*workerProc{}}
+	t.Cleanup(func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		for _, p := range w.ps {
+			if !isClosed(p.done) {
+				_ = p.cmd.Process.Kill()
+				<-p.done
+			}
+			if t.Failed() {
+				t.Logf("---- last 20 lines of worker %s ----\n%s", p.id, tailLines(p.log, 20, 400))
+			}
+		}
+	})
+	return w
+}
+
+func (w *workers) start(id string) {
+	w.t.Helper()
+	log := filepath.Join(w.c.dir, "worker-"+id+".log")
+	f, err := os.OpenFile(log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	defer f.Close()
+	cmd := exec.Command(xceBin, "worker", "--id", id, "--controllers", strings.Join(w.c.Addrs(), ","),
+		"--capacity", "1", "--restore-rate", "20000", "--initial-lag", "40000")
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		w.t.Fatalf("start worker %s: %v", id, err)
+	}
+	p := &workerProc{id: id, log: log, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		close(p.done)
+	}()
+	w.mu.Lock()
+	w.ps[id] = p
+	w.mu.Unlock()
+}
+
+func (w *workers) kill(id string) {
+	w.t.Helper()
+	w.mu.Lock()
+	p := w.ps[id]
+	w.mu.Unlock()
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		w.t.Fatalf("kill worker %s: %v", id, err)
+	}
+	<-p.done
+}
+
+// assignment reads the committed assignment from the primary, with its
+// soft facts (lags), trying every live node.
+func (c *Cluster) assignment() (*xcev1.GetAssignmentResponse, error) {
+	var errs []error
+	for _, i := range c.Live() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		cl := xcev1connect.NewControllerServiceClient(http.DefaultClient, "http://"+c.nodes[i].ClientAddr)
+		resp, err := cl.GetAssignment(ctx, connect.NewRequest(&xcev1.GetAssignmentRequest{}))
+		cancel()
+		if err == nil {
+			return resp.Msg, nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", c.nodes[i].ID, err))
+	}
+	return nil, errors.Join(errs...)
+}
+
+type placementOf map[string]*xcev1.TaskPlacement
+
+func placements(a *xcev1.GetAssignmentResponse) placementOf {
+	m := placementOf{}
+	for _, t := range a.Tasks {
+		m[t.Placement.TaskId] = t.Placement
+	}
+	return m
+}
+
+func (m placementOf) String() string {
+	var b strings.Builder
+	for _, id := range slices.Sorted(maps.Keys(m)) {
+		p := m[id]
+		fmt.Fprintf(&b, "%s:%s|%s|%s ", id, p.Active, strings.Join(p.Standbys, ","), strings.Join(p.Warmups, ","))
+	}
+	return b.String()
+}
+
+// settledPlacement waits until every task has an active and its standby,
+// no warm-ups are left, every standby is caught up, and the actives are
+// balanced over the given workers (each holds total/len ± 1).
+func settledPlacement(t *testing.T, c *Cluster, tasks int, workers []string, timeout time.Duration) *xcev1.GetAssignmentResponse {
+	t.Helper()
+	var last *xcev1.GetAssignmentResponse
+	err := waitFor(timeout, 100*time.Millisecond, func() error {
+		a, err := c.assignment()
+		if err != nil {
+			return err
+		}
+		last = a
+		if len(a.Tasks) != tasks {
+			return fmt.Errorf("%d tasks in the assignment, want %d", len(a.Tasks), tasks)
+		}
+		per := map[string]int{}
+		for _, ta := range a.Tasks {
+			p := ta.Placement
+			if p.Active == "" || len(p.Standbys) != 1 || len(p.Warmups) != 0 {
+				return fmt.Errorf("task %s placed %v|%v|%v", p.TaskId, p.Active, p.Standbys, p.Warmups)
+			}
+			if lag, ok := ta.Lags[p.Standbys[0]]; !ok || lag > 10000 {
+				return fmt.Errorf("task %s: standby %s not caught up (lag %d, reported %v)", p.TaskId, p.Standbys[0], lag, ok)
+			}
+			per[p.Active]++
+		}
+		lo, hi := tasks/len(workers), (tasks+len(workers)-1)/len(workers)
+		for _, w := range workers {
+			if per[w] < lo || per[w] > hi {
+				return fmt.Errorf("worker %s runs %d actives, want %d-%d (%v)", w, per[w], lo, hi, per)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("placement not settled within %v: %v\nlast: %v", timeout, err, placements(last))
+	}
+	return last
+}
+
+// TestWorkerDeathAndJoin: 3 workers, 12 stateful tasks with one standby.
+// A SIGKILLed worker's tasks get an active again within the session timeout
+// (plus slack), each on the worker that was its caught-up standby; a new
+// worker gets warm-ups first and then its share of actives, long before the
+// probing interval (10 minutes).
+func TestWorkerDeathAndJoin(t *testing.T) {
+	c := newCluster(t, 3, WithLogLevel("info"), WithExtra(itAssignor))
+	c.StartAll()
+	c.WaitRoles(raceSlack(15 * time.Second))
+	ws := newWorkers(t, c)
+	for _, id := range []string{"w1", "w2", "w3"} {
+		ws.start(id)
+	}
+	cl := c.Client()
+	const tasks = 12
+	for i := range tasks {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := cl.Submit(ctx, client.Task{ID: fmt.Sprintf("t%02d", i), Stateful: true})
+		cancel()
+		if err != nil {
+			t.Fatalf("submit: %v", err)
+		}
+	}
+	before := placements(settledPlacement(t, c, tasks, []string{"w1", "w2", "w3"}, raceSlack(30*time.Second)))
+	var onW3 []string
+	for id, p := range before {
+		if p.Active == "w3" {
+			onW3 = append(onW3, id)
+		}
+	}
+	slices.Sort(onW3)
+
+	// w3 dies.
+	killed := time.Now()
+	ws.kill("w3")
+	var after placementOf
+	err := waitFor(itSessionTimeout+raceSlack(10*time.Second), 50*time.Millisecond, func() error {
+		a, err := c.assignment()
+		if err != nil {
+			return err
+		}
+		after = placements(a)
+		for _, id := range onW3 {
+			if p := after[id]; p == nil || p.Active == "w3" || p.Active == "" {
+				return fmt.Errorf("task %s still on %v", id, p)
+			}
+		}
+		return nil
+	})
+	took := time.Since(killed)
+	if err != nil {
+		t.Fatalf("w3's tasks were not taken over: %v", err)
+	}
+	t.Logf("worker SIGKILL -> every task active again: %v (session timeout %v)", took.Round(time.Millisecond), itSessionTimeout)
+	if limit := itSessionTimeout + raceSlack(2*time.Second); took > limit {
+		t.Errorf("takeover took %v, more than session timeout + slack (%v)", took, limit)
+	}
+	for _, id := range onW3 {
+		if want := before[id].Standbys[0]; after[id].Active != want {
+			t.Errorf("task %s: active went to %s, want its caught-up standby %s", id, after[id].Active, want)
+		}
+	}
+
+	// w4 joins: warm-ups first, then its share of actives.
+	joined := time.Now()
+	ws.start("w4")
+	sawWarmup := false
+	err = waitFor(raceSlack(40*time.Second), 50*time.Millisecond, func() error {
+		a, err := c.assignment()
+		if err != nil {
+			return err
+		}
+		n := 0
+		for _, ta := range a.Tasks {
+			if slices.Contains(ta.Placement.Warmups, "w4") {
+				sawWarmup = true
+			}
+			if ta.Placement.Active == "w4" {
+				n++
+			}
+		}
+		if n < tasks/3 {
+			return fmt.Errorf("w4 runs %d actives, want %d: %v", n, tasks/3, placements(a))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("the new worker did not get its share: %v", err)
+	}
+	t.Logf("worker join -> share of actives: %v", time.Since(joined).Round(time.Millisecond))
+	if !sawWarmup {
+		t.Error("w4 took actives without warming up first")
+	}
+	settledPlacement(t, c, tasks, []string{"w1", "w2", "w4"}, raceSlack(30*time.Second))
+}
+
+// TestControllerFailoverKeepsPlacement: SIGKILL the primary; the new primary
+// waits for the workers to report and changes no placement.
+func TestControllerFailoverKeepsPlacement(t *testing.T) {
+	c := newCluster(t, 3, WithLogLevel("info"), WithExtra(itAssignor))
+	c.StartAll()
+	c.WaitRoles(raceSlack(15 * time.Second))
+	ws := newWorkers(t, c)
+	for _, id := range []string{"w1", "w2", "w3"} {
+		ws.start(id)
+	}
+	cl := c.Client()
+	const tasks = 9
+	for i := range tasks {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := cl.Submit(ctx, client.Task{ID: fmt.Sprintf("t%02d", i), Stateful: true})
+		cancel()
+		if err != nil {
+			t.Fatalf("submit: %v", err)
+		}
+	}
+	settled := settledPlacement(t, c, tasks, []string{"w1", "w2", "w3"}, raceSlack(30*time.Second))
+	before := placements(settled)
+
+	p := c.WaitRoles(raceSlack(5 * time.Second))
+	c.Kill(p)
+	c.WaitRoles(raceSlack(15 * time.Second))
+	// Watch for twice the settle period (one session timeout) and more: the
+	// placement and its generation must not change.
+	deadline := time.Now().Add(2*itSessionTimeout + 2*time.Second)
+	sawSettling := false
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for ; time.Now().Before(deadline); <-tick.C {
+		a, err := c.assignment()
+		if err != nil {
+			continue // a read during the election
+		}
+		sawSettling = sawSettling || a.Settling
+		if a.Generation != settled.Generation || placements(a).String() != before.String() {
+			t.Fatalf("controller failover changed the placement:\nbefore gen %d %v\nafter  gen %d %v",
+				settled.Generation, before, a.Generation, placements(a))
+		}
+	}
+	if !sawSettling {
+		t.Error("the new primary never reported settling")
+	}
+	// The new primary hears every worker again.
+	if err := waitFor(raceSlack(10*time.Second), 100*time.Millisecond, func() error {
+		a, err := c.assignment()
+		if err != nil {
+			return err
+		}
+		if a.Settling {
+			return errors.New("still settling")
+		}
+		for _, ta := range a.Tasks {
+			if _, ok := ta.Lags[ta.Placement.Active]; !ok {
+				return fmt.Errorf("no lag report from %s for %s", ta.Placement.Active, ta.Placement.TaskId)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,334 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/rs/zerolog"
+	"google.golang.org/protobuf/proto"
+
+	xcev1 "github.com/xce/xce/proto/xce/v1"
+	"github.com/xce/xce/proto/xce/v1/xcev1connect"
+)
+
+// fakeController is an in-process WorkerService: it keeps sessions,
+// records every heartbeat with its (fake) time, and answers with the copies
+// the test sets. Calls reach it through handlerTransport, without sockets,
+// so that the worker runs inside a synctest bubble on fake time.
+type fakeController struct {
+	xcev1connect.UnimplementedWorkerServiceHandler
+
+	start time.Time
+
+	mu         sync.Mutex
+	sessions   map[string]bool
+	registers  int
+	heartbeats []heartbeat
+	copies     xcev1.HeartbeatResponse
+	intervalMs uint32
+	// notReady refuses calls with NOT_READY while it is > 0 (decremented).
+	notReady int
+}
+
+type heartbeat struct {
+	at  time.Duration // since the controller started
+	req *xcev1.HeartbeatRequest
+}
+
+func newFakeController(intervalMs uint32) *fakeController {
+	return &fakeController{start: time.Now(), sessions: map[string]bool{}, intervalMs: intervalMs}
+}
+
+func (f *fakeController) refuse() error {
+	if f.notReady <= 0 {
+		return nil
+	}
+	f.notReady--
+	e := connect.NewError(connect.CodeUnavailable, errors.New("electing"))
+	d, _ := connect.NewErrorDetail(&xcev1.NotReady{Role: xcev1.Role_ROLE_ELECTING, Reason: "electing", RetryAfterMs: 100})
+	e.AddDetail(d)
+	return e
+}
+
+func (f *fakeController) Register(_ context.Context, req *connect.Request[xcev1.RegisterRequest]) (*connect.Response[xcev1.RegisterResponse], error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.refuse(); err != nil {
+		return nil, err
+	}
+	if req.Msg.Capacity > 1000 {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("capacity exceeds the maximum"))
+	}
+	f.sessions[req.Msg.WorkerId] = true
+	f.registers++
+	return connect.NewResponse(&xcev1.RegisterResponse{Generation: f.copies.Generation, SessionTimeoutMs: 10 * f.intervalMs, HeartbeatIntervalMs: f.intervalMs}), nil
+}
+
+func (f *fakeController) Heartbeat(_ context.Context, req *connect.Request[xcev1.HeartbeatRequest]) (*connect.Response[xcev1.HeartbeatResponse], error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.refuse(); err != nil {
+		return nil, err
+	}
+	if !f.sessions[req.Msg.WorkerId] {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, errors.New("unknown worker: register again"))
+	}
+	f.heartbeats = append(f.heartbeats, heartbeat{at: time.Since(f.start), req: proto.CloneOf(req.Msg)})
+	r := proto.CloneOf(&f.copies)
+	r.HeartbeatIntervalMs = f.intervalMs
+	return connect.NewResponse(r), nil
+}
+
+// assign sets the copies the next heartbeats get.
+func (f *fakeController) assign(gen uint64, actives, standbys, warmups []string) {
+	f.mu.Lock()
+	f.copies = xcev1.HeartbeatResponse{Generation: gen, Actives: actives, Standbys: standbys, Warmups: warmups}
+	f.mu.Unlock()
+}
+
+// failover forgets every session, as a new primary would.
+func (f *fakeController) failover() {
+	f.mu.Lock()
+	clear(f.sessions)
+	f.mu.Unlock()
+}
+
+// last returns the last heartbeat and how many there were.
+func (f *fakeController) last(t *testing.T) (heartbeat, int) {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.heartbeats) == 0 {
+		t.Fatal("no heartbeat yet")
+	}
+	return f.heartbeats[len(f.heartbeats)-1], len(f.heartbeats)
+}
+
+func (f *fakeController) registered() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.registers
+}
+
+func (f *fakeController) httpClient() *http.Client {
+	mux := http.NewServeMux()
+	mux.Handle(xcev1connect.NewWorkerServiceHandler(f))
+	return &http.Client{Transport: handlerTransport{mux}}
+}
+
+// handlerTransport serves a request in-process (unary calls only).
+type handlerTransport struct{ h http.Handler }
+
+func (tr handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	rec := httptest.NewRecorder()
+	tr.h.ServeHTTP(rec, r)
+	return rec.Result(), nil
+}
+
+func factsOf(req *xcev1.HeartbeatRequest) []string {
+	var out []string
+	for _, f := range req.Facts {
+		s := strings.TrimPrefix(f.Kind.String(), "FACT_KIND_")
+		if f.TaskId != "" {
+			s += " " + f.TaskId
+		}
+		out = append(out, s+": "+f.Text)
+	}
+	return out
+}
+
+func wantHeartbeat(t *testing.T, f *fakeController, at time.Duration, lags map[string]int64, facts ...string) {
+	t.Helper()
+	hb, _ := f.last(t)
+	if hb.at != at {
+		t.Errorf("last heartbeat at %v, want %v", hb.at, at)
+	}
+	got := hb.req.Lags
+	if got == nil {
+		got = map[string]int64{}
+	}
+	if !maps.Equal(got, lags) {
+		t.Errorf("heartbeat at %v: lags %v, want %v", hb.at, got, lags)
+	}
+	if g := factsOf(hb.req); strings.Join(g, "|") != strings.Join(facts, "|") {
+		t.Errorf("heartbeat at %v: facts %q, want %q", hb.at, g, facts)
+	}
+}
+
+func startWorker(t *testing.T, f *fakeController, cfg Config) (cancel func() error) {
+	t.Helper()
+	cfg.Controllers = []string{"controller:1"}
+	cfg.HTTPClient = f.httpClient()
+	if testing.Verbose() {
+		cfg.Logger = zerolog.New(zerolog.NewTestWriter(t))
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, cfg) }()
+	return func() error {
+		stop()
+		return <-done
+	}
+}
+
+// TestRunHeartbeatsAndSimulates drives a worker on fake time: it registers,
+// heartbeats at the controller's interval, restores what it is given at the
+// restore rate, reports facts once per session, registers again after a
+// failover, and lets go of the state of a task it lost.
+func TestRunHeartbeatsAndSimulates(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const step = 500 * time.Millisecond
+		f := newFakeController(500)
+		stop := startWorker(t, f, Config{ID: "w1", Capacity: 2, RestoreRate: 20_000, DropLag: 30_000})
+		synctest.Wait()
+		if f.registered() != 1 {
+			t.Fatalf("%d registrations", f.registered())
+		}
+		// First heartbeat at once: no state, no actives.
+		wantHeartbeat(t, f, 0, map[string]int64{}, "NOTIFY: no actives")
+
+		// The controller places a (active) and w (warm-up): both start at
+		// the initial lag and fall at 20000/s.
+		f.assign(1, []string{"a"}, nil, []string{"w"})
+		time.Sleep(step)
+		synctest.Wait()
+		wantHeartbeat(t, f, step, map[string]int64{})
+		time.Sleep(step)
+		synctest.Wait()
+		wantHeartbeat(t, f, 2*step, map[string]int64{"a": 40_000, "w": 40_000}, "NOTIFY: actives: a", "UPDATE a: restoring")
+		time.Sleep(step)
+		synctest.Wait()
+		// Facts the controller has are not sent again.
+		wantHeartbeat(t, f, 3*step, map[string]int64{"a": 30_000, "w": 30_000})
+		time.Sleep(3 * step)
+		synctest.Wait()
+		// Assigned at 1×step, 50000 at 20000/s: caught up at 6×step.
+		wantHeartbeat(t, f, 6*step, map[string]int64{"a": 0, "w": 0}, "UPDATE a: running")
+		time.Sleep(step)
+		synctest.Wait()
+		wantHeartbeat(t, f, 7*step, map[string]int64{"a": 0, "w": 0})
+		_, n := f.last(t)
+		if n != 8 {
+			t.Errorf("%d heartbeats in %v at a %v interval, want 8", n, 7*step, step)
+		}
+
+		// A new primary knows no session: the worker registers again at
+		// once and tells it every fact again.
+		f.failover()
+		time.Sleep(step)
+		synctest.Wait()
+		if f.registered() != 2 {
+			t.Fatalf("%d registrations after the failover, want 2", f.registered())
+		}
+		wantHeartbeat(t, f, 8*step, map[string]int64{"a": 0, "w": 0}, "NOTIFY: actives: a", "UPDATE a: running")
+
+		// a moves away; w becomes the active. a's lag grows at the restore
+		// rate and its state goes once the lag passes 30000.
+		f.assign(2, []string{"w"}, nil, nil)
+		time.Sleep(step)
+		synctest.Wait()
+		time.Sleep(step)
+		synctest.Wait()
+		wantHeartbeat(t, f, 10*step, map[string]int64{"a": 10_000, "w": 0}, "NOTIFY: actives: w", "UPDATE w: running")
+		time.Sleep(2 * step)
+		synctest.Wait()
+		wantHeartbeat(t, f, 12*step, map[string]int64{"a": 30_000, "w": 0})
+		time.Sleep(step)
+		synctest.Wait()
+		wantHeartbeat(t, f, 13*step, map[string]int64{"w": 0})
+
+		// a comes back: no state any more, so from the initial lag.
+		f.assign(3, []string{"w"}, []string{"a"}, nil)
+		time.Sleep(2 * step)
+		synctest.Wait()
+		wantHeartbeat(t, f, 15*step, map[string]int64{"a": 40_000, "w": 0})
+
+		if err := stop(); err != nil {
+			t.Fatalf("Run returned %v on cancellation, want nil", err)
+		}
+	})
+}
+
+// TestRunWaitsForAPrimary: NOT_READY answers are retried by the client
+// until a primary serves.
+func TestRunWaitsForAPrimary(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeController(1000)
+		f.notReady = 20 // about 2s of refusals at retry-after 100ms
+		stop := startWorker(t, f, Config{ID: "w1", Capacity: 1})
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		if f.registered() != 1 {
+			t.Fatalf("%d registrations", f.registered())
+		}
+		if _, n := f.last(t); n < 5 {
+			t.Errorf("%d heartbeats", n)
+		}
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// TestRunHeartbeatsThroughAnOutage: failed heartbeats do not stop the
+// worker; its state keeps restoring and the next heartbeat reports it.
+func TestRunHeartbeatsThroughAnOutage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeController(1000)
+		f.assign(1, []string{"a"}, nil, nil)
+		stop := startWorker(t, f, Config{ID: "w1", Capacity: 1, RestoreRate: 1000, InitialLag: 100_000})
+		synctest.Wait()
+		f.mu.Lock()
+		f.notReady = 1 << 30
+		f.mu.Unlock()
+		time.Sleep(30 * time.Second)
+		f.mu.Lock()
+		f.notReady = 0
+		f.mu.Unlock()
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		hb, _ := f.last(t)
+		// Assigned at 0: 100000 - 1000/s × elapsed.
+		if want := 100_000 - hb.at.Milliseconds(); hb.req.Lags["a"] != want || hb.at < 30*time.Second {
+			t.Errorf("heartbeat at %v: lag %d, want %d", hb.at, hb.req.Lags["a"], want)
+		}
+		if f.registered() != 1 {
+			t.Errorf("%d registrations", f.registered())
+		}
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func TestRunRefusals(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeController(1000)
+		// The controller refuses the arguments: Run gives up.
+		stop := startWorker(t, f, Config{ID: "w1", Capacity: 5000})
+		synctest.Wait()
+		if err := stop(); err == nil || !strings.Contains(err.Error(), "capacity") {
+			t.Fatalf("Run: %v, want the controller's refusal", err)
+		}
+	})
+	for _, cfg := range []Config{
+		{Controllers: []string{"x:1"}},
+		{ID: "bad id", Controllers: []string{"x:1"}},
+		{ID: "w1"},
+		{ID: "w1", Controllers: []string{" "}},
+		{ID: "w1", Controllers: []string{"x:1"}, RestoreRate: -1},
+	} {
+		if err := Run(context.Background(), cfg); !errors.Is(err, ErrConfig) {
+			t.Errorf("Run(%+v): %v, want ErrConfig", cfg, err)
+		}
+	}
+}
