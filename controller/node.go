@@ -72,6 +72,9 @@ type Options struct {
 	Outbox OutboxStatus
 	// Phase2 runs once, on the first role decision.
 	Phase2 []func(role ha.Role)
+	// Serving, when set, is called once the client port answers (before
+	// storage opens): an upgrade's new process reports ready from here.
+	Serving func()
 }
 
 // OutboxStatus is what Status shows of the downstream publisher.
@@ -102,6 +105,9 @@ type Node struct {
 	// stopCh is closed when Run begins to stop.
 	stopCh   chan struct{}
 	stopOnce sync.Once
+
+	// clientLn is the client listener while Run serves; Drain closes it.
+	clientLn atomic.Pointer[net.Listener]
 
 	// loop-owned state
 	machine  *ha.Machine
@@ -237,9 +243,13 @@ func (n *Node) Run(ctx context.Context, api http.Handler) (err error) {
 	}
 	srv := netio.NewServer(n.routes(api), netio.DefaultLimits())
 	srvDone := make(chan error, 1)
+	n.clientLn.Store(&cl)
 	go func() { srvDone <- srv.Serve(cl) }()
 	n.log.Info().Str("client_addr", cl.Addr().String()).Str("peer_addr", n.cfg.PeerAddr).Int("pid", os.Getpid()).
 		Str("version", n.version).Msg("listening; answering NOT_READY until a role is decided")
+	if n.opts.Serving != nil {
+		n.opts.Serving()
+	}
 	defer func() {
 		// Last to go: clients get NOT_READY, never a refused connection,
 		// while everything else stops.
@@ -284,6 +294,47 @@ func (n *Node) Run(ctx context.Context, api http.Handler) (err error) {
 	err = n.loop(ctx)
 	n.stop(store)
 	return err
+}
+
+// HandOff makes a PRIMARY transfer its leadership and waits, until ctx
+// ends, for another node to be PRIMARY. It returns at once on a node that is
+// not PRIMARY. An upgrade calls it before the new process starts, so that
+// the cluster has a primary while this node restarts.
+func (n *Node) HandOff(ctx context.Context) error {
+	v := n.View()
+	if v.Role != ha.RolePrimary {
+		return nil
+	}
+	b := n.backend.Load()
+	if b == nil || len(n.cfg.Peers) < 2 {
+		return errors.New("no other node can take over")
+	}
+	n.log.Info().Msg("handing leadership on before the upgrade")
+	if err := b.TransferLeadership(); err != nil {
+		return fmt.Errorf("leadership transfer: %w", err)
+	}
+	for {
+		v := n.View()
+		if v.Role != ha.RolePrimary && v.LeaderID != "" && v.LeaderID != n.cfg.NodeID {
+			n.log.Info().Str("primary", v.LeaderID).Msg("another node is PRIMARY")
+			return nil
+		}
+		select {
+		case <-v.Changed():
+		case <-ctx.Done():
+			return fmt.Errorf("no other node became PRIMARY: %w", ctx.Err())
+		}
+	}
+}
+
+// Drain stops accepting new client connections, so that they go to the
+// process that inherited the listening socket; connections already open
+// are served until Run returns.
+func (n *Node) Drain() {
+	if p := n.clientLn.Load(); p != nil {
+		_ = (*p).Close()
+		n.log.Info().Msg("stopped accepting client connections; in-flight requests are drained")
+	}
 }
 
 func (n *Node) raftConfig() ha.RaftConfig {

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cloudflare/tableflip"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
@@ -59,11 +60,39 @@ func runServer(cfgPath, pidFile string) error {
 	if len(cfg.Peers)%2 == 0 {
 		log.Warn().Int("voters", len(cfg.Peers)).Msg("an even number of voters tolerates no more failures than one fewer")
 	}
+	// tableflip hands the listeners over on upgrade and writes the pid file
+	// once this process serves (see upgrade.go).
+	upg, err := tableflip.New(tableflip.Options{PIDFile: pidFile, UpgradeTimeout: upgradeTimeout})
+	if err != nil {
+		return fmt.Errorf("upgrader: %w", err)
+	}
+	defer upg.Stop()
 	if pidFile != "" {
-		if err := os.WriteFile(pidFile, fmt.Appendf(nil, "%d\n", os.Getpid()), 0o644); err != nil {
-			return fmt.Errorf("pid file: %w", err)
-		}
-		defer os.Remove(pidFile)
+		defer func() {
+			// After an upgrade the file names the new process: leave it.
+			if readPid(pidFile) == os.Getpid() {
+				os.Remove(pidFile)
+			}
+		}()
+	}
+	peerListen := cfg.PeerAddr
+	if cfg.PeerListenAddr != "" {
+		peerListen = cfg.PeerListenAddr
+	}
+	clientLn, err := upg.Listen("tcp", cfg.ClientAddr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.ClientAddr, err)
+	}
+	peerLn, err := upg.Listen("tcp", peerListen)
+	if err != nil {
+		clientLn.Close()
+		return fmt.Errorf("listen on %s: %w", peerListen, err)
+	}
+	lockWait := time.Duration(0)
+	if upg.HasParent() {
+		// The old process holds the data dir until it has drained.
+		lockWait = inheritedLockWait
+		log.Info().Msg("upgrade 5/5: started with inherited listeners; answering NOT_READY until the old process releases the data dir")
 	}
 	reg := prometheus.NewRegistry()
 	fsm := persist.NewFSM(cfg.ClusterID)
@@ -111,6 +140,12 @@ func runServer(cfgPath, pidFile string) error {
 	node, err = controller.New(controller.Options{
 		Config: cfg, Logger: log, Version: versionString(), Pprof: os.Getenv("XCE_PPROF") == "1",
 		Registry: reg, FSM: fsm, Services: []controller.LeaderService{outbox, assignor}, Outbox: outbox,
+		ClientListener: clientLn, PeerListener: peerLn, LockWait: lockWait,
+		Serving: func() {
+			if err := upg.Ready(); err != nil {
+				log.Warn().Err(err).Msg("reporting ready to the upgrader")
+			}
+		},
 	})
 	if err != nil {
 		return err
@@ -122,8 +157,23 @@ func runServer(cfgPath, pidFile string) error {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
+	hups := make(chan os.Signal, 4)
+	signal.Notify(hups, syscall.SIGHUP)
+	defer signal.Stop(hups)
 	done := make(chan struct{})
 	defer close(done)
+	up := &upgrader{upg: upg, cfgPath: cfgPath, pidFile: pidFile, log: log}
+	go func() {
+		for {
+			select {
+			case <-hups:
+				log.Info().Msg("SIGHUP: upgrading in place")
+				up.start(node, cancel)
+			case <-done:
+				return
+			}
+		}
+	}()
 	go func() {
 		select {
 		case s := <-sigs:
