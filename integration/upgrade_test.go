@@ -220,8 +220,9 @@ func TestUpgradeEachNodeUnderLoad(t *testing.T) {
 	}
 }
 
-// TestUpgradeBadConfig: with a config that fails validation the old process
-// keeps serving and `xce upgrade` exits non-zero naming the error.
+// TestUpgradeBadConfig: with a config that fails validation, or a new binary
+// that fails to start, the old process keeps serving and `xce upgrade` exits
+// non-zero naming the error.
 func TestUpgradeBadConfig(t *testing.T) {
 	c := newCluster(t, 3, WithOwnBinary(), WithLogLevel("info"))
 	c.StartAll()
@@ -248,8 +249,22 @@ func TestUpgradeBadConfig(t *testing.T) {
 		t.Fatalf("status after the failed upgrade: %v, %v", st, err)
 	}
 	c.WaitRoles(raceSlack(10 * time.Second))
-	// Fixed config: the next upgrade goes through.
+
+	// A new binary that fails to start: the old process keeps serving.
 	c.writeFile(filepath.Base(c.nodes[0].ConfigPath), string(good))
+	broken := c.writeFile("broken-xce", "#!/bin/sh\necho 'this build is broken' >&2\nexit 3\n")
+	c.InstallBinary(broken)
+	r = runXCE(t, raceSlack(30*time.Second), "upgrade", "--pid-file", c.nodes[0].PidFile)
+	if r.Code == 0 || !strings.Contains(r.Stderr, "did not start") {
+		t.Fatalf("xce upgrade to a broken binary: exit %d, stderr %q; want non-zero saying the new process did not start", r.Code, r.Stderr)
+	}
+	if st, err := c.Status(0); err != nil || st.Pid != int64(pid) || !c.Running(0) {
+		t.Fatalf("status after the failed upgrade: %v, %v", st, err)
+	}
+	c.WaitRoles(raceSlack(10 * time.Second))
+	c.InstallBinary(xceBin)
+
+	// Fixed: the next upgrade goes through.
 	if r := runXCE(t, raceSlack(60*time.Second), "upgrade", "--pid-file", c.nodes[0].PidFile); r.Code != 0 {
 		t.Fatalf("upgrade with the fixed config: exit %d\n%s", r.Code, r.Stderr)
 	}
