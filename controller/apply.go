@@ -52,7 +52,7 @@ type readBatcher struct {
 	running bool
 }
 
-func (rb *readBatcher) wait(ctx context.Context, n *Node, b *ha.Raft) error {
+func (rb *readBatcher) wait(ctx context.Context, n *Node, b ha.Backend) error {
 	rb.mu.Lock()
 	if rb.next == nil {
 		rb.next = &readBatch{done: make(chan struct{})}
@@ -74,7 +74,7 @@ func (rb *readBatcher) wait(ctx context.Context, n *Node, b *ha.Raft) error {
 
 // run confirms leadership for batch, then for whatever batch gathered
 // meanwhile, until none is waiting.
-func (rb *readBatcher) run(n *Node, b *ha.Raft, batch *readBatch) {
+func (rb *readBatcher) run(n *Node, b ha.Backend, batch *readBatch) {
 	for batch != nil {
 		commit := b.CommitIndex()
 		err := b.VerifyLeader(context.Background())

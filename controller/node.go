@@ -72,6 +72,10 @@ type Options struct {
 	Outbox OutboxStatus
 	// Phase2 runs once, on the first role decision.
 	Phase2 []func(role ha.Role)
+	// StartBackend, when set, starts the election backend instead of Raft
+	// (the Kafka-coordinated backend); no peer listener is opened then. It
+	// runs off the event loop.
+	StartBackend func(store *persist.Store) (ha.Backend, error)
 	// Serving, when set, is called once the client port answers (before
 	// storage opens): an upgrade's new process reports ready from here.
 	Serving func()
@@ -95,7 +99,7 @@ type Node struct {
 	delay *delaymgr.Manager
 
 	view    atomic.Pointer[ha.View]
-	backend atomic.Pointer[ha.Raft]
+	backend atomic.Pointer[backendBox]
 
 	reads  readBatcher
 	events chan any
@@ -121,7 +125,7 @@ type Node struct {
 
 // internal events of the loop, besides ha.Event
 type (
-	raftStarted struct{ b *ha.Raft }
+	raftStarted struct{ b ha.Backend }
 	raftFailed  struct{ err error }
 	recheck     struct{}
 	serviceFail struct {
@@ -235,10 +239,15 @@ func (n *Node) Run(ctx context.Context, api http.Handler) (err error) {
 		dialFrom, _, _ = net.SplitHostPort(peerListen)
 	}
 	pl := n.opts.PeerListener
-	if pl == nil {
+	if pl == nil && n.opts.StartBackend == nil {
 		if pl, err = netio.Listen(peerListen); err != nil {
 			cl.Close()
 			return err
+		}
+	}
+	closePeer := func() {
+		if pl != nil {
+			pl.Close()
 		}
 	}
 	srv := netio.NewServer(n.routes(api), netio.DefaultLimits())
@@ -267,19 +276,26 @@ func (n *Node) Run(ctx context.Context, api http.Handler) (err error) {
 		Logger: logging.NewHCLog(n.log, "snapshot"),
 	})
 	if err != nil {
-		pl.Close()
+		closePeer()
 		return err
 	}
-	stream, err := netio.NewStreamLayer(pl, n.cfg.PeerAddr, dialFrom)
-	if err != nil {
-		pl.Close()
-		store.Close()
-		return err
+	start := n.opts.StartBackend
+	if start == nil {
+		stream, err := netio.NewStreamLayer(pl, n.cfg.PeerAddr, dialFrom)
+		if err != nil {
+			closePeer()
+			store.Close()
+			return err
+		}
+		start = func(store *persist.Store) (ha.Backend, error) {
+			return ha.StartRaft(n.raftConfig(), n.fsm, store, stream, logging.NewHCLog(n.log, "raft"))
+		}
 	}
 
-	// 3. The election, asynchronously: raft restores its log off the loop.
+	// 3. The election, asynchronously: the backend restores its state off
+	// the loop.
 	n.wg.Go(func() {
-		b, err := ha.StartRaft(n.raftConfig(), n.fsm, store, stream, logging.NewHCLog(n.log, "raft"))
+		b, err := start(store)
 		if err != nil {
 			n.post(raftFailed{err})
 			return
@@ -375,7 +391,7 @@ func (n *Node) loop(ctx context.Context) error {
 		case ev := <-n.events:
 			switch ev := ev.(type) {
 			case raftStarted:
-				n.backend.Store(ev.b)
+				n.backend.Store(&backendBox{ev.b})
 				obs = ev.b.Observations()
 				n.step(ha.Started{})
 				n.step(ev.b.View())
@@ -625,3 +641,6 @@ func (n *Node) stop(store *persist.Store) {
 	}
 	n.log.Info().Dur("took", time.Since(start)).Msg("stopped")
 }
+
+// backendBox holds the election backend behind an atomic pointer.
+type backendBox struct{ ha.Backend }

@@ -199,3 +199,25 @@ func mapErr(err error) error {
 	}
 	return err
 }
+
+// Backend is an election backend, as the controller drives it: Raft (the
+// default) or the Kafka-coordinated one. Observations are wake-ups: the
+// controller re-reads View on each (and periodically); only
+// raft.FailedHeartbeatObservation and raft.ResumedHeartbeatObservation
+// carry data it uses (write quorum).
+type Backend interface {
+	Observations() <-chan raft.Observation
+	View() Observed
+	CommitIndex() uint64
+	AppliedIndex() uint64
+	// Barrier returns once every entry committed before it is applied.
+	Barrier(ctx context.Context) error
+	// Apply commits cmd and returns the FSM's response and the entry's index.
+	Apply(ctx context.Context, cmd []byte) (any, uint64, error)
+	// VerifyLeader confirms that this node still holds the role.
+	VerifyLeader(ctx context.Context) error
+	TransferLeadership() error
+	Shutdown() error
+}
+
+var _ Backend = (*Raft)(nil)
