@@ -36,6 +36,7 @@ type Config struct {
 	// leave from its host, so peers see a stable source address.
 	PeerListenAddr string   `yaml:"peer_listen_addr"`
 	Peers          []Peer   `yaml:"peers"` // every voter, this node included
+	HA             HA       `yaml:"ha"`
 	Raft           Raft     `yaml:"raft"`
 	Kafka          Kafka    `yaml:"kafka"`
 	Assignor       Assignor `yaml:"assignor"`
@@ -63,6 +64,23 @@ type Peer struct {
 	PeerAddr   string `yaml:"peer_addr"`
 	ClientAddr string `yaml:"client_addr"`
 }
+
+// HA selects the election backend. With backend kafka, Kafka coordinates
+// the role (a lease in a coordination topic, fenced by the producer epoch)
+// and holds the replicated log; peers then only give each member's
+// client_addr (for leader hints) and the raft section is unused.
+type HA struct {
+	Backend string   `yaml:"backend"` // raft (default) or kafka
+	Lease   Duration `yaml:"lease"`   // kafka: how long a lease lasts; default 3s
+	Renew   Duration `yaml:"renew"`   // kafka: renew this long after the grant; default 1s
+	Stagger Duration `yaml:"stagger"` // kafka: delay between successive ranks' challenges; default 500ms
+}
+
+// Backend names.
+const (
+	BackendRaft  = "raft"
+	BackendKafka = "kafka"
+)
 
 // Raft holds the hashicorp/raft tuning knobs.
 type Raft struct {
@@ -120,6 +138,8 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 func Default() Config {
 	return Config{
 		ClusterID: "local",
+		HA: HA{Backend: BackendRaft, Lease: Duration{3 * time.Second}, Renew: Duration{time.Second},
+			Stagger: Duration{500 * time.Millisecond}},
 		Raft: Raft{
 			HeartbeatTimeout:   Duration{200 * time.Millisecond},
 			ElectionTimeout:    Duration{200 * time.Millisecond},

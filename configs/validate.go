@@ -57,6 +57,25 @@ func (c *Config) Validate() error {
 	}
 	p.id("kafka.transactional_id_prefix", k.TransactionalIDPrefix)
 	c.Assignor.validate(&p)
+	switch c.HA.Backend {
+	case BackendRaft:
+	case BackendKafka:
+		if len(c.Kafka.Brokers) == 0 {
+			p.add("ha.backend", "kafka needs kafka.brokers")
+		}
+		l, r, st := c.HA.Lease.Duration, c.HA.Renew.Duration, c.HA.Stagger.Duration
+		switch {
+		case l < 100*time.Millisecond:
+			p.add("ha.lease", "must be at least 100ms (got %s)", l)
+		case r <= 0 || r >= l:
+			p.add("ha.renew", "must be positive and less than ha.lease (got %s, lease %s)", r, l)
+		}
+		if st < 0 {
+			p.add("ha.stagger", "must not be negative (got %s)", st)
+		}
+	default:
+		p.add("ha.backend", "must be raft or kafka (got %q)", c.HA.Backend)
+	}
 	p.oneOf("log.level", c.Log.Level, "trace", "debug", "info", "warn", "error")
 	p.oneOf("log.format", c.Log.Format, "json", "console", "auto")
 	if len(p) == 0 {

@@ -312,6 +312,22 @@ func (n *Node) Run(ctx context.Context, api http.Handler) (err error) {
 	return err
 }
 
+// Backend names the election backend; info describes a Kafka-coordinated
+// role (nil for Raft).
+func (n *Node) Backend() (string, *ha.RoleInfo) {
+	b := n.backend.Load()
+	if n.opts.StartBackend == nil {
+		return configs.BackendRaft, nil
+	}
+	if b != nil {
+		if i, ok := b.Backend.(interface{ Info() ha.RoleInfo }); ok {
+			info := i.Info()
+			return configs.BackendKafka, &info
+		}
+	}
+	return configs.BackendKafka, &ha.RoleInfo{}
+}
+
 // HandOff makes a PRIMARY transfer its leadership and waits, until ctx
 // ends, for another node to be PRIMARY. It returns at once on a node that is
 // not PRIMARY. An upgrade calls it before the new process starts, so that

@@ -34,6 +34,8 @@ type Node interface {
 	// Outbox reports the producer epoch, the outbox lag and the
 	// publisher's state.
 	Outbox() (epoch, lag uint64, state string)
+	// Backend names the election backend; info is set for kafka.
+	Backend() (name string, info *ha.RoleInfo)
 }
 
 // Methods maps every procedure of the API to its class. Each method is
@@ -191,7 +193,7 @@ func (s *Service) status(v *ha.View) *xcev1.StatusResponse {
 	commit, applied := s.node.Indexes()
 	cfg := s.node.Config()
 	epoch, lag, kstate := s.node.Outbox()
-	return &xcev1.StatusResponse{
+	st := &xcev1.StatusResponse{
 		KafkaEpoch:   epoch,
 		OutboxLag:    lag,
 		KafkaState:   kstate,
@@ -209,8 +211,19 @@ func (s *Service) status(v *ha.View) *xcev1.StatusResponse {
 		Reason:       v.Reason,
 		UptimeMs:     time.Since(s.node.Started()).Milliseconds(),
 		Tasks:        uint64(s.node.FSM().NumTasks()),
-		Backend:      "raft",
 	}
+	var info *ha.RoleInfo
+	st.Backend, info = s.node.Backend()
+	if info != nil {
+		st.LeaseHolder = info.LeaseHolder
+		if !info.LeaseDeadline.IsZero() {
+			st.LeaseDeadlineUnixMs = info.LeaseDeadline.UnixMilli()
+		}
+		for _, m := range info.Roster {
+			st.Roster = append(st.Roster, &xcev1.RosterMember{MemberId: m.Member, Rank: uint32(m.Rank), Offset: m.Offset})
+		}
+	}
+	return st
 }
 
 // WatchStatus sends the current status and then one message per change,

@@ -130,6 +130,8 @@ func (n *fakeNode) ReadBarrier(ctx context.Context) error {
 	return n.barrierErr
 }
 
+func (n *fakeNode) Backend() (string, *ha.RoleInfo) { return "raft", nil }
+
 func (n *fakeNode) Outbox() (epoch, lag uint64, state string) { return 7, 3, "publishing" }
 
 // seed applies a submit directly through the fake raft (not via the API).

@@ -221,3 +221,18 @@ type Backend interface {
 }
 
 var _ Backend = (*Raft)(nil)
+
+// RosterEntry is one member of a Kafka-coordinated role, with its rank.
+type RosterEntry struct {
+	Member string
+	Rank   int
+	Offset int64
+}
+
+// RoleInfo is what Status shows of a Kafka-coordinated role.
+type RoleInfo struct {
+	Roster        []RosterEntry
+	LeaseHolder   string
+	LeaseDeadline time.Time
+	Epoch         int16
+}

@@ -70,9 +70,19 @@ type statusJSON struct {
 	KafkaState   string `json:"kafka_state"`
 	Tasks        uint64 `json:"tasks"`
 	Backend      string `json:"backend"`
-	Pid          int64  `json:"pid"`
-	Version      string `json:"version"`
-	UptimeMs     int64  `json:"uptime_ms"`
+	// backend kafka only: members in rank order and the lease.
+	Roster        []rosterJSON `json:"roster,omitempty"`
+	LeaseHolder   string       `json:"lease_holder,omitempty"`
+	LeaseDeadline string       `json:"lease_deadline,omitempty"`
+	Pid           int64        `json:"pid"`
+	Version       string       `json:"version"`
+	UptimeMs      int64        `json:"uptime_ms"`
+}
+
+type rosterJSON struct {
+	Member string `json:"member"`
+	Rank   uint32 `json:"rank"`
+	Offset int64  `json:"offset"`
 }
 
 func roleString(r xcev1.Role) string { return strings.TrimPrefix(r.String(), "ROLE_") }
@@ -95,6 +105,13 @@ func statusCmd() *cobra.Command {
 					LeaderID: s.LeaderId, LeaderAddr: s.LeaderAddr, WriteQuorum: s.WriteQuorum,
 					CommitIndex: s.CommitIndex, AppliedIndex: s.AppliedIndex, KafkaEpoch: s.KafkaEpoch, OutboxLag: s.OutboxLag, KafkaState: s.KafkaState,
 					Tasks: s.Tasks, Backend: s.Backend, Pid: s.Pid, Version: s.Version, UptimeMs: s.UptimeMs,
+					LeaseHolder: s.LeaseHolder,
+				}
+				if s.LeaseDeadlineUnixMs > 0 {
+					out.LeaseDeadline = time.UnixMilli(s.LeaseDeadlineUnixMs).UTC().Format(time.RFC3339Nano)
+				}
+				for _, m := range s.Roster {
+					out.Roster = append(out.Roster, rosterJSON{Member: m.MemberId, Rank: m.Rank, Offset: m.Offset})
 				}
 				w := cmd.OutOrStdout()
 				if f.json {
@@ -109,6 +126,13 @@ func statusCmd() *cobra.Command {
 				fmt.Fprintf(tw, "commit/applied\t%d / %d\n", out.CommitIndex, out.AppliedIndex)
 				fmt.Fprintf(tw, "tasks\t%d\n", out.Tasks)
 				fmt.Fprintf(tw, "kafka\t%s, epoch %d, outbox lag %d\n", out.KafkaState, out.KafkaEpoch, out.OutboxLag)
+				fmt.Fprintf(tw, "backend\t%s\n", out.Backend)
+				if out.Backend == "kafka" {
+					fmt.Fprintf(tw, "lease\t%s until %s\n", out.LeaseHolder, out.LeaseDeadline)
+					for _, m := range out.Roster {
+						fmt.Fprintf(tw, "rank %d\t%s (registered at offset %d)\n", m.Rank, m.Member, m.Offset)
+					}
+				}
 				return tw.Flush()
 			})
 		},

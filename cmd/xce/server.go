@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"syscall"
@@ -18,6 +19,9 @@ import (
 	"github.com/xce/xce/controller"
 	"github.com/xce/xce/dispatch"
 	"github.com/xce/xce/fence"
+	"github.com/xce/xce/ha"
+	"github.com/xce/xce/ha/kafkaha"
+	"github.com/xce/xce/ha/succession"
 	"github.com/xce/xce/logging"
 	"github.com/xce/xce/persist"
 	"github.com/xce/xce/placement"
@@ -83,8 +87,28 @@ func runServer(cfgPath, pidFile string) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.ClientAddr, err)
 	}
-	peerLn, err := upg.Listen("tcp", peerListen)
-	if err != nil {
+	fsm := persist.NewFSM(cfg.ClusterID)
+	var peerLn net.Listener
+	var startBackend func(*persist.Store) (ha.Backend, error)
+	if cfg.HA.Backend == configs.BackendKafka {
+		// Kafka coordinates the role and holds the log: no peer port.
+		coord, state, txn := kafkaha.Names(cfg.Kafka.TransactionalIDPrefix, cfg.ClusterID)
+		log.Info().Str("coordination_topic", coord).Str("state_topic", state).Str("transactional_id", txn).
+			Dur("lease", cfg.HA.Lease.Duration).Dur("renew", cfg.HA.Renew.Duration).Dur("stagger", cfg.HA.Stagger.Duration).
+			Msg("ha.backend kafka: the role is coordinated through Kafka")
+		startBackend = func(store *persist.Store) (ha.Backend, error) {
+			return kafkaha.Start(kafkaha.Config{
+				Brokers: cfg.Kafka.Brokers, Member: cfg.NodeID, Role: "primary",
+				CoordTopic: coord, StateTopic: state, TransactionalID: txn,
+				Lease: succession.LeaseConfig{
+					LeaseMillis: cfg.HA.Lease.Milliseconds(), RenewMillis: cfg.HA.Renew.Milliseconds(),
+					StaggerMillis: cfg.HA.Stagger.Milliseconds(),
+				},
+				SnapshotInterval: cfg.Raft.SnapshotInterval.Duration, SnapshotThreshold: cfg.Raft.SnapshotThreshold,
+				Logger: log,
+			}, fsm, store.Snaps)
+		}
+	} else if peerLn, err = upg.Listen("tcp", peerListen); err != nil {
 		clientLn.Close()
 		return fmt.Errorf("listen on %s: %w", peerListen, err)
 	}
@@ -95,7 +119,6 @@ func runServer(cfgPath, pidFile string) error {
 		log.Info().Msg("upgrade 5/5: started with inherited listeners; answering NOT_READY until the old process releases the data dir")
 	}
 	reg := prometheus.NewRegistry()
-	fsm := persist.NewFSM(cfg.ClusterID)
 	var node *controller.Node
 	apply := func(ctx context.Context, cmd []byte) error {
 		_, err := node.Apply(ctx, cmd)
@@ -140,7 +163,7 @@ func runServer(cfgPath, pidFile string) error {
 	node, err = controller.New(controller.Options{
 		Config: cfg, Logger: log, Version: versionString(), Pprof: os.Getenv("XCE_PPROF") == "1",
 		Registry: reg, FSM: fsm, Services: []controller.LeaderService{outbox, assignor}, Outbox: outbox,
-		ClientListener: clientLn, PeerListener: peerLn, LockWait: lockWait,
+		ClientListener: clientLn, PeerListener: peerLn, LockWait: lockWait, StartBackend: startBackend,
 		Serving: func() {
 			if err := upg.Ready(); err != nil {
 				log.Warn().Err(err).Msg("reporting ready to the upgrader")

@@ -884,9 +884,13 @@ type StatusResponse struct {
 	Backend  string `protobuf:"bytes,17,opt,name=backend,proto3" json:"backend,omitempty"`
 	// Downstream publication: disabled, standby, acquiring epoch, publishing,
 	// retrying or fenced.
-	KafkaState    string `protobuf:"bytes,18,opt,name=kafka_state,json=kafkaState,proto3" json:"kafka_state,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	KafkaState string `protobuf:"bytes,18,opt,name=kafka_state,json=kafkaState,proto3" json:"kafka_state,omitempty"`
+	// backend kafka: the registered members in rank order, and the lease.
+	Roster              []*RosterMember `protobuf:"bytes,19,rep,name=roster,proto3" json:"roster,omitempty"`
+	LeaseHolder         string          `protobuf:"bytes,20,opt,name=lease_holder,json=leaseHolder,proto3" json:"lease_holder,omitempty"`
+	LeaseDeadlineUnixMs int64           `protobuf:"varint,21,opt,name=lease_deadline_unix_ms,json=leaseDeadlineUnixMs,proto3" json:"lease_deadline_unix_ms,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -1045,6 +1049,88 @@ func (x *StatusResponse) GetKafkaState() string {
 	return ""
 }
 
+func (x *StatusResponse) GetRoster() []*RosterMember {
+	if x != nil {
+		return x.Roster
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetLeaseHolder() string {
+	if x != nil {
+		return x.LeaseHolder
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetLeaseDeadlineUnixMs() int64 {
+	if x != nil {
+		return x.LeaseDeadlineUnixMs
+	}
+	return 0
+}
+
+type RosterMember struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	MemberId string                 `protobuf:"bytes,1,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
+	Rank     uint32                 `protobuf:"varint,2,opt,name=rank,proto3" json:"rank,omitempty"`
+	// Offset of the member's registration in the coordination topic.
+	Offset        int64 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RosterMember) Reset() {
+	*x = RosterMember{}
+	mi := &file_xce_v1_xce_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RosterMember) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RosterMember) ProtoMessage() {}
+
+func (x *RosterMember) ProtoReflect() protoreflect.Message {
+	mi := &file_xce_v1_xce_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RosterMember.ProtoReflect.Descriptor instead.
+func (*RosterMember) Descriptor() ([]byte, []int) {
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *RosterMember) GetMemberId() string {
+	if x != nil {
+		return x.MemberId
+	}
+	return ""
+}
+
+func (x *RosterMember) GetRank() uint32 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
+}
+
+func (x *RosterMember) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
 type WatchStatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1053,7 +1139,7 @@ type WatchStatusRequest struct {
 
 func (x *WatchStatusRequest) Reset() {
 	*x = WatchStatusRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[12]
+	mi := &file_xce_v1_xce_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1065,7 +1151,7 @@ func (x *WatchStatusRequest) String() string {
 func (*WatchStatusRequest) ProtoMessage() {}
 
 func (x *WatchStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[12]
+	mi := &file_xce_v1_xce_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1078,7 +1164,7 @@ func (x *WatchStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchStatusRequest.ProtoReflect.Descriptor instead.
 func (*WatchStatusRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{12}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{13}
 }
 
 // TaskPlacement says where the copies of one task run.
@@ -1097,7 +1183,7 @@ type TaskPlacement struct {
 
 func (x *TaskPlacement) Reset() {
 	*x = TaskPlacement{}
-	mi := &file_xce_v1_xce_proto_msgTypes[13]
+	mi := &file_xce_v1_xce_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1109,7 +1195,7 @@ func (x *TaskPlacement) String() string {
 func (*TaskPlacement) ProtoMessage() {}
 
 func (x *TaskPlacement) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[13]
+	mi := &file_xce_v1_xce_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1122,7 +1208,7 @@ func (x *TaskPlacement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskPlacement.ProtoReflect.Descriptor instead.
 func (*TaskPlacement) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{13}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *TaskPlacement) GetTaskId() string {
@@ -1162,7 +1248,7 @@ type GetAssignmentRequest struct {
 
 func (x *GetAssignmentRequest) Reset() {
 	*x = GetAssignmentRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[14]
+	mi := &file_xce_v1_xce_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1174,7 +1260,7 @@ func (x *GetAssignmentRequest) String() string {
 func (*GetAssignmentRequest) ProtoMessage() {}
 
 func (x *GetAssignmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[14]
+	mi := &file_xce_v1_xce_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1187,7 +1273,7 @@ func (x *GetAssignmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAssignmentRequest.ProtoReflect.Descriptor instead.
 func (*GetAssignmentRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{14}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetAssignmentRequest) GetConsistency() Consistency {
@@ -1214,7 +1300,7 @@ type TaskAssignment struct {
 
 func (x *TaskAssignment) Reset() {
 	*x = TaskAssignment{}
-	mi := &file_xce_v1_xce_proto_msgTypes[15]
+	mi := &file_xce_v1_xce_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1226,7 +1312,7 @@ func (x *TaskAssignment) String() string {
 func (*TaskAssignment) ProtoMessage() {}
 
 func (x *TaskAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[15]
+	mi := &file_xce_v1_xce_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1239,7 +1325,7 @@ func (x *TaskAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskAssignment.ProtoReflect.Descriptor instead.
 func (*TaskAssignment) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{15}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *TaskAssignment) GetPlacement() *TaskPlacement {
@@ -1294,7 +1380,7 @@ type GetAssignmentResponse struct {
 
 func (x *GetAssignmentResponse) Reset() {
 	*x = GetAssignmentResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[16]
+	mi := &file_xce_v1_xce_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1306,7 +1392,7 @@ func (x *GetAssignmentResponse) String() string {
 func (*GetAssignmentResponse) ProtoMessage() {}
 
 func (x *GetAssignmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[16]
+	mi := &file_xce_v1_xce_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1319,7 +1405,7 @@ func (x *GetAssignmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAssignmentResponse.ProtoReflect.Descriptor instead.
 func (*GetAssignmentResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{16}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetAssignmentResponse) GetGeneration() uint64 {
@@ -1365,7 +1451,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[17]
+	mi := &file_xce_v1_xce_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1377,7 +1463,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[17]
+	mi := &file_xce_v1_xce_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1390,7 +1476,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{17}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{18}
 }
 
 type WorkerInfo struct {
@@ -1412,7 +1498,7 @@ type WorkerInfo struct {
 
 func (x *WorkerInfo) Reset() {
 	*x = WorkerInfo{}
-	mi := &file_xce_v1_xce_proto_msgTypes[18]
+	mi := &file_xce_v1_xce_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1424,7 +1510,7 @@ func (x *WorkerInfo) String() string {
 func (*WorkerInfo) ProtoMessage() {}
 
 func (x *WorkerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[18]
+	mi := &file_xce_v1_xce_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1437,7 +1523,7 @@ func (x *WorkerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerInfo.ProtoReflect.Descriptor instead.
 func (*WorkerInfo) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{18}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WorkerInfo) GetWorkerId() string {
@@ -1514,7 +1600,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[19]
+	mi := &file_xce_v1_xce_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1526,7 +1612,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[19]
+	mi := &file_xce_v1_xce_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1539,7 +1625,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{19}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*WorkerInfo {
@@ -1574,7 +1660,7 @@ type Fact struct {
 
 func (x *Fact) Reset() {
 	*x = Fact{}
-	mi := &file_xce_v1_xce_proto_msgTypes[20]
+	mi := &file_xce_v1_xce_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1586,7 +1672,7 @@ func (x *Fact) String() string {
 func (*Fact) ProtoMessage() {}
 
 func (x *Fact) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[20]
+	mi := &file_xce_v1_xce_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1599,7 +1685,7 @@ func (x *Fact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Fact.ProtoReflect.Descriptor instead.
 func (*Fact) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{20}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Fact) GetKind() FactKind {
@@ -1636,7 +1722,7 @@ type RegisterRequest struct {
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[21]
+	mi := &file_xce_v1_xce_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1648,7 +1734,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[21]
+	mi := &file_xce_v1_xce_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1661,7 +1747,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{21}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RegisterRequest) GetWorkerId() string {
@@ -1698,7 +1784,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[22]
+	mi := &file_xce_v1_xce_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1710,7 +1796,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[22]
+	mi := &file_xce_v1_xce_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1723,7 +1809,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{22}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RegisterResponse) GetGeneration() uint64 {
@@ -1759,7 +1845,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[23]
+	mi := &file_xce_v1_xce_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1771,7 +1857,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[23]
+	mi := &file_xce_v1_xce_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1784,7 +1870,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{23}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *HeartbeatRequest) GetWorkerId() string {
@@ -1822,7 +1908,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[24]
+	mi := &file_xce_v1_xce_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1834,7 +1920,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[24]
+	mi := &file_xce_v1_xce_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1847,7 +1933,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{24}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *HeartbeatResponse) GetGeneration() uint64 {
@@ -1937,7 +2023,7 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"request_id\x18\x03 \x01(\tR\trequestId\"*\n" +
 	"\x12DeleteTaskResponse\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\"\x0f\n" +
-	"\rStatusRequest\"\x99\x04\n" +
+	"\rStatusRequest\"\x9f\x05\n" +
 	"\x0eStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1d\n" +
 	"\n" +
@@ -1962,7 +2048,14 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"\x05tasks\x18\x10 \x01(\x04R\x05tasks\x12\x18\n" +
 	"\abackend\x18\x11 \x01(\tR\abackend\x12\x1f\n" +
 	"\vkafka_state\x18\x12 \x01(\tR\n" +
-	"kafkaState\"\x14\n" +
+	"kafkaState\x12,\n" +
+	"\x06roster\x18\x13 \x03(\v2\x14.xce.v1.RosterMemberR\x06roster\x12!\n" +
+	"\flease_holder\x18\x14 \x01(\tR\vleaseHolder\x123\n" +
+	"\x16lease_deadline_unix_ms\x18\x15 \x01(\x03R\x13leaseDeadlineUnixMs\"W\n" +
+	"\fRosterMember\x12\x1b\n" +
+	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12\x12\n" +
+	"\x04rank\x18\x02 \x01(\rR\x04rank\x12\x16\n" +
+	"\x06offset\x18\x03 \x01(\x03R\x06offset\"\x14\n" +
 	"\x12WatchStatusRequest\"v\n" +
 	"\rTaskPlacement\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x16\n" +
@@ -2084,7 +2177,7 @@ func file_xce_v1_xce_proto_rawDescGZIP() []byte {
 }
 
 var file_xce_v1_xce_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_xce_v1_xce_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_xce_v1_xce_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_xce_v1_xce_proto_goTypes = []any{
 	(Role)(0),                     // 0: xce.v1.Role
 	(Consistency)(0),              // 1: xce.v1.Consistency
@@ -2101,22 +2194,23 @@ var file_xce_v1_xce_proto_goTypes = []any{
 	(*DeleteTaskResponse)(nil),    // 12: xce.v1.DeleteTaskResponse
 	(*StatusRequest)(nil),         // 13: xce.v1.StatusRequest
 	(*StatusResponse)(nil),        // 14: xce.v1.StatusResponse
-	(*WatchStatusRequest)(nil),    // 15: xce.v1.WatchStatusRequest
-	(*TaskPlacement)(nil),         // 16: xce.v1.TaskPlacement
-	(*GetAssignmentRequest)(nil),  // 17: xce.v1.GetAssignmentRequest
-	(*TaskAssignment)(nil),        // 18: xce.v1.TaskAssignment
-	(*GetAssignmentResponse)(nil), // 19: xce.v1.GetAssignmentResponse
-	(*ListWorkersRequest)(nil),    // 20: xce.v1.ListWorkersRequest
-	(*WorkerInfo)(nil),            // 21: xce.v1.WorkerInfo
-	(*ListWorkersResponse)(nil),   // 22: xce.v1.ListWorkersResponse
-	(*Fact)(nil),                  // 23: xce.v1.Fact
-	(*RegisterRequest)(nil),       // 24: xce.v1.RegisterRequest
-	(*RegisterResponse)(nil),      // 25: xce.v1.RegisterResponse
-	(*HeartbeatRequest)(nil),      // 26: xce.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),     // 27: xce.v1.HeartbeatResponse
-	nil,                           // 28: xce.v1.TaskAssignment.LagsEntry
-	nil,                           // 29: xce.v1.WorkerInfo.LagsEntry
-	nil,                           // 30: xce.v1.HeartbeatRequest.LagsEntry
+	(*RosterMember)(nil),          // 15: xce.v1.RosterMember
+	(*WatchStatusRequest)(nil),    // 16: xce.v1.WatchStatusRequest
+	(*TaskPlacement)(nil),         // 17: xce.v1.TaskPlacement
+	(*GetAssignmentRequest)(nil),  // 18: xce.v1.GetAssignmentRequest
+	(*TaskAssignment)(nil),        // 19: xce.v1.TaskAssignment
+	(*GetAssignmentResponse)(nil), // 20: xce.v1.GetAssignmentResponse
+	(*ListWorkersRequest)(nil),    // 21: xce.v1.ListWorkersRequest
+	(*WorkerInfo)(nil),            // 22: xce.v1.WorkerInfo
+	(*ListWorkersResponse)(nil),   // 23: xce.v1.ListWorkersResponse
+	(*Fact)(nil),                  // 24: xce.v1.Fact
+	(*RegisterRequest)(nil),       // 25: xce.v1.RegisterRequest
+	(*RegisterResponse)(nil),      // 26: xce.v1.RegisterResponse
+	(*HeartbeatRequest)(nil),      // 27: xce.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),     // 28: xce.v1.HeartbeatResponse
+	nil,                           // 29: xce.v1.TaskAssignment.LagsEntry
+	nil,                           // 30: xce.v1.WorkerInfo.LagsEntry
+	nil,                           // 31: xce.v1.HeartbeatRequest.LagsEntry
 }
 var file_xce_v1_xce_proto_depIdxs = []int32{
 	0,  // 0: xce.v1.NotReady.role:type_name -> xce.v1.Role
@@ -2126,40 +2220,41 @@ var file_xce_v1_xce_proto_depIdxs = []int32{
 	1,  // 4: xce.v1.ListTasksRequest.consistency:type_name -> xce.v1.Consistency
 	4,  // 5: xce.v1.ListTasksResponse.tasks:type_name -> xce.v1.Task
 	0,  // 6: xce.v1.StatusResponse.role:type_name -> xce.v1.Role
-	1,  // 7: xce.v1.GetAssignmentRequest.consistency:type_name -> xce.v1.Consistency
-	16, // 8: xce.v1.TaskAssignment.placement:type_name -> xce.v1.TaskPlacement
-	28, // 9: xce.v1.TaskAssignment.lags:type_name -> xce.v1.TaskAssignment.LagsEntry
-	18, // 10: xce.v1.GetAssignmentResponse.tasks:type_name -> xce.v1.TaskAssignment
-	29, // 11: xce.v1.WorkerInfo.lags:type_name -> xce.v1.WorkerInfo.LagsEntry
-	21, // 12: xce.v1.ListWorkersResponse.workers:type_name -> xce.v1.WorkerInfo
-	2,  // 13: xce.v1.Fact.kind:type_name -> xce.v1.FactKind
-	30, // 14: xce.v1.HeartbeatRequest.lags:type_name -> xce.v1.HeartbeatRequest.LagsEntry
-	23, // 15: xce.v1.HeartbeatRequest.facts:type_name -> xce.v1.Fact
-	13, // 16: xce.v1.ControllerService.Status:input_type -> xce.v1.StatusRequest
-	15, // 17: xce.v1.ControllerService.WatchStatus:input_type -> xce.v1.WatchStatusRequest
-	5,  // 18: xce.v1.ControllerService.SubmitTask:input_type -> xce.v1.SubmitTaskRequest
-	7,  // 19: xce.v1.ControllerService.GetTask:input_type -> xce.v1.GetTaskRequest
-	9,  // 20: xce.v1.ControllerService.ListTasks:input_type -> xce.v1.ListTasksRequest
-	11, // 21: xce.v1.ControllerService.DeleteTask:input_type -> xce.v1.DeleteTaskRequest
-	17, // 22: xce.v1.ControllerService.GetAssignment:input_type -> xce.v1.GetAssignmentRequest
-	20, // 23: xce.v1.ControllerService.ListWorkers:input_type -> xce.v1.ListWorkersRequest
-	24, // 24: xce.v1.WorkerService.Register:input_type -> xce.v1.RegisterRequest
-	26, // 25: xce.v1.WorkerService.Heartbeat:input_type -> xce.v1.HeartbeatRequest
-	14, // 26: xce.v1.ControllerService.Status:output_type -> xce.v1.StatusResponse
-	14, // 27: xce.v1.ControllerService.WatchStatus:output_type -> xce.v1.StatusResponse
-	6,  // 28: xce.v1.ControllerService.SubmitTask:output_type -> xce.v1.SubmitTaskResponse
-	8,  // 29: xce.v1.ControllerService.GetTask:output_type -> xce.v1.GetTaskResponse
-	10, // 30: xce.v1.ControllerService.ListTasks:output_type -> xce.v1.ListTasksResponse
-	12, // 31: xce.v1.ControllerService.DeleteTask:output_type -> xce.v1.DeleteTaskResponse
-	19, // 32: xce.v1.ControllerService.GetAssignment:output_type -> xce.v1.GetAssignmentResponse
-	22, // 33: xce.v1.ControllerService.ListWorkers:output_type -> xce.v1.ListWorkersResponse
-	25, // 34: xce.v1.WorkerService.Register:output_type -> xce.v1.RegisterResponse
-	27, // 35: xce.v1.WorkerService.Heartbeat:output_type -> xce.v1.HeartbeatResponse
-	26, // [26:36] is the sub-list for method output_type
-	16, // [16:26] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	15, // 7: xce.v1.StatusResponse.roster:type_name -> xce.v1.RosterMember
+	1,  // 8: xce.v1.GetAssignmentRequest.consistency:type_name -> xce.v1.Consistency
+	17, // 9: xce.v1.TaskAssignment.placement:type_name -> xce.v1.TaskPlacement
+	29, // 10: xce.v1.TaskAssignment.lags:type_name -> xce.v1.TaskAssignment.LagsEntry
+	19, // 11: xce.v1.GetAssignmentResponse.tasks:type_name -> xce.v1.TaskAssignment
+	30, // 12: xce.v1.WorkerInfo.lags:type_name -> xce.v1.WorkerInfo.LagsEntry
+	22, // 13: xce.v1.ListWorkersResponse.workers:type_name -> xce.v1.WorkerInfo
+	2,  // 14: xce.v1.Fact.kind:type_name -> xce.v1.FactKind
+	31, // 15: xce.v1.HeartbeatRequest.lags:type_name -> xce.v1.HeartbeatRequest.LagsEntry
+	24, // 16: xce.v1.HeartbeatRequest.facts:type_name -> xce.v1.Fact
+	13, // 17: xce.v1.ControllerService.Status:input_type -> xce.v1.StatusRequest
+	16, // 18: xce.v1.ControllerService.WatchStatus:input_type -> xce.v1.WatchStatusRequest
+	5,  // 19: xce.v1.ControllerService.SubmitTask:input_type -> xce.v1.SubmitTaskRequest
+	7,  // 20: xce.v1.ControllerService.GetTask:input_type -> xce.v1.GetTaskRequest
+	9,  // 21: xce.v1.ControllerService.ListTasks:input_type -> xce.v1.ListTasksRequest
+	11, // 22: xce.v1.ControllerService.DeleteTask:input_type -> xce.v1.DeleteTaskRequest
+	18, // 23: xce.v1.ControllerService.GetAssignment:input_type -> xce.v1.GetAssignmentRequest
+	21, // 24: xce.v1.ControllerService.ListWorkers:input_type -> xce.v1.ListWorkersRequest
+	25, // 25: xce.v1.WorkerService.Register:input_type -> xce.v1.RegisterRequest
+	27, // 26: xce.v1.WorkerService.Heartbeat:input_type -> xce.v1.HeartbeatRequest
+	14, // 27: xce.v1.ControllerService.Status:output_type -> xce.v1.StatusResponse
+	14, // 28: xce.v1.ControllerService.WatchStatus:output_type -> xce.v1.StatusResponse
+	6,  // 29: xce.v1.ControllerService.SubmitTask:output_type -> xce.v1.SubmitTaskResponse
+	8,  // 30: xce.v1.ControllerService.GetTask:output_type -> xce.v1.GetTaskResponse
+	10, // 31: xce.v1.ControllerService.ListTasks:output_type -> xce.v1.ListTasksResponse
+	12, // 32: xce.v1.ControllerService.DeleteTask:output_type -> xce.v1.DeleteTaskResponse
+	20, // 33: xce.v1.ControllerService.GetAssignment:output_type -> xce.v1.GetAssignmentResponse
+	23, // 34: xce.v1.ControllerService.ListWorkers:output_type -> xce.v1.ListWorkersResponse
+	26, // 35: xce.v1.WorkerService.Register:output_type -> xce.v1.RegisterResponse
+	28, // 36: xce.v1.WorkerService.Heartbeat:output_type -> xce.v1.HeartbeatResponse
+	27, // [27:37] is the sub-list for method output_type
+	17, // [17:27] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_xce_v1_xce_proto_init() }
@@ -2173,7 +2268,7 @@ func file_xce_v1_xce_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_xce_v1_xce_proto_rawDesc), len(file_xce_v1_xce_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   28,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

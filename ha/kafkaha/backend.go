@@ -1,0 +1,415 @@
+// Package kafkaha is the Kafka-coordinated election backend (ha.backend:
+// kafka): a pair (or more) of controllers share one role without a Raft
+// quorum of their own. Kafka is the coordinator and the log:
+//
+//   - The coordination topic (compacted, one partition) holds the roster
+//     and the lease. A member registers by appending a registration record
+//     (its offset is its join sequence, hence its rank); the holder of the
+//     role appends lease records inside transactions.
+//   - The pure rules of ha/succession decide, from the folded records and
+//     the time, whether this member holds, challenges, waits or must
+//     register. The backend evaluates on every new coordination record and
+//     at the latest at the instant the decision says it can change.
+//   - A challenge is InitProducerId on the role's transactional id (it mints
+//     the newest producer epoch and fences every older holder: their open
+//     transaction is aborted, their next write rejected) followed by a
+//     committed lease record naming this member.
+//   - The state topic (one partition) is the replicated log: the holder
+//     appends FSM commands in transactions under its epoch, together with
+//     its lease renewals, and acknowledges a write once the transaction has
+//     committed; the others tail it read_committed and apply. A new holder
+//     applies everything up to the last stable offset before it serves (the
+//     freshness rule, its Barrier).
+//   - A renewal or write that comes back fenced means another member holds
+//     the role: the holder leaves at once. A holder that cannot renew before
+//     its lease runs out leaves too; safety never depends on that timing,
+//     only on the epoch.
+//
+// FSM snapshots go to the data dir as in Raft mode, with the next state
+// offset as their index, so a restart replays only the tail of the topic.
+package kafkaha
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/rs/zerolog"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/xce/xce/fence"
+	"github.com/xce/xce/ha"
+	"github.com/xce/xce/ha/succession"
+	"github.com/xce/xce/persist"
+)
+
+// Config configures one member.
+type Config struct {
+	Brokers []string
+	// Member is this node's id; Role names the role (one per cluster).
+	Member string
+	Role   string
+	// CoordTopic, StateTopic and TransactionalID: see Names.
+	CoordTopic, StateTopic, TransactionalID string
+	Lease                                   succession.LeaseConfig
+	// SnapshotInterval is how often the FSM is snapshotted when at least
+	// SnapshotThreshold records were applied since the last snapshot.
+	SnapshotInterval  time.Duration
+	SnapshotThreshold uint64
+	Logger            zerolog.Logger
+}
+
+// Names derives a cluster's topic and transactional id names from the
+// Kafka prefix, so that every member agrees without more configuration.
+func Names(prefix, cluster string) (coord, state, txnID string) {
+	base := prefix + "." + cluster
+	return base + ".coord", base + ".state", base + ".role"
+}
+
+// Header of state records: the term the holder wrote them in.
+const headerTerm = "xce-term"
+
+// Errors.
+var (
+	ErrNotLeader = ha.ErrNotLeader
+	ErrShutdown  = ha.ErrShutdown
+)
+
+// Info is what Status shows of the role.
+type Info = ha.RoleInfo
+
+// RosterEntry is one registered member with its rank.
+type RosterEntry = ha.RosterEntry
+
+// Backend implements ha.Backend over Kafka.
+type Backend struct {
+	cfg   Config
+	log   zerolog.Logger
+	fsm   *persist.FSM
+	snaps raft.SnapshotStore
+	obs   chan raft.Observation
+	plain *kgo.Client
+
+	stop     chan struct{}
+	stopOnce sync.Once
+	wg       sync.WaitGroup
+	kick     chan struct{}
+	posts    chan any
+
+	mu      sync.Mutex
+	state   succession.RoleState
+	view    ha.Observed
+	holding *holder
+	term    uint64
+
+	// applyMu serializes FSM application between the tailer and the
+	// holder; next is the next state offset to apply.
+	applyMu   sync.Mutex
+	next      int64
+	sinceSnap uint64
+	lastTerm  uint64
+	tail      *tailer
+	lso       atomic.Int64
+	// myReg is the offset of this run's latest registration (-1: none yet).
+	myReg atomic.Int64
+}
+
+var _ ha.Backend = (*Backend)(nil)
+
+// Start restores the latest snapshot and starts the member. It does not
+// wait for Kafka: registration, topic creation and the election retry in
+// the background until the brokers answer.
+func Start(cfg Config, fsm *persist.FSM, snaps raft.SnapshotStore) (*Backend, error) {
+	if err := cfg.Lease.Validate(); err != nil {
+		return nil, err
+	}
+	if len(cfg.Brokers) == 0 {
+		return nil, errors.New("kafkaha: no brokers")
+	}
+	plain, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...), kgo.ProducerLinger(0),
+		kgo.DialTimeout(2*time.Second), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.RetryBackoffFn(func(int) time.Duration { return 100 * time.Millisecond }))
+	if err != nil {
+		return nil, err
+	}
+	b := &Backend{
+		cfg: cfg, log: cfg.Logger.With().Str("component", "kafka-ha").Logger(),
+		fsm: fsm, snaps: snaps, obs: make(chan raft.Observation, 16), plain: plain,
+		stop: make(chan struct{}), kick: make(chan struct{}, 1), posts: make(chan any, 16),
+		view: ha.Observed{State: ha.StateFollower},
+	}
+	b.myReg.Store(-1)
+	if err := b.restore(); err != nil {
+		plain.Close()
+		return nil, err
+	}
+	b.startTailer()
+	b.wg.Go(b.coordLoop)
+	if cfg.SnapshotInterval > 0 {
+		b.wg.Go(b.snapshotLoop)
+	}
+	return b, nil
+}
+
+func (b *Backend) nowMillis() int64 { return time.Now().UnixMilli() }
+
+func (b *Backend) notify() {
+	select {
+	case b.obs <- raft.Observation{}:
+	default:
+	}
+}
+
+// Observations implements ha.Backend.
+func (b *Backend) Observations() <-chan raft.Observation { return b.obs }
+
+// View implements ha.Backend.
+func (b *Backend) View() ha.Observed {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.view
+}
+
+// CommitIndex implements ha.Backend: the last stable offset seen, as an index.
+func (b *Backend) CommitIndex() uint64 {
+	b.applyMu.Lock()
+	next := b.next
+	b.applyMu.Unlock()
+	return uint64(max(b.lso.Load(), next))
+}
+
+// AppliedIndex implements ha.Backend.
+func (b *Backend) AppliedIndex() uint64 {
+	b.applyMu.Lock()
+	defer b.applyMu.Unlock()
+	return uint64(b.next)
+}
+
+// Info reports the roster with ranks and the lease.
+func (b *Backend) Info() Info {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var in Info
+	for _, r := range b.state.Roster {
+		rank, _ := b.state.RankOf(r.Member)
+		in.Roster = append(in.Roster, RosterEntry{Member: string(r.Member), Rank: rank, Offset: r.Offset})
+	}
+	slices.SortFunc(in.Roster, func(x, y RosterEntry) int { return x.Rank - y.Rank })
+	if l := b.state.Lease; l != nil {
+		in.LeaseHolder, in.LeaseDeadline = string(l.Holder), time.UnixMilli(l.DeadlineMillis)
+	}
+	if h := b.holding; h != nil {
+		in.Epoch = h.epoch
+	}
+	return in
+}
+
+// Barrier implements ha.Backend, with the freshness rule: a new holder
+// commits a no-op under its epoch and lets the tailer apply the state topic
+// up to and including it; every record committed before (by any holder) is
+// then applied, and the holder takes the log over from the tailer.
+func (b *Backend) Barrier(ctx context.Context) error {
+	h := b.currentHolder()
+	if h == nil {
+		return ErrNotLeader
+	}
+	if h.isReady() {
+		return nil
+	}
+	idx, err := h.barrier(ctx, (&persist.Command{Type: persist.CmdNoop}).Encode())
+	if err != nil {
+		return err
+	}
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		b.applyMu.Lock()
+		next := b.next
+		b.applyMu.Unlock()
+		if uint64(next) >= idx {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("catching up to index %d (at %d): %w", idx, next, ctx.Err())
+		case <-h.done:
+			return ErrNotLeader
+		case <-tick.C:
+		}
+	}
+	b.stopTailer()
+	if b.currentHolder() != h {
+		b.startTailer()
+		return ErrNotLeader
+	}
+	b.log.Info().Uint64("index", idx).Msg("caught up with the state topic; writing under this epoch")
+	h.markReady()
+	return nil
+}
+
+// Apply implements ha.Backend.
+func (b *Backend) Apply(ctx context.Context, cmd []byte) (any, uint64, error) {
+	h := b.currentHolder()
+	if h == nil || !h.isReady() {
+		return nil, 0, ErrNotLeader
+	}
+	op := &op{cmd: cmd, done: make(chan opResult, 1)}
+	select {
+	case h.ops <- op:
+	case <-h.done:
+		return nil, 0, ErrNotLeader
+	case <-ctx.Done():
+		return nil, 0, ctx.Err()
+	}
+	select {
+	case r := <-op.done:
+		return r.resp, r.index, r.err
+	case <-ctx.Done():
+		return nil, 0, ctx.Err()
+	}
+}
+
+// VerifyLeader implements ha.Backend: the holder's lease, renewed in a
+// committed transaction, has not run out (minus a safety margin).
+func (b *Backend) VerifyLeader(ctx context.Context) error {
+	h := b.currentHolder()
+	if h == nil || !h.isReady() || !h.leaseValid(time.Now()) {
+		return ErrNotLeader
+	}
+	return nil
+}
+
+// TransferLeadership implements ha.Backend: the holder deregisters,
+// releases the lease and registers again at the tail, so the next member in
+// join order challenges at once.
+func (b *Backend) TransferLeadership() error {
+	h := b.currentHolder()
+	if h == nil {
+		return ErrNotLeader
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(b.cfg.Lease.LeaseMillis)*time.Millisecond)
+	defer cancel()
+	err := h.release(ctx)
+	b.lose(h, "handed the role on")
+	if err != nil {
+		return fmt.Errorf("releasing the lease: %w", err)
+	}
+	return b.register(ctx)
+}
+
+// Shutdown implements ha.Backend.
+func (b *Backend) Shutdown() error {
+	b.stopOnce.Do(func() { close(b.stop) })
+	if h := b.currentHolder(); h != nil {
+		b.lose(h, "shutting down")
+	}
+	b.wg.Wait()
+	for {
+		select {
+		case p := <-b.posts:
+			if c, ok := p.(challenged); ok && c.h != nil {
+				c.h.shutdown()
+			}
+			continue
+		default:
+		}
+		break
+	}
+	b.stopTailer()
+	b.snapshot(true)
+	b.plain.Close()
+	return nil
+}
+
+func (b *Backend) currentHolder() *holder {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.holding
+}
+
+// lose ends holding h (once): the writer stops, pending writes fail, the
+// tailer takes the log back.
+func (b *Backend) lose(h *holder, reason string) {
+	b.mu.Lock()
+	if b.holding != h {
+		b.mu.Unlock()
+		return
+	}
+	b.holding = nil
+	b.view = ha.Observed{State: ha.StateFollower, Term: b.term}
+	if l := b.state.Lease; l != nil && l.Holder != succession.MemberID(b.cfg.Member) {
+		b.view.LeaderID = string(l.Holder)
+	}
+	b.mu.Unlock()
+	b.log.Warn().Str("reason", reason).Uint64("term", h.term).Int16("epoch", h.epoch).Msg("left the role")
+	h.shutdown()
+	b.startTailer()
+	b.notify()
+	select {
+	case b.kick <- struct{}{}:
+	default:
+	}
+}
+
+// register appends this member's registration record (not transactional).
+func (b *Backend) register(ctx context.Context) error {
+	k, v := succession.RegistrationRecord(b.cfg.Role, succession.MemberID(b.cfg.Member))
+	r := &kgo.Record{Topic: b.cfg.CoordTopic, Partition: 0, Key: k, Value: v}
+	if err := b.plain.ProduceSync(ctx, r).FirstErr(); err != nil {
+		return err
+	}
+	b.myReg.Store(r.Offset)
+	b.log.Info().Int64("offset", r.Offset).Msg("registered: joined the roster at the tail")
+	return nil
+}
+
+// ensureTopics creates the coordination and state topics when missing.
+func (b *Backend) ensureTopics(ctx context.Context) error {
+	adm := kadm.NewClient(b.plain)
+	compact := "compact"
+	forever := "-1"
+	appendTime := "LogAppendTime"
+	for topic, cfgs := range map[string]map[string]*string{
+		b.cfg.CoordTopic: {"cleanup.policy": &compact, "message.timestamp.type": &appendTime},
+		b.cfg.StateTopic: {"retention.ms": &forever},
+	} {
+		resp, err := adm.CreateTopics(ctx, 1, -1, cfgs, topic)
+		if err != nil {
+			return err
+		}
+		for _, r := range resp {
+			if r.Err != nil && !errors.Is(r.Err, kerrTopicExists) {
+				return fmt.Errorf("creating %s: %w", r.Topic, r.Err)
+			}
+		}
+	}
+	return nil
+}
+
+// lastStableOffset lists the state topic's last stable offset.
+func (b *Backend) lastStableOffset(ctx context.Context) (int64, error) {
+	off, err := listLSO(ctx, b.plain, b.cfg.StateTopic)
+	if err == nil {
+		b.lso.Store(off)
+	}
+	return off, err
+}
+
+// isFenced reports whether err means a newer epoch owns the role.
+func isFenced(err error) bool { return fence.IsFenced(err) }
+
+func cloneState(s succession.RoleState) succession.RoleState {
+	s.Roster = slices.Clone(s.Roster)
+	if s.Lease != nil {
+		l := *s.Lease
+		s.Lease = &l
+	}
+	return s
+}
+

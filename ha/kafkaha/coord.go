@@ -1,0 +1,317 @@
+package kafkaha
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/xce/xce/ha"
+	"github.com/xce/xce/ha/succession"
+)
+
+// internal results posted to the coordination loop
+type (
+	registered struct{ err error }
+	challenged struct {
+		h   *holder
+		err error
+	}
+)
+
+// coordLoop owns the election: it folds the coordination topic, evaluates
+// the succession rules on every change and at the instant the decision can
+// change, and registers, challenges or leaves accordingly.
+func (b *Backend) coordLoop() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b.wg.Go(func() {
+		select {
+		case <-b.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	})
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		err := b.ensureTopics(ctx)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		b.log.Warn().Err(err).Dur("retry_in", wait).Msg("cannot create the coordination and state topics; retrying")
+		if !sleepCtx(ctx, wait) {
+			return
+		}
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.cfg.Brokers...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{b.cfg.CoordTopic: {0: kgo.NewOffset().AtStart()}}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxWait(200*time.Millisecond),
+		kgo.DialTimeout(2*time.Second))
+	if err != nil {
+		b.log.Error().Err(err).Msg("coordination consumer")
+		return
+	}
+	defer cl.Close()
+	recs := make(chan []succession.Record, 16)
+	b.wg.Go(func() {
+		for {
+			fs := cl.PollFetches(ctx)
+			if ctx.Err() != nil {
+				return
+			}
+			var batch []succession.Record
+			fs.EachError(func(t string, p int32, err error) {
+				b.log.Debug().Err(err).Str("topic", t).Msg("coordination fetch")
+			})
+			fs.EachRecord(func(r *kgo.Record) {
+				batch = append(batch, succession.Record{Key: r.Key, Value: r.Value, Offset: r.Offset, TimestampMillis: r.Timestamp.UnixMilli()})
+			})
+			if len(batch) == 0 {
+				continue
+			}
+			select {
+			case recs <- batch:
+			case <-ctx.Done():
+				return
+			}
+		}
+	})
+
+	latest := map[string]succession.Record{}
+	// Every start registers anew: a recovered member lands at the tail of
+	// the roster (no failback). regInFlight stays set until the fold shows
+	// the registration, so a slow fetch never registers twice.
+	regInFlight := true
+	b.wg.Go(func() {
+		for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+			rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+			err := b.register(rctx)
+			rcancel()
+			if err == nil || ctx.Err() != nil {
+				return
+			}
+			b.log.Warn().Err(err).Dur("retry_in", wait).Msg("registration failed; retrying")
+			if !sleepCtx(ctx, wait) {
+				return
+			}
+		}
+	})
+	var challengeInFlight bool
+	leaseKey := string(succession.LeaseKey(b.cfg.Role))
+	var termHolder succession.MemberID
+	termOffset := int64(-1)
+	timer := time.NewTimer(500 * time.Millisecond)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case batch := <-recs:
+			for _, r := range batch {
+				latest[string(r.Key)] = r
+				// The term counts holder changes: the offset of the lease
+				// record that first named the current holder.
+				if string(r.Key) == leaseKey {
+					if l := succession.FoldRecords(b.cfg.Role, []succession.Record{r}).Lease; l != nil && l.Holder != termHolder {
+						termHolder, termOffset = l.Holder, r.Offset
+					}
+				}
+			}
+		case <-timer.C:
+		case <-b.kick:
+		case p := <-b.posts:
+			switch p := p.(type) {
+			case registered:
+				if p.err != nil {
+					regInFlight = false
+					b.log.Warn().Err(p.err).Msg("registration failed; retrying")
+				}
+			case challenged:
+				challengeInFlight = false
+				if p.err != nil {
+					b.log.Info().Err(p.err).Msg("challenge lost or failed")
+				} else if !b.take(p.h) {
+					p.h.shutdown()
+				}
+			}
+		}
+		all := make([]succession.Record, 0, len(latest))
+		for _, r := range latest {
+			all = append(all, r)
+		}
+		state := succession.FoldRecords(b.cfg.Role, all)
+		b.observe(state, termOffset)
+
+		now := b.nowMillis()
+		me := succession.MemberID(b.cfg.Member)
+		if regInFlight && !b.registeredIn(state) {
+			// This run's registration is not folded yet: ranks from an
+			// older registration must not drive a challenge.
+			timer.Reset(50 * time.Millisecond)
+			continue
+		}
+		d := succession.Evaluate(state, me, now, b.cfg.Lease)
+		h := b.currentHolder()
+		next := now + 1000
+		switch d.Action {
+		case succession.NotRegistered:
+			if h != nil {
+				b.lose(h, "no longer in the roster")
+			}
+			if !regInFlight {
+				regInFlight = true
+				b.wg.Go(func() {
+					rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+					defer rcancel()
+					b.post(ctx, registered{b.register(rctx)})
+				})
+			}
+		case succession.Hold:
+			regInFlight = false
+			if h == nil {
+				// The lease names this member but this process does not
+				// hold it: a previous incarnation did. Reclaim it (the
+				// challenge fences that incarnation).
+				if !challengeInFlight {
+					challengeInFlight = true
+					b.startChallenge(ctx, "the lease names this member from a previous run")
+				}
+			} else {
+				h.setRenewAt(time.UnixMilli(d.WaitUntilMillis))
+				next = min(next, d.WaitUntilMillis)
+			}
+		case succession.Challenge:
+			regInFlight = false
+			switch {
+			case h != nil:
+				// Our lease as the topic shows it ran out (renewals not
+				// visible yet, or late): renew now.
+				h.setRenewAt(time.UnixMilli(now))
+			case !challengeInFlight:
+				challengeInFlight = true
+				b.startChallenge(ctx, "succession: this member's turn")
+			}
+		case succession.Wait:
+			regInFlight = false
+			if h != nil && state.Lease != nil && state.Lease.Holder != me {
+				b.lose(h, "the lease names "+string(state.Lease.Holder))
+			}
+			if d.WaitUntilMillis > 0 {
+				next = min(next, d.WaitUntilMillis)
+			}
+		}
+		if h := b.currentHolder(); h != nil {
+			if !h.leaseValid(time.Now()) {
+				b.lose(h, "the lease runs out before a renewal committed")
+			} else {
+				next = min(next, h.validUntil().UnixMilli())
+			}
+		}
+		timer.Reset(time.Duration(max(next-b.nowMillis(), 1)) * time.Millisecond)
+	}
+}
+
+// registeredIn reports whether state holds this run's registration.
+func (b *Backend) registeredIn(state succession.RoleState) bool {
+	mine := b.myReg.Load()
+	if mine < 0 {
+		return false
+	}
+	for _, r := range state.Roster {
+		if r.Member == succession.MemberID(b.cfg.Member) {
+			return r.Offset >= mine
+		}
+	}
+	return false
+}
+
+func (b *Backend) post(ctx context.Context, v any) {
+	select {
+	case b.posts <- v:
+	case <-ctx.Done():
+	}
+}
+
+// observe records the folded state and, for a member that does not hold the
+// role, the view: the lease holder is the leader, and the term counts holder
+// changes (the offset of the lease record that named the current holder).
+func (b *Backend) observe(state succession.RoleState, termOffset int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	changed := !slices.Equal(b.state.Roster, state.Roster) || (b.state.Lease == nil) != (state.Lease == nil) ||
+		(state.Lease != nil && b.state.Lease != nil && *state.Lease != *b.state.Lease)
+	b.state = cloneState(state)
+	if termOffset >= 0 {
+		if t := uint64(termOffset) + 1; t > b.term {
+			b.term = t
+		}
+	}
+	if b.holding == nil {
+		v := ha.Observed{State: ha.StateFollower, Term: b.term}
+		if l := state.Lease; l != nil && l.Live(b.nowMillis()) && l.Holder != succession.MemberID(b.cfg.Member) {
+			v.LeaderID = string(l.Holder)
+		}
+		if v != b.view {
+			b.view = v
+			changed = true
+		}
+	}
+	if changed {
+		b.notify()
+	}
+}
+
+// take makes h the holder; false when the backend is stopping.
+func (b *Backend) take(h *holder) bool {
+	select {
+	case <-b.stop:
+		return false
+	default:
+	}
+	b.mu.Lock()
+	if b.holding != nil {
+		b.mu.Unlock()
+		return false
+	}
+	b.holding = h
+	if h.term > b.term {
+		b.term = h.term
+	}
+	b.view = ha.Observed{State: ha.StateLeader, Term: h.term, LeaderID: b.cfg.Member}
+	b.mu.Unlock()
+	b.applyMu.Lock()
+	b.lastTerm = h.term
+	b.applyMu.Unlock()
+	b.log.Info().Uint64("term", h.term).Int16("epoch", h.epoch).Msg("won the role: the producer epoch fences every older holder")
+	h.start()
+	b.notify()
+	return true
+}
+
+// startChallenge runs a challenge off the loop and posts its result.
+func (b *Backend) startChallenge(ctx context.Context, why string) {
+	b.log.Info().Str("why", why).Msg("challenging for the role")
+	b.wg.Go(func() {
+		cctx, cancel := context.WithTimeout(ctx, time.Duration(b.cfg.Lease.LeaseMillis)*time.Millisecond)
+		defer cancel()
+		h, err := b.challenge(cctx)
+		b.post(ctx, challenged{h: h, err: err})
+		if err == nil && ctx.Err() != nil {
+			h.shutdown()
+		}
+	})
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

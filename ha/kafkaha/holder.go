@@ -1,0 +1,379 @@
+package kafkaha
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/xce/xce/ha/succession"
+)
+
+// maxBatch bounds the writes of one transaction.
+const maxBatch = 500
+
+// op is one write (or the hand-over) waiting for the holder's writer.
+type op struct {
+	cmd     []byte
+	release bool
+	// barrier: commit cmd but leave applying it to the tailer (see Barrier).
+	barrier bool
+	done    chan opResult
+}
+
+type opResult struct {
+	resp  any
+	index uint64
+	err   error
+}
+
+// holder is this member's tenure of the role: a transactional client whose
+// epoch is the fence, and the one goroutine (run) that uses it.
+type holder struct {
+	b       *Backend
+	cl      *kgo.Client
+	term    uint64
+	epoch   int16
+	ops     chan *op
+	done    chan struct{}
+	once    sync.Once
+	closeCl sync.Once
+	exit    chan struct{}
+
+	mu       sync.Mutex
+	started  bool
+	ready    bool
+	deadline time.Time // of the last committed grant
+	renewAt  time.Time
+	kick     chan struct{}
+}
+
+func (b *Backend) newTxnClient() (*kgo.Client, error) {
+	return kgo.NewClient(
+		kgo.SeedBrokers(b.cfg.Brokers...),
+		kgo.TransactionalID(b.cfg.TransactionalID),
+		// A holder that dies with a transaction open must not block the
+		// state topic's last stable offset for long: the next challenge
+		// aborts it at once, the broker after this timeout.
+		kgo.TransactionTimeout(max(time.Duration(b.cfg.Lease.LeaseMillis)*time.Millisecond, time.Second)),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerLinger(0),
+		kgo.DialTimeout(2*time.Second),
+		kgo.RetryBackoffFn(func(int) time.Duration { return 50 * time.Millisecond }),
+	)
+}
+
+// challenge takes the role: InitProducerId on the role's transactional id
+// mints the newest epoch (aborting whatever an older holder left open and
+// rejecting its late writes), then a committed lease record names this
+// member. Of simultaneous challengers exactly one ends with the newest
+// epoch; the others fail here or on their first guarded write.
+func (b *Backend) challenge(ctx context.Context) (*holder, error) {
+	cl, err := b.newTxnClient()
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	lease := b.cfg.Lease.Grant(succession.MemberID(b.cfg.Member), start.UnixMilli())
+	k, v := succession.LeaseRecord(b.cfg.Role, lease)
+	rec := &kgo.Record{Topic: b.cfg.CoordTopic, Partition: 0, Key: k, Value: v}
+	err = func() error {
+		if err := cl.BeginTransaction(); err != nil {
+			return err
+		}
+		if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
+			return fmt.Errorf("lease record: %w", err)
+		}
+		return cl.EndTransaction(ctx, kgo.TryCommit)
+	}()
+	if err != nil {
+		// Never abort or reuse the client: a reload of its producer id
+		// could take a newer holder's epoch back. The open transaction
+		// dies with the next challenge or the transaction timeout.
+		cl.Close()
+		return nil, err
+	}
+	_, epoch, _ := cl.ProducerID(ctx)
+	h := &holder{
+		b: b, cl: cl, term: uint64(rec.Offset) + 1, epoch: epoch,
+		ops: make(chan *op, maxBatch), done: make(chan struct{}), exit: make(chan struct{}),
+		deadline: time.UnixMilli(lease.DeadlineMillis),
+		renewAt:  start.Add(time.Duration(b.cfg.Lease.RenewMillis) * time.Millisecond),
+		kick:     make(chan struct{}, 1),
+	}
+	b.log.Info().Int16("epoch", epoch).Int64("lease_offset", rec.Offset).Dur("took", time.Since(start)).
+		Time("deadline", h.deadline).Msg("challenge committed")
+	return h, nil
+}
+
+func (h *holder) isReady() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.ready
+}
+
+func (h *holder) markReady() {
+	h.mu.Lock()
+	h.ready = true
+	h.mu.Unlock()
+}
+
+// margin is how long before the lease's deadline the holder stops acting
+// on it, for clock drift between members.
+func (h *holder) margin() time.Duration {
+	return time.Duration(h.b.cfg.Lease.LeaseMillis) * time.Millisecond / 10
+}
+
+func (h *holder) validUntil() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.deadline.Add(-h.margin())
+}
+
+func (h *holder) leaseValid(now time.Time) bool { return now.Before(h.validUntil()) }
+
+func (h *holder) setRenewAt(t time.Time) {
+	h.mu.Lock()
+	changed := t.Before(h.renewAt)
+	if changed {
+		h.renewAt = t
+	}
+	h.mu.Unlock()
+	if changed {
+		select {
+		case h.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// shutdown stops the writer (once), waits for it, and closes the client.
+func (h *holder) shutdown() {
+	h.once.Do(func() { close(h.done) })
+	h.mu.Lock()
+	started := h.started
+	h.mu.Unlock()
+	if started {
+		<-h.exit
+	}
+	h.closeCl.Do(h.cl.Close)
+}
+
+// start runs the writer.
+func (h *holder) start() {
+	h.mu.Lock()
+	h.started = true
+	h.mu.Unlock()
+	h.b.wg.Go(h.run)
+}
+
+// run is the writer: it commits batches of writes, and the lease renewal
+// when it is due, each in one transaction under the holder's epoch.
+func (h *holder) run() {
+	defer func() {
+		h.closeCl.Do(h.cl.Close)
+		close(h.exit)
+	}()
+	b := h.b
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		h.mu.Lock()
+		renewAt := h.renewAt
+		h.mu.Unlock()
+		timer.Reset(max(time.Until(renewAt), 0))
+		var batch []*op
+		select {
+		case <-h.done:
+			h.failQueued()
+			return
+		case o := <-h.ops:
+			batch = append(batch, o)
+		drain:
+			for len(batch) < maxBatch {
+				select {
+				case o := <-h.ops:
+					batch = append(batch, o)
+				default:
+					break drain
+				}
+			}
+		case <-timer.C:
+		case <-h.kick:
+			continue
+		}
+		renew := !time.Now().Before(renewAt)
+		release := false
+		for _, o := range batch {
+			release = release || o.release
+		}
+		if len(batch) == 0 && !renew {
+			continue
+		}
+		if err := h.commit(batch, renew || release); err != nil {
+			for _, o := range batch {
+				o.done <- opResult{err: fmt.Errorf("%w: %v", ErrNotLeader, err)}
+			}
+			reason := "transaction failed: " + err.Error()
+			if isFenced(err) {
+				reason = "fenced: another member holds the role (" + err.Error() + ")"
+			}
+			// lose waits for this goroutine: call it from another one.
+			b.wg.Go(func() { b.lose(h, reason) })
+			h.failQueuedUntilDone()
+			return
+		}
+		if release {
+			b.wg.Go(func() { b.lose(h, "handed the role on") })
+			h.failQueuedUntilDone()
+			return
+		}
+	}
+}
+
+func (h *holder) failQueued() {
+	for {
+		select {
+		case o := <-h.ops:
+			o.done <- opResult{err: ErrNotLeader}
+		default:
+			return
+		}
+	}
+}
+
+// failQueuedUntilDone answers writes that still arrive until shutdown.
+func (h *holder) failQueuedUntilDone() {
+	for {
+		select {
+		case o := <-h.ops:
+			o.done <- opResult{err: ErrNotLeader}
+		case <-h.done:
+			h.failQueued()
+			return
+		}
+	}
+}
+
+// commit writes batch (and a lease record when lease is set) in one
+// transaction and, once it committed, applies the writes to the FSM in
+// offset order. Any error ends the tenure: the outcome of a failed commit
+// is unknown, and the tailer will apply whatever did commit.
+func (h *holder) commit(batch []*op, lease bool) error {
+	b := h.b
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(b.cfg.Lease.LeaseMillis)*time.Millisecond)
+	defer cancel()
+	if err := h.cl.BeginTransaction(); err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	termHdr := kgo.RecordHeader{Key: headerTerm, Value: strconv.AppendUint(nil, h.term, 10)}
+	var recs []*kgo.Record
+	var writes, barriers []*op
+	var barrierRecs []*kgo.Record
+	release := false
+	for _, o := range batch {
+		switch {
+		case o.release:
+			release = true
+		case o.barrier:
+			r := &kgo.Record{Topic: b.cfg.StateTopic, Partition: 0, Value: o.cmd, Headers: []kgo.RecordHeader{termHdr}}
+			barriers, barrierRecs = append(barriers, o), append(barrierRecs, r)
+		default:
+			recs = append(recs, &kgo.Record{Topic: b.cfg.StateTopic, Partition: 0, Value: o.cmd, Headers: []kgo.RecordHeader{termHdr}})
+			writes = append(writes, o)
+		}
+	}
+	nWrites := len(recs)
+	recs = append(recs, barrierRecs...)
+	me := succession.MemberID(b.cfg.Member)
+	grant := b.cfg.Lease.Grant(me, start.UnixMilli())
+	switch {
+	case release:
+		rk := succession.DeregistrationKey(b.cfg.Role, me)
+		recs = append(recs,
+			&kgo.Record{Topic: b.cfg.CoordTopic, Partition: 0, Key: rk},
+			&kgo.Record{Topic: b.cfg.CoordTopic, Partition: 0, Key: succession.LeaseKey(b.cfg.Role)})
+	case lease:
+		k, v := succession.LeaseRecord(b.cfg.Role, grant)
+		recs = append(recs, &kgo.Record{Topic: b.cfg.CoordTopic, Partition: 0, Key: k, Value: v})
+	}
+	if err := h.cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		return fmt.Errorf("produce: %w", err)
+	}
+	if err := h.cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	if lease && !release {
+		h.mu.Lock()
+		h.deadline = time.UnixMilli(grant.DeadlineMillis)
+		h.renewAt = start.Add(time.Duration(b.cfg.Lease.RenewMillis) * time.Millisecond)
+		h.mu.Unlock()
+	}
+	if len(writes) > 0 {
+		logs := make([]*raft.Log, len(writes))
+		for i := range writes {
+			logs[i] = &raft.Log{Index: uint64(recs[i].Offset) + 1, Term: h.term, Type: raft.LogCommand, Data: writes[i].cmd}
+		}
+		b.applyMu.Lock()
+		resps := b.fsm.ApplyBatch(logs)
+		b.next = recs[nWrites-1].Offset + 1
+		b.sinceSnap += uint64(len(writes))
+		b.applyMu.Unlock()
+		for i, o := range writes {
+			o.done <- opResult{resp: resps[i], index: logs[i].Index}
+		}
+	}
+	for i, o := range barriers {
+		o.done <- opResult{index: uint64(barrierRecs[i].Offset) + 1}
+	}
+	for _, o := range batch {
+		if o.release {
+			o.done <- opResult{}
+		}
+	}
+	return nil
+}
+
+// barrier commits cmd under this epoch without applying it, and returns
+// its index: once the tailer has applied it, every earlier record is
+// applied too.
+func (h *holder) barrier(ctx context.Context, cmd []byte) (uint64, error) {
+	o := &op{cmd: cmd, barrier: true, done: make(chan opResult, 1)}
+	select {
+	case h.ops <- o:
+	case <-h.done:
+		return 0, ErrNotLeader
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	select {
+	case r := <-o.done:
+		return r.index, r.err
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+// release hands the role on through the writer: deregistration and lease
+// release in one transaction.
+func (h *holder) release(ctx context.Context) error {
+	o := &op{release: true, done: make(chan opResult, 1)}
+	select {
+	case h.ops <- o:
+	case <-h.done:
+		return ErrNotLeader
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case r := <-o.done:
+		return r.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

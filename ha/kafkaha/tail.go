@@ -1,0 +1,208 @@
+package kafkaha
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+var kerrTopicExists = kerr.TopicAlreadyExists
+
+// tailer applies the state topic's committed records while this member
+// does not write it.
+type tailer struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (b *Backend) startTailer() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	select {
+	case <-b.stop:
+		return
+	default:
+	}
+	if b.tail != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t := &tailer{cancel: cancel, done: make(chan struct{})}
+	b.tail = t
+	b.applyMu.Lock()
+	from := b.next
+	b.applyMu.Unlock()
+	go func() {
+		defer close(t.done)
+		b.runTailer(ctx, from)
+	}()
+}
+
+func (b *Backend) stopTailer() {
+	b.mu.Lock()
+	t := b.tail
+	b.tail = nil
+	b.mu.Unlock()
+	if t != nil {
+		t.cancel()
+		<-t.done
+	}
+}
+
+func (b *Backend) runTailer(ctx context.Context, from int64) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.cfg.Brokers...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{b.cfg.StateTopic: {0: kgo.NewOffset().At(from)}}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxWait(100*time.Millisecond),
+		kgo.DialTimeout(2*time.Second))
+	if err != nil {
+		b.log.Error().Err(err).Msg("state consumer")
+		return
+	}
+	defer cl.Close()
+	b.log.Debug().Int64("from", from).Msg("tailing the state topic")
+	for {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		fs.EachError(func(t string, p int32, err error) {
+			if errors.Is(err, kerr.OffsetOutOfRange) {
+				b.log.Error().Int64("from", from).Msg("the state topic no longer holds the records after this node's snapshot: its retention dropped them; restore this node from a peer's data dir")
+			} else {
+				b.log.Debug().Err(err).Msg("state fetch")
+			}
+		})
+		fs.EachPartition(func(p kgo.FetchTopicPartition) {
+			if p.LastStableOffset > 0 {
+				b.lso.Store(p.LastStableOffset)
+			}
+			if len(p.Records) == 0 {
+				return
+			}
+			b.applyMu.Lock()
+			defer b.applyMu.Unlock()
+			logs := make([]*raft.Log, 0, len(p.Records))
+			for _, r := range p.Records {
+				if r.Offset < b.next {
+					continue
+				}
+				logs = append(logs, &raft.Log{Index: uint64(r.Offset) + 1, Term: termOf(r), Type: raft.LogCommand, Data: r.Value})
+				b.next = r.Offset + 1
+			}
+			if len(logs) > 0 {
+				b.fsm.ApplyBatch(logs)
+				b.sinceSnap += uint64(len(logs))
+				b.lastTerm = logs[len(logs)-1].Term
+			}
+		})
+	}
+}
+
+func termOf(r *kgo.Record) uint64 {
+	for _, h := range r.Headers {
+		if h.Key == headerTerm {
+			if t, err := strconv.ParseUint(string(h.Value), 10, 64); err == nil {
+				return t
+			}
+		}
+	}
+	return 0
+}
+
+// listLSO asks the partition leader for topic's last stable offset (the end
+// of what read_committed consumers can read).
+func listLSO(ctx context.Context, cl *kgo.Client, topic string) (int64, error) {
+	req := kmsg.NewPtrListOffsetsRequest()
+	req.ReplicaID = -1
+	req.IsolationLevel = 1
+	rt := kmsg.NewListOffsetsRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewListOffsetsRequestTopicPartition()
+	rp.Partition = 0
+	rp.Timestamp = -1
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return 0, err
+	}
+	for _, t := range resp.Topics {
+		for _, p := range t.Partitions {
+			if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+				return 0, err
+			}
+			return p.Offset, nil
+		}
+	}
+	return 0, fmt.Errorf("no offset for %s in the answer", topic)
+}
+
+// restore loads the latest snapshot from the data dir.
+func (b *Backend) restore() error {
+	metas, err := b.snaps.List()
+	if err != nil {
+		return fmt.Errorf("listing snapshots: %w", err)
+	}
+	if len(metas) == 0 {
+		return nil
+	}
+	meta, rc, err := b.snaps.Open(metas[0].ID)
+	if err != nil {
+		return fmt.Errorf("opening snapshot %s: %w", metas[0].ID, err)
+	}
+	if err := b.fsm.Restore(rc); err != nil {
+		return fmt.Errorf("restoring snapshot %s: %w", meta.ID, err)
+	}
+	b.next, b.lastTerm = int64(meta.Index), meta.Term
+	b.log.Info().Str("snapshot", meta.ID).Uint64("next_offset", meta.Index).Msg("restored the snapshot; replaying the state topic after it")
+	return nil
+}
+
+// snapshot writes the FSM to the data dir when records were applied since
+// the last one (always when force).
+func (b *Backend) snapshot(force bool) {
+	b.applyMu.Lock()
+	if b.sinceSnap == 0 || (!force && b.sinceSnap < b.cfg.SnapshotThreshold) {
+		b.applyMu.Unlock()
+		return
+	}
+	snap, err := b.fsm.Snapshot()
+	next, term := b.next, b.lastTerm
+	b.sinceSnap = 0
+	b.applyMu.Unlock()
+	if err != nil {
+		b.log.Error().Err(err).Msg("snapshot")
+		return
+	}
+	sink, err := b.snaps.Create(raft.SnapshotVersionMax, uint64(next), term, raft.Configuration{}, 0, nil)
+	if err != nil {
+		b.log.Error().Err(err).Msg("snapshot")
+		return
+	}
+	if err := snap.Persist(sink); err != nil {
+		b.log.Error().Err(err).Msg("snapshot")
+		return
+	}
+	snap.Release()
+	b.log.Info().Int64("next_offset", next).Msg("snapshot written")
+}
+
+func (b *Backend) snapshotLoop() {
+	t := time.NewTicker(b.cfg.SnapshotInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.stop:
+			return
+		case <-t.C:
+			b.snapshot(false)
+		}
+	}
+}
