@@ -412,4 +412,3 @@ func cloneState(s succession.RoleState) succession.RoleState {
 	}
 	return s
 }
-
