@@ -72,8 +72,12 @@ func Names(prefix, cluster string) (coord, state, txnID string) {
 	return base + ".coord", base + ".state", base + ".role"
 }
 
-// Header of state records: the term the holder wrote them in.
-const headerTerm = "xce-term"
+// Record headers: the term a holder wrote a state record in, and the mark
+// of a challenge's lease record (its offset + 1 is the new term).
+const (
+	headerTerm      = "xce-term"
+	headerChallenge = "xce-challenge"
+)
 
 // Errors.
 var (

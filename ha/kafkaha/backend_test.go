@@ -30,8 +30,16 @@ func testConfig(brokers []string, id string, stagger int64) Config {
 		CoordTopic: coord, StateTopic: state, TransactionalID: txn,
 		Lease:            succession.LeaseConfig{LeaseMillis: 1000, RenewMillis: 300, StaggerMillis: stagger},
 		SnapshotInterval: time.Hour,
-		Logger:           zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr}).Level(zerolog.WarnLevel).With().Str("m", id).Logger(),
+		Logger:           zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, NoColor: true}).Level(testLogLevel()).With().Str("m", id).Logger(),
 	}
+}
+
+// testLogLevel is warn unless XCE_TEST_LOG names another level.
+func testLogLevel() zerolog.Level {
+	if l, err := zerolog.ParseLevel(os.Getenv("XCE_TEST_LOG")); err == nil && os.Getenv("XCE_TEST_LOG") != "" {
+		return l
+	}
+	return zerolog.WarnLevel
 }
 
 func startMember(t *testing.T, brokers []string, id, dir string, stagger int64) *member {

@@ -3,6 +3,7 @@ package kafkaha
 import (
 	"context"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -11,8 +12,18 @@ import (
 	"github.com/xce/xce/ha/succession"
 )
 
+// coordRecord is a coordination record and whether a challenge wrote it.
+type coordRecord struct {
+	succession.Record
+	challenge bool
+}
+
 // internal results posted to the coordination loop
 type (
+	probed struct {
+		offset int64
+		err    error
+	}
 	registered struct{ err error }
 	challenged struct {
 		h   *holder
@@ -55,19 +66,23 @@ func (b *Backend) coordLoop() {
 		return
 	}
 	defer cl.Close()
-	recs := make(chan []succession.Record, 16)
+	recs := make(chan []coordRecord, 16)
 	b.wg.Go(func() {
 		for {
 			fs := cl.PollFetches(ctx)
 			if ctx.Err() != nil {
 				return
 			}
-			var batch []succession.Record
+			var batch []coordRecord
 			fs.EachError(func(t string, p int32, err error) {
 				b.log.Debug().Err(err).Str("topic", t).Msg("coordination fetch")
 			})
 			fs.EachRecord(func(r *kgo.Record) {
-				batch = append(batch, succession.Record{Key: r.Key, Value: r.Value, Offset: r.Offset, TimestampMillis: r.Timestamp.UnixMilli()})
+				cr := coordRecord{Record: succession.Record{Key: r.Key, Value: r.Value, Offset: r.Offset, TimestampMillis: r.Timestamp.UnixMilli()}}
+				for _, h := range r.Headers {
+					cr.challenge = cr.challenge || h.Key == headerChallenge
+				}
+				batch = append(batch, cr)
 			})
 			if len(batch) == 0 {
 				continue
@@ -99,9 +114,33 @@ func (b *Backend) coordLoop() {
 			}
 		}
 	})
-	var challengeInFlight bool
+	// A challenge is decided on a fresh view only: first a probe record is
+	// written, and the challenge goes ahead once the fold has read past it
+	// and still says so. A member that was paused (or partitioned) would
+	// otherwise act on the roster and lease it saw before, and take the
+	// role back from a holder it has not heard of yet.
+	var challengeInFlight, probing bool
+	probe, maxSeen := int64(-1), int64(-1)
+	tryChallenge := func(why string) {
+		switch {
+		case challengeInFlight || probing:
+		case probe >= 0 && maxSeen >= probe:
+			probe = -1
+			challengeInFlight = true
+			b.startChallenge(ctx, why)
+		case probe >= 0:
+			// waiting to read the probe back
+		default:
+			probing = true
+			b.wg.Go(func() {
+				pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
+				defer pcancel()
+				off, err := b.writeProbe(pctx)
+				b.post(ctx, probed{offset: off, err: err})
+			})
+		}
+	}
 	leaseKey := string(succession.LeaseKey(b.cfg.Role))
-	var termHolder succession.MemberID
 	termOffset := int64(-1)
 	timer := time.NewTimer(500 * time.Millisecond)
 	defer timer.Stop()
@@ -111,13 +150,12 @@ func (b *Backend) coordLoop() {
 			return
 		case batch := <-recs:
 			for _, r := range batch {
-				latest[string(r.Key)] = r
-				// The term counts holder changes: the offset of the lease
-				// record that first named the current holder.
-				if string(r.Key) == leaseKey {
-					if l := succession.FoldRecords(b.cfg.Role, []succession.Record{r}).Lease; l != nil && l.Holder != termHolder {
-						termHolder, termOffset = l.Holder, r.Offset
-					}
+				latest[string(r.Key)] = r.Record
+				maxSeen = max(maxSeen, r.Offset)
+				// The term is the offset (+1) of the latest challenge's
+				// lease record, the same on every member.
+				if r.challenge && string(r.Key) == leaseKey {
+					termOffset = r.Offset
 				}
 			}
 		case <-timer.C:
@@ -128,6 +166,13 @@ func (b *Backend) coordLoop() {
 				if p.err != nil {
 					regInFlight = false
 					b.log.Warn().Err(p.err).Msg("registration failed; retrying")
+				}
+			case probed:
+				probing = false
+				if p.err != nil {
+					b.log.Warn().Err(p.err).Msg("cannot write the freshness probe; retrying")
+				} else {
+					probe = p.offset
 				}
 			case challenged:
 				challengeInFlight = false
@@ -175,11 +220,10 @@ func (b *Backend) coordLoop() {
 				// The lease names this member but this process does not
 				// hold it: a previous incarnation did. Reclaim it (the
 				// challenge fences that incarnation).
-				if !challengeInFlight {
-					challengeInFlight = true
-					b.startChallenge(ctx, "the lease names this member from a previous run")
-				}
+				tryChallenge("the lease names this member from a previous run")
+				next = min(next, now+20)
 			} else {
+				probe = -1
 				h.setRenewAt(time.UnixMilli(d.WaitUntilMillis))
 				next = min(next, d.WaitUntilMillis)
 			}
@@ -190,12 +234,13 @@ func (b *Backend) coordLoop() {
 				// Our lease as the topic shows it ran out (renewals not
 				// visible yet, or late): renew now.
 				h.setRenewAt(time.UnixMilli(now))
-			case !challengeInFlight:
-				challengeInFlight = true
-				b.startChallenge(ctx, "succession: this member's turn")
+			default:
+				tryChallenge("succession: this member's turn")
+				next = min(next, now+20)
 			}
 		case succession.Wait:
 			regInFlight = false
+			probe = -1
 			if h != nil && state.Lease != nil && state.Lease.Holder != me {
 				b.lose(h, "the lease names "+string(state.Lease.Holder))
 			}
@@ -212,6 +257,18 @@ func (b *Backend) coordLoop() {
 		}
 		timer.Reset(time.Duration(max(next-b.nowMillis(), 1)) * time.Millisecond)
 	}
+}
+
+// writeProbe appends a record no rule reads, so that reading it back proves
+// the fold has seen everything written before it.
+func (b *Backend) writeProbe(ctx context.Context) (int64, error) {
+	r := &kgo.Record{Topic: b.cfg.CoordTopic, Partition: 0,
+		Key:   []byte("probe/" + b.cfg.Role + "/" + b.cfg.Member),
+		Value: strconv.AppendInt(nil, time.Now().UnixMilli(), 10)}
+	if err := b.plain.ProduceSync(ctx, r).FirstErr(); err != nil {
+		return -1, err
+	}
+	return r.Offset, nil
 }
 
 // registeredIn reports whether state holds this run's registration.

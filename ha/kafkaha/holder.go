@@ -80,7 +80,8 @@ func (b *Backend) challenge(ctx context.Context) (*holder, error) {
 	start := time.Now()
 	lease := b.cfg.Lease.Grant(succession.MemberID(b.cfg.Member), start.UnixMilli())
 	k, v := succession.LeaseRecord(b.cfg.Role, lease)
-	rec := &kgo.Record{Topic: b.cfg.CoordTopic, Partition: 0, Key: k, Value: v}
+	rec := &kgo.Record{Topic: b.cfg.CoordTopic, Partition: 0, Key: k, Value: v,
+		Headers: []kgo.RecordHeader{{Key: headerChallenge, Value: []byte("1")}}}
 	err = func() error {
 		if err := cl.BeginTransaction(); err != nil {
 			return err
