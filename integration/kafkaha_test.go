@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,16 +22,26 @@ import (
 // The Kafka-coordinated backend (ha.backend: kafka) end to end: a kafka-dev
 // broker process and xce servers that have no Raft quorum of their own.
 
-const (
-	khaLease   = time.Second
-	khaStagger = 300 * time.Millisecond
+// Lease and stagger of these tests; XCE_IT_KHA_LEASE and
+// XCE_IT_KHA_STAGGER override them for measurements (e.g. the defaults,
+// 3s and 500ms).
+var (
+	khaLease   = envDuration("XCE_IT_KHA_LEASE", time.Second)
+	khaStagger = envDuration("XCE_IT_KHA_STAGGER", 300*time.Millisecond)
 )
+
+func envDuration(name string, def time.Duration) time.Duration {
+	if d, err := time.ParseDuration(os.Getenv(name)); err == nil && d >= 0 {
+		return d
+	}
+	return def
+}
 
 func kafkaHACluster(t *testing.T, n int, stagger time.Duration) (*Cluster, *kafkaDev) {
 	t.Helper()
 	k := startKafkaDev(t, false)
 	c := newCluster(t, n, WithLogLevel("info"), WithExtra(fmt.Sprintf(
-		"ha: {backend: kafka, lease: %s, renew: 300ms, stagger: %s}\nkafka: {brokers: [%q]}\n", khaLease, stagger, k.Addr)))
+		"ha: {backend: kafka, lease: %s, renew: %s, stagger: %s}\nkafka: {brokers: [%q]}\n", khaLease, khaLease*3/10, stagger, k.Addr)))
 	return c, k
 }
 

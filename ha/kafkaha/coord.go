@@ -8,6 +8,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/xce/xce/delaymgr"
+
 	"github.com/xce/xce/ha"
 	"github.com/xce/xce/ha/succession"
 )
@@ -142,8 +144,24 @@ func (b *Backend) coordLoop() {
 	}
 	leaseKey := string(succession.LeaseKey(b.cfg.Role))
 	termOffset := int64(-1)
-	timer := time.NewTimer(500 * time.Millisecond)
-	defer timer.Stop()
+	// The next evaluation is due at the instant the decision can change
+	// (or sooner); delaymgr fires it as a wake-up of this loop.
+	delays := delaymgr.New(delaymgr.RealClock())
+	defer delays.Stop()
+	wake := make(chan struct{}, 1)
+	var due *delaymgr.Handle
+	evaluateIn := func(d time.Duration) {
+		if due != nil {
+			due.Cancel()
+		}
+		due = delays.After(d, func() {
+			select {
+			case wake <- struct{}{}:
+			default:
+			}
+		})
+	}
+	evaluateIn(500 * time.Millisecond)
 	for {
 		select {
 		case <-ctx.Done():
@@ -158,7 +176,7 @@ func (b *Backend) coordLoop() {
 					termOffset = r.Offset
 				}
 			}
-		case <-timer.C:
+		case <-wake:
 		case <-b.kick:
 		case p := <-b.posts:
 			switch p := p.(type) {
@@ -195,7 +213,7 @@ func (b *Backend) coordLoop() {
 		if regInFlight && !b.registeredIn(state) {
 			// This run's registration is not folded yet: ranks from an
 			// older registration must not drive a challenge.
-			timer.Reset(50 * time.Millisecond)
+			evaluateIn(50 * time.Millisecond)
 			continue
 		}
 		d := succession.Evaluate(state, me, now, b.cfg.Lease)
@@ -255,7 +273,7 @@ func (b *Backend) coordLoop() {
 				next = min(next, h.validUntil().UnixMilli())
 			}
 		}
-		timer.Reset(time.Duration(max(next-b.nowMillis(), 1)) * time.Millisecond)
+		evaluateIn(time.Duration(max(next-b.nowMillis(), 1)) * time.Millisecond)
 	}
 }
 
