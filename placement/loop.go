@@ -35,9 +35,10 @@ func (s *Service) run(ts *termState) {
 	defer tick.Stop()
 
 	var (
-		dirty    = true
-		settled  = false
-		lastPlan time.Time
+		dirty     = true
+		taskDirty = false
+		settled   = false
+		lastPlan  time.Time
 		notUntil time.Time
 		taskVer  = s.fsm.TaskVersion()
 		probe    *delaymgr.Handle
@@ -56,8 +57,12 @@ func (s *Service) run(ts *termState) {
 			s.mu.Unlock()
 			s.log.Info().Int("workers", n).Msg("settled: planning from the workers that reported")
 		}
-		if settled && dirty && !now.Before(notUntil) && now.Sub(lastPlan) >= s.cfg.Tick {
-			dirty = false
+		// Worker events, lag crossings and probes plan at the next tick; a
+		// changed task set at most once per TaskReplan, so that a stream of
+		// submits costs one plan a second, not ten.
+		due := dirty || (taskDirty && now.Sub(lastPlan) >= s.cfg.TaskReplan)
+		if settled && due && !now.Before(notUntil) && now.Sub(lastPlan) >= s.cfg.Tick {
+			dirty, taskDirty = false, false
 			lastPlan = now
 			followup, retry := s.plan(ctx, ts)
 			if retry {
@@ -88,7 +93,7 @@ func (s *Service) run(ts *termState) {
 			}
 			if v := s.fsm.TaskVersion(); v != taskVer {
 				taskVer = v
-				dirty = true
+				taskDirty = true
 			}
 		}
 	}
@@ -132,6 +137,11 @@ func (s *Service) plan(ctx context.Context, ts *termState) (followup, retry bool
 		in.Workers = append(in.Workers, assign.Worker{ID: w.id, Capacity: w.capacity, Lags: maps.Clone(w.lags)})
 	}
 	s.mu.Unlock()
+	if len(in.Workers) == 0 && !anyCopy(prev) {
+		// Nowhere to place anything and nothing placed to take back: the
+		// tasks stay PENDING without a write.
+		return false, false
+	}
 
 	start := time.Now()
 	s.plans.Add(1)
@@ -196,4 +206,14 @@ func (s *Service) plan(ctx context.Context, ts *termState) (followup, retry bool
 		s.log.Debug().Str("task", m.Task).Str("kind", m.Kind).Str("from", m.From).Str("to", m.To).Msg("move")
 	}
 	return res.Followup, false
+}
+
+// anyCopy reports whether an assignment places any copy on a worker.
+func anyCopy(a map[string]persist.Placement) bool {
+	for _, p := range a {
+		if p.Active != "" || len(p.Standbys) > 0 || len(p.Warmups) > 0 {
+			return true
+		}
+	}
+	return false
 }

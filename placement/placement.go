@@ -76,6 +76,10 @@ type Config struct {
 	// Tick is the loop's period for session expiry and task-set checks;
 	// it also spaces plans apart (zero means 100ms).
 	Tick time.Duration
+	// TaskReplan spaces plans caused only by task-set changes (zero means
+	// 1s): planning costs O(tasks), and a submit storm must not make the
+	// primary re-plan every tick.
+	TaskReplan time.Duration
 }
 
 // FSM is what the Service reads of the replicated state.
@@ -170,6 +174,9 @@ func New(cfg Config, fsm FSM, apply ApplyFunc, log zerolog.Logger) (*Service, er
 	}
 	if cfg.Tick <= 0 {
 		cfg.Tick = 100 * time.Millisecond
+	}
+	if cfg.TaskReplan <= 0 {
+		cfg.TaskReplan = time.Second
 	}
 	return &Service{cfg: cfg, fsm: fsm, apply: apply, log: log.With().Str("component", "assignor").Logger()}, nil
 }

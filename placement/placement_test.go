@@ -427,6 +427,8 @@ func TestFailedWriteIsRetried(t *testing.T) {
 	})
 }
 
+// Task-set changes are planned, batched: a stream of submits costs about
+// one plan per TaskReplan (1 s), not one per tick.
 func TestTaskSetChangesArePlanned(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRig(t, 0)
@@ -436,10 +438,44 @@ func TestTaskSetChangesArePlanned(t *testing.T) {
 		defer r.svc.Revoke()
 		r.register("w1", 1)
 		settle(200 * time.Millisecond)
-		r.submit("late")
-		settle(300 * time.Millisecond)
-		if p := r.placement("late"); p.Active != "w1" {
-			t.Fatalf("a task submitted after the last plan is placed %+v", p)
+		plans := r.svc.plansForTest()
+		for i := range 20 {
+			r.submit(fmt.Sprintf("late%d", i))
+			r.beat("w1", nil)
+			settle(100 * time.Millisecond)
+		}
+		r.beat("w1", nil)
+		settle(1100 * time.Millisecond)
+		for i := range 20 {
+			if p := r.placement(fmt.Sprintf("late%d", i)); p.Active != "w1" {
+				t.Fatalf("late%d, submitted after the last plan, is placed %+v", i, p)
+			}
+		}
+		if n := r.svc.plansForTest() - plans; n > 4 {
+			t.Fatalf("%d plans for 20 submits over 2 s; want them batched (about one a second)", n)
+		}
+	})
+}
+
+// With no worker at all, submits cause no assignment writes.
+func TestNoWorkersNoWrites(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, 0)
+		if err := r.svc.Establish(context.Background(), 1); err != nil {
+			t.Fatal(err)
+		}
+		defer r.svc.Revoke()
+		for i := range 10 {
+			r.submit(fmt.Sprintf("t%d", i))
+			settle(300 * time.Millisecond)
+		}
+		if n := r.assignmentWrites(); n != 0 {
+			t.Fatalf("%d assignment writes without any worker", n)
+		}
+		r.register("w1", 1)
+		settle(200 * time.Millisecond)
+		if p := r.placement("t0"); p.Active != "w1" {
+			t.Fatalf("t0 placed %+v once a worker joined", p)
 		}
 	})
 }
