@@ -39,9 +39,9 @@ func (s *Service) run(ts *termState) {
 		taskDirty = false
 		settled   = false
 		lastPlan  time.Time
-		notUntil time.Time
-		taskVer  = s.fsm.TaskVersion()
-		probe    *delaymgr.Handle
+		notUntil  time.Time
+		taskVer   = s.fsm.TaskVersion()
+		probe     *delaymgr.Handle
 	)
 	defer func() {
 		if probe != nil {
