@@ -122,6 +122,9 @@ type Backend struct {
 	lso       atomic.Int64
 	// myReg is the offset of this run's latest registration (-1: none yet).
 	myReg atomic.Int64
+	// handoverUntil (unix ms): after TransferLeadership, do not register
+	// again before another member holds the role or this instant passes.
+	handoverUntil atomic.Int64
 }
 
 var _ ha.Backend = (*Backend)(nil)
@@ -289,9 +292,10 @@ func (b *Backend) VerifyLeader(ctx context.Context) error {
 	return nil
 }
 
-// TransferLeadership implements ha.Backend: the holder deregisters,
-// releases the lease and registers again at the tail, so the next member in
-// join order challenges at once.
+// TransferLeadership implements ha.Backend: the holder deregisters and ends
+// its lease now, so the next member in join order challenges at once; this
+// member registers again (at the tail) only once another member holds the
+// role, or after one lease, so that it cannot race its successor.
 func (b *Backend) TransferLeadership() error {
 	h := b.currentHolder()
 	if h == nil {
@@ -299,12 +303,13 @@ func (b *Backend) TransferLeadership() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(b.cfg.Lease.LeaseMillis)*time.Millisecond)
 	defer cancel()
+	b.handoverUntil.Store(time.Now().Add(time.Duration(b.cfg.Lease.LeaseMillis) * time.Millisecond).UnixMilli())
 	err := h.release(ctx)
 	b.lose(h, "handed the role on")
 	if err != nil {
 		return fmt.Errorf("releasing the lease: %w", err)
 	}
-	return b.register(ctx)
+	return nil
 }
 
 // Shutdown implements ha.Backend.

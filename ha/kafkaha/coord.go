@@ -224,6 +224,12 @@ func (b *Backend) coordLoop() {
 			if h != nil {
 				b.lose(h, "no longer in the roster")
 			}
+			if now < b.handoverUntil.Load() && (state.Lease == nil || state.Lease.Holder == me) {
+				// Handed over: wait for the successor before joining
+				// the roster again.
+				next = min(next, now+50)
+				break
+			}
 			if !regInFlight {
 				regInFlight = true
 				b.wg.Go(func() {

@@ -295,10 +295,15 @@ func (h *holder) commit(batch []*op, lease bool) error {
 	grant := b.cfg.Lease.Grant(me, start.UnixMilli())
 	switch {
 	case release:
-		rk := succession.DeregistrationKey(b.cfg.Role, me)
+		// Deregister and let the lease end now: the first member in join
+		// order is rank 0 and challenges at once (deadline + 0), while
+		// everyone else keeps its stagger. (Removing the lease instead
+		// would anchor every member on its own registration, and a member
+		// that registers again would race the successor.)
+		k, v := succession.LeaseRecord(b.cfg.Role, succession.Lease{Holder: me, DeadlineMillis: start.UnixMilli()})
 		recs = append(recs,
-			&kgo.Record{Topic: b.cfg.CoordTopic, Partition: 0, Key: rk},
-			&kgo.Record{Topic: b.cfg.CoordTopic, Partition: 0, Key: succession.LeaseKey(b.cfg.Role)})
+			&kgo.Record{Topic: b.cfg.CoordTopic, Partition: 0, Key: succession.DeregistrationKey(b.cfg.Role, me)},
+			&kgo.Record{Topic: b.cfg.CoordTopic, Partition: 0, Key: k, Value: v})
 	case lease:
 		k, v := succession.LeaseRecord(b.cfg.Role, grant)
 		recs = append(recs, &kgo.Record{Topic: b.cfg.CoordTopic, Partition: 0, Key: k, Value: v})
