@@ -428,3 +428,17 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestKafkaExampleConfigs(t *testing.T) {
+	for _, f := range []string{"kafka/n1.yaml", "kafka/n2.yaml"} {
+		c, err := Load(f)
+		if err != nil {
+			t.Errorf("%v", err)
+			continue
+		}
+		if c.HA.Backend != BackendKafka || len(c.Kafka.Brokers) != 1 || c.HA != (HA{BackendKafka, c.HA.Lease, c.HA.Renew, c.HA.Stagger}) ||
+			c.HA.Lease.Duration != Default().HA.Lease.Duration || c.HA.Stagger.Duration != Default().HA.Stagger.Duration {
+			t.Errorf("%s: unexpected settings %+v", f, c.HA)
+		}
+	}
+}
