@@ -22,8 +22,13 @@
 //     freshness rule, its Barrier).
 //   - A renewal or write that comes back fenced means another member holds
 //     the role: the holder leaves at once. A holder that cannot renew before
-//     its lease runs out leaves too; safety never depends on that timing,
-//     only on the epoch.
+//     its lease runs out leaves too; the safety of writes never depends on
+//     that timing, only on the epoch.
+//   - Reads (VerifyLeader) trust the holder's lease. A challenge decided on
+//     a stale view can override a lease that its holder still trusts, so a
+//     new holder serves only once every other member's lease has run out
+//     (a hand-over ends it at once) or been given up by its holder (a yield
+//     record, which a holder that leaves appends).
 //
 // FSM snapshots go to the data dir as in Raft mode, with the next state
 // offset as their index, so a restart replays only the tail of the topic.
@@ -63,6 +68,33 @@ type Config struct {
 	SnapshotInterval  time.Duration
 	SnapshotThreshold uint64
 	Logger            zerolog.Logger
+
+	hooks *hooks
+}
+
+// hooks let tests hold the backend at chosen points; nil in production.
+type hooks struct {
+	// take runs in take once it has checked that the backend is not
+	// stopping, before it installs the holder.
+	take func()
+	// coordBatch runs before a fetched batch of coordination records is
+	// handed to the loop.
+	coordBatch func()
+	// endTxn runs in a holder's commit between producing the records and
+	// ending the transaction.
+	endTxn func()
+	// register runs before a registration record is produced.
+	register func()
+	// challenge runs when a challenge starts.
+	challenge func()
+}
+
+func (b *Backend) hook(f func(*hooks) func()) {
+	if b.cfg.hooks != nil {
+		if fn := f(b.cfg.hooks); fn != nil {
+			fn()
+		}
+	}
 }
 
 // Names derives a cluster's topic and transactional id names from the
@@ -77,6 +109,10 @@ func Names(prefix, cluster string) (coord, state, txnID string) {
 const (
 	headerTerm      = "xce-term"
 	headerChallenge = "xce-challenge"
+	// headerMember names the member a yield record (see foreignLeases) is
+	// about; headerYield carries the yield's offset.
+	headerMember = "xce-member"
+	headerYield  = "xce-yield"
 )
 
 // Errors.
@@ -125,6 +161,15 @@ type Backend struct {
 	// handoverUntil (unix ms): after TransferLeadership, do not register
 	// again before another member holds the role or this instant passes.
 	handoverUntil atomic.Int64
+
+	// folded is the offset of the last coordination record folded, and
+	// foreignUntil (unix ms) when the last lease another member may still
+	// act on runs out (see foreignLeases); both guarded by mu.
+	folded       int64
+	foreignUntil int64
+	// yields takes, from lose, the offset of the last lease record of a
+	// holder that left, for the loop to announce (see foreignLeases).
+	yields chan int64
 }
 
 var _ ha.Backend = (*Backend)(nil)
@@ -149,7 +194,7 @@ func Start(cfg Config, fsm *persist.FSM, snaps raft.SnapshotStore) (*Backend, er
 		cfg: cfg, log: cfg.Logger.With().Str("component", "kafka-ha").Logger(),
 		fsm: fsm, snaps: snaps, obs: make(chan raft.Observation, 16), plain: plain,
 		stop: make(chan struct{}), kick: make(chan struct{}, 1), posts: make(chan any, 16),
-		view: ha.Observed{State: ha.StateFollower},
+		view: ha.Observed{State: ha.StateFollower}, folded: -1, yields: make(chan int64, 4),
 	}
 	b.myReg.Store(-1)
 	if err := b.restore(); err != nil {
@@ -220,11 +265,24 @@ func (b *Backend) Info() Info {
 // Barrier implements ha.Backend, with the freshness rule: a new holder
 // commits a no-op under its epoch and lets the tailer apply the state topic
 // up to and including it; every record committed before (by any holder) is
-// then applied, and the holder takes the log over from the tailer.
+// then applied, and the holder takes the log over from the tailer. Before
+// that it waits until no other member may still trust a lease (see
+// foreignLeases): normally none is left by the time a challenge commits.
 func (b *Backend) Barrier(ctx context.Context) error {
 	h := b.currentHolder()
 	if h == nil {
 		return ErrNotLeader
+	}
+	// One barrier at a time: a second one waits for the first and then
+	// finds the holder ready (its own no-op would be committed after the
+	// tailer stopped, and nothing would ever apply it).
+	select {
+	case h.barrierMu <- struct{}{}:
+		defer func() { <-h.barrierMu }()
+	case <-h.done:
+		return ErrNotLeader
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 	if h.isReady() {
 		return nil
@@ -250,11 +308,47 @@ func (b *Backend) Barrier(ctx context.Context) error {
 		case <-tick.C:
 		}
 	}
-	b.stopTailer()
-	if b.currentHolder() != h {
-		b.startTailer()
+	// Serve only once no other member can still act on a lease: a
+	// challenge decided on a view that missed a renewal (or a simultaneous
+	// challenger's grant) overrides a lease its holder still trusts (its
+	// VerifyLeader) until it hears of this one. That holder announces that
+	// it left (a yield record); else its lease runs out.
+	logged := false
+	for {
+		b.mu.Lock()
+		folded, until := b.folded, b.foreignUntil
+		b.mu.Unlock()
+		wait := time.Until(time.UnixMilli(until))
+		if folded >= int64(h.term)-1 && wait <= 0 {
+			break
+		}
+		if folded >= int64(h.term)-1 && !logged {
+			logged = true
+			b.log.Warn().Dur("wait", wait).Msg("another member may still act on its lease: waiting for it to leave or its lease to run out before serving")
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the leases of other members to run out: %w", ctx.Err())
+		case <-h.done:
+			return ErrNotLeader
+		case <-tick.C:
+		}
+	}
+	// Take the log over from the tailer. From here on, while h holds, only
+	// its writer applies: startTailer refuses, and lose(h) restarts the
+	// tailer once the writer has exited. A tailer running beside a writer
+	// that applies its own commits would apply them twice.
+	b.mu.Lock()
+	if b.holding != h {
+		// lose(h) restarts (or has restarted) the tailer.
+		b.mu.Unlock()
 		return ErrNotLeader
 	}
+	h.ownsLog = true
+	t := b.tail
+	b.tail = nil
+	b.mu.Unlock()
+	t.stop()
 	b.log.Info().Uint64("index", idx).Msg("caught up with the state topic; writing under this epoch")
 	h.markReady()
 	return nil
@@ -266,27 +360,15 @@ func (b *Backend) Apply(ctx context.Context, cmd []byte) (any, uint64, error) {
 	if h == nil || !h.isReady() {
 		return nil, 0, ErrNotLeader
 	}
-	op := &op{cmd: cmd, done: make(chan opResult, 1)}
-	select {
-	case h.ops <- op:
-	case <-h.done:
-		return nil, 0, ErrNotLeader
-	case <-ctx.Done():
-		return nil, 0, ctx.Err()
-	}
-	select {
-	case r := <-op.done:
-		return r.resp, r.index, r.err
-	case <-ctx.Done():
-		return nil, 0, ctx.Err()
-	}
+	r := h.submit(ctx, &op{cmd: cmd, done: make(chan opResult, 1)})
+	return r.resp, r.index, r.err
 }
 
 // VerifyLeader implements ha.Backend: the holder's lease, renewed in a
 // committed transaction, has not run out (minus a safety margin).
 func (b *Backend) VerifyLeader(ctx context.Context) error {
 	h := b.currentHolder()
-	if h == nil || !h.isReady() || !h.leaseValid(time.Now()) {
+	if h == nil || !h.isReady() || h.leaving.Load() || !h.leaseValid(time.Now()) {
 		return ErrNotLeader
 	}
 	return nil
@@ -301,6 +383,9 @@ func (b *Backend) TransferLeadership() error {
 	if h == nil {
 		return ErrNotLeader
 	}
+	// From the release on, the next holder does not wait for this lease
+	// (it ends now): stop confirming it now.
+	h.leaving.Store(true)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(b.cfg.Lease.LeaseMillis)*time.Millisecond)
 	defer cancel()
 	b.handoverUntil.Store(time.Now().Add(time.Duration(b.cfg.Lease.LeaseMillis) * time.Millisecond).UnixMilli())
@@ -314,8 +399,13 @@ func (b *Backend) TransferLeadership() error {
 
 // Shutdown implements ha.Backend.
 func (b *Backend) Shutdown() error {
+	// Closing stop under mu orders it with take: either take saw stop
+	// closed, or the holder it installed is the one read here.
+	b.mu.Lock()
 	b.stopOnce.Do(func() { close(b.stop) })
-	if h := b.currentHolder(); h != nil {
+	h := b.holding
+	b.mu.Unlock()
+	if h != nil {
 		b.lose(h, "shutting down")
 	}
 	b.wg.Wait()
@@ -358,6 +448,14 @@ func (b *Backend) lose(h *holder, reason string) {
 	b.mu.Unlock()
 	b.log.Warn().Str("reason", reason).Uint64("term", h.term).Int16("epoch", h.epoch).Msg("left the role")
 	h.shutdown()
+	if !h.released.Load() {
+		// This member no longer acts on its lease: a holder that overrode
+		// it need not wait for it to run out.
+		select {
+		case b.yields <- h.leaseOff.Load():
+		default:
+		}
+	}
 	b.startTailer()
 	b.notify()
 	select {
@@ -368,6 +466,7 @@ func (b *Backend) lose(h *holder, reason string) {
 
 // register appends this member's registration record (not transactional).
 func (b *Backend) register(ctx context.Context) error {
+	b.hook(func(h *hooks) func() { return h.register })
 	k, v := succession.RegistrationRecord(b.cfg.Role, succession.MemberID(b.cfg.Member))
 	r := &kgo.Record{Topic: b.cfg.CoordTopic, Partition: 0, Key: k, Value: v}
 	if err := b.plain.ProduceSync(ctx, r).FirstErr(); err != nil {

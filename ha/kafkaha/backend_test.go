@@ -4,12 +4,16 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/raft"
 	"github.com/rs/zerolog"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/xce/xce/ha"
 	"github.com/xce/xce/ha/succession"
@@ -30,11 +34,13 @@ func testConfig(brokers []string, id string, stagger int64) Config {
 		CoordTopic: coord, StateTopic: state, TransactionalID: txn,
 		Lease:            succession.LeaseConfig{LeaseMillis: 1000, RenewMillis: 300, StaggerMillis: stagger},
 		SnapshotInterval: time.Hour,
-		Logger:           zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, NoColor: true}).Level(testLogLevel()).With().Str("m", id).Logger(),
+		Logger:           zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, NoColor: true, TimeFormat: "15:04:05.000"}).Level(testLogLevel()).With().Timestamp().Str("m", id).Logger(),
 	}
 }
 
 // testLogLevel is warn unless XCE_TEST_LOG names another level.
+func init() { zerolog.TimeFieldFormat = time.RFC3339Nano }
+
 func testLogLevel() zerolog.Level {
 	if l, err := zerolog.ParseLevel(os.Getenv("XCE_TEST_LOG")); err == nil && os.Getenv("XCE_TEST_LOG") != "" {
 		return l
@@ -44,6 +50,12 @@ func testLogLevel() zerolog.Level {
 
 func startMember(t *testing.T, brokers []string, id, dir string, stagger int64) *member {
 	t.Helper()
+	return startMemberWith(t, brokers, id, dir, stagger, nil)
+}
+
+// startMemberWith is startMember with the config adjusted by mod (hooks).
+func startMemberWith(t *testing.T, brokers []string, id, dir string, stagger int64, mod func(*Config)) *member {
+	t.Helper()
 	if dir == "" {
 		dir = t.TempDir()
 	}
@@ -52,7 +64,11 @@ func startMember(t *testing.T, brokers []string, id, dir string, stagger int64) 
 		t.Fatal(err)
 	}
 	fsm := persist.NewFSM("t")
-	b, err := Start(testConfig(brokers, id, stagger), fsm, snaps)
+	cfg := testConfig(brokers, id, stagger)
+	if mod != nil {
+		mod(&cfg)
+	}
+	b, err := Start(cfg, fsm, snaps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,14 +118,58 @@ func submit(t *testing.T, m *member, id string) uint64 {
 	return idx
 }
 
+// newKafka starts a kfake cluster with the role's topics created the way
+// the members create them (a member started before they exist waits about
+// a second for kgo to look for them again). Once the test's members have
+// shut down, no goroutine of theirs may remain.
 func newKafka(t *testing.T) []string {
 	t.Helper()
+	t.Cleanup(func() { checkNoLeaks(t) })
 	c, err := kfake.NewCluster(kfake.NumBrokers(1))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
-	return c.ListenAddrs()
+	brokers := c.ListenAddrs()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	b := &Backend{cfg: testConfig(brokers, "setup", 0), plain: cl}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := b.ensureTopics(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return brokers
+}
+
+// checkNoLeaks fails t when a goroutine of this package's backend (the
+// loop, a writer, the tailer, a challenge...) outlives Shutdown.
+func checkNoLeaks(t *testing.T) {
+	t.Helper()
+	var leaked []string
+	deadline := time.Now().Add(5 * time.Second)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		leaked = leaked[:0]
+		buf := make([]byte, 1<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		for _, g := range strings.Split(string(buf), "\n\n") {
+			if strings.Contains(g, "kafkaha.(*Backend)") || strings.Contains(g, "kafkaha.(*holder)") {
+				leaked = append(leaked, g)
+			}
+		}
+		if len(leaked) == 0 || time.Now().After(deadline) {
+			break
+		}
+		<-tick.C
+	}
+	if len(leaked) > 0 {
+		t.Errorf("%d goroutines outlive Shutdown:\n%s", len(leaked), strings.Join(leaked, "\n\n"))
+	}
 }
 
 // TestFailoverToStandby: a holds the role and writes; b tails and applies;
@@ -124,9 +184,11 @@ func TestFailoverToStandby(t *testing.T) {
 		submit(t, a, fmt.Sprintf("t%d", i))
 	}
 	waitFor(t, 10*time.Second, "b to apply a's writes", func() bool { return b.fsm.NumTasks() == 20 })
-	if v := b.b.View(); v.State != ha.StateFollower || v.LeaderID != "a" {
-		t.Fatalf("b's view %+v, want follower of a", v)
-	}
+	// b folds the coordination topic apart from tailing the state topic.
+	waitFor(t, 5*time.Second, "b to follow a", func() bool {
+		v := b.b.View()
+		return v.State == ha.StateFollower && v.LeaderID == "a"
+	})
 	if r, ok := b.b.Info().Roster, true; !ok || len(r) != 2 || r[0].Member != "a" || r[1].Member != "b" {
 		t.Fatalf("roster %+v", r)
 	}
@@ -164,11 +226,17 @@ func TestRestartLandsAtTheTail(t *testing.T) {
 	for i := 5; i < 10; i++ {
 		submit(t, a, fmt.Sprintf("t%d", i))
 	}
-	b2 := startMember(t, brokers, "b", b.dir, 100)
-	if b2.fsm.NumTasks() != 5 {
-		t.Fatalf("restored %d tasks from the snapshot, want 5", b2.fsm.NumTasks())
+	if n := snapshotTasks(t, b.dir); n != 5 {
+		t.Fatalf("b's snapshot holds %d tasks, want 5", n)
 	}
+	b2 := startMember(t, brokers, "b", b.dir, 100)
 	waitFor(t, 10*time.Second, "b to catch up", func() bool { return b2.fsm.NumTasks() == 10 })
+	// It restored the snapshot and replayed only what came after: none of
+	// the first five writes reached its FSM again (the dedup table would
+	// have answered it).
+	if n := b2.fsm.DedupHits(); n != 0 {
+		t.Fatalf("the restarted member applied %d records of its snapshot again", n)
+	}
 	waitFor(t, 5*time.Second, "b at the tail", func() bool {
 		r := b2.b.Info().Roster
 		return len(r) == 2 && r[0].Member == "a" && r[1].Member == "b" && r[1].Offset > r[0].Offset
@@ -176,6 +244,28 @@ func TestRestartLandsAtTheTail(t *testing.T) {
 	if !leader(a) || leader(b2) {
 		t.Fatal("the restarted member took the role")
 	}
+}
+
+// snapshotTasks restores the latest snapshot in dir and counts its tasks.
+func snapshotTasks(t *testing.T, dir string) int {
+	t.Helper()
+	snaps, err := raft.NewFileSnapshotStore(dir, 2, os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	metas, err := snaps.List()
+	if err != nil || len(metas) == 0 {
+		t.Fatalf("no snapshot in %s: %v", dir, err)
+	}
+	_, rc, err := snaps.Open(metas[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fsm := persist.NewFSM("t")
+	if err := fsm.Restore(rc); err != nil {
+		t.Fatal(err)
+	}
+	return fsm.NumTasks()
 }
 
 // TestHandOver: TransferLeadership makes the next member hold the role.
@@ -205,33 +295,53 @@ func TestHandOver(t *testing.T) {
 }
 
 // TestSimultaneousChallenges: with stagger 0 and the holder gone, every
-// member challenges at once; exactly one ends holding the role.
+// member challenges at once; several may win one after the other (each
+// fencing the one before), but at most one serves at any time, and the
+// others learn that they lost.
 func TestSimultaneousChallenges(t *testing.T) {
 	brokers := newKafka(t)
 	a := startMember(t, brokers, "a", "", 0)
 	becomePrimary(t, a)
 	ms := []*member{startMember(t, brokers, "b", "", 0), startMember(t, brokers, "c", "", 0), startMember(t, brokers, "d", "", 0)}
 	waitFor(t, 10*time.Second, "all registered", func() bool { return len(a.b.Info().Roster) == 4 })
-	a.b.Shutdown()
-	waitFor(t, 10*time.Second, "a new holder", func() bool {
-		for _, m := range ms {
-			if leader(m) {
-				return true
+	// Like the controller, each member runs its barrier once it holds.
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	for _, m := range ms {
+		wg.Go(func() {
+			tick := time.NewTicker(5 * time.Millisecond)
+			defer tick.Stop()
+			for ctx.Err() == nil {
+				if leader(m) {
+					bctx, bcancel := context.WithTimeout(ctx, 5*time.Second)
+					_ = m.b.Barrier(bctx)
+					bcancel()
+				}
+				select {
+				case <-ctx.Done():
+				case <-tick.C:
+				}
 			}
-		}
-		return false
-	})
-	// Let the losers learn; then exactly one holds it, for a while.
-	for range 20 {
-		n := 0
-		for _, m := range ms {
-			if leader(m) {
-				n++
-			}
-		}
-		if n > 1 {
-			t.Fatalf("%d members hold the role", n)
-		}
-		time.Sleep(50 * time.Millisecond)
+		})
 	}
+	a.b.Shutdown()
+	var serving, holding int
+	count := func() {
+		serving, holding = 0, 0
+		for _, m := range ms {
+			if m.b.VerifyLeader(ctx) == nil {
+				serving++
+			}
+			if leader(m) {
+				holding++
+			}
+		}
+	}
+	waitFor(t, 10*time.Second, "a member to serve", func() bool { count(); return serving > 0 })
+	if observe(300*time.Millisecond, func() bool { count(); return serving > 1 }) {
+		t.Fatalf("%d members serve at once", serving)
+	}
+	waitFor(t, 5*time.Second, "the others to learn that they lost", func() bool { count(); return holding == 1 && serving == 1 })
 }

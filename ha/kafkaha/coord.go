@@ -14,10 +14,14 @@ import (
 	"github.com/xce/xce/ha/succession"
 )
 
-// coordRecord is a coordination record and whether a challenge wrote it.
+// coordRecord is a coordination record, whether a challenge wrote it, and
+// for a yield the member it is about and the yield's offset (-1: not a
+// yield).
 type coordRecord struct {
 	succession.Record
 	challenge bool
+	member    succession.MemberID
+	yield     int64
 }
 
 // internal results posted to the coordination loop
@@ -62,6 +66,7 @@ func (b *Backend) coordLoop() {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(b.cfg.Brokers...),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{b.cfg.CoordTopic: {0: kgo.NewOffset().AtStart()}}),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxWait(200*time.Millisecond),
+		kgo.DisableFetchSessions(), // one partition: see runTailer
 		kgo.DialTimeout(2*time.Second))
 	if err != nil {
 		b.log.Error().Err(err).Msg("coordination consumer")
@@ -80,15 +85,25 @@ func (b *Backend) coordLoop() {
 				b.log.Debug().Err(err).Str("topic", t).Msg("coordination fetch")
 			})
 			fs.EachRecord(func(r *kgo.Record) {
-				cr := coordRecord{Record: succession.Record{Key: r.Key, Value: r.Value, Offset: r.Offset, TimestampMillis: r.Timestamp.UnixMilli()}}
+				cr := coordRecord{Record: succession.Record{Key: r.Key, Value: r.Value, Offset: r.Offset, TimestampMillis: r.Timestamp.UnixMilli()}, yield: -1}
 				for _, h := range r.Headers {
-					cr.challenge = cr.challenge || h.Key == headerChallenge
+					switch h.Key {
+					case headerChallenge:
+						cr.challenge = true
+					case headerMember:
+						cr.member = succession.MemberID(h.Value)
+					case headerYield:
+						if y, err := strconv.ParseInt(string(h.Value), 10, 64); err == nil {
+							cr.yield = y
+						}
+					}
 				}
 				batch = append(batch, cr)
 			})
 			if len(batch) == 0 {
 				continue
 			}
+			b.hook(func(h *hooks) func() { return h.coordBatch })
 			select {
 			case recs <- batch:
 			case <-ctx.Done():
@@ -144,6 +159,7 @@ func (b *Backend) coordLoop() {
 	}
 	leaseKey := string(succession.LeaseKey(b.cfg.Role))
 	termOffset := int64(-1)
+	leases := foreignLeases{}
 	// The next evaluation is due at the instant the decision can change
 	// (or sooner); delaymgr fires it as a wake-up of this loop.
 	delays := delaymgr.New(delaymgr.RealClock())
@@ -170,6 +186,7 @@ func (b *Backend) coordLoop() {
 			for _, r := range batch {
 				latest[string(r.Key)] = r.Record
 				maxSeen = max(maxSeen, r.Offset)
+				leases.fold(b.cfg.Role, succession.MemberID(b.cfg.Member), leaseKey, r)
 				// The term is the offset (+1) of the latest challenge's
 				// lease record, the same on every member.
 				if r.challenge && string(r.Key) == leaseKey {
@@ -178,6 +195,12 @@ func (b *Backend) coordLoop() {
 			}
 		case <-wake:
 		case <-b.kick:
+		case off := <-b.yields:
+			b.wg.Go(func() {
+				yctx, ycancel := context.WithTimeout(ctx, 5*time.Second)
+				defer ycancel()
+				b.writeYield(yctx, off)
+			})
 		case p := <-b.posts:
 			switch p := p.(type) {
 			case registered:
@@ -207,6 +230,7 @@ func (b *Backend) coordLoop() {
 		}
 		state := succession.FoldRecords(b.cfg.Role, all)
 		b.observe(state, termOffset)
+		b.noteFold(maxSeen, leases.until(b.nowMillis()))
 
 		now := b.nowMillis()
 		me := succession.MemberID(b.cfg.Member)
@@ -221,9 +245,13 @@ func (b *Backend) coordLoop() {
 		next := now + 1000
 		switch d.Action {
 		case succession.NotRegistered:
-			if h != nil {
+			// A holder that releases the role deregistered itself: it
+			// leaves once its release has committed (ending the tenure now
+			// would cancel that commit and fail TransferLeadership).
+			if h != nil && !h.leaving.Load() {
 				b.lose(h, "no longer in the roster")
 			}
+			probe = -1
 			if now < b.handoverUntil.Load() && (state.Lease == nil || state.Lease.Holder == me) {
 				// Handed over: wait for the successor before joining
 				// the roster again.
@@ -265,7 +293,10 @@ func (b *Backend) coordLoop() {
 		case succession.Wait:
 			regInFlight = false
 			probe = -1
-			if h != nil && state.Lease != nil && state.Lease.Holder != me {
+			// A lease naming another member that comes after this holder's
+			// own lease record means another challenge fenced it; one from
+			// before (the view has not reached that record yet) does not.
+			if h != nil && state.Lease != nil && state.Lease.Holder != me && maxSeen >= int64(h.term)-1 {
 				b.lose(h, "the lease names "+string(state.Lease.Holder))
 			}
 			if d.WaitUntilMillis > 0 {
@@ -293,6 +324,63 @@ func (b *Backend) writeProbe(ctx context.Context) (int64, error) {
 		return -1, err
 	}
 	return r.Offset, nil
+}
+
+// foreignLeases holds, per other member, its latest lease record (offset
+// and deadline): until that deadline the member may act on it (confirm
+// reads with VerifyLeader) unless it announced that it left (a yield record
+// naming the offset of its last lease record). A new holder serves only
+// once no other member's lease is left, so that a challenge decided on a
+// stale view (it missed a renewal, or a simultaneous challenger's grant)
+// never leaves two members trusting a lease at once.
+type foreignLeases map[succession.MemberID]struct{ offset, deadline int64 }
+
+func (l foreignLeases) fold(role string, me succession.MemberID, leaseKey string, r coordRecord) {
+	switch {
+	case string(r.Key) == leaseKey:
+		// A hand-over ends the lease now (a grant whose deadline is now):
+		// its holder stopped acting on it first.
+		if lease := succession.FoldRecords(role, []succession.Record{r.Record}).Lease; lease != nil && lease.Holder != me {
+			l[lease.Holder] = struct{ offset, deadline int64 }{r.Offset, lease.DeadlineMillis}
+		}
+	case r.yield >= 0:
+		if e, ok := l[r.member]; ok && e.offset <= r.yield {
+			delete(l, r.member)
+		}
+	}
+}
+
+// until is when the last other member's lease runs out; it forgets the
+// leases that ran out before now.
+func (l foreignLeases) until(now int64) int64 {
+	var u int64
+	for m, e := range l {
+		if e.deadline <= now {
+			delete(l, m)
+		} else {
+			u = max(u, e.deadline)
+		}
+	}
+	return u
+}
+
+// writeYield announces that this member no longer acts on the lease
+// records it wrote up to offset.
+func (b *Backend) writeYield(ctx context.Context, offset int64) {
+	r := &kgo.Record{Topic: b.cfg.CoordTopic, Partition: 0,
+		Key:   []byte("yield/" + b.cfg.Role + "/" + b.cfg.Member),
+		Value: strconv.AppendInt(nil, offset, 10),
+		Headers: []kgo.RecordHeader{{Key: headerMember, Value: []byte(b.cfg.Member)},
+			{Key: headerYield, Value: strconv.AppendInt(nil, offset, 10)}}}
+	if err := b.plain.ProduceSync(ctx, r).FirstErr(); err != nil {
+		b.log.Warn().Err(err).Msg("cannot announce that this member left the role; the next holder waits for its lease to run out")
+	}
+}
+
+func (b *Backend) noteFold(folded, foreignUntil int64) {
+	b.mu.Lock()
+	b.folded, b.foreignUntil = folded, foreignUntil
+	b.mu.Unlock()
 }
 
 // registeredIn reports whether state holds this run's registration.
@@ -347,12 +435,16 @@ func (b *Backend) observe(state succession.RoleState, termOffset int64) {
 
 // take makes h the holder; false when the backend is stopping.
 func (b *Backend) take(h *holder) bool {
+	b.mu.Lock()
+	// Checked under mu, as Shutdown closes stop: a holder installed here is
+	// one Shutdown sees.
 	select {
 	case <-b.stop:
+		b.mu.Unlock()
 		return false
 	default:
 	}
-	b.mu.Lock()
+	b.hook(func(h *hooks) func() { return h.take })
 	if b.holding != nil {
 		b.mu.Unlock()
 		return false

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -34,15 +35,23 @@ type opResult struct {
 // holder is this member's tenure of the role: a transactional client whose
 // epoch is the fence, and the one goroutine (run) that uses it.
 type holder struct {
-	b       *Backend
-	cl      *kgo.Client
-	term    uint64
-	epoch   int16
-	ops     chan *op
+	b     *Backend
+	cl    *kgo.Client
+	term  uint64
+	epoch int16
+	ops   chan *op
+	// done closes when the tenure ends (shutdown); ctx is cancelled with it,
+	// so that a transaction in flight does not hold shutdown up.
 	done    chan struct{}
+	ctx     context.Context
+	cancel  context.CancelFunc
 	once    sync.Once
 	closeCl sync.Once
-	exit    chan struct{}
+	// exit closes once the writer has exited, or at shutdown when it never
+	// started: after that nothing answers an op left in ops.
+	exit chan struct{}
+	// barrierMu (a one-slot semaphore) runs one Barrier at a time.
+	barrierMu chan struct{}
 
 	mu       sync.Mutex
 	started  bool
@@ -50,6 +59,16 @@ type holder struct {
 	deadline time.Time // of the last committed grant
 	renewAt  time.Time
 	kick     chan struct{}
+
+	// ownsLog (guarded by b.mu) is set when Barrier has taken the state
+	// topic over from the tailer: while this holder holds, only its writer
+	// applies (startTailer refuses).
+	ownsLog bool
+	// leaving: TransferLeadership is releasing the lease; released: the
+	// release committed.
+	leaving, released atomic.Bool
+	// leaseOff is the offset of the last lease record this holder committed.
+	leaseOff atomic.Int64
 }
 
 func (b *Backend) newTxnClient() (*kgo.Client, error) {
@@ -73,6 +92,7 @@ func (b *Backend) newTxnClient() (*kgo.Client, error) {
 // member. Of simultaneous challengers exactly one ends with the newest
 // epoch; the others fail here or on their first guarded write.
 func (b *Backend) challenge(ctx context.Context) (*holder, error) {
+	b.hook(func(h *hooks) func() { return h.challenge })
 	cl, err := b.newTxnClient()
 	if err != nil {
 		return nil, err
@@ -99,13 +119,16 @@ func (b *Backend) challenge(ctx context.Context) (*holder, error) {
 		return nil, err
 	}
 	_, epoch, _ := cl.ProducerID(ctx)
+	hctx, hcancel := context.WithCancel(context.Background())
 	h := &holder{
 		b: b, cl: cl, term: uint64(rec.Offset) + 1, epoch: epoch,
 		ops: make(chan *op, maxBatch), done: make(chan struct{}), exit: make(chan struct{}),
+		ctx: hctx, cancel: hcancel, barrierMu: make(chan struct{}, 1),
 		deadline: time.UnixMilli(lease.DeadlineMillis),
 		renewAt:  start.Add(time.Duration(b.cfg.Lease.RenewMillis) * time.Millisecond),
 		kick:     make(chan struct{}, 1),
 	}
+	h.leaseOff.Store(rec.Offset)
 	b.log.Info().Int16("epoch", epoch).Int64("lease_offset", rec.Offset).Dur("took", time.Since(start)).
 		Time("deadline", h.deadline).Msg("challenge committed")
 	return h, nil
@@ -153,23 +176,62 @@ func (h *holder) setRenewAt(t time.Time) {
 }
 
 // shutdown stops the writer (once), waits for it, and closes the client.
+// A writer that has not started yet never will.
 func (h *holder) shutdown() {
-	h.once.Do(func() { close(h.done) })
+	h.once.Do(func() {
+		close(h.done)
+		h.cancel()
+	})
 	h.mu.Lock()
-	started := h.started
-	h.mu.Unlock()
-	if started {
-		<-h.exit
+	if !h.started {
+		h.started = true
+		close(h.exit)
 	}
+	h.mu.Unlock()
+	<-h.exit
 	h.closeCl.Do(h.cl.Close)
 }
 
-// start runs the writer.
+// start runs the writer, unless shutdown came first.
 func (h *holder) start() {
 	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.started {
+		return
+	}
 	h.started = true
-	h.mu.Unlock()
 	h.b.wg.Go(h.run)
+}
+
+// submit hands o to the writer and waits for its answer. An op the writer
+// never took (it exited first) fails with ErrNotLeader: it was not written.
+func (h *holder) submit(ctx context.Context, o *op) opResult {
+	select {
+	case <-h.done:
+		return opResult{err: ErrNotLeader}
+	default:
+	}
+	select {
+	case h.ops <- o:
+	case <-h.done:
+		return opResult{err: ErrNotLeader}
+	case <-ctx.Done():
+		return opResult{err: ctx.Err()}
+	}
+	select {
+	case r := <-o.done:
+		return r
+	case <-h.exit:
+		// The writer answers every op it took before it exits.
+		select {
+		case r := <-o.done:
+			return r
+		default:
+			return opResult{err: ErrNotLeader}
+		}
+	case <-ctx.Done():
+		return opResult{err: ctx.Err()}
+	}
 }
 
 // run is the writer: it commits batches of writes, and the lease renewal
@@ -183,6 +245,14 @@ func (h *holder) run() {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
+		// Once the tenure is over, commit nothing more (select would pick
+		// among ready cases at random).
+		select {
+		case <-h.done:
+			h.failQueued()
+			return
+		default:
+		}
 		h.mu.Lock()
 		renewAt := h.renewAt
 		h.mu.Unlock()
@@ -267,7 +337,7 @@ func (h *holder) failQueuedUntilDone() {
 func (h *holder) commit(batch []*op, lease bool) error {
 	b := h.b
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(b.cfg.Lease.LeaseMillis)*time.Millisecond)
+	ctx, cancel := context.WithTimeout(h.ctx, time.Duration(b.cfg.Lease.LeaseMillis)*time.Millisecond)
 	defer cancel()
 	if err := h.cl.BeginTransaction(); err != nil {
 		return fmt.Errorf("begin: %w", err)
@@ -311,10 +381,15 @@ func (h *holder) commit(batch []*op, lease bool) error {
 	if err := h.cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 		return fmt.Errorf("produce: %w", err)
 	}
+	b.hook(func(h *hooks) func() { return h.endTxn })
 	if err := h.cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
+	if release {
+		h.released.Store(true)
+	}
 	if lease && !release {
+		h.leaseOff.Store(recs[len(recs)-1].Offset)
 		h.mu.Lock()
 		h.deadline = time.UnixMilli(grant.DeadlineMillis)
 		h.renewAt = start.Add(time.Duration(b.cfg.Lease.RenewMillis) * time.Millisecond)
@@ -349,37 +424,12 @@ func (h *holder) commit(batch []*op, lease bool) error {
 // its index: once the tailer has applied it, every earlier record is
 // applied too.
 func (h *holder) barrier(ctx context.Context, cmd []byte) (uint64, error) {
-	o := &op{cmd: cmd, barrier: true, done: make(chan opResult, 1)}
-	select {
-	case h.ops <- o:
-	case <-h.done:
-		return 0, ErrNotLeader
-	case <-ctx.Done():
-		return 0, ctx.Err()
-	}
-	select {
-	case r := <-o.done:
-		return r.index, r.err
-	case <-ctx.Done():
-		return 0, ctx.Err()
-	}
+	r := h.submit(ctx, &op{cmd: cmd, barrier: true, done: make(chan opResult, 1)})
+	return r.index, r.err
 }
 
 // release hands the role on through the writer: deregistration and lease
 // release in one transaction.
 func (h *holder) release(ctx context.Context) error {
-	o := &op{release: true, done: make(chan opResult, 1)}
-	select {
-	case h.ops <- o:
-	case <-h.done:
-		return ErrNotLeader
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	select {
-	case r := <-o.done:
-		return r.err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return h.submit(ctx, &op{release: true, done: make(chan opResult, 1)}).err
 }

@@ -22,6 +22,8 @@ type tailer struct {
 	done   chan struct{}
 }
 
+// startTailer starts the tailer from the next offset to apply, unless it
+// runs, the backend is stopping, or a holder applies its own writes.
 func (b *Backend) startTailer() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -30,7 +32,7 @@ func (b *Backend) startTailer() {
 		return
 	default:
 	}
-	if b.tail != nil {
+	if b.tail != nil || (b.holding != nil && b.holding.ownsLog) {
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -50,6 +52,11 @@ func (b *Backend) stopTailer() {
 	t := b.tail
 	b.tail = nil
 	b.mu.Unlock()
+	t.stop()
+}
+
+// stop cancels the tailer and waits for it; nil is a no-op.
+func (t *tailer) stop() {
 	if t != nil {
 		t.cancel()
 		<-t.done
@@ -59,6 +66,13 @@ func (b *Backend) stopTailer() {
 func (b *Backend) runTailer(ctx context.Context, from int64) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(b.cfg.Brokers...),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{b.cfg.StateTopic: {0: kgo.NewOffset().At(from)}}),
+		// Never reset past a gap (the default resets to the start of what
+		// the topic still holds, and the FSM would silently miss writes):
+		// fail the partition instead.
+		kgo.ConsumeResetOffset(kgo.NoResetOffset()),
+		// One partition: a fetch session (KIP-227) saves nothing, and with
+		// one kfake stops reporting the partition after a while.
+		kgo.DisableFetchSessions(),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxWait(100*time.Millisecond),
 		kgo.DialTimeout(2*time.Second))
 	if err != nil {
@@ -72,13 +86,23 @@ func (b *Backend) runTailer(ctx context.Context, from int64) {
 		if ctx.Err() != nil {
 			return
 		}
+		gap := false
 		fs.EachError(func(t string, p int32, err error) {
 			if errors.Is(err, kerr.OffsetOutOfRange) {
-				b.log.Error().Int64("from", from).Msg("the state topic no longer holds the records after this node's snapshot: its retention dropped them; restore this node from a peer's data dir")
+				gap = true
 			} else {
 				b.log.Debug().Err(err).Msg("state fetch")
 			}
 		})
+		if gap {
+			// The partition is failed for good (NoResetOffset): stop here
+			// rather than poll it in a loop. Nothing is applied any more.
+			b.applyMu.Lock()
+			next := b.next
+			b.applyMu.Unlock()
+			b.log.Error().Int64("next", next).Msg("the state topic no longer holds the records after this node's snapshot: its retention dropped them; this node applies nothing more: restore it from a peer's data dir")
+			return
+		}
 		fs.EachPartition(func(p kgo.FetchTopicPartition) {
 			if p.LastStableOffset > 0 {
 				b.lso.Store(p.LastStableOffset)
