@@ -293,6 +293,15 @@ func (b *Backend) Barrier(ctx context.Context) error {
 	}
 	tick := time.NewTicker(2 * time.Millisecond)
 	defer tick.Stop()
+	// A committed no-op that read_committed consumers never see means the
+	// broker left this transaction open on the state partition (seen with
+	// kfake, rarely, on a producer's first write there). Waiting longer does
+	// not help; a new challenge's InitProducerId aborts it. So give the role
+	// up after a while and let the rules challenge again.
+	stallAfter := max(time.Duration(b.cfg.Lease.LeaseMillis)*time.Millisecond, time.Second)
+	stall := time.NewTimer(stallAfter)
+	defer stall.Stop()
+	last := int64(-1)
 	for {
 		b.applyMu.Lock()
 		next := b.next
@@ -300,10 +309,18 @@ func (b *Backend) Barrier(ctx context.Context) error {
 		if uint64(next) >= idx {
 			break
 		}
+		if next != last {
+			// Still applying a backlog: not stalled.
+			last = next
+			stall.Reset(stallAfter)
+		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("catching up to index %d (at %d): %w", idx, next, ctx.Err())
 		case <-h.done:
+			return ErrNotLeader
+		case <-stall.C:
+			b.lose(h, fmt.Sprintf("the state topic does not show this epoch's barrier (index %d, applied %d): giving the role up so that a new challenge aborts the stuck transaction", idx, next))
 			return ErrNotLeader
 		case <-tick.C:
 		}

@@ -2,6 +2,7 @@ package kafkaha
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -93,13 +94,23 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 func leader(m *member) bool { return m.b.View().State == ha.StateLeader }
 
 // becomePrimary waits until m holds the role and runs its barrier.
+// A barrier that stalls (see Barrier) gives the role up and the member
+// challenges again, as the controller would retry; so does this helper.
 func becomePrimary(t *testing.T, m *member) {
 	t.Helper()
-	waitFor(t, 10*time.Second, m.id+" to hold the role", func() bool { return leader(m) })
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := m.b.Barrier(ctx); err != nil {
-		t.Fatalf("%s barrier: %v", m.id, err)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		waitFor(t, time.Until(deadline), m.id+" to hold the role", func() bool { return leader(m) })
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		err := m.b.Barrier(ctx)
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) || !errors.Is(err, ErrNotLeader) {
+			t.Fatalf("%s barrier: %v", m.id, err)
+		}
+		t.Logf("%s barrier: %v; the member challenges again", m.id, err)
 	}
 }
 
