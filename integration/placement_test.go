@@ -178,12 +178,10 @@ func settledPlacement(t *testing.T, c *Cluster, tasks int, workers []string, tim
 	return last
 }
 
-// TestWorkerDeathAndJoin: 3 workers, 12 stateful tasks with one standby.
-// A SIGKILLed worker's tasks get an active again within the session timeout
-// (plus slack), each on the worker that was its caught-up standby; a new
-// worker gets warm-ups first and then its share of actives, long before the
-// probing interval (10 minutes).
-func TestWorkerDeathAndJoin(t *testing.T) {
+// placementCluster starts three servers (short worker sessions), workers
+// w1..w3, and submits n stateful tasks t00...
+func placementCluster(t *testing.T, n int) (*Cluster, *workers) {
+	t.Helper()
 	c := newCluster(t, 3, WithLogLevel("info"), WithExtra(itAssignor))
 	c.StartAll()
 	c.WaitRoles(raceSlack(15 * time.Second))
@@ -192,8 +190,7 @@ func TestWorkerDeathAndJoin(t *testing.T) {
 		ws.start(id)
 	}
 	cl := c.Client()
-	const tasks = 12
-	for i := range tasks {
+	for i := range n {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		_, err := cl.Submit(ctx, client.Task{ID: fmt.Sprintf("t%02d", i), Stateful: true})
 		cancel()
@@ -201,6 +198,17 @@ func TestWorkerDeathAndJoin(t *testing.T) {
 			t.Fatalf("submit: %v", err)
 		}
 	}
+	return c, ws
+}
+
+// TestWorkerDeathAndJoin: 3 workers, 12 stateful tasks with one standby.
+// A SIGKILLed worker's tasks get an active again within the session timeout
+// (plus slack), each on the worker that was its caught-up standby; a new
+// worker gets warm-ups first and then its share of actives, long before the
+// probing interval (10 minutes).
+func TestWorkerDeathAndJoin(t *testing.T) {
+	const tasks = 12
+	c, ws := placementCluster(t, tasks)
 	before := placements(settledPlacement(t, c, tasks, []string{"w1", "w2", "w3"}, raceSlack(30*time.Second)))
 	var onW3 []string
 	for id, p := range before {
@@ -277,23 +285,8 @@ func TestWorkerDeathAndJoin(t *testing.T) {
 // TestControllerFailoverKeepsPlacement: SIGKILL the primary; the new primary
 // waits for the workers to report and changes no placement.
 func TestControllerFailoverKeepsPlacement(t *testing.T) {
-	c := newCluster(t, 3, WithLogLevel("info"), WithExtra(itAssignor))
-	c.StartAll()
-	c.WaitRoles(raceSlack(15 * time.Second))
-	ws := newWorkers(t, c)
-	for _, id := range []string{"w1", "w2", "w3"} {
-		ws.start(id)
-	}
-	cl := c.Client()
 	const tasks = 9
-	for i := range tasks {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_, err := cl.Submit(ctx, client.Task{ID: fmt.Sprintf("t%02d", i), Stateful: true})
-		cancel()
-		if err != nil {
-			t.Fatalf("submit: %v", err)
-		}
-	}
+	c, _ := placementCluster(t, tasks)
 	settled := settledPlacement(t, c, tasks, []string{"w1", "w2", "w3"}, raceSlack(30*time.Second))
 	before := placements(settled)
 
