@@ -55,7 +55,9 @@ func startCluster(tb testing.TB, n int) (*Raft, func()) {
 		}
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for ; time.Now().Before(deadline); <-tick.C {
 		for _, r := range nodes {
 			if r.View().State == StateLeader {
 				if err := r.Barrier(context.Background()); err == nil {
@@ -63,7 +65,6 @@ func startCluster(tb testing.TB, n int) (*Raft, func()) {
 				}
 			}
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
 	stop()
 	tb.Fatal("no leader")

@@ -231,8 +231,12 @@ func consumeEvents(t *testing.T, broker string) *eventConsumer {
 				ec.recs = append(ec.recs, consumed{Published: p, Timestamp: r.Timestamp, Seen: now})
 			})
 			ec.mu.Unlock()
-			if fs.NumRecords() == 0 && len(fs.Errors()) > 0 && ctx.Err() == nil {
-				time.Sleep(50 * time.Millisecond) // broker down: do not spin
+			if fs.NumRecords() == 0 && len(fs.Errors()) > 0 {
+				// Broker down: do not spin.
+				select {
+				case <-ctx.Done():
+				case <-time.After(50 * time.Millisecond):
+				}
 			}
 		}
 	}()

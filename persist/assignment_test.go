@@ -9,7 +9,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"reflect"
 	"runtime"
 	"slices"
@@ -929,36 +928,9 @@ const goldenV3 = "testdata/snapshot-v3.bin"
 // this test pass. `go test -run 'GoldenV3$' -update` rewrites it (only when
 // the file must be recreated; do not let -update reach the V1 or V2 tests).
 func TestSnapshotGoldenV3(t *testing.T) {
-	if *update {
-		if err := os.MkdirAll(filepath.Dir(goldenV3), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		b := persistSnapshot(t, buildAssignFSM(t, "golden-cluster"))
-		if !bytes.HasPrefix(b, []byte(snapshotMagic+"\x00\x00\x00\x03")) {
-			t.Fatalf("this binary writes %q, not version 3: refusing to write %s", b[:12], goldenV3)
-		}
-		if err := os.WriteFile(goldenV3, b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("wrote %s", goldenV3)
-	}
-	b, err := os.ReadFile(goldenV3)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if !bytes.HasPrefix(b, []byte(snapshotMagic+"\x00\x00\x00\x03")) {
-		t.Fatalf("%s is not a version 3 snapshot: %q", goldenV3, b[:min(len(b), 12)])
-	}
-	f := NewFSM("golden-cluster")
-	if err := restoreBytes(f, b); err != nil {
-		t.Fatalf("restoring %s: %v", goldenV3, err)
-	}
+	f := goldenSnapshot(t, goldenV3, 3, buildAssignFSM)
 	checkAssignBuiltState(t, f)
 	checkAssignBuiltBehaviour(t, f)
-
-	if err := restoreBytes(NewFSM("another-cluster"), b); !errors.Is(err, ErrBadSnapshot) {
-		t.Fatalf("golden snapshot restored into another cluster: %v", err)
-	}
 }
 
 // TestOldSnapshotsHaveNoAssignment: version 1 and 2 snapshots restore with

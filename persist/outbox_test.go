@@ -2,11 +2,9 @@ package persist
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"testing"
@@ -465,36 +463,9 @@ const goldenV2 = "testdata/snapshot-v2.bin"
 // test pass. `go test -run 'GoldenV2$' -update` rewrites it (only when the
 // file must be recreated; do not let -update reach TestSnapshotGoldenV1).
 func TestSnapshotGoldenV2(t *testing.T) {
-	if *update {
-		if err := os.MkdirAll(filepath.Dir(goldenV2), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		b := persistSnapshot(t, buildOutboxFSM(t, "golden-cluster"))
-		if !bytes.HasPrefix(b, []byte(snapshotMagic+"\x00\x00\x00\x02")) {
-			t.Fatalf("this binary writes %q, not version 2: refusing to write %s", b[:12], goldenV2)
-		}
-		if err := os.WriteFile(goldenV2, b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("wrote %s", goldenV2)
-	}
-	b, err := os.ReadFile(goldenV2)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if !bytes.HasPrefix(b, []byte(snapshotMagic+"\x00\x00\x00\x02")) {
-		t.Fatalf("%s is not a version 2 snapshot: %q", goldenV2, b[:min(len(b), 12)])
-	}
-	f := NewFSM("golden-cluster")
-	if err := restoreBytes(f, b); err != nil {
-		t.Fatalf("restoring %s: %v", goldenV2, err)
-	}
+	f := goldenSnapshot(t, goldenV2, 2, buildOutboxFSM)
 	checkOutboxBuiltState(t, f)
 	checkOutboxBuiltBehaviour(t, f)
-
-	if err := restoreBytes(NewFSM("another-cluster"), b); !errors.Is(err, ErrBadSnapshot) {
-		t.Fatalf("golden snapshot restored into another cluster: %v", err)
-	}
 }
 
 // randomOutboxLog is randomLog with trims (some behind the watermark) and

@@ -352,32 +352,47 @@ const goldenV1 = "testdata/snapshot-v1.bin"
 // a future release must read today's snapshots. `go test -run Golden
 // -update` rewrites it (only when the file must be recreated).
 func TestSnapshotGoldenV1(t *testing.T) {
+	f := goldenSnapshot(t, goldenV1, 1, buildFSM)
+	checkBuiltState(t, f)
+	checkBuiltBehaviour(t, f)
+}
+
+// goldenSnapshot returns the golden snapshot of one format version, restored
+// into a new FSM after checking its header (and that another cluster refuses
+// it). With -update it first writes the file from build, refusing when this
+// binary writes another version: a golden file is recreated, never
+// regenerated to make a test pass.
+func goldenSnapshot(t *testing.T, path string, version byte, build func(testing.TB, string) *FSM) *FSM {
+	t.Helper()
+	hdr := []byte(snapshotMagic + "\x00\x00\x00" + string([]byte{version}))
 	if *update {
-		if err := os.MkdirAll(filepath.Dir(goldenV1), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(goldenV1, persistSnapshot(t, buildFSM(t, "golden-cluster")), 0o644); err != nil {
+		b := persistSnapshot(t, build(t, "golden-cluster"))
+		if !bytes.HasPrefix(b, hdr) {
+			t.Fatalf("this binary writes %q, not version %d: refusing to write %s", b[:12], version, path)
+		}
+		if err := os.WriteFile(path, b, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("wrote %s", goldenV1)
+		t.Logf("wrote %s", path)
 	}
-	b, err := os.ReadFile(goldenV1)
+	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatalf("%v (run with -update to create it)", err)
 	}
-	if !bytes.HasPrefix(b, []byte(snapshotMagic+"\x00\x00\x00\x01")) {
-		t.Fatalf("%s is not a version 1 snapshot: %q", goldenV1, b[:min(len(b), 12)])
+	if !bytes.HasPrefix(b, hdr) {
+		t.Fatalf("%s is not a version %d snapshot: %q", path, version, b[:min(len(b), 12)])
 	}
 	f := NewFSM("golden-cluster")
 	if err := restoreBytes(f, b); err != nil {
-		t.Fatalf("restoring %s: %v", goldenV1, err)
+		t.Fatalf("restoring %s: %v", path, err)
 	}
-	checkBuiltState(t, f)
-	checkBuiltBehaviour(t, f)
-
 	if err := restoreBytes(NewFSM("another-cluster"), b); !errors.Is(err, ErrBadSnapshot) {
 		t.Fatalf("golden snapshot restored into another cluster: %v", err)
 	}
+	return f
 }
 
 // TestNonUTF8IDsSurviveSnapshot: the log accepts any bytes in ids, but the
