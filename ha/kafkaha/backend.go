@@ -46,6 +46,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/rs/zerolog"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/xce/xce/fence"
@@ -509,21 +510,12 @@ func (b *Backend) ensureTopics(ctx context.Context) error {
 			return err
 		}
 		for _, r := range resp {
-			if r.Err != nil && !errors.Is(r.Err, kerrTopicExists) {
+			if r.Err != nil && !errors.Is(r.Err, kerr.TopicAlreadyExists) {
 				return fmt.Errorf("creating %s: %w", r.Topic, r.Err)
 			}
 		}
 	}
 	return nil
-}
-
-// lastStableOffset lists the state topic's last stable offset.
-func (b *Backend) lastStableOffset(ctx context.Context) (int64, error) {
-	off, err := listLSO(ctx, b.plain, b.cfg.StateTopic)
-	if err == nil {
-		b.lso.Store(off)
-	}
-	return off, err
 }
 
 // isFenced reports whether err means a newer epoch owns the role.

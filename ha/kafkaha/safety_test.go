@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/xce/xce/ha/succession"
 	"github.com/xce/xce/persist"
@@ -485,4 +487,32 @@ func observe(d time.Duration, cond func() bool) bool {
 		}
 	}
 	return cond()
+}
+
+// listLSO asks the partition leader for topic's last stable offset (the end
+// of what read_committed consumers can read).
+func listLSO(ctx context.Context, cl *kgo.Client, topic string) (int64, error) {
+	req := kmsg.NewPtrListOffsetsRequest()
+	req.ReplicaID = -1
+	req.IsolationLevel = 1
+	rt := kmsg.NewListOffsetsRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewListOffsetsRequestTopicPartition()
+	rp.Partition = 0
+	rp.Timestamp = -1
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return 0, err
+	}
+	for _, t := range resp.Topics {
+		for _, p := range t.Partitions {
+			if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+				return 0, err
+			}
+			return p.Offset, nil
+		}
+	}
+	return 0, fmt.Errorf("no offset for %s in the answer", topic)
 }

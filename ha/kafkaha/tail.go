@@ -10,10 +10,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 )
-
-var kerrTopicExists = kerr.TopicAlreadyExists
 
 // tailer applies the state topic's committed records while this member
 // does not write it.
@@ -138,34 +135,6 @@ func termOf(r *kgo.Record) uint64 {
 		}
 	}
 	return 0
-}
-
-// listLSO asks the partition leader for topic's last stable offset (the end
-// of what read_committed consumers can read).
-func listLSO(ctx context.Context, cl *kgo.Client, topic string) (int64, error) {
-	req := kmsg.NewPtrListOffsetsRequest()
-	req.ReplicaID = -1
-	req.IsolationLevel = 1
-	rt := kmsg.NewListOffsetsRequestTopic()
-	rt.Topic = topic
-	rp := kmsg.NewListOffsetsRequestTopicPartition()
-	rp.Partition = 0
-	rp.Timestamp = -1
-	rt.Partitions = append(rt.Partitions, rp)
-	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(ctx, cl)
-	if err != nil {
-		return 0, err
-	}
-	for _, t := range resp.Topics {
-		for _, p := range t.Partitions {
-			if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
-				return 0, err
-			}
-			return p.Offset, nil
-		}
-	}
-	return 0, fmt.Errorf("no offset for %s in the answer", topic)
 }
 
 // restore loads the latest snapshot from the data dir.
