@@ -91,6 +91,10 @@ type Raft struct {
 	SnapshotInterval   Duration `yaml:"snapshot_interval"`    // default 30s
 	SnapshotThreshold  uint64   `yaml:"snapshot_threshold"`   // default 65536
 	TrailingLogs       uint64   `yaml:"trailing_logs"`        // default 10240
+	// DetectLeaderExit: a follower that finds the leader's peer port
+	// refusing connections (the leader's process has exited) starts an
+	// election at once instead of after heartbeat_timeout. Default true.
+	DetectLeaderExit bool `yaml:"detect_leader_exit"`
 }
 
 // Kafka configures event publishing. No brokers means publishing is disabled.
@@ -148,6 +152,7 @@ func Default() Config {
 			SnapshotInterval:   Duration{30 * time.Second},
 			SnapshotThreshold:  65536,
 			TrailingLogs:       10240,
+			DetectLeaderExit:   true,
 		},
 		Kafka: Kafka{Topic: "xce.events", TransactionalIDPrefix: "xce"},
 		Assignor: Assignor{

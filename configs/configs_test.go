@@ -50,7 +50,7 @@ func TestMinimalGetsDefaults(t *testing.T) {
 	}
 	if got.ClusterID != "local" || got.Kafka.Topic != "xce.events" || got.Kafka.TransactionalIDPrefix != "xce" ||
 		got.Log != (Log{"info", "auto"}) || len(got.Kafka.Brokers) != 0 ||
-		got.Raft != (Raft{ms(200), ms(200), ms(150), ms(10), ms(30000), 65536, 10240}) {
+		got.Raft != (Raft{ms(200), ms(200), ms(150), ms(10), ms(30000), 65536, 10240, true}) {
 		t.Fatalf("defaults not applied: %+v", *got)
 	}
 	if s := got.Self(); s != want.Peers[0] {
@@ -141,7 +141,7 @@ func TestValidate(t *testing.T) {
 		{"heartbeat below 5ms", func(c *Config) { c.Raft.HeartbeatTimeout = ms(4) }, "raft.heartbeat_timeout: must be at least 5ms (got 4ms)"},
 		{"snapshot_interval below 5ms", func(c *Config) { c.Raft.SnapshotInterval = ms(2) }, "raft.snapshot_interval: must be at least 5ms (got 2ms)"},
 		{"all at 5ms", func(c *Config) {
-			c.Raft = Raft{ms(5), ms(5), ms(5), ms(5), ms(5), 1, 0}
+			c.Raft = Raft{ms(5), ms(5), ms(5), ms(5), ms(5), 1, 0, false}
 		}, ""},
 		{"election below heartbeat", func(c *Config) { c.Raft.HeartbeatTimeout = ms(300) }, "raft.election_timeout: must not be less than raft.heartbeat_timeout (200ms < 300ms)"},
 		{"lease above heartbeat", func(c *Config) { c.Raft.HeartbeatTimeout = ms(100) }, "raft.leader_lease_timeout: must not exceed raft.heartbeat_timeout (150ms > 100ms)"},
@@ -223,6 +223,7 @@ func TestParseErrors(t *testing.T) {
 		{"string not a list", "node_id: [n1]\n", "node_id: expected a string, got a list at line 1"},
 		{"brokers scalar", "kafka: {brokers: k1:9092}\n", "kafka.brokers: expected a list, got \"k1:9092\" at line 1"},
 		{"negative uint", "raft: {snapshot_threshold: -1}\n", `raft.snapshot_threshold: expected a non-negative integer, got "-1" at line 1`},
+		{"text bool", "raft: {detect_leader_exit: maybe}\n", `raft.detect_leader_exit: expected bool, got "maybe" at line 1`},
 		{"text uint", "raft: {trailing_logs: lots}\n", `raft.trailing_logs: expected a non-negative integer, got "lots" at line 1`},
 		{"duration without unit", "raft:\n  heartbeat_timeout: 200\n", `raft.heartbeat_timeout: expected a duration such as "150ms" or "1s", got "200" at line 2`},
 		{"duration text", "raft: {commit_timeout: fast}\n", `raft.commit_timeout: expected a duration such as "150ms" or "1s", got "fast" at line 1`},
@@ -440,5 +441,14 @@ func TestKafkaExampleConfigs(t *testing.T) {
 			c.HA.Lease.Duration != Default().HA.Lease.Duration || c.HA.Stagger.Duration != Default().HA.Stagger.Duration {
 			t.Errorf("%s: unexpected settings %+v", f, c.HA)
 		}
+	}
+}
+
+func TestDetectLeaderExitCanBeTurnedOff(t *testing.T) {
+	if !mustParse(t, minimal).Raft.DetectLeaderExit {
+		t.Fatal("detect_leader_exit should default to true")
+	}
+	if mustParse(t, minimal+"raft: {detect_leader_exit: false}\n").Raft.DetectLeaderExit {
+		t.Fatal("detect_leader_exit: false was not applied")
 	}
 }

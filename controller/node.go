@@ -380,6 +380,7 @@ func (n *Node) raftConfig() ha.RaftConfig {
 		SnapshotInterval:   c.SnapshotInterval.Duration,
 		SnapshotThreshold:  c.SnapshotThreshold,
 		TrailingLogs:       c.TrailingLogs,
+		DetectLeaderExit:   c.DetectLeaderExit,
 	}
 	for _, p := range n.cfg.Peers {
 		rc.Peers = append(rc.Peers, ha.Peer{ID: p.ID, Addr: p.PeerAddr})

@@ -38,6 +38,10 @@ type RaftConfig struct {
 	SnapshotInterval   time.Duration
 	SnapshotThreshold  uint64
 	TrailingLogs       uint64
+	// DetectLeaderExit starts an election as soon as the leader's peer port
+	// refuses connections (its process has exited) instead of after the
+	// heartbeat timeout; see exitWatch.
+	DetectLeaderExit bool
 }
 
 // Raft is the Raft election backend: hashicorp/raft with prevote over a
@@ -47,6 +51,7 @@ type Raft struct {
 	trans    *raft.NetworkTransport
 	observer *raft.Observer
 	obs      chan raft.Observation
+	watch    *exitWatch // nil unless DetectLeaderExit
 }
 
 // StartRaft bootstraps a fresh data dir from the peer list (never one with
@@ -110,6 +115,10 @@ func StartRaft(cfg RaftConfig, fsm raft.FSM, store *persist.Store, stream raft.S
 		return false
 	})
 	r.RegisterObserver(b.observer)
+	if cfg.DetectLeaderExit {
+		b.watch = newExitWatch(r, trans, conf.LocalID, stream, cfg.HeartbeatTimeout, logger.Named("exitwatch"))
+		b.watch.start()
+	}
 	return b, nil
 }
 
@@ -168,6 +177,9 @@ func (b *Raft) TransferLeadership() error {
 
 // Shutdown stops raft and its transport.
 func (b *Raft) Shutdown() error {
+	if b.watch != nil {
+		b.watch.close()
+	}
 	b.r.DeregisterObserver(b.observer)
 	err := b.r.Shutdown().Error()
 	if cerr := b.trans.Close(); err == nil {

@@ -8,6 +8,9 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -293,4 +296,66 @@ func lastBytes(s string, n int) string {
 		return "…" + s[len(s)-n:]
 	}
 	return s
+}
+
+// TestFailoverLeaderExitDetected runs raft with a 3 s heartbeat timeout: on
+// its own raft would elect no one for 3–6 s after the primary dies. The
+// followers notice the SIGKILLed primary's port refusing connections and
+// elect at once; a SIGSTOPped primary (port still accepting) is left to the
+// heartbeat timeout.
+func TestFailoverLeaderExitDetected(t *testing.T) {
+	c := newCluster(t, 3, WithRaft(3*time.Second, 3*time.Second, time.Second), WithLogLevel("info"))
+	c.StartAll()
+	p := c.WaitRoles(raceSlack(20 * time.Second))
+	others := func(p int) []int {
+		var o []int
+		for i := range c.N() {
+			if i != p {
+				o = append(o, i)
+			}
+		}
+		return o
+	}
+	waitWatching := func(p int) {
+		t.Helper()
+		want := fmt.Sprintf(`"leader":"%s"`, c.Node(p).ID)
+		if err := waitFor(raceSlack(10*time.Second), pollEvery, func() error {
+			for _, i := range others(p) {
+				if !slices.ContainsFunc(strings.Split(c.RunLog(i), "\n"), func(l string) bool {
+					return strings.Contains(l, "watching the leader's peer port") && strings.Contains(l, want)
+				}) {
+					return fmt.Errorf("%s does not watch %s yet", c.Node(i).ID, c.Node(p).ID)
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// A paused primary still accepts connections: no early election.
+	waitWatching(p)
+	c.Signal(p, syscall.SIGSTOP)
+	stopped := time.Now()
+	if np, _, err := c.waitRolesAmong(1500*time.Millisecond, others(p)); err == nil {
+		t.Fatalf("%s became PRIMARY %v after %s was paused: only an exited leader may be replaced early",
+			c.Node(np).ID, time.Since(stopped).Round(time.Millisecond), c.Node(p).ID)
+	}
+	c.Signal(p, syscall.SIGCONT)
+	p = c.WaitRoles(raceSlack(30 * time.Second))
+
+	// An exited primary is replaced well within raft's 3 s timeout.
+	waitWatching(p)
+	t0 := time.Now()
+	c.Kill(p)
+	np, _, err := c.waitRolesAmong(2*time.Second, others(p))
+	if err != nil {
+		t.Fatalf("no new PRIMARY within 2 s of SIGKILL (heartbeat timeout 3 s): %v", err)
+	}
+	t.Logf("SIGKILL %s: %s PRIMARY after %v", c.Node(p).ID, c.Node(np).ID, time.Since(t0).Round(time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.Client().Submit(ctx, client.Task{ID: "after-exit"}); err != nil {
+		t.Errorf("submit after failover: %v", err)
+	}
 }

@@ -1,0 +1,253 @@
+package ha
+
+import (
+	"errors"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+)
+
+// exitWatch lets a follower start an election as soon as the leader's
+// process has exited, instead of waiting out the heartbeat timeout.
+//
+// While this node follows a leader it holds one idle TCP connection to the
+// leader's peer address. When the leader's process exits, for whatever
+// reason (SIGKILL included), its kernel closes that connection; if the peer
+// port then refuses a new one, nothing listens there any more and the leader
+// is certainly gone. The follower then does what a leadership transfer does:
+// it becomes a candidate at once, skipping the pre-vote, and the other voters
+// grant their vote although they still have a leader. The voters that
+// noticed wait their rank among the surviving voters (sorted by id) times a
+// stagger before acting, and act only if no new leader has appeared
+// meanwhile, so two followers do not split the vote.
+//
+// Only a refused connection counts. A partitioned, paused or overloaded
+// leader never refuses (its port either answers or times out), and an
+// upgrade in place hands the listening socket to the new process, so none of
+// those start an early election: they keep raft's own timeouts. Raft's
+// safety does not depend on when an election starts; this only shortens the
+// time nobody leads.
+type exitWatch struct {
+	r        *raft.Raft
+	trans    *raft.NetworkTransport
+	self     raft.ServerID
+	selfAddr raft.ServerAddress
+	dial     func(addr string, timeout time.Duration) (net.Conn, error)
+	poll     time.Duration // how often the current leader is looked at
+	stagger  time.Duration // per rank among the surviving voters
+	log      hclog.Logger
+
+	// holding is the id of the leader the watch holds a connection to
+	// ("" when none); for tests and status.
+	holding atomic.Value
+	// announced is the last leader logged as watched (run's goroutine only).
+	announced raft.ServerID
+
+	stop     chan struct{}
+	stopOnce sync.Once
+	done     chan struct{}
+}
+
+const (
+	exitWatchDialTimeout = time.Second
+	// exitWatchMaxBackoff bounds how long the watch waits before dialling
+	// again after a connection that did not stay open, e.g. to a proxy
+	// that accepts and closes when the node behind it is down.
+	exitWatchMaxBackoff = time.Second
+)
+
+func newExitWatch(r *raft.Raft, trans *raft.NetworkTransport, self raft.ServerID, stream raft.StreamLayer,
+	heartbeat time.Duration, log hclog.Logger) *exitWatch {
+	poll := min(heartbeat/4, 50*time.Millisecond)
+	return &exitWatch{
+		r: r, trans: trans, self: self, selfAddr: trans.LocalAddr(),
+		dial: func(addr string, timeout time.Duration) (net.Conn, error) {
+			return stream.Dial(raft.ServerAddress(addr), timeout)
+		},
+		poll:    max(poll, 5*time.Millisecond),
+		stagger: max(heartbeat/8, 10*time.Millisecond),
+		log:     log,
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+}
+
+// start runs the watch until close.
+func (w *exitWatch) start() { go w.run() }
+
+// close stops the watch and waits for its goroutines. It is safe twice.
+func (w *exitWatch) close() {
+	w.stopOnce.Do(func() { close(w.stop) })
+	<-w.done
+}
+
+// leader returns the leader this node follows, or "" when it is not a
+// follower or knows no leader other than itself.
+func (w *exitWatch) leader() (string, raft.ServerID) {
+	if w.r.State() != raft.Follower {
+		return "", ""
+	}
+	addr, id := w.r.LeaderWithID()
+	if id == "" || id == w.self || addr == "" {
+		return "", ""
+	}
+	return string(addr), id
+}
+
+func (w *exitWatch) run() {
+	defer close(w.done)
+	tick := time.NewTicker(w.poll)
+	defer tick.Stop()
+	backoff := time.Duration(0)
+	for {
+		select {
+		case <-w.stop:
+			return
+		case <-tick.C:
+		}
+		addr, id := w.leader()
+		if id == "" {
+			continue
+		}
+		c, err := w.dial(addr, exitWatchDialTimeout)
+		if err != nil {
+			if refused(err) {
+				w.gone(addr, id)
+			}
+			continue
+		}
+		held := time.Now()
+		w.hold(c, addr, id)
+		// A connection that stayed up a while is the normal case; one that
+		// closed at once means something accepts and drops it: back off.
+		if time.Since(held) > exitWatchMaxBackoff {
+			backoff = 0
+		} else {
+			backoff = min(max(2*backoff, w.poll), exitWatchMaxBackoff)
+			if !w.sleep(backoff) {
+				return
+			}
+		}
+	}
+}
+
+func (w *exitWatch) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-w.stop:
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// hold keeps c open until the leader's end closes it, the leader changes
+// or the watch stops. A close followed by a refused dial means the leader
+// has exited.
+func (w *exitWatch) hold(c net.Conn, addr string, id raft.ServerID) {
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		var b [64]byte
+		for {
+			// Nothing is ever sent on this connection; a read returns
+			// only when it is closed.
+			if _, err := c.Read(b[:]); err != nil {
+				return
+			}
+		}
+	}()
+	w.holding.Store(string(id))
+	if w.announced != id {
+		w.announced = id
+		w.log.Info("watching the leader's peer port for its exit", "leader", string(id), "addr", addr)
+	}
+	defer func() {
+		w.holding.Store("")
+		_ = c.Close()
+		<-closed
+	}()
+	tick := time.NewTicker(w.poll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-w.stop:
+			return
+		case <-tick.C:
+			if _, cur := w.leader(); cur != id {
+				return
+			}
+		case <-closed:
+			probe, err := w.dial(addr, exitWatchDialTimeout)
+			if err == nil {
+				_ = probe.Close()
+				return
+			}
+			if refused(err) {
+				w.gone(addr, id)
+			}
+			return
+		}
+	}
+}
+
+// rank is this node's place among the voters other than the lost leader,
+// sorted by id, or -1 when it is not one of them.
+func (w *exitWatch) rank(lost raft.ServerID) int {
+	f := w.r.GetConfiguration()
+	if f.Error() != nil {
+		return -1
+	}
+	var ids []string
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage == raft.Voter && s.ID != lost {
+			ids = append(ids, string(s.ID))
+		}
+	}
+	slices.Sort(ids)
+	return slices.Index(ids, string(w.self))
+}
+
+// gone starts an election after this node's turn, unless a leader other
+// than the lost one has appeared meanwhile.
+func (w *exitWatch) gone(addr string, id raft.ServerID) {
+	rank := w.rank(id)
+	if rank < 0 {
+		return
+	}
+	if rank > 0 && !w.sleep(time.Duration(rank)*w.stagger) {
+		return
+	}
+	if w.r.State() != raft.Follower {
+		return
+	}
+	if _, cur := w.r.LeaderWithID(); cur != "" && cur != id {
+		return
+	}
+	w.log.Warn("the leader's peer port refuses connections: its process has exited; starting an election now",
+		"leader", string(id), "addr", addr, "rank", rank)
+	// Pooled connections may lead to processes that are gone (a voter
+	// restarted since this node last used them): a vote request on one
+	// fails at once and the election would wait out its timeout.
+	w.trans.CloseStreams()
+	req := &raft.TimeoutNowRequest{RPCHeader: raft.RPCHeader{
+		ProtocolVersion: raft.ProtocolVersionMax,
+		ID:              []byte(w.self),
+		Addr:            w.trans.EncodePeer(w.self, w.selfAddr),
+	}}
+	var resp raft.TimeoutNowResponse
+	if err := w.trans.TimeoutNow(w.self, w.selfAddr, req, &resp); err != nil {
+		w.log.Warn("could not start the election; raft's heartbeat timeout will", "error", err)
+	}
+}
+
+func refused(err error) bool {
+	return errors.Is(err, syscall.ECONNREFUSED)
+}

@@ -1,0 +1,208 @@
+package ha
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/xce/xce/netio"
+	"github.com/xce/xce/persist"
+)
+
+// trackingListener remembers the connections it accepted so a test can
+// close them all, as the kernel does when a process exits.
+type trackingListener struct {
+	net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+	// paused keeps the port bound when raft closes the listener, as for a
+	// stopped process: the kernel still completes connections to it.
+	paused atomic.Bool
+}
+
+func (l *trackingListener) Close() error {
+	if l.paused.Load() {
+		return nil
+	}
+	return l.Listener.Close()
+}
+
+func (l *trackingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.mu.Lock()
+		l.conns = append(l.conns, c)
+		l.mu.Unlock()
+	}
+	return c, err
+}
+
+func (l *trackingListener) closeConns() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, c := range l.conns {
+		_ = c.Close()
+	}
+	l.conns = nil
+}
+
+type watchNode struct {
+	id    string
+	addr  string
+	ln    *trackingListener
+	r     *Raft
+	store *persist.Store
+	dead  bool
+}
+
+// startWatchCluster runs three raft nodes in process with long timeouts
+// (4 s heartbeat), so that any election within a second or two of a leader's
+// loss is the exit watch's doing.
+func startWatchCluster(t *testing.T) []*watchNode {
+	t.Helper()
+	var nodes []*watchNode
+	var peers []Peer
+	for i := 0; i < 3; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := &watchNode{id: fmt.Sprintf("n%d", i+1), addr: l.Addr().String(), ln: &trackingListener{Listener: l}}
+		nodes = append(nodes, n)
+		peers = append(peers, Peer{ID: n.id, Addr: n.addr})
+	}
+	for _, n := range nodes {
+		store, err := persist.Open(t.TempDir(), persist.Options{NodeID: n.id, ClusterID: "w"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stream, err := netio.NewStreamLayer(n.ln, n.addr, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := RaftConfig{NodeID: n.id, Peers: peers, HeartbeatTimeout: 4 * time.Second,
+			ElectionTimeout: 4 * time.Second, LeaderLeaseTimeout: time.Second,
+			CommitTimeout: 10 * time.Millisecond, SnapshotInterval: time.Hour, SnapshotThreshold: 1 << 30,
+			TrailingLogs: 1024, DetectLeaderExit: true}
+		r, err := StartRaft(cfg, persist.NewFSM("w"), store, stream, hclog.NewNullLogger())
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.r, n.store = r, store
+	}
+	t.Cleanup(func() {
+		for _, n := range nodes {
+			n.ln.paused.Store(false)
+			_ = n.ln.Close()
+			if !n.dead {
+				_ = n.r.Shutdown()
+				n.ln.closeConns()
+			}
+			_ = n.store.Close()
+		}
+	})
+	return nodes
+}
+
+// waitLeader polls until one live node other than except leads and has
+// committed in its term.
+func waitLeader(t *testing.T, nodes []*watchNode, except string, within time.Duration) *watchNode {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for ; time.Now().Before(deadline); <-tick.C {
+		for _, n := range nodes {
+			if n.dead || n.id == except || n.r.View().State != StateLeader {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			err := n.r.Barrier(ctx)
+			cancel()
+			if err == nil {
+				return n
+			}
+		}
+	}
+	return nil
+}
+
+// exit stops n the way a process exit looks from outside: its port
+// refuses connections and every connection to it is closed.
+func exit(n *watchNode) {
+	n.dead = true
+	_ = n.r.Shutdown()
+	n.ln.closeConns()
+}
+
+func TestExitWatchElectsAtOnceWhenTheLeaderExits(t *testing.T) {
+	nodes := startWatchCluster(t)
+	// The first election waits out the 4 s timeout: there is no leader to
+	// watch yet.
+	old := waitLeader(t, nodes, "", 20*time.Second)
+	if old == nil {
+		t.Fatal("no first leader")
+	}
+	term := old.r.View().Term
+	// Give the followers time to attach their watch (a few polls).
+	waitAttached(t, nodes, old)
+
+	start := time.Now()
+	exit(old)
+	// Raft alone would not elect before 4 s (the followers' heartbeat
+	// timeout); the watch elects within milliseconds.
+	nl := waitLeader(t, nodes, old.id, 2*time.Second)
+	if nl == nil {
+		t.Fatalf("no new leader within 2 s of the leader's exit (raft's own timeout is 4 s)")
+	}
+	t.Logf("new leader %s %v after the exit", nl.id, time.Since(start))
+	// The survivors took turns: one election, no split vote.
+	if got := nl.r.View().Term; got != term+1 {
+		t.Errorf("term went from %d to %d, want one election", term, got)
+	}
+}
+
+func TestExitWatchIgnoresALeaderThatStillListens(t *testing.T) {
+	nodes := startWatchCluster(t)
+	old := waitLeader(t, nodes, "", 20*time.Second)
+	if old == nil {
+		t.Fatal("no first leader")
+	}
+	waitAttached(t, nodes, old)
+
+	// The leader stops and its connections close, but its port stays bound
+	// (a paused process, a proxy, a new process that inherited the socket):
+	// that is not an exit.
+	old.ln.paused.Store(true)
+	exit(old)
+	if nl := waitLeader(t, nodes, old.id, 1500*time.Millisecond); nl != nil {
+		t.Fatalf("%s was elected within 1.5 s although the old leader's port still accepts (heartbeat timeout 4 s)", nl.id)
+	}
+}
+
+// waitAttached polls until every follower's watch holds a connection to
+// leader.
+func waitAttached(t *testing.T, nodes []*watchNode, leader *watchNode) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for ; time.Now().Before(deadline); <-tick.C {
+		all := true
+		for _, n := range nodes {
+			if n != leader && n.r.watch.holding.Load() != leader.id {
+				all = false
+			}
+		}
+		if all {
+			return
+		}
+	}
+	t.Fatal("the followers' watches did not connect to the leader")
+}
