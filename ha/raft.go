@@ -52,6 +52,7 @@ type Raft struct {
 	observer *raft.Observer
 	obs      chan raft.Observation
 	watch    *exitWatch // nil unless DetectLeaderExit
+	waves    *waves
 }
 
 // StartRaft bootstraps a fresh data dir from the peer list (never one with
@@ -106,7 +107,7 @@ func StartRaft(cfg RaftConfig, fsm raft.FSM, store *persist.Store, stream raft.S
 		trans.Close()
 		return nil, fmt.Errorf("start raft: %w", err)
 	}
-	b := &Raft{r: r, trans: trans, obs: make(chan raft.Observation, 256)}
+	b := &Raft{r: r, trans: trans, obs: make(chan raft.Observation, 256), waves: newWaves(r)}
 	b.observer = raft.NewObserver(b.obs, false, func(o *raft.Observation) bool {
 		switch o.Data.(type) {
 		case raft.LeaderObservation, raft.RaftState, raft.FailedHeartbeatObservation, raft.ResumedHeartbeatObservation:
@@ -157,12 +158,9 @@ func (b *Raft) Barrier(ctx context.Context) error {
 }
 
 // Apply replicates cmd and returns the FSM's response and the entry's index.
+// Commands go to raft in waves (see waves).
 func (b *Raft) Apply(ctx context.Context, cmd []byte) (any, uint64, error) {
-	f := b.r.Apply(cmd, timeoutOf(ctx))
-	if err := f.Error(); err != nil {
-		return nil, 0, mapErr(err)
-	}
-	return f.Response(), f.Index(), nil
+	return b.waves.apply(ctx, cmd)
 }
 
 // VerifyLeader confirms with a quorum that this node is still the leader.
@@ -182,6 +180,7 @@ func (b *Raft) Shutdown() error {
 	}
 	b.r.DeregisterObserver(b.observer)
 	err := b.r.Shutdown().Error()
+	b.waves.close()
 	if cerr := b.trans.Close(); err == nil {
 		err = cerr
 	}
