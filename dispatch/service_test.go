@@ -154,7 +154,7 @@ type testServer struct {
 
 // startServer serves dispatch.New(node) on the real netio server (h2c and
 // HTTP/1.1, with lim) on a 127.0.0.1 port, and returns a Connect client over
-// netio's h2c transport.
+// netio's client transport (HTTP/1.1).
 func startServer(t *testing.T, node *fakeNode, lim netio.Limits) *testServer {
 	t.Helper()
 	reg := prometheus.NewRegistry()
