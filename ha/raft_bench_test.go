@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
 
 	"github.com/xce/xce/netio"
 	"github.com/xce/xce/persist"
@@ -17,6 +18,12 @@ import (
 // startCluster runs n raft nodes in process over loopback TCP, with real
 // bolt stores (fsync on), and returns the leader.
 func startCluster(tb testing.TB, n int) (*Raft, func()) {
+	tb.Helper()
+	return startClusterFSM(tb, n, func() raft.FSM { return persist.NewFSM("b") })
+}
+
+// startClusterFSM is startCluster with the FSM of each node from newFSM.
+func startClusterFSM(tb testing.TB, n int, newFSM func() raft.FSM) (*Raft, func()) {
 	tb.Helper()
 	var ls []net.Listener
 	var peers []Peer
@@ -42,7 +49,7 @@ func startCluster(tb testing.TB, n int) (*Raft, func()) {
 		cfg := RaftConfig{NodeID: peers[i].ID, Peers: peers, HeartbeatTimeout: 200 * time.Millisecond,
 			ElectionTimeout: 200 * time.Millisecond, LeaderLeaseTimeout: 150 * time.Millisecond,
 			CommitTimeout: 10 * time.Millisecond, SnapshotInterval: time.Hour, SnapshotThreshold: 1 << 30, TrailingLogs: 10240}
-		r, err := StartRaft(cfg, persist.NewFSM("b"), store, stream, hclog.NewNullLogger())
+		r, err := StartRaft(cfg, newFSM(), store, stream, hclog.NewNullLogger())
 		if err != nil {
 			tb.Fatal(err)
 		}
