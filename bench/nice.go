@@ -7,12 +7,12 @@ import (
 )
 
 // Yield lowers the scheduling priority of every thread of this process to
-// nice 10 (Linux sets it per thread; threads started later inherit it from
-// the thread that starts them). A load generator on the same machine as the
-// servers it measures should not starve them: on two cores it otherwise
-// takes a third of the CPU and delays heartbeats. It returns the number of
-// threads changed.
-func Yield() int {
+// the nice level (Linux sets it per thread; threads started later inherit
+// it from the thread that starts them), so that a load generator on the same
+// machine as the servers it measures does not starve them: on two cores it
+// otherwise takes a third of the CPU. It returns the number of threads
+// changed.
+func Yield(nice int) int {
 	entries, err := os.ReadDir("/proc/self/task")
 	if err != nil {
 		return 0
@@ -23,7 +23,7 @@ func Yield() int {
 		if err != nil {
 			continue
 		}
-		if syscall.Setpriority(syscall.PRIO_PROCESS, tid, 10) == nil {
+		if syscall.Setpriority(syscall.PRIO_PROCESS, tid, nice) == nil {
 			n++
 		}
 	}

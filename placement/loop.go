@@ -124,14 +124,7 @@ func (s *Service) expire(ts *termState) bool {
 // (followup) and whether the write failed and should be retried.
 func (s *Service) plan(ctx context.Context, ts *termState) (followup, retry bool) {
 	gen, prev := s.fsm.Assignment()
-	tasks, _ := s.fsm.AllTasks()
-	in := assign.Input{Config: s.cfg.Assign, Tasks: make([]assign.Task, len(tasks)), Previous: make(assign.Assignment, len(prev))}
-	for i, t := range tasks {
-		in.Tasks[i] = assign.Task{ID: t.ID, Stateful: t.Stateful}
-	}
-	for id, p := range prev {
-		in.Previous[id] = assign.Placement{Active: p.Active, Standbys: p.Standbys, Warmups: p.Warmups}
-	}
+	in := assign.Input{Config: s.cfg.Assign}
 	s.mu.Lock()
 	for _, w := range ts.workers {
 		in.Workers = append(in.Workers, assign.Worker{ID: w.id, Capacity: w.capacity, Lags: maps.Clone(w.lags)})
@@ -139,8 +132,18 @@ func (s *Service) plan(ctx context.Context, ts *termState) (followup, retry bool
 	s.mu.Unlock()
 	if len(in.Workers) == 0 && !anyCopy(prev) {
 		// Nowhere to place anything and nothing placed to take back: the
-		// tasks stay PENDING without a write.
+		// tasks stay PENDING without a write, and without copying the
+		// task set (a submit storm re-plans every second).
 		return false, false
+	}
+	tasks, _ := s.fsm.AllTasks()
+	in.Tasks = make([]assign.Task, len(tasks))
+	for i, t := range tasks {
+		in.Tasks[i] = assign.Task{ID: t.ID, Stateful: t.Stateful}
+	}
+	in.Previous = make(assign.Assignment, len(prev))
+	for id, p := range prev {
+		in.Previous[id] = assign.Placement{Active: p.Active, Standbys: p.Standbys, Warmups: p.Warmups}
 	}
 
 	start := time.Now()

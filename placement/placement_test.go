@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -20,9 +21,10 @@ import (
 // rig is a Service over a real FSM; "replication" applies each command as
 // the next log entry.
 type rig struct {
-	t   *testing.T
-	fsm *persist.FSM
-	svc *Service
+	t      *testing.T
+	fsm    *persist.FSM
+	copies atomic.Int64 // AllTasks calls by the service
+	svc    *Service
 
 	mu      sync.Mutex
 	index   uint64
@@ -42,12 +44,23 @@ func newRig(t *testing.T, standbys int) *rig {
 			ProbingRebalanceInterval: time.Minute},
 		SessionTimeout: sessionTimeout, HeartbeatInterval: 500 * time.Millisecond,
 	}
-	svc, err := New(cfg, r.fsm, r.apply, zerolog.Nop())
+	svc, err := New(cfg, countingFSM{r.fsm, &r.copies}, r.apply, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
 	r.svc = svc
 	return r
+}
+
+// countingFSM counts how often the service copies the task set.
+type countingFSM struct {
+	*persist.FSM
+	copies *atomic.Int64
+}
+
+func (c countingFSM) AllTasks() ([]persist.Task, uint64) {
+	c.copies.Add(1)
+	return c.FSM.AllTasks()
 }
 
 func (r *rig) apply(_ context.Context, b []byte) (persist.Result, error) {
@@ -457,7 +470,8 @@ func TestTaskSetChangesArePlanned(t *testing.T) {
 	})
 }
 
-// With no worker at all, submits cause no assignment writes.
+// With no worker at all, submits cause no assignment writes, and the
+// task set is not even copied.
 func TestNoWorkersNoWrites(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRig(t, 0)
@@ -471,6 +485,9 @@ func TestNoWorkersNoWrites(t *testing.T) {
 		}
 		if n := r.assignmentWrites(); n != 0 {
 			t.Fatalf("%d assignment writes without any worker", n)
+		}
+		if n := r.copies.Load(); n != 0 {
+			t.Fatalf("the task set was copied %d times without any worker", n)
 		}
 		r.register("w1", 1)
 		settle(200 * time.Millisecond)

@@ -33,6 +33,7 @@ type benchFlags struct {
 	keep        bool
 	history     string
 	cpuprofile  string
+	nice        int
 }
 
 // benchJSON is `xce bench --json`.
@@ -90,6 +91,7 @@ none applied twice. A violation exits 1 and keeps the history visualisation.`,
 	fl.BoolVar(&f.json, "json", false, "print one JSON object")
 	fl.BoolVar(&f.keep, "keep", false, "keep the local cluster's directory")
 	fl.StringVar(&f.cpuprofile, "cpuprofile", "", "write the load generator's own CPU profile here")
+	fl.IntVar(&f.nice, "nice", 0, "run the load generator at this nice level (0-19) so that it yields the CPU to servers on the same machine")
 	fl.StringVar(&f.history, "history", "", "where to write the history visualisation on a violation (default: in the run's directory)")
 	return cmd
 }
@@ -108,6 +110,8 @@ func runBench(stdout, stderr io.Writer, f benchFlags) error {
 		return usageErr("--local must be between 1 and 7")
 	case f.killPrimary > 0 && f.local < 3:
 		return usageErr("--kill-primary needs --local 3 or more")
+	case f.nice < 0 || f.nice > 19:
+		return usageErr("--nice must be between 0 and 19")
 	}
 	prof, ok := bench.Profiles[f.profile]
 	if !ok {
@@ -157,9 +161,12 @@ func runBench(stdout, stderr io.Writer, f benchFlags) error {
 		fmt.Fprintf(stderr, "local cluster of %d (%s timings) up in %s\n", f.local, prof.Name, dir)
 	}
 
-	// The servers are started: from here on the load generator yields the
-	// CPU to them.
-	bench.Yield()
+	// The servers are started: from here on the load generator may yield
+	// the CPU to them. By default it does not, like etcd's benchmark tool,
+	// so that figures compare.
+	if f.nice > 0 {
+		bench.Yield(f.nice)
+	}
 
 	// Ctrl-C or SIGTERM ends the run early; the deferred Stop still takes
 	// the local cluster down rather than leaving its servers behind.
