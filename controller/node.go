@@ -61,6 +61,9 @@ type Options struct {
 	ClientListener, PeerListener net.Listener
 	// LockWait is how long to wait for the data dir lock.
 	LockWait time.Duration
+	// CheckDB, when set, vets an existing raft.db before it is opened
+	// (persist.Options.CheckBolt).
+	CheckDB func(path string) error
 	// FSM is the replicated state machine; nil makes a new one.
 	FSM *persist.FSM
 	// Services are the leader-only services, started in order.
@@ -273,7 +276,7 @@ func (n *Node) Run(ctx context.Context, api http.Handler) (err error) {
 	// 2. Storage.
 	store, err := persist.Open(n.cfg.DataDir, persist.Options{
 		NodeID: n.cfg.NodeID, ClusterID: n.cfg.ClusterID, LockWait: n.opts.LockWait,
-		Logger: logging.NewHCLog(n.log, "snapshot"),
+		Logger: logging.NewHCLog(n.log, "snapshot"), CheckBolt: n.opts.CheckDB,
 	})
 	if err != nil {
 		closePeer()

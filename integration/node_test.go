@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -292,12 +294,7 @@ func TestNodeRefusesBadStart(t *testing.T) {
 			t.Errorf("second process took %v to give up, want under 5s", r.Elapsed)
 		}
 		// Log lines (JSON) may precede it; exactly one plain line is the error.
-		var plain []string
-		for _, l := range nonEmptyLines(r.Stderr) {
-			if !strings.HasPrefix(strings.TrimSpace(l), "{") {
-				plain = append(plain, l)
-			}
-		}
+		plain := plainLines(r.Stderr)
 		if len(plain) != 1 {
 			t.Fatalf("want exactly one error line on stderr, got %d:\n%s", len(plain), r.Stderr)
 		}
@@ -313,6 +310,65 @@ func TestNodeRefusesBadStart(t *testing.T) {
 			t.Errorf("first node exited")
 		}
 	})
+	t.Run("corrupt raft.db", func(t *testing.T) {
+		// Node 1 writes its raft.db (bootstrap, votes), then stops; garbage
+		// over its B+tree pages is what bbolt would otherwise crash on, in a
+		// goroutine no recover reaches.
+		c.Start(1)
+		if err := waitFor(10*time.Second, pollEvery, func() error {
+			s, err := c.Status(1)
+			if err != nil {
+				return err
+			}
+			if s.Role == xcev1.Role_ROLE_INIT {
+				return errors.New("still INIT")
+			}
+			return nil
+		}); err != nil {
+			t.Fatalf("node 1 never left INIT: %v", err)
+		}
+		c.Stop(1)
+		db := filepath.Join(c.Node(1).DataDir, "raft.db")
+		b, err := os.ReadFile(db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const page = 4096
+		if len(b) < 4*page {
+			t.Fatalf("raft.db has %d bytes, want at least 4 pages", len(b))
+		}
+		for i := 2 * page; i < len(b); i++ {
+			b[i] = 0xA5
+		}
+		if err := os.WriteFile(db, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		r := runXCE(t, 20*time.Second, "server", "--config", c.Node(1).ConfigPath)
+		t.Logf("exit %d after %v", r.Code, r.Elapsed.Round(time.Millisecond))
+		if r.Code == 0 {
+			t.Fatalf("a node with a corrupt raft.db exited 0")
+		}
+		plain := plainLines(r.Stderr)
+		if len(plain) != 1 {
+			t.Fatalf("want exactly one error line on stderr (no panic trace), got %d:\n%s", len(plain), r.Stderr)
+		}
+		t.Logf("error line: %s", plain[0])
+		if !strings.Contains(plain[0], db) || !strings.Contains(plain[0], "corrupt") {
+			t.Errorf("error line %q should name %s and say \"corrupt\"", plain[0], db)
+		}
+	})
+}
+
+// plainLines drops the JSON log lines from a server's stderr and returns
+// the rest (the error line).
+func plainLines(stderr string) []string {
+	var plain []string
+	for _, l := range nonEmptyLines(stderr) {
+		if !strings.HasPrefix(strings.TrimSpace(l), "{") {
+			plain = append(plain, l)
+		}
+	}
+	return plain
 }
 
 // /healthz answers 200 everywhere; /readyz 200 only on the primary.

@@ -59,6 +59,11 @@ type Options struct {
 	LockWait time.Duration
 	// Logger receives raft's snapshot store output.
 	Logger hclog.Logger
+	// CheckBolt, when set, vets an existing raft.db before bbolt opens it
+	// for writing. bbolt panics on some corrupt pages in goroutines of its
+	// own, where no recover reaches; the server runs CheckBoltFile in a
+	// child process so such a file fails Open instead of killing the node.
+	CheckBolt func(path string) error
 }
 
 // Store is an opened data dir.
@@ -100,6 +105,16 @@ func Open(dir string, opts Options) (_ *Store, err error) {
 	}()
 	if err := checkMeta(dir, opts); err != nil {
 		return nil, err
+	}
+	if opts.CheckBolt != nil {
+		if err := sniffBolt(filepath.Join(dir, raftFile)); err != nil {
+			return nil, err
+		}
+		if fi, err := os.Stat(filepath.Join(dir, raftFile)); err == nil && fi.Size() > 0 {
+			if err := opts.CheckBolt(filepath.Join(dir, raftFile)); err != nil {
+				return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, filepath.Join(dir, raftFile), err)
+			}
+		}
 	}
 	bolt, err := openBolt(filepath.Join(dir, raftFile))
 	if err != nil {
@@ -226,6 +241,37 @@ func writeFileSync(path string, v any) error {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// CheckBoltFile opens the bolt file at path read-only and walks every page
+// reachable from its root, as bbolt does when it rebuilds its free list on a
+// writable open. It returns what is wrong, if anything. A corrupt page may
+// still make bbolt panic in a goroutine of its own: run it where that only
+// ends a disposable process (`xce check-db`).
+func CheckBoltFile(path string) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%v", r)
+		}
+	}()
+	if err := sniffBolt(path); err != nil {
+		return err
+	}
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{ReadOnly: true, Timeout: time.Second})
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	return db.View(func(tx *bbolt.Tx) error {
+		var errs []error
+		for e := range tx.Check() {
+			if len(errs) < 10 {
+				errs = append(errs, e)
+			}
+		}
+		return errors.Join(errs...)
+	})
 }
 
 // openBolt opens the log store, turning bbolt's panics on some corrupt files

@@ -543,15 +543,6 @@ func TestLockAcrossProcesses(t *testing.T) {
 	}
 }
 
-// knownBug skips a test that reproduces a bug reported but not yet fixed;
-// XCE_PERSIST_KNOWN_BUGS=1 runs it (it fails until the fix lands).
-func knownBug(t *testing.T, what string) {
-	t.Helper()
-	if os.Getenv("XCE_PERSIST_KNOWN_BUGS") == "" {
-		t.Skip("known bug, set XCE_PERSIST_KNOWN_BUGS=1 to run: " + what)
-	}
-}
-
 const openEnv = "XCE_PERSIST_TEST_OPEN_DIR"
 
 // TestHelperOpen is not a test: TestCorruptRaftDBNeverCrashes runs it in a
@@ -561,19 +552,48 @@ func TestHelperOpen(t *testing.T) {
 	if dir == "" {
 		t.Skip("helper process for TestCorruptRaftDBNeverCrashes")
 	}
-	s, err := Open(dir, testOpts)
+	opts := testOpts
+	opts.CheckBolt = checkInChild
+	s, err := Open(dir, opts)
 	if err == nil {
 		s.Close()
 	}
 	fmt.Printf("OPEN-RETURNED %v\n", err)
 }
 
+const checkEnv = "XCE_PERSIST_TEST_CHECK_FILE"
+
+// TestHelperCheckBolt is not a test: checkInChild runs it in a child
+// process, as the server runs `xce check-db`.
+func TestHelperCheckBolt(t *testing.T) {
+	path := os.Getenv(checkEnv)
+	if path == "" {
+		t.Skip("helper process for checkInChild")
+	}
+	if err := CheckBoltFile(path); err != nil {
+		fmt.Printf("CHECK-FAILED %v\n", err)
+		os.Exit(1)
+	}
+	fmt.Println("CHECK-OK")
+}
+
+func checkInChild(path string) error {
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperCheckBolt$", "-test.count=1")
+	cmd.Env = append(os.Environ(), checkEnv+"="+path)
+	out, err := cmd.CombinedOutput()
+	if err != nil || !bytes.Contains(out, []byte("CHECK-OK")) {
+		first, _, _ := strings.Cut(string(out), "\n")
+		return fmt.Errorf("check failed (%v): %s", err, first)
+	}
+	return nil
+}
+
 // TestCorruptRaftDBNeverCrashes: a raft.db cut short must make Open return
 // an error, never kill the process (bbolt would die with SIGBUS reading its
 // mapping past EOF; sniffBolt checks the size against the meta page first).
-// A flipped bit inside a data page is still a known gap: bbolt v1.4.3 panics
-// in a goroutine of its own (DB.freepages), which no recover can catch;
-// XCE_PERSIST_KNOWN_BUGS=1 runs those cases.
+// A flipped bit inside a data page makes bbolt v1.4.3 panic in a goroutine of
+// its own (DB.freepages), which no recover can catch: Open runs the check
+// (CheckBolt) in a child process first, as the server does.
 func TestCorruptRaftDBNeverCrashes(t *testing.T) {
 	src := initDir(t)
 	s := openT(t, src, testOpts)
@@ -601,7 +621,7 @@ func TestCorruptRaftDBNeverCrashes(t *testing.T) {
 			variants = append(variants, variant{fmt.Sprint("truncated to ", pages, " pages"), orig[:pages*4096]})
 		}
 	}
-	for pg := 2; os.Getenv("XCE_PERSIST_KNOWN_BUGS") != "" && pg < 20 && (pg+1)*4096 <= len(orig); pg++ {
+	for pg := 2; pg < 20 && (pg+1)*4096 <= len(orig); pg++ {
 		b := bytes.Clone(orig)
 		b[pg*4096+20] ^= 0x10
 		variants = append(variants, variant{fmt.Sprint("bit flip in page ", pg), b})
@@ -622,6 +642,7 @@ func TestCorruptRaftDBNeverCrashes(t *testing.T) {
 				first, _, _ := strings.Cut(string(out), "\n\n")
 				t.Fatalf("Open crashed the process (%v):\n%s", err, first)
 			}
+			t.Logf("%s", bytes.TrimSpace(out[bytes.Index(out, []byte("OPEN-RETURNED")):]))
 		})
 	}
 }

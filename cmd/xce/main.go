@@ -76,7 +76,7 @@ func main() {
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageErr("%v", err) })
 	root.AddCommand(serverCmd(), upgradeCmd(), devCmd(), statusCmd(), versionCmd(),
 		submitCmd(), taskCmd(), tasksCmd(), benchCmd(), kafkaDevCmd(), eventsCmd(), assignCmd(),
-		workerCmd(), workersCmd(), assignmentCmd())
+		workerCmd(), workersCmd(), assignmentCmd(), checkDBCmd())
 	err := root.Execute()
 	os.Exit(exitCode(err))
 }

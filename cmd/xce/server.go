@@ -164,6 +164,7 @@ func runServer(cfgPath, pidFile string) error {
 		Config: cfg, Logger: log, Version: versionString(), Pprof: os.Getenv("XCE_PPROF") == "1",
 		Registry: reg, FSM: fsm, Services: []controller.LeaderService{outbox, assignor}, Outbox: outbox,
 		ClientListener: clientLn, PeerListener: peerLn, LockWait: lockWait, StartBackend: startBackend,
+		CheckDB: checkDBInChild,
 		Serving: func() {
 			if err := upg.Ready(); err != nil {
 				log.Warn().Err(err).Msg("reporting ready to the upgrader")
