@@ -128,7 +128,8 @@ func (w *waves) run() {
 			}
 			q.resp <- applyResp{val: f.Response(), index: f.Index()}
 		}
-		clear(batch) // drop references to answered requests
+		clear(batch) // drop references to answered requests and their futures
+		clear(futures)
 	}
 }
 
