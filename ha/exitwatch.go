@@ -123,16 +123,15 @@ func (w *exitWatch) run() {
 			continue
 		}
 		held := time.Now()
-		w.hold(c, addr, id)
-		// A connection that stayed up a while is the normal case; one that
-		// closed at once means something accepts and drops it: back off.
-		if time.Since(held) > exitWatchMaxBackoff {
+		if !w.hold(c, addr, id) || time.Since(held) > exitWatchMaxBackoff {
 			backoff = 0
-		} else {
-			backoff = min(max(2*backoff, w.poll), exitWatchMaxBackoff)
-			if !w.sleep(backoff) {
-				return
-			}
+			continue
+		}
+		// The connection was closed at once although the port still
+		// accepts: something accepts and drops it. Back off.
+		backoff = min(max(2*backoff, w.poll), exitWatchMaxBackoff)
+		if !w.sleep(backoff) {
+			return
 		}
 	}
 }
@@ -150,8 +149,9 @@ func (w *exitWatch) sleep(d time.Duration) bool {
 
 // hold keeps c open until the leader's end closes it, the leader changes
 // or the watch stops. A close followed by a refused dial means the leader
-// has exited.
-func (w *exitWatch) hold(c net.Conn, addr string, id raft.ServerID) {
+// has exited. It reports whether the connection was dropped while the
+// port still accepts.
+func (w *exitWatch) hold(c net.Conn, addr string, id raft.ServerID) (dropped bool) {
 	closed := make(chan struct{})
 	go func() {
 		defer close(closed)
@@ -179,21 +179,21 @@ func (w *exitWatch) hold(c net.Conn, addr string, id raft.ServerID) {
 	for {
 		select {
 		case <-w.stop:
-			return
+			return false
 		case <-tick.C:
 			if _, cur := w.leader(); cur != id {
-				return
+				return false
 			}
 		case <-closed:
 			probe, err := w.dial(addr, exitWatchDialTimeout)
 			if err == nil {
 				_ = probe.Close()
-				return
+				return true
 			}
 			if refused(err) {
 				w.gone(addr, id)
 			}
-			return
+			return false
 		}
 	}
 }
