@@ -223,3 +223,37 @@ func (c *LocalCluster) WaitPrimary(ctx context.Context, cl *client.Client, wantS
 		}
 	}
 }
+
+// WaitCaughtUp polls until every STANDBY has applied what the PRIMARY had
+// committed when the wait began, so that a kill that follows is a single
+// failure rather than one during a restarted node's catch-up (raft cannot
+// elect until that node answers votes).
+func (c *LocalCluster) WaitCaughtUp(ctx context.Context, cl *client.Client) error {
+	var target uint64
+	for {
+		behind := 0
+		sts := c.Statuses(ctx, cl)
+		if target == 0 {
+			for _, s := range sts {
+				if s != nil && s.Role == xcev1.Role_ROLE_PRIMARY {
+					target = s.CommitIndex
+				}
+			}
+		}
+		if target > 0 {
+			for _, s := range sts {
+				if s != nil && s.Role == xcev1.Role_ROLE_STANDBY && s.AppliedIndex < target {
+					behind++
+				}
+			}
+			if behind == 0 {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("standbys not caught up to index %d: %w", target, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}

@@ -302,7 +302,8 @@ func printBench(w io.Writer, o benchJSON) {
 }
 
 // killLoop SIGKILLs the primary f.killPrimary times, evenly over the run,
-// restarting each killed node and waiting for a full cluster before the next.
+// restarting each killed node and waiting for a full, caught-up cluster
+// before the next.
 func killLoop(ctx context.Context, stderr io.Writer, c *bench.LocalCluster, ctl *client.Client, f benchFlags, kills *[]time.Time) error {
 	interval := f.duration / time.Duration(f.killPrimary+1)
 	start := time.Now()
@@ -314,6 +315,9 @@ func killLoop(ctx context.Context, stderr io.Writer, c *bench.LocalCluster, ctl 
 		}
 		wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 		p, err := c.WaitPrimary(wctx, ctl, c.N-1)
+		if err == nil {
+			err = c.WaitCaughtUp(wctx, ctl)
+		}
 		cancel()
 		if err != nil {
 			return err
