@@ -183,8 +183,32 @@ func runBench(stdout, stderr io.Writer, f benchFlags) error {
 	termStart := maxTerm(ctx, ctl, endpoints)
 	killErr := make(chan error, 1)
 	var kills []time.Time
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	defer stopLoad()
 	if f.killPrimary > 0 {
-		go func() { killErr <- killLoop(ctx, stderr, cluster, ctl, f, &kills) }()
+		// The load runs for --duration and, should the kills take longer
+		// (each waits for a caught-up cluster), until the last kill's
+		// failover is behind it, so every kill gets its figure.
+		killDone := make(chan struct{})
+		go func() {
+			defer close(killDone)
+			killErr <- killLoop(ctx, stderr, cluster, ctl, f, &kills)
+		}()
+		if f.ops == 0 {
+			load.Duration = 0
+			go func() {
+				select {
+				case <-time.After(f.duration):
+				case <-loadCtx.Done():
+					return
+				}
+				select {
+				case <-killDone:
+				case <-loadCtx.Done():
+				}
+				stopLoad()
+			}()
+		}
 	} else {
 		killErr <- nil
 	}
@@ -198,7 +222,7 @@ func runBench(stdout, stderr io.Writer, f benchFlags) error {
 		}
 		defer pf.Close()
 	}
-	res, err := bench.Run(ctx, load, &hist)
+	res, err := bench.Run(loadCtx, load, &hist)
 	if f.cpuprofile != "" {
 		pprof.StopCPUProfile()
 	}
