@@ -1,6 +1,7 @@
 package ha
 
 import (
+	"bytes"
 	"errors"
 	"net"
 	"slices"
@@ -25,7 +26,8 @@ import (
 // grant their vote although they still have a leader. The voters that
 // noticed wait their rank among the surviving voters (sorted by id) times a
 // stagger before acting, and act only if no new leader has appeared
-// meanwhile, so two followers do not split the vote.
+// meanwhile and their own raft is not busy with a backlog, so two followers
+// do not split the vote and a late candidacy does not unseat a new leader.
 //
 // Only a refused connection counts. A partitioned, paused or overloaded
 // leader never refuses (its port either answers or times out), and an
@@ -38,9 +40,11 @@ type exitWatch struct {
 	trans    *raft.NetworkTransport
 	self     raft.ServerID
 	selfAddr raft.ServerAddress
+	stable   raft.StableStore // raft's, to read its last vote
 	dial     func(addr string, timeout time.Duration) (net.Conn, error)
 	poll     time.Duration // how often the current leader is looked at
 	stagger  time.Duration // per rank among the surviving voters
+	busy     time.Duration // raft taking longer than this to answer is busy
 	log      hclog.Logger
 
 	// holding is the id of the leader the watch holds a connection to
@@ -62,16 +66,17 @@ const (
 	exitWatchMaxBackoff = time.Second
 )
 
-func newExitWatch(r *raft.Raft, trans *raft.NetworkTransport, self raft.ServerID, stream raft.StreamLayer,
-	heartbeat time.Duration, log hclog.Logger) *exitWatch {
+func newExitWatch(r *raft.Raft, trans *raft.NetworkTransport, stable raft.StableStore, self raft.ServerID,
+	stream raft.StreamLayer, heartbeat time.Duration, log hclog.Logger) *exitWatch {
 	poll := min(heartbeat/4, 50*time.Millisecond)
 	return &exitWatch{
-		r: r, trans: trans, self: self, selfAddr: trans.LocalAddr(),
+		r: r, trans: trans, stable: stable, self: self, selfAddr: trans.LocalAddr(),
 		dial: func(addr string, timeout time.Duration) (net.Conn, error) {
 			return stream.Dial(raft.ServerAddress(addr), timeout)
 		},
 		poll:    max(poll, 5*time.Millisecond),
-		stagger: max(heartbeat/8, 10*time.Millisecond),
+		stagger: max(heartbeat/4, 10*time.Millisecond),
+		busy:    max(heartbeat/16, 10*time.Millisecond),
 		log:     log,
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
@@ -231,21 +236,73 @@ func (w *exitWatch) gone(addr string, id raft.ServerID) {
 	if _, cur := w.r.LeaderWithID(); cur != "" && cur != id {
 		return
 	}
-	w.log.Warn("the leader's peer port refuses connections: its process has exited; starting an election now",
-		"leader", string(id), "addr", addr, "rank", rank)
+	// This node's vote in the current term went to another survivor: that
+	// election can win, let it finish. (A candidate whose log is behind
+	// gets no vote here, and then this node runs.)
+	if w.votedForOther(id, addr) {
+		return
+	}
 	// Pooled connections may lead to processes that are gone (a voter
 	// restarted since this node last used them): a vote request on one
 	// fails at once and the election would wait out its timeout.
 	w.trans.CloseStreams()
-	req := &raft.TimeoutNowRequest{RPCHeader: raft.RPCHeader{
+	hdr := raft.RPCHeader{
 		ProtocolVersion: raft.ProtocolVersionMax,
 		ID:              []byte(w.self),
 		Addr:            w.trans.EncodePeer(w.self, w.selfAddr),
-	}}
+	}
+	// Raft handles requests one at a time. A node still working through a
+	// backlog (catching up after a restart) would start its election late,
+	// possibly after another survivor has won, and without a pre-vote its
+	// candidacy would unseat that new leader. So first time a request
+	// that raft answers at once and changes nothing (an AppendEntries of
+	// term 0): if it waits, leave the election to the others.
+	start := time.Now()
+	var aresp raft.AppendEntriesResponse
+	if err := w.trans.AppendEntries(w.self, w.selfAddr, &raft.AppendEntriesRequest{RPCHeader: hdr}, &aresp); err != nil {
+		w.log.Warn("could not reach this node's raft; leaving the election to raft's heartbeat timeout", "error", err)
+		return
+	}
+	if wait := time.Since(start); wait > w.busy {
+		w.log.Info("the leader's process has exited, but this node's raft is busy; leaving the election to the other voters",
+			"leader", string(id), "raft_wait", wait.Round(time.Millisecond))
+		return
+	}
+	w.log.Warn("the leader's peer port refuses connections: its process has exited; starting an election now",
+		"leader", string(id), "addr", addr, "rank", rank)
 	var resp raft.TimeoutNowResponse
-	if err := w.trans.TimeoutNow(w.self, w.selfAddr, req, &resp); err != nil {
+	if err := w.trans.TimeoutNow(w.self, w.selfAddr, &raft.TimeoutNowRequest{RPCHeader: hdr}, &resp); err != nil {
 		w.log.Warn("could not start the election; raft's heartbeat timeout will", "error", err)
 	}
+}
+
+// raft's own stable-store keys for its vote (hashicorp/raft persists them
+// before it answers a vote request).
+var (
+	keyLastVoteTerm = []byte("LastVoteTerm")
+	keyLastVoteCand = []byte("LastVoteCand")
+)
+
+// votedForOther reports whether this node has voted, in its current term,
+// for a candidate other than itself and the lost leader (which it may
+// have elected in this very term).
+func (w *exitWatch) votedForOther(lost raft.ServerID, lostAddr string) bool {
+	if w.stable == nil {
+		return false
+	}
+	return votedFor(w.stable, w.r.CurrentTerm(),
+		w.trans.EncodePeer(w.self, w.selfAddr), w.trans.EncodePeer(lost, raft.ServerAddress(lostAddr)))
+}
+
+// votedFor reports whether raft's stable store holds a vote in term for a
+// candidate that is neither self nor lost.
+func votedFor(stable raft.StableStore, term uint64, self, lost []byte) bool {
+	t, err := stable.GetUint64(keyLastVoteTerm)
+	if err != nil || t != term {
+		return false
+	}
+	cand, err := stable.Get(keyLastVoteCand)
+	return err == nil && len(cand) > 0 && !bytes.Equal(cand, self) && !bytes.Equal(cand, lost)
 }
 
 func refused(err error) bool {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
 
 	"github.com/xce/xce/netio"
 	"github.com/xce/xce/persist"
@@ -205,4 +206,38 @@ func waitAttached(t *testing.T, nodes []*watchNode, leader *watchNode) {
 		}
 	}
 	t.Fatal("the followers' watches did not connect to the leader")
+}
+
+// A survivor stands down only for a vote it gave, in the current term, to
+// another survivor: not for its vote for the lost leader or for itself, and
+// not for a vote in an older term (a candidate it refused never got one).
+func TestVotedForOther(t *testing.T) {
+	self, lost, other := []byte("127.0.0.1:1"), []byte("127.0.0.1:2"), []byte("127.0.0.1:3")
+	for _, c := range []struct {
+		name     string
+		voteTerm uint64
+		cand     []byte
+		want     bool
+	}{
+		{"no vote yet", 0, nil, false},
+		{"voted for the lost leader in this term", 7, lost, false},
+		{"voted for itself", 7, self, false},
+		{"voted for another survivor in this term", 7, other, true},
+		{"voted for another survivor in an older term", 6, other, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			st := raft.NewInmemStore()
+			if c.cand != nil {
+				if err := st.SetUint64(keyLastVoteTerm, c.voteTerm); err != nil {
+					t.Fatal(err)
+				}
+				if err := st.Set(keyLastVoteCand, c.cand); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := votedFor(st, 7, self, lost); got != c.want {
+				t.Errorf("votedFor = %v, want %v", got, c.want)
+			}
+		})
+	}
 }

@@ -117,7 +117,7 @@ func StartRaft(cfg RaftConfig, fsm raft.FSM, store *persist.Store, stream raft.S
 	})
 	r.RegisterObserver(b.observer)
 	if cfg.DetectLeaderExit {
-		b.watch = newExitWatch(r, trans, conf.LocalID, stream, cfg.HeartbeatTimeout, logger.Named("exitwatch"))
+		b.watch = newExitWatch(r, trans, store.Stable, conf.LocalID, stream, cfg.HeartbeatTimeout, logger.Named("exitwatch"))
 		b.watch.start()
 	}
 	return b, nil
