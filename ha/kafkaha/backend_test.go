@@ -225,18 +225,7 @@ func TestFailoverToStandby(t *testing.T) {
 // TestRestartLandsAtTheTail: a restarted member registers again at the tail
 // and does not take the role back; its snapshot spares replaying.
 func TestRestartLandsAtTheTail(t *testing.T) {
-	brokers := newKafka(t)
-	a := startMember(t, brokers, "a", "", 100)
-	becomePrimary(t, a)
-	b := startMember(t, brokers, "b", "", 100)
-	for i := range 5 {
-		submit(t, a, fmt.Sprintf("t%d", i))
-	}
-	waitFor(t, 10*time.Second, "b to apply", func() bool { return b.fsm.NumTasks() == 5 })
-	b.b.Shutdown()
-	for i := 5; i < 10; i++ {
-		submit(t, a, fmt.Sprintf("t%d", i))
-	}
+	brokers, a, b, _ := standbyStoppedBehind(t)
 	if n := snapshotTasks(t, b.dir); n != 5 {
 		t.Fatalf("b's snapshot holds %d tasks, want 5", n)
 	}
@@ -255,6 +244,26 @@ func TestRestartLandsAtTheTail(t *testing.T) {
 	if !leader(a) || leader(b2) {
 		t.Fatal("the restarted member took the role")
 	}
+}
+
+// standbyStoppedBehind runs a (holder) and b (standby); b applies t0..t4,
+// shuts down, and a writes t5..t9 without it. It returns the indexes of
+// the last five writes.
+func standbyStoppedBehind(t *testing.T) (brokers []string, a, b *member, idx []uint64) {
+	t.Helper()
+	brokers = newKafka(t)
+	a = startMember(t, brokers, "a", "", 100)
+	becomePrimary(t, a)
+	b = startMember(t, brokers, "b", "", 100)
+	for i := range 5 {
+		submit(t, a, fmt.Sprintf("t%d", i))
+	}
+	waitFor(t, 10*time.Second, "b to apply", func() bool { return b.fsm.NumTasks() == 5 })
+	b.b.Shutdown()
+	for i := 5; i < 10; i++ {
+		idx = append(idx, submit(t, a, fmt.Sprintf("t%d", i)))
+	}
+	return brokers, a, b, idx
 }
 
 // snapshotTasks restores the latest snapshot in dir and counts its tasks.

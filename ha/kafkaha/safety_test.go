@@ -368,19 +368,7 @@ func TestNewHolderIgnoresLeasesBeforeItsOwn(t *testing.T) {
 // the ones in between) must not apply what follows the gap: its FSM would
 // silently miss writes. It stops applying and says so.
 func TestTailerNeverSkipsRecords(t *testing.T) {
-	brokers := newKafka(t)
-	a := startMember(t, brokers, "a", "", 100)
-	becomePrimary(t, a)
-	b := startMember(t, brokers, "b", "", 100)
-	for i := range 5 {
-		submit(t, a, fmt.Sprintf("t%d", i))
-	}
-	waitFor(t, 10*time.Second, "b to apply", func() bool { return b.fsm.NumTasks() == 5 })
-	b.b.Shutdown()
-	var idx []uint64
-	for i := 5; i < 10; i++ {
-		idx = append(idx, submit(t, a, fmt.Sprintf("t%d", i)))
-	}
+	brokers, _, b, idx := standbyStoppedBehind(t)
 	// The topic loses t5 and t6: it starts at t7 now.
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
