@@ -48,7 +48,7 @@ type exitWatch struct {
 	log      hclog.Logger
 
 	// holding is the id of the leader the watch holds a connection to
-	// ("" when none); for tests and status.
+	// ("" when none); for tests.
 	holding atomic.Value
 	// announced is the last leader logged as watched (run's goroutine only).
 	announced raft.ServerID
@@ -220,8 +220,9 @@ func (w *exitWatch) rank(lost raft.ServerID) int {
 	return slices.Index(ids, string(w.self))
 }
 
-// gone starts an election after this node's turn, unless a leader other
-// than the lost one has appeared meanwhile.
+// gone starts an election after this node's turn, unless meanwhile a
+// leader other than the lost one has appeared, this node has voted for
+// another survivor, or its raft is busy.
 func (w *exitWatch) gone(addr string, id raft.ServerID) {
 	rank := w.rank(id)
 	if rank < 0 {
@@ -287,9 +288,6 @@ var (
 // for a candidate other than itself and the lost leader (which it may
 // have elected in this very term).
 func (w *exitWatch) votedForOther(lost raft.ServerID, lostAddr string) bool {
-	if w.stable == nil {
-		return false
-	}
 	return votedFor(w.stable, w.r.CurrentTerm(),
 		w.trans.EncodePeer(w.self, w.selfAddr), w.trans.EncodePeer(lost, raft.ServerAddress(lostAddr)))
 }

@@ -35,7 +35,19 @@ type waves struct {
 type applyReq struct {
 	ctx  context.Context
 	cmd  []byte
-	resp chan applyResp // buffered: the wave never blocks on a caller
+	resp chan applyResp   // buffered: the wave never blocks on a caller
+	f    raft.ApplyFuture // nil when the caller gave up before its wave
+}
+
+// outcome waits for the request's future, if it has one.
+func (q *applyReq) outcome() applyResp {
+	if q.f == nil {
+		return applyResp{err: q.ctx.Err()}
+	}
+	if err := q.f.Error(); err != nil {
+		return applyResp{err: mapErr(err)}
+	}
+	return applyResp{val: q.f.Response(), index: q.f.Index()}
 }
 
 type applyResp struct {
@@ -89,7 +101,6 @@ func (w *waves) close() {
 func (w *waves) run() {
 	defer close(w.done)
 	batch := make([]*applyReq, 0, maxWave)
-	futures := make([]raft.ApplyFuture, 0, maxWave)
 	for {
 		batch = batch[:0]
 		select {
@@ -108,28 +119,15 @@ func (w *waves) run() {
 				break fill
 			}
 		}
-		futures = futures[:0]
 		for _, q := range batch {
-			if err := q.ctx.Err(); err != nil {
-				futures = append(futures, nil)
-				continue
+			if q.ctx.Err() == nil {
+				q.f = w.r.Apply(q.cmd, timeoutOf(q.ctx))
 			}
-			futures = append(futures, w.r.Apply(q.cmd, timeoutOf(q.ctx)))
 		}
-		for i, q := range batch {
-			f := futures[i]
-			if f == nil {
-				q.resp <- applyResp{err: q.ctx.Err()}
-				continue
-			}
-			if err := f.Error(); err != nil {
-				q.resp <- applyResp{err: mapErr(err)}
-				continue
-			}
-			q.resp <- applyResp{val: f.Response(), index: f.Index()}
+		for _, q := range batch {
+			q.resp <- q.outcome()
 		}
-		clear(batch) // drop references to answered requests and their futures
-		clear(futures)
+		clear(batch) // drop references to answered requests
 	}
 }
 

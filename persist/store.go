@@ -106,17 +106,7 @@ func Open(dir string, opts Options) (_ *Store, err error) {
 	if err := checkMeta(dir, opts); err != nil {
 		return nil, err
 	}
-	if opts.CheckBolt != nil {
-		if err := sniffBolt(filepath.Join(dir, raftFile)); err != nil {
-			return nil, err
-		}
-		if fi, err := os.Stat(filepath.Join(dir, raftFile)); err == nil && fi.Size() > 0 {
-			if err := opts.CheckBolt(filepath.Join(dir, raftFile)); err != nil {
-				return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, filepath.Join(dir, raftFile), err)
-			}
-		}
-	}
-	bolt, err := openBolt(filepath.Join(dir, raftFile))
+	bolt, err := openBolt(filepath.Join(dir, raftFile), opts.CheckBolt)
 	if err != nil {
 		return nil, err
 	}
@@ -275,8 +265,9 @@ func CheckBoltFile(path string) (err error) {
 }
 
 // openBolt opens the log store, turning bbolt's panics on some corrupt files
-// into ErrCorrupt.
-func openBolt(path string) (s *raftboltdb.BoltStore, err error) {
+// into ErrCorrupt. check, when set, vets an existing file first
+// (Options.CheckBolt).
+func openBolt(path string, check func(path string) error) (s *raftboltdb.BoltStore, err error) {
 	// A fault while bbolt reads its mapping becomes a panic we recover
 	// rather than a SIGBUS that kills the process.
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
@@ -287,6 +278,13 @@ func openBolt(path string) (s *raftboltdb.BoltStore, err error) {
 	}()
 	if err := sniffBolt(path); err != nil {
 		return nil, err
+	}
+	if check != nil {
+		if fi, err := os.Stat(path); err == nil && fi.Size() > 0 {
+			if err := check(path); err != nil {
+				return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, path, err)
+			}
+		}
 	}
 	s, err = raftboltdb.New(raftboltdb.Options{
 		Path: path,
