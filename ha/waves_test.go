@@ -7,6 +7,7 @@ import (
 	"io"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -149,4 +150,129 @@ func pollUntil(d time.Duration, cond func() bool) error {
 		}
 	}
 	return errors.New("timed out")
+}
+
+// fakeRaft commits every command a fixed time after Apply and records
+// when each Apply came, so that a test inside a synctest bubble sees the
+// waves exactly.
+type fakeRaft struct {
+	commit time.Duration
+	mu     sync.Mutex
+	calls  []time.Time
+}
+
+type fakeFuture struct {
+	done chan struct{}
+	idx  uint64
+}
+
+func (f *fakeFuture) Error() error  { <-f.done; return nil }
+func (f *fakeFuture) Index() uint64 { <-f.done; return f.idx }
+func (f *fakeFuture) Response() any { <-f.done; return f.idx }
+
+func (r *fakeRaft) Apply(cmd []byte, timeout time.Duration) raft.ApplyFuture {
+	r.mu.Lock()
+	r.calls = append(r.calls, time.Now())
+	f := &fakeFuture{done: make(chan struct{}), idx: uint64(len(r.calls))}
+	r.mu.Unlock()
+	go func() {
+		time.Sleep(r.commit)
+		close(f.done)
+	}()
+	return f
+}
+
+// waveSizes groups the Apply calls by the instant they came: in a bubble,
+// one wave's calls all come at the same instant.
+func (r *fakeRaft) waveSizes() []int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var sizes []int
+	for i, at := range r.calls {
+		if i == 0 || !at.Equal(r.calls[i-1]) {
+			sizes = append(sizes, 0)
+		}
+		sizes[len(sizes)-1]++
+	}
+	return sizes
+}
+
+// inBubble runs test in a synctest bubble with waves over a fakeRaft that
+// commits in 4 ms.
+func inBubble(t *testing.T, test func(t *testing.T, r *fakeRaft, w *waves)) {
+	synctest.Test(t, func(t *testing.T) {
+		r := &fakeRaft{commit: 4 * time.Millisecond}
+		w := newWaves(r)
+		defer w.close()
+		test(t, r, w)
+	})
+}
+
+func timedApply(t *testing.T, w *waves) time.Duration {
+	start := time.Now()
+	if _, _, err := w.apply(context.Background(), []byte("x")); err != nil {
+		t.Error(err)
+	}
+	return time.Since(start)
+}
+
+// Callers that write again soon after their answer, as API clients do,
+// end up in one wave together instead of two alternating half-size waves.
+func TestWavesGatherReturningCallers(t *testing.T) {
+	inBubble(t, func(t *testing.T, r *fakeRaft, w *waves) {
+		var wg sync.WaitGroup
+		for range 16 {
+			wg.Go(func() {
+				for range 40 {
+					timedApply(t, w)
+					// The answer's way back to the client and its next request.
+					time.Sleep(200 * time.Microsecond)
+				}
+			})
+		}
+		wg.Wait()
+		// The first wave may start with the first caller alone; in the last
+		// the caller that started first has already finished.
+		sizes := r.waveSizes()
+		for i := 1; i < len(sizes)-1; i++ {
+			if sizes[i] != 16 {
+				t.Fatalf("wave %d has %d commands, want all 16 callers (sizes %v)", i, sizes[i], sizes)
+			}
+		}
+		if got := w.commands.Load(); got != 16*40 {
+			t.Errorf("%d commands counted, want %d", got, 16*40)
+		}
+	})
+}
+
+// A caller alone never waits for company.
+func TestWavesLoneCallerDoesNotWait(t *testing.T) {
+	inBubble(t, func(t *testing.T, r *fakeRaft, w *waves) {
+		for i := range 20 {
+			if d := timedApply(t, w); d != r.commit {
+				t.Fatalf("write %d took %v, want the commit's %v", i, d, r.commit)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	})
+}
+
+// When most callers of a wave do not come back, the next wave waits a
+// quarter of a wave for them once, and the wave after that not at all.
+func TestWavesCallersThatLeave(t *testing.T) {
+	inBubble(t, func(t *testing.T, r *fakeRaft, w *waves) {
+		var wg sync.WaitGroup
+		for range 16 {
+			wg.Go(func() { timedApply(t, w) })
+		}
+		wg.Wait()
+		if d := timedApply(t, w); d > r.commit+r.commit/4 {
+			t.Errorf("first write after the others left took %v, want at most %v", d, r.commit+r.commit/4)
+		}
+		for i := range 10 {
+			if d := timedApply(t, w); d != r.commit {
+				t.Fatalf("write %d took %v, want the commit's %v", i, d, r.commit)
+			}
+		}
+	})
 }
