@@ -52,6 +52,9 @@ type exitWatch struct {
 	holding atomic.Value
 	// announced is the last leader logged as watched (run's goroutine only).
 	announced raft.ServerID
+	// handled is the lost leader and term gone has acted on, or stood down
+	// for (run's goroutine only): it acts once per exit.
+	handled exitKey
 
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -203,6 +206,11 @@ func (w *exitWatch) hold(c net.Conn, addr string, id raft.ServerID) (dropped boo
 	}
 }
 
+type exitKey struct {
+	leader raft.ServerID
+	term   uint64
+}
+
 // rank is this node's place among the voters other than the lost leader,
 // sorted by id, or -1 when it is not one of them.
 func (w *exitWatch) rank(lost raft.ServerID) int {
@@ -222,8 +230,17 @@ func (w *exitWatch) rank(lost raft.ServerID) int {
 
 // gone starts an election after this node's turn, unless meanwhile a
 // leader other than the lost one has appeared, this node has voted for
-// another survivor, or its raft is busy.
+// another survivor, or its raft is busy. It acts once per lost leader and
+// term: the watch keeps finding the port refused until raft learns of a
+// new leader, and a survivor that stood down because its raft was busy
+// would otherwise, once raft is free, run against the survivor it has just
+// voted for.
 func (w *exitWatch) gone(addr string, id raft.ServerID) {
+	key := exitKey{id, w.r.CurrentTerm()}
+	if w.handled == key {
+		return
+	}
+	w.handled = key
 	rank := w.rank(id)
 	if rank < 0 {
 		return

@@ -67,6 +67,13 @@ type watchNode struct {
 // loss is the exit watch's doing.
 func startWatchCluster(t *testing.T) []*watchNode {
 	t.Helper()
+	return startWatchClusterLogs(t, nil)
+}
+
+// startWatchClusterLogs is startWatchCluster with each node's log store
+// passed through wrap, when set.
+func startWatchClusterLogs(t *testing.T, wrap func(id string, logs raft.LogStore) raft.LogStore) []*watchNode {
+	t.Helper()
 	var nodes []*watchNode
 	var peers []Peer
 	for i := 0; i < 3; i++ {
@@ -82,6 +89,9 @@ func startWatchCluster(t *testing.T) []*watchNode {
 		store, err := persist.Open(t.TempDir(), persist.Options{NodeID: n.id, ClusterID: "w"})
 		if err != nil {
 			t.Fatal(err)
+		}
+		if wrap != nil {
+			store.Logs = wrap(n.id, store.Logs)
 		}
 		stream, err := netio.NewStreamLayer(n.ln, n.addr, "")
 		if err != nil {
@@ -240,4 +250,112 @@ func TestVotedForOther(t *testing.T) {
 			}
 		})
 	}
+}
+
+// stallingLogs holds StoreLogs, once armed, until released: a follower
+// whose raft is stuck behind a slow disk.
+type stallingLogs struct {
+	raft.LogStore
+	armed   atomic.Bool
+	stalled chan struct{} // closed when a StoreLogs is held
+	release chan struct{}
+	once    sync.Once
+}
+
+func (s *stallingLogs) StoreLogs(logs []*raft.Log) error {
+	if s.armed.Load() {
+		s.once.Do(func() { close(s.stalled) })
+		<-s.release
+	}
+	return s.LogStore.StoreLogs(logs)
+}
+
+// A survivor whose raft is busy when the leader exits leaves the election
+// to the other: were it to start one when its raft catches up, it would
+// run against the survivor it has just voted for and cost a second
+// election (a split vote, then raft's 4 s timeout).
+func TestExitWatchBusySurvivorStandsDown(t *testing.T) {
+	stalls := map[string]*stallingLogs{}
+	var mu sync.Mutex
+	nodes := startWatchClusterLogs(t, func(id string, logs raft.LogStore) raft.LogStore {
+		s := &stallingLogs{LogStore: logs, stalled: make(chan struct{}), release: make(chan struct{})}
+		mu.Lock()
+		stalls[id] = s
+		mu.Unlock()
+		return s
+	})
+	old := waitLeader(t, nodes, "", 20*time.Second)
+	if old == nil {
+		t.Fatal("no first leader")
+	}
+	waitAttached(t, nodes, old)
+	term := old.r.View().Term
+	// Survivors in id order: the first takes its turn at once, the second
+	// a quarter of the heartbeat timeout later.
+	var first, second *watchNode
+	for _, n := range nodes {
+		if n == old {
+			continue
+		}
+		if first == nil {
+			first = n
+		} else {
+			second = n
+		}
+	}
+	stall := stalls[first.id]
+	released := false
+	defer func() {
+		if !released {
+			close(stall.release)
+		}
+	}()
+	stall.armed.Store(true)
+	// A write the leader commits with the second survivor while the first
+	// is stuck storing it.
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, _, _ = old.r.Apply(ctx, (&persist.Command{Type: persist.CmdNoop}).Encode())
+	}()
+	select {
+	case <-stall.stalled:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the first survivor's raft never got the write to store")
+	}
+	exit(old)
+	// The second survivor's turn comes and it stands as candidate; it
+	// needs the first one's vote, which comes when its raft is free again.
+	if err := pollUntil(5*time.Second, func() bool { return second.r.View().State == StateCandidate }); err != nil {
+		t.Fatalf("%s did not stand for election after the leader's exit", second.id)
+	}
+	close(stall.release)
+	released = true
+	nl := waitLeader(t, nodes, old.id, 3*time.Second)
+	if nl != second {
+		t.Fatalf("new leader %v, want %s (elected with the busy survivor's vote)", nl, second.id)
+	}
+	// The busy survivor must not run against it once its raft is free.
+	if nl := waitTermChange(nodes, term+1, time.Second); nl != 0 {
+		t.Fatalf("term moved from %d to %d: the busy survivor ran against the new leader", term+1, nl)
+	}
+}
+
+// waitTermChange polls for up to within for a live node whose term is not
+// want and returns that term, or 0.
+func waitTermChange(nodes []*watchNode, want uint64, within time.Duration) uint64 {
+	deadline := time.Now().Add(within)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for ; time.Now().Before(deadline); <-tick.C {
+		for _, n := range nodes {
+			if n.dead {
+				continue
+			}
+			if got := n.r.View().Term; got != want {
+				return got
+			}
+		}
+	}
+	return 0
 }
