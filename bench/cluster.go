@@ -224,35 +224,59 @@ func (c *LocalCluster) WaitPrimary(ctx context.Context, cl *client.Client, wantS
 	}
 }
 
+// MaxKillLag is how far (in entries) a STANDBY may trail the PRIMARY's
+// commit index when the bench kills the PRIMARY.
+const MaxKillLag = 1024
+
 // WaitCaughtUp polls until every STANDBY has applied what the PRIMARY had
-// committed when the wait began, so that a kill that follows is a single
-// failure rather than one during a restarted node's catch-up (raft cannot
-// elect until that node answers votes).
-func (c *LocalCluster) WaitCaughtUp(ctx context.Context, cl *client.Client) error {
+// committed when the wait began and then, for up to settle more, until
+// one look finds every STANDBY within MaxKillLag entries of the PRIMARY's
+// commit index, so that a kill that follows is a single failure rather
+// than one during a restarted node's catch-up (raft cannot elect until
+// that node answers votes, nor commit before it has the leader's log).
+// It returns the largest lag of the last look: on a saturated machine a
+// STANDBY can trail by more than MaxKillLag for good, and the caller
+// reports that rather than waiting forever.
+func (c *LocalCluster) WaitCaughtUp(ctx context.Context, cl *client.Client, settle time.Duration) (lag uint64, err error) {
 	var target uint64
+	var settled time.Time // when the first target was reached
 	for {
-		behind := 0
+		var commit uint64
 		sts := c.Statuses(ctx, cl)
-		if target == 0 {
-			for _, s := range sts {
-				if s != nil && s.Role == xcev1.Role_ROLE_PRIMARY {
-					target = s.CommitIndex
-				}
+		for _, s := range sts {
+			if s != nil && s.Role == xcev1.Role_ROLE_PRIMARY {
+				commit = s.CommitIndex
 			}
 		}
+		if target == 0 {
+			target = commit
+		}
 		if target > 0 {
+			behind := 0
+			lag = 0
 			for _, s := range sts {
-				if s != nil && s.Role == xcev1.Role_ROLE_STANDBY && s.AppliedIndex < target {
+				if s == nil || s.Role != xcev1.Role_ROLE_STANDBY {
+					continue
+				}
+				if s.AppliedIndex < target {
 					behind++
+				}
+				if commit > s.AppliedIndex {
+					lag = max(lag, commit-s.AppliedIndex)
 				}
 			}
 			if behind == 0 {
-				return nil
+				if settled.IsZero() {
+					settled = time.Now()
+				}
+				if lag <= MaxKillLag || time.Since(settled) >= settle {
+					return lag, nil
+				}
 			}
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("standbys not caught up to index %d: %w", target, ctx.Err())
+			return lag, fmt.Errorf("standbys not caught up to index %d: %w", target, ctx.Err())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}

@@ -339,12 +339,16 @@ func killLoop(ctx context.Context, stderr io.Writer, c *bench.LocalCluster, ctl 
 		}
 		wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 		p, err := c.WaitPrimary(wctx, ctl, c.N-1)
+		var lag uint64
 		if err == nil {
-			err = c.WaitCaughtUp(wctx, ctl)
+			lag, err = c.WaitCaughtUp(wctx, ctl, 5*time.Second)
 		}
 		cancel()
 		if err != nil {
 			return err
+		}
+		if lag > bench.MaxKillLag {
+			fmt.Fprintf(stderr, "kill %d: a STANDBY still trails the PRIMARY by %d entries (the machine is saturated); this failover includes its catch-up\n", k, lag)
 		}
 		t := time.Now()
 		c.Kill(p)
