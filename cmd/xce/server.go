@@ -119,6 +119,9 @@ func runServer(cfgPath, pidFile string) error {
 		log.Info().Msg("upgrade 5/5: started with inherited listeners; answering NOT_READY until the old process releases the data dir")
 	}
 	reg := prometheus.NewRegistry()
+	if err := ha.ExportRaftMetrics(reg); err != nil {
+		return fmt.Errorf("raft metrics: %w", err)
+	}
 	var node *controller.Node
 	apply := func(ctx context.Context, cmd []byte) error {
 		_, err := node.Apply(ctx, cmd)

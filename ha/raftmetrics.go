@@ -1,0 +1,127 @@
+package ha
+
+import (
+	"sync"
+
+	metrics "github.com/hashicorp/go-metrics"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// raftSink exports a few of hashicorp/raft's own timings as Prometheus
+// histograms: where a write's time goes (the leader's log write, a
+// follower's, the replication round trip, the commit, the FSM) and how
+// often the leader lost its lease. Raft reports through go-metrics'
+// process-wide sink; every other key is dropped.
+type raftSink struct {
+	commit, leaderStore, followerStore, fsmApply prometheus.Histogram
+	replication                                  *prometheus.HistogramVec
+	leaseTimeouts                                prometheus.Counter
+}
+
+var (
+	raftMetricsOnce sync.Once
+	raftMetricsErr  error
+)
+
+// ExportRaftMetrics registers raft's timings with reg and routes raft's
+// go-metrics reports to them. Raft reports process-wide, so the first
+// call wins and later ones return its result.
+func ExportRaftMetrics(reg prometheus.Registerer) error {
+	raftMetricsOnce.Do(func() {
+		s := newRaftSink()
+		if raftMetricsErr = s.register(reg); raftMetricsErr != nil {
+			return
+		}
+		cfg := metrics.DefaultConfig("")
+		cfg.EnableHostname = false
+		cfg.EnableRuntimeMetrics = false
+		_, raftMetricsErr = metrics.NewGlobal(cfg, s)
+	})
+	return raftMetricsErr
+}
+
+func newRaftSink() *raftSink {
+	// 100 µs to about 1.6 s.
+	buckets := prometheus.ExponentialBuckets(0.0001, 2, 15)
+	h := func(name, help string) prometheus.Histogram {
+		return prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets})
+	}
+	return &raftSink{
+		commit:        h("xce_raft_commit_seconds", "Leader: from handing entries to raft to their commit (a majority stored them)."),
+		leaderStore:   h("xce_raft_leader_log_store_seconds", "Leader: writing a batch of entries to its own log (a bolt commit)."),
+		followerStore: h("xce_raft_follower_log_store_seconds", "Follower: writing the entries of an AppendEntries to its log."),
+		fsmApply:      h("xce_raft_fsm_apply_seconds", "Applying a batch of committed entries to the state machine."),
+		replication: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "xce_raft_replication_seconds", Help: "Leader: AppendEntries round trip to a follower.", Buckets: buckets,
+		}, []string{"peer"}),
+		leaseTimeouts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "xce_raft_leader_lease_timeouts_total", Help: "Times this node stepped down as leader for want of contact with a quorum.",
+		}),
+	}
+}
+
+func (s *raftSink) register(reg prometheus.Registerer) error {
+	for _, c := range []prometheus.Collector{s.commit, s.leaderStore, s.followerStore, s.fsmApply, s.replication, s.leaseTimeouts} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// is reports whether key is exactly want.
+func is(key []string, want ...string) bool {
+	if len(key) != len(want) {
+		return false
+	}
+	for i := range key {
+		if key[i] != want[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// AddSample takes raft's timings, in milliseconds.
+func (s *raftSink) AddSample(key []string, ms float32) {
+	if len(key) < 2 || key[0] != "raft" {
+		return
+	}
+	sec := float64(ms) / 1000
+	switch {
+	case is(key, "raft", "commitTime"):
+		s.commit.Observe(sec)
+	case is(key, "raft", "leader", "dispatchLog"):
+		s.leaderStore.Observe(sec)
+	case is(key, "raft", "rpc", "appendEntries", "storeLogs"):
+		s.followerStore.Observe(sec)
+	case is(key, "raft", "fsm", "applyBatch"), is(key, "raft", "fsm", "apply"):
+		s.fsmApply.Observe(sec)
+	}
+}
+
+func (s *raftSink) AddSampleWithLabels(key []string, ms float32, labels []metrics.Label) {
+	if !is(key, "raft", "replication", "appendEntries", "rpc") {
+		s.AddSample(key, ms)
+		return
+	}
+	for _, l := range labels {
+		if l.Name == "peer_id" {
+			s.replication.WithLabelValues(l.Value).Observe(float64(ms) / 1000)
+		}
+	}
+}
+
+func (s *raftSink) IncrCounter(key []string, val float32) {
+	if is(key, "raft", "transition", "leader_lease_timeout") {
+		s.leaseTimeouts.Add(float64(val))
+	}
+}
+
+func (s *raftSink) IncrCounterWithLabels(key []string, val float32, _ []metrics.Label) {
+	s.IncrCounter(key, val)
+}
+
+func (*raftSink) SetGauge([]string, float32)                            {}
+func (*raftSink) SetGaugeWithLabels([]string, float32, []metrics.Label) {}
+func (*raftSink) EmitKey([]string, float32)                             {}
