@@ -3,7 +3,6 @@ package ha
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -49,8 +48,6 @@ type waves struct {
 	stop chan struct{}
 	once sync.Once
 	done chan struct{}
-
-	waves, commands atomic.Uint64 // totals, for tests and stats
 }
 
 type applyReq struct {
@@ -145,8 +142,6 @@ func (w *waves) run() {
 		for _, q := range batch {
 			q.resp <- q.outcome()
 		}
-		w.waves.Add(1)
-		w.commands.Add(uint64(len(batch)))
 		last = time.Since(start)
 		// The callers just answered, and those that queued meanwhile, are
 		// the ones the next wave can expect.

@@ -239,8 +239,11 @@ func TestWavesGatherReturningCallers(t *testing.T) {
 				t.Fatalf("wave %d has %d commands, want all 16 callers (sizes %v)", i, sizes[i], sizes)
 			}
 		}
-		if got := w.commands.Load(); got != 16*40 {
-			t.Errorf("%d commands counted, want %d", got, 16*40)
+		r.mu.Lock()
+		got := len(r.calls)
+		r.mu.Unlock()
+		if got != 16*40 {
+			t.Errorf("%d commands applied, want %d", got, 16*40)
 		}
 	})
 }
