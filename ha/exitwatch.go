@@ -236,7 +236,8 @@ func (w *exitWatch) rank(lost raft.ServerID) int {
 // would otherwise, once raft is free, run against the survivor it has just
 // voted for.
 func (w *exitWatch) gone(addr string, id raft.ServerID) {
-	key := exitKey{id, w.r.CurrentTerm()}
+	term := w.r.CurrentTerm()
+	key := exitKey{id, term}
 	if w.handled == key {
 		return
 	}
@@ -257,7 +258,7 @@ func (w *exitWatch) gone(addr string, id raft.ServerID) {
 	// This node's vote in the current term went to another survivor: that
 	// election can win, let it finish. (A candidate whose log is behind
 	// gets no vote here, and then this node runs.)
-	if w.votedForOther(id, addr) {
+	if w.votedForOther(term, id, addr) {
 		return
 	}
 	// Pooled connections may lead to processes that are gone (a voter
@@ -301,11 +302,11 @@ var (
 	keyLastVoteCand = []byte("LastVoteCand")
 )
 
-// votedForOther reports whether this node has voted, in its current term,
-// for a candidate other than itself and the lost leader (which it may
-// have elected in this very term).
-func (w *exitWatch) votedForOther(lost raft.ServerID, lostAddr string) bool {
-	return votedFor(w.stable, w.r.CurrentTerm(),
+// votedForOther reports whether this node has voted, in term, for a
+// candidate other than itself and the lost leader (which it may have
+// elected in this very term).
+func (w *exitWatch) votedForOther(term uint64, lost raft.ServerID, lostAddr string) bool {
+	return votedFor(w.stable, term,
 		w.trans.EncodePeer(w.self, w.selfAddr), w.trans.EncodePeer(lost, raft.ServerAddress(lostAddr)))
 }
 

@@ -1,6 +1,7 @@
 package ha
 
 import (
+	"slices"
 	"sync"
 
 	metrics "github.com/hashicorp/go-metrics"
@@ -69,19 +70,6 @@ func (s *raftSink) register(reg prometheus.Registerer) error {
 	return nil
 }
 
-// is reports whether key is exactly want.
-func is(key []string, want ...string) bool {
-	if len(key) != len(want) {
-		return false
-	}
-	for i := range key {
-		if key[i] != want[i] {
-			return false
-		}
-	}
-	return true
-}
-
 // AddSample takes raft's timings, in milliseconds.
 func (s *raftSink) AddSample(key []string, ms float32) {
 	if len(key) < 2 || key[0] != "raft" {
@@ -89,19 +77,19 @@ func (s *raftSink) AddSample(key []string, ms float32) {
 	}
 	sec := float64(ms) / 1000
 	switch {
-	case is(key, "raft", "commitTime"):
+	case slices.Equal(key, []string{"raft", "commitTime"}):
 		s.commit.Observe(sec)
-	case is(key, "raft", "leader", "dispatchLog"):
+	case slices.Equal(key, []string{"raft", "leader", "dispatchLog"}):
 		s.leaderStore.Observe(sec)
-	case is(key, "raft", "rpc", "appendEntries", "storeLogs"):
+	case slices.Equal(key, []string{"raft", "rpc", "appendEntries", "storeLogs"}):
 		s.followerStore.Observe(sec)
-	case is(key, "raft", "fsm", "applyBatch"), is(key, "raft", "fsm", "apply"):
+	case slices.Equal(key, []string{"raft", "fsm", "applyBatch"}), slices.Equal(key, []string{"raft", "fsm", "apply"}):
 		s.fsmApply.Observe(sec)
 	}
 }
 
 func (s *raftSink) AddSampleWithLabels(key []string, ms float32, labels []metrics.Label) {
-	if !is(key, "raft", "replication", "appendEntries", "rpc") {
+	if !slices.Equal(key, []string{"raft", "replication", "appendEntries", "rpc"}) {
 		s.AddSample(key, ms)
 		return
 	}
@@ -113,7 +101,7 @@ func (s *raftSink) AddSampleWithLabels(key []string, ms float32, labels []metric
 }
 
 func (s *raftSink) IncrCounter(key []string, val float32) {
-	if is(key, "raft", "transition", "leader_lease_timeout") {
+	if slices.Equal(key, []string{"raft", "transition", "leader_lease_timeout"}) {
 		s.leaseTimeouts.Add(float64(val))
 	}
 }

@@ -157,14 +157,14 @@ func (w *waves) run() {
 // command); callers that do not come back cost the next wave a short gap
 // once, and the wave after expects only those that did.
 func (w *waves) gather(batch []*applyReq, want int, last time.Duration, timer *time.Timer) []*applyReq {
+drain:
 	for len(batch) < maxWave {
 		select {
 		case q := <-w.reqs:
 			batch = append(batch, q)
-			continue
 		default:
+			break drain
 		}
-		break
 	}
 	if len(batch) >= want {
 		return batch

@@ -176,7 +176,7 @@ func (r *fakeRaft) Apply(cmd []byte, timeout time.Duration) raft.ApplyFuture {
 	f := &fakeFuture{done: make(chan struct{}), idx: uint64(len(r.calls))}
 	r.mu.Unlock()
 	go func() {
-		time.Sleep(r.commit)
+		time.Sleep(r.commit) // fake time: the commit takes this long
 		close(f.done)
 	}()
 	return f
@@ -255,7 +255,7 @@ func TestWavesLoneCallerDoesNotWait(t *testing.T) {
 			if d := timedApply(t, w); d != r.commit {
 				t.Fatalf("write %d took %v, want the commit's %v", i, d, r.commit)
 			}
-			time.Sleep(time.Millisecond)
+			time.Sleep(time.Millisecond) // fake time: the caller's pause between writes
 		}
 	})
 }
