@@ -193,10 +193,13 @@ func partitionedCluster(t *testing.T, n int) (*Cluster, *faultnet.Net) {
 func TestPartitionIsolatedPrimary(t *testing.T) {
 	c, fn := partitionedCluster(t, 3)
 	c.StartAll()
-	p := c.WaitRoles(raceSlack(10 * time.Second))
+	c.WaitRoles(raceSlack(10 * time.Second))
 	load := startLoad(t, c.Addrs(), 8)
 	load.waitProgress(t, 100, 30*time.Second)
 
+	// The primary of this moment: a stalled heartbeat on a loaded machine
+	// may have moved it since the cluster first settled.
+	p := c.WaitRoles(raceSlack(10 * time.Second))
 	t0 := time.Now()
 	fn.Isolate(c.Node(p).ID)
 	// The isolated node stops admitting writes.
