@@ -26,6 +26,25 @@ const (
 	// CmdSetAssignment moves the task assignment from one generation to the
 	// next by a delta (changed placements and removed tasks).
 	CmdSetAssignment CmdType = 5
+	// CmdBatch carries several submit or delete commands in one log entry,
+	// applied in order (see EncodeBatch). A leader writes it only when every
+	// voter's binary applies it (LogFormat).
+	CmdBatch CmdType = 6
+)
+
+// LogFormat is the newest log format this binary applies: 1 for the
+// original commands, LogFormatBatch (2) adds CmdBatch. Nodes report it in
+// their status so a leader knows when every voter can apply a batch.
+const (
+	LogFormat      = LogFormatBatch
+	LogFormatBatch = 2
+)
+
+// MaxBatch bounds the commands of one CmdBatch entry; MaxBatchBytes its
+// encoded size.
+const (
+	MaxBatch      = 256
+	MaxBatchBytes = 1 << 20
 )
 
 // commandVersion is the first byte of every encoded command. A node refuses to
@@ -62,6 +81,8 @@ type Command struct {
 	UpTo uint64
 	// Assign is CmdSetAssignment's delta.
 	Assign AssignmentDelta
+	// Batch is CmdBatch's commands, in order: each a submit or a delete.
+	Batch []Command
 }
 
 // AssignmentDelta takes the assignment from generation Base to Generation
@@ -77,6 +98,13 @@ type AssignmentDelta struct {
 
 // Encode returns the command's log representation.
 func (c *Command) Encode() []byte {
+	if c.Type == CmdBatch {
+		subs := make([][]byte, len(c.Batch))
+		for i := range c.Batch {
+			subs[i] = c.Batch[i].Encode()
+		}
+		return EncodeBatch(subs)
+	}
 	n := 2 + 5*binary.MaxVarintLen64 + len(c.ClientID) + len(c.RequestID) + len(c.Task.ID) + len(c.Task.State) + len(c.Task.PendingReason)
 	b := make([]byte, 0, n)
 	b = append(b, commandVersion, byte(c.Type))
@@ -114,17 +142,53 @@ func (c *Command) Encode() []byte {
 	return b
 }
 
-// DecodeCommand parses a log entry written by Encode. It never panics; any
-// input it cannot read whole is ErrBadCommand.
+// EncodeBatch returns one CmdBatch entry holding the encoded commands, in
+// order; each must be a submit or a delete (as Encode wrote it). Callers
+// keep to MaxBatch commands and MaxBatchBytes in all.
+func EncodeBatch(cmds [][]byte) []byte {
+	n := 2 + binary.MaxVarintLen64
+	for _, c := range cmds {
+		n += binary.MaxVarintLen64 + len(c)
+	}
+	b := make([]byte, 0, n)
+	b = append(b, commandVersion, byte(CmdBatch))
+	b = binary.AppendUvarint(b, uint64(len(cmds)))
+	for _, c := range cmds {
+		b = binary.AppendUvarint(b, uint64(len(c)))
+		b = append(b, c...)
+	}
+	return b
+}
+
+// Batchable reports whether an encoded command may go in a CmdBatch: a
+// submit or a delete that decodes (a bad one would fail the whole batch).
+func Batchable(cmd []byte) bool {
+	if len(cmd) < 2 || CmdType(cmd[1]) != CmdSubmitTask && CmdType(cmd[1]) != CmdDeleteTask {
+		return false
+	}
+	_, err := DecodeCommand(cmd)
+	return err == nil
+}
+
+// sizeLimit is the largest encoded command of type t.
+func sizeLimit(t CmdType) int {
+	switch t {
+	case CmdSetAssignment:
+		return maxAssignCmdBytes
+	case CmdBatch:
+		return MaxBatchBytes
+	}
+	return maxCmdBytes
+}
+
+// DecodeCommand parses a log entry written by Encode or EncodeBatch. It
+// never panics; any input it cannot read whole is ErrBadCommand.
 func DecodeCommand(b []byte) (Command, error) {
 	var c Command
 	if len(b) < 2 {
 		return c, fmt.Errorf("%w: too short", ErrBadCommand)
 	}
-	if limit := maxCmdBytes; len(b) > limit && (CmdType(b[1]) != CmdSetAssignment || len(b) > maxAssignCmdBytes) {
-		if CmdType(b[1]) == CmdSetAssignment {
-			limit = maxAssignCmdBytes
-		}
+	if limit := sizeLimit(CmdType(b[1])); len(b) > limit {
 		return c, fmt.Errorf("%w: %d bytes (limit %d)", ErrBadCommand, len(b), limit)
 	}
 	if b[0] != commandVersion {
@@ -186,6 +250,27 @@ func DecodeCommand(b []byte) (Command, error) {
 		a.Removed = d.strings(1 << 24)
 		for _, id := range a.Removed {
 			task(id)
+		}
+	case CmdBatch:
+		n := d.count()
+		if d.err == nil && (n == 0 || n > MaxBatch) {
+			d.fail("batch size out of range")
+		}
+		for i := uint64(0); i < n && d.err == nil; i++ {
+			m := d.count()
+			if d.err != nil {
+				break
+			}
+			sub, err := DecodeCommand(d.b[:m])
+			d.b = d.b[m:]
+			switch {
+			case err != nil:
+				d.err = fmt.Errorf("batch command %d: %w", i, err)
+			case sub.Type != CmdSubmitTask && sub.Type != CmdDeleteTask:
+				d.fail(fmt.Sprintf("batch command %d: type %d is not a submit or a delete", i, sub.Type))
+			default:
+				c.Batch = append(c.Batch, sub)
+			}
 		}
 	default:
 		return c, fmt.Errorf("%w: unknown type %d", ErrBadCommand, b[1])

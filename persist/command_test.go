@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -34,6 +35,14 @@ func sampleCommands() []Command {
 				{Task: long2, Standbys: []string{long}, Warmups: []string{long2}},
 			},
 			Removed: []string{"t3", "w1", "\x00"}}},
+		{Type: CmdBatch, Batch: []Command{
+			{Type: CmdSubmitTask, ClientID: "c1", RequestID: "r1", Task: Task{ID: "t1", Stateful: true, StandbyReplicas: 2}},
+		}},
+		{Type: CmdBatch, Batch: []Command{
+			{Type: CmdSubmitTask, ClientID: "c1", RequestID: "r1", Task: Task{ID: "t1"}},
+			{Type: CmdDeleteTask, ClientID: "c2", RequestID: "r9", Task: Task{ID: "t1"}},
+			{Type: CmdSubmitTask, ClientID: long, RequestID: long, Task: Task{ID: long, StandbyReplicas: 300}},
+		}},
 	}
 }
 
@@ -114,6 +123,16 @@ func TestDecodeCommandErrors(t *testing.T) {
 	tooManyStandbys = binary.AppendUvarint(tooManyStandbys, 1<<16+1)
 	oversized := make([]byte, maxCmdBytes+1)
 	oversized[0], oversized[1] = commandVersion, byte(CmdNoop)
+	noop := (&Command{Type: CmdNoop}).Encode()
+	trim := (&Command{Type: CmdTrimOutbox, UpTo: 3}).Encode()
+	assign := (&Command{Type: CmdSetAssignment, Assign: AssignmentDelta{Base: 0, Generation: 1}}).Encode()
+	batch := EncodeBatch([][]byte{valid, validDel})
+	tooMany := make([][]byte, MaxBatch+1)
+	for i := range tooMany {
+		tooMany[i] = validDel
+	}
+	oversizedBatch := make([]byte, MaxBatchBytes+1)
+	oversizedBatch[0], oversizedBatch[1] = commandVersion, byte(CmdBatch)
 
 	cases := []struct {
 		name string
@@ -146,6 +165,18 @@ func TestDecodeCommandErrors(t *testing.T) {
 		{"unterminated varint", []byte{commandVersion, byte(CmdDeleteTask), 0x80}},
 		{"standbys out of range", tooManyStandbys},
 		{"oversized", oversized},
+		{"empty batch", EncodeBatch(nil)},
+		{"batch holding a noop", EncodeBatch([][]byte{valid, noop})},
+		{"batch holding a trim", EncodeBatch([][]byte{trim})},
+		{"batch holding an assignment", EncodeBatch([][]byte{assign})},
+		{"batch holding a batch", EncodeBatch([][]byte{batch})},
+		{"batch holding a bad command", EncodeBatch([][]byte{valid, valid[:6]})},
+		{"batch of too many", EncodeBatch(tooMany)},
+		{"batch count past end", []byte{commandVersion, byte(CmdBatch), 3, 1, 1}},
+		{"batch length past end", append([]byte{commandVersion, byte(CmdBatch), 1, 200}, valid...)},
+		{"batch trailing", append(append([]byte{}, batch...), 0)},
+		{"batch truncated", batch[:len(batch)-1]},
+		{"oversized batch", oversizedBatch},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -183,6 +214,40 @@ func TestDecodeEveryPrefix(t *testing.T) {
 			} else if !errors.Is(err, ErrBadCommand) {
 				t.Fatalf("prefix %d: %v does not wrap ErrBadCommand", i, err)
 			}
+		}
+	}
+}
+
+// TestBatchLimits: a wave of the largest submits the API admits fits one
+// batch entry.
+func TestBatchLimits(t *testing.T) {
+	long := strings.Repeat("x", maxIDLen)
+	sub := (&Command{Type: CmdSubmitTask, ClientID: long, RequestID: long, Task: Task{ID: long, Stateful: true, StandbyReplicas: 1 << 16}}).Encode()
+	cmds := make([][]byte, MaxBatch)
+	for i := range cmds {
+		cmds[i] = sub
+	}
+	b := EncodeBatch(cmds)
+	if len(b) > MaxBatchBytes {
+		t.Fatalf("%d largest submits encode to %d bytes, above MaxBatchBytes %d", MaxBatch, len(b), MaxBatchBytes)
+	}
+	c, err := DecodeCommand(b)
+	if err != nil || len(c.Batch) != MaxBatch {
+		t.Fatalf("decode: %d commands, %v", len(c.Batch), err)
+	}
+}
+
+func TestBatchable(t *testing.T) {
+	for _, c := range sampleCommands() {
+		want := c.Type == CmdSubmitTask || c.Type == CmdDeleteTask
+		if got := Batchable(c.Encode()); got != want {
+			t.Errorf("Batchable(%+v) = %v", c, got)
+		}
+	}
+	bad := (&Command{Type: CmdSubmitTask, Task: Task{ID: "t"}}).Encode()
+	for _, b := range [][]byte{nil, {commandVersion}, bad[:len(bad)-1], append(slices.Clone(bad), 0)} {
+		if Batchable(b) {
+			t.Errorf("Batchable(% x) = true", b)
 		}
 	}
 }

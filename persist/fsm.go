@@ -46,9 +46,13 @@ type Placement struct {
 }
 
 // Event is a committed change that goes downstream through the outbox,
-// keyed by its Raft index (DESIGN §5).
+// keyed by its Raft index and, within a CmdBatch entry, by its position
+// (DESIGN §5).
 type Event struct {
-	Index  uint64 `json:"index"`
+	Index uint64 `json:"index"`
+	// Seq is the event's command's position in its CmdBatch entry (0 for an
+	// entry of one command): (Index, Seq) names one change.
+	Seq    uint32 `json:"seq,omitempty"`
 	Term   uint64 `json:"term"`
 	Kind   string `json:"kind"`
 	TaskID string `json:"task_id"`
@@ -148,6 +152,9 @@ type FSM struct {
 
 	applied   atomic.Uint64
 	dedupHits atomic.Uint64
+	// sawBatch is set once this FSM applied a CmdBatch entry (not carried
+	// by snapshots).
+	sawBatch atomic.Bool
 	// appliedCh is closed and replaced after every apply.
 	appliedCh atomic.Pointer[chan struct{}]
 }
@@ -206,6 +213,11 @@ func (f *FSM) SetDedupLimits(window uint64, maxEntries int) {
 // AppliedIndex is the index of the last entry applied to this FSM.
 func (f *FSM) AppliedIndex() uint64 { return f.applied.Load() }
 
+// AppliedBatch reports whether this FSM has applied a CmdBatch entry since
+// the process started: every voter of the cluster applied log format 2 when
+// it was written.
+func (f *FSM) AppliedBatch() bool { return f.sawBatch.Load() }
+
 // DedupHits counts retried writes answered from the dedup table.
 func (f *FSM) DedupHits() uint64 { return f.dedupHits.Load() }
 
@@ -239,6 +251,24 @@ func (f *FSM) applyLocked(l *raft.Log) any {
 	if err != nil {
 		return Result{Index: l.Index, Code: CodeInvalid, Err: err.Error()}
 	}
+	if c.Type == CmdBatch {
+		f.sawBatch.Store(true)
+		out := make(BatchResult, len(c.Batch))
+		for i := range c.Batch {
+			out[i] = f.applyCommandLocked(l, uint32(i), &c.Batch[i])
+		}
+		return out
+	}
+	return f.applyCommandLocked(l, 0, &c)
+}
+
+// BatchResult is the outcome of a CmdBatch entry: one Result per command,
+// in order.
+type BatchResult []Result
+
+// applyCommandLocked applies one command of entry l; seq is its position
+// in a CmdBatch (0 otherwise), which numbers its event within the entry.
+func (f *FSM) applyCommandLocked(l *raft.Log, seq uint32, c *Command) Result {
 	key := dedupKey{c.ClientID, c.RequestID}
 	if c.RequestID != "" {
 		if r, ok := f.dedup[key]; ok {
@@ -258,12 +288,12 @@ func (f *FSM) applyLocked(l *raft.Log) any {
 	case CmdSubmitTask:
 		r = f.submitLocked(l.Index, c.Task)
 		if r.Code == CodeOK {
-			f.outbox = append(f.outbox, Event{Index: l.Index, Term: l.Term, Kind: EventTaskSubmitted, TaskID: r.Task.ID, Task: r.Task})
+			f.outbox = append(f.outbox, Event{Index: l.Index, Seq: seq, Term: l.Term, Kind: EventTaskSubmitted, TaskID: r.Task.ID, Task: r.Task})
 		}
 	case CmdDeleteTask:
 		r = f.deleteLocked(l.Index, c.Task.ID)
 		if r.Code == CodeOK {
-			f.outbox = append(f.outbox, Event{Index: l.Index, Term: l.Term, Kind: EventTaskDeleted, TaskID: r.Task.ID, Task: r.Task})
+			f.outbox = append(f.outbox, Event{Index: l.Index, Seq: seq, Term: l.Term, Kind: EventTaskDeleted, TaskID: r.Task.ID, Task: r.Task})
 		}
 	}
 	if c.RequestID != "" {
@@ -419,12 +449,17 @@ func (f *FSM) trimLocked(upTo uint64) {
 }
 
 // EventsAfter returns up to limit outbox events with an index above after,
-// in index order.
+// in index order, and never part of an entry's events: the last entry's
+// are all included even past limit (a CmdBatch holds at most MaxBatch),
+// since the published watermark is an index.
 func (f *FSM) EventsAfter(after uint64, limit int) []Event {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	i, _ := slices.BinarySearchFunc(f.outbox, after+1, func(e Event, idx uint64) int { return cmp.Compare(e.Index, idx) })
 	j := min(len(f.outbox), i+max(limit, 0))
+	for j > i && j < len(f.outbox) && f.outbox[j].Index == f.outbox[j-1].Index {
+		j++
+	}
 	return slices.Clone(f.outbox[i:j])
 }
 

@@ -405,8 +405,8 @@ func TestNonCommandLogsAdvanceAppliedIndex(t *testing.T) {
 	}
 }
 
-// randomLog is a log with retries, deletes, malformed and non-command
-// entries, from a fixed seed.
+// randomLog is a log with retries, deletes, batches, malformed and
+// non-command entries, from a fixed seed.
 func randomLog(seed uint64, n int) []*raft.Log {
 	r := rand.New(rand.NewPCG(seed, 42))
 	logs := make([]*raft.Log, 0, n)
@@ -422,26 +422,44 @@ func randomLog(seed uint64, n int) []*raft.Log {
 			l = &raft.Log{Type: raft.LogCommand, Index: idx, Data: []byte{1, byte(r.IntN(256)), byte(r.IntN(256))}}
 		case k == 3:
 			l = cmdLog(idx, Command{Type: CmdNoop})
+		case k <= 6:
+			// A batch, its commands' request ids distinct within it (an
+			// in-batch retry is TestBatchEntry's case).
+			b := Command{Type: CmdBatch}
+			seen := map[dedupKey]bool{}
+			for range 1 + r.IntN(6) {
+				c := randomCmd(r)
+				if k := (dedupKey{c.ClientID, c.RequestID}); c.RequestID == "" || !seen[k] {
+					seen[k] = true
+					b.Batch = append(b.Batch, c)
+				}
+			}
+			l = cmdLog(idx, b)
 		default:
-			client := fmt.Sprint("c", r.IntN(3))
-			req := ""
-			if r.IntN(8) != 0 {
-				req = fmt.Sprint("r", r.IntN(25))
-			}
-			id := fmt.Sprint("t", r.IntN(15))
-			c := submitCmd(client, req, id)
-			if r.IntN(3) == 0 {
-				c = deleteCmd(client, req, id)
-			} else {
-				c.Task.Stateful = r.IntN(2) == 0
-				c.Task.StandbyReplicas = uint32(r.IntN(4))
-			}
-			l = cmdLog(idx, c)
+			l = cmdLog(idx, randomCmd(r))
 		}
 		l.Term = 1
 		logs = append(logs, l)
 	}
 	return logs
+}
+
+// randomCmd is a submit or delete among few clients, requests and tasks.
+func randomCmd(r *rand.Rand) Command {
+	client := fmt.Sprint("c", r.IntN(3))
+	req := ""
+	if r.IntN(8) != 0 {
+		req = fmt.Sprint("r", r.IntN(25))
+	}
+	id := fmt.Sprint("t", r.IntN(15))
+	c := submitCmd(client, req, id)
+	if r.IntN(3) == 0 {
+		c = deleteCmd(client, req, id)
+	} else {
+		c.Task.Stateful = r.IntN(2) == 0
+		c.Task.StandbyReplicas = uint32(r.IntN(4))
+	}
+	return c
 }
 
 // TestDeterministic: FSMs fed the same log end in the same state with the

@@ -49,8 +49,11 @@ func outboxOf(t testing.TB, f *FSM) outboxState {
 		if e.Index <= s.Published {
 			t.Fatalf("outbox holds event %d at or below the published watermark %d", e.Index, s.Published)
 		}
-		if i > 0 && s.Events[i-1].Index >= e.Index {
-			t.Fatalf("outbox not in index order at %d: %d then %d", i, s.Events[i-1].Index, e.Index)
+		if i > 0 {
+			p := s.Events[i-1]
+			if p.Index > e.Index || p.Index == e.Index && p.Seq >= e.Seq {
+				t.Fatalf("outbox not in (index, seq) order at %d: %d.%d then %d.%d", i, p.Index, p.Seq, e.Index, e.Seq)
+			}
 		}
 	}
 	return s
@@ -506,7 +509,7 @@ func TestOutboxDeterministic(t *testing.T) {
 			// trim so far.
 			var model []Event
 			var watermark uint64
-			trims, events := 0, 0
+			trims, events, batchEvents := 0, 0, 0
 			for _, l := range logs {
 				out := one.Apply(l)
 				res, _ := out.(Result)
@@ -514,27 +517,38 @@ func TestOutboxDeterministic(t *testing.T) {
 				if l.Type != raft.LogCommand || err != nil {
 					continue
 				}
-				switch c.Type {
-				case CmdTrimOutbox:
-					trims++
-					watermark = max(watermark, c.UpTo)
-					model = slices.DeleteFunc(model, func(e Event) bool { return e.Index <= watermark })
-				case CmdSubmitTask, CmdDeleteTask:
+				event := func(c Command, res Result, seq uint32) {
 					if res.Code == CodeOK && res.Index == l.Index {
 						kind := EventTaskSubmitted
 						if c.Type == CmdDeleteTask {
 							kind = EventTaskDeleted
 						}
 						events++
-						model = append(model, Event{Index: l.Index, Term: l.Term, Kind: kind, TaskID: res.Task.ID, Task: res.Task})
+						model = append(model, Event{Index: l.Index, Seq: seq, Term: l.Term, Kind: kind, TaskID: res.Task.ID, Task: res.Task})
+					}
+				}
+				switch c.Type {
+				case CmdTrimOutbox:
+					trims++
+					watermark = max(watermark, c.UpTo)
+					model = slices.DeleteFunc(model, func(e Event) bool { return e.Index <= watermark })
+				case CmdSubmitTask, CmdDeleteTask:
+					event(c, res, 0)
+				case CmdBatch:
+					rs := out.(BatchResult)
+					for i, sub := range c.Batch {
+						event(sub, rs[i], uint32(i))
+					}
+					if len(c.Batch) > 1 && rs[1].Index == l.Index && rs[1].Code == CodeOK {
+						batchEvents++
 					}
 				}
 				if got := outboxOf(t, one); got.Published != watermark || !reflect.DeepEqual(got.Events, nilIfEmpty(model)) {
 					t.Fatalf("after entry %d: outbox %+v, model watermark %d %+v", l.Index, got, watermark, model)
 				}
 			}
-			if trims == 0 || events == 0 || len(model) == 0 || watermark == 0 {
-				t.Fatalf("weak test log: %d trims, %d events, %d held, watermark %d", trims, events, len(model), watermark)
+			if trims == 0 || events == 0 || batchEvents == 0 || len(model) == 0 || watermark == 0 {
+				t.Fatalf("weak test log: %d trims, %d events (%d second of a batch), %d held, watermark %d", trims, events, batchEvents, len(model), watermark)
 			}
 
 			r := rand.New(rand.NewPCG(seed, 3))
@@ -572,4 +586,80 @@ func TestOutboxDeterministic(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestBatchEntry: a CmdBatch applies its commands in order, each with its
+// own result and dedup entry; its events share the entry's index and are
+// numbered by position; a retry inside the batch, or of an earlier entry,
+// is answered from the dedup table without an event; EventsAfter never
+// returns part of an entry's events, so a watermark at its index covers
+// them all.
+func TestBatchEntry(t *testing.T) {
+	f := NewFSM("c")
+	first := applyTerm(t, f, 1, 1, submitCmd("c1", "r0", "t0"))
+	b := Command{Type: CmdBatch, Batch: []Command{
+		submitCmd("c1", "r1", "t1"),
+		submitCmd("c2", "r1", "t2"),
+		submitCmd("c1", "r0", "t0"), // retry of entry 1
+		submitCmd("c1", "r1", "t1"), // retry within the batch
+		deleteCmd("c3", "r7", "t0"),
+		submitCmd("c3", "r8", "t2"), // exists
+	}}
+	out, ok := f.Apply(termLog(2, 3, b)).(BatchResult)
+	if !ok || len(out) != len(b.Batch) {
+		t.Fatalf("Apply(batch) = %+v, want a BatchResult of %d", out, len(b.Batch))
+	}
+	t1, t2 := pendingTask("t1", 2), pendingTask("t2", 2)
+	want := BatchResult{
+		{Index: 2, Task: t1},
+		{Index: 2, Task: t2},
+		first,
+		{Index: 2, Task: t1},
+		{Index: 2, Task: first.Task},
+		{Index: 2, Code: CodeAlreadyExists, Task: t2},
+	}
+	if !reflect.DeepEqual(out, want) {
+		t.Fatalf("results:\n%+v\nwant\n%+v", out, want)
+	}
+	if f.DedupHits() != 2 {
+		t.Errorf("dedup hits %d, want 2", f.DedupHits())
+	}
+	evs := []Event{
+		{Index: 1, Term: 1, Kind: EventTaskSubmitted, TaskID: "t0", Task: first.Task},
+		{Index: 2, Seq: 0, Term: 3, Kind: EventTaskSubmitted, TaskID: "t1", Task: t1},
+		{Index: 2, Seq: 1, Term: 3, Kind: EventTaskSubmitted, TaskID: "t2", Task: t2},
+		{Index: 2, Seq: 4, Term: 3, Kind: EventTaskDeleted, TaskID: "t0", Task: first.Task},
+	}
+	checkOutbox(t, f, 0, evs)
+	applyTerm(t, f, 3, 3, submitCmd("c4", "r1", "t3"))
+	evs = append(evs, Event{Index: 3, Term: 3, Kind: EventTaskSubmitted, TaskID: "t3", Task: pendingTask("t3", 3)})
+
+	for _, tc := range []struct {
+		after uint64
+		limit int
+		want  []Event
+	}{
+		{0, 1, evs[:1]},
+		{0, 2, evs[:4]}, // the limit falls inside entry 2: all of it
+		{1, 1, evs[1:4]},
+		{1, 3, evs[1:4]},
+		{1, 4, evs[1:5]},
+		{2, 1, evs[4:]},
+	} {
+		if got := f.EventsAfter(tc.after, tc.limit); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("EventsAfter(%d, %d) = %+v, want %+v", tc.after, tc.limit, got, tc.want)
+		}
+	}
+	applyTerm(t, f, 4, 3, trimCmd(2))
+	checkOutbox(t, f, 2, evs[4:])
+
+	// The events' numbers survive a snapshot.
+	f2 := NewFSM("c")
+	f = NewFSM("c")
+	f.Apply(termLog(1, 1, submitCmd("c1", "r0", "t0")))
+	f.Apply(termLog(2, 3, b))
+	if err := restoreBytes(f2, persistSnapshot(t, f)); err != nil {
+		t.Fatal(err)
+	}
+	checkOutbox(t, f2, 0, evs[:4])
 }
