@@ -468,7 +468,7 @@ func TestPublishesEveryEventInOrderExactlyOnce(t *testing.T) {
 		for _, h := range r.Headers {
 			keys = append(keys, h.Key)
 		}
-		if !slices.Equal(keys, []string{fence.HeaderTerm, fence.HeaderIndex, fence.HeaderEpoch}) {
+		if !slices.Equal(keys, []string{fence.HeaderTerm, fence.HeaderIndex, fence.HeaderEpoch, fence.HeaderSeq}) {
 			t.Fatalf("offset %d: headers %v", r.Offset, keys)
 		}
 		if r.Partition != 0 || r.Topic != topic {

@@ -24,6 +24,10 @@ const (
 	HeaderTerm  = "xce-term"
 	HeaderIndex = "xce-index"
 	HeaderEpoch = "xce-epoch"
+	// HeaderSeq numbers the events of one Raft entry (a batch of commands)
+	// from 0: (xce-index, xce-seq) names one change. A record without it
+	// is the entry's only event.
+	HeaderSeq = "xce-seq"
 )
 
 // Published is one event as read back from the topic.
@@ -32,6 +36,7 @@ type Published struct {
 	Key    string
 	Term   uint64
 	Index  uint64
+	Seq    uint32
 	Epoch  int64
 	Event  persist.Event
 }
@@ -50,6 +55,7 @@ func Encode(ev persist.Event, epoch int16) *kgo.Record {
 			{Key: HeaderTerm, Value: strconv.AppendUint(nil, ev.Term, 10)},
 			{Key: HeaderIndex, Value: strconv.AppendUint(nil, ev.Index, 10)},
 			{Key: HeaderEpoch, Value: strconv.AppendInt(nil, int64(epoch), 10)},
+			{Key: HeaderSeq, Value: strconv.AppendUint(nil, uint64(ev.Seq), 10)},
 		},
 	}
 }
@@ -70,6 +76,10 @@ func Decode(r *kgo.Record) (Published, error) {
 		case HeaderEpoch:
 			p.Epoch, err = strconv.ParseInt(string(h.Value), 10, 64)
 			seen |= 4
+		case HeaderSeq:
+			var v uint64
+			v, err = strconv.ParseUint(string(h.Value), 10, 32)
+			p.Seq = uint32(v)
 		}
 		if err != nil {
 			return p, fmt.Errorf("%w: header %s: %v", ErrNotEvent, h.Key, err)

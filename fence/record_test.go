@@ -19,7 +19,8 @@ func sampleEvents() []persist.Event {
 			Task: persist.Task{ID: "a", Stateful: true, StandbyReplicas: 2, CreatedIndex: 1, State: persist.TaskStatePending, PendingReason: "no worker assigned"}},
 		{Index: 42, Term: 7, Kind: persist.EventTaskDeleted, TaskID: "tâche/ünïcode ✓",
 			Task: persist.Task{ID: "tâche/ünïcode ✓", CreatedIndex: 40}},
-		{Index: math.MaxUint64, Term: math.MaxUint64, Kind: persist.EventTaskSubmitted, TaskID: ""},
+		{Index: 43, Seq: 5, Term: 7, Kind: persist.EventTaskSubmitted, TaskID: "b", Task: persist.Task{ID: "b", CreatedIndex: 43}},
+		{Index: math.MaxUint64, Seq: math.MaxUint32, Term: math.MaxUint64, Kind: persist.EventTaskSubmitted, TaskID: ""},
 		{},
 	}
 }
@@ -36,7 +37,7 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Decode(Encode(%+v, %d)): %v", ev, epoch, err)
 			}
-			want := fence.Published{Offset: 99, Key: ev.TaskID, Term: ev.Term, Index: ev.Index, Epoch: int64(epoch), Event: ev}
+			want := fence.Published{Offset: 99, Key: ev.TaskID, Term: ev.Term, Index: ev.Index, Seq: ev.Seq, Epoch: int64(epoch), Event: ev}
 			if !reflect.DeepEqual(p, want) {
 				t.Fatalf("round trip:\n got %+v\nwant %+v", p, want)
 			}
@@ -55,6 +56,26 @@ func TestDecodeHeaderOrderAndExtraHeaders(t *testing.T) {
 	}
 	if !reflect.DeepEqual(p.Event, ev) || p.Epoch != 3 || p.Index != 42 || p.Term != 7 {
 		t.Fatalf("decoded %+v", p)
+	}
+}
+
+// TestDecodeWithoutSeq: a record without xce-seq (written before batches
+// existed) is its entry's only event.
+func TestDecodeWithoutSeq(t *testing.T) {
+	r := fence.Encode(sampleEvents()[0], 2)
+	var hs []kgo.RecordHeader
+	for _, h := range r.Headers {
+		if h.Key != fence.HeaderSeq {
+			hs = append(hs, h)
+		}
+	}
+	if len(hs) != len(r.Headers)-1 {
+		t.Fatalf("Encode wrote no %s header: %+v", fence.HeaderSeq, r.Headers)
+	}
+	r.Headers = hs
+	p, err := fence.Decode(r)
+	if err != nil || p.Seq != 0 || p.Index != 1 {
+		t.Fatalf("Decode without seq: %+v, %v", p, err)
 	}
 }
 
@@ -103,6 +124,9 @@ func TestDecodeRejectsNonEvents(t *testing.T) {
 		"index float":       with(fence.HeaderIndex, "1.0"),
 		"epoch not number":  with(fence.HeaderEpoch, "e"),
 		"epoch overflow":    with(fence.HeaderEpoch, "9223372036854775808"),
+		"seq not number":    with(fence.HeaderSeq, "first"),
+		"seq negative":      with(fence.HeaderSeq, "-1"),
+		"seq overflow":      with(fence.HeaderSeq, "4294967296"),
 		"value empty":       withValue(""),
 		"value not json":    withValue("{"),
 		"value wrong type":  withValue(`{"index":"one"}`),
