@@ -543,6 +543,11 @@ func (n *Node) beginTerm(term uint64) {
 func (n *Node) establish(term uint64) {
 	ctx, cancel := context.WithCancel(context.Background())
 	n.leaderCtx = cancel
+	if bx := n.backend.Load(); bx != nil {
+		if b, ok := bx.Backend.(batcher); ok {
+			n.wg.Go(func() { n.runBatchGate(ctx, b) })
+		}
+	}
 	for _, s := range n.opts.Services {
 		if err := s.Establish(ctx, term); err != nil {
 			n.wg.Go(func() { n.post(serviceFail{term: term, err: fmt.Errorf("%s: %w", s.Name(), err)}) })
@@ -555,6 +560,11 @@ func (n *Node) revoke() {
 	if n.leaderCtx != nil {
 		n.leaderCtx()
 		n.leaderCtx = nil
+	}
+	if b := n.backend.Load(); b != nil {
+		if bb, ok := b.Backend.(batcher); ok {
+			bb.SetBatches(false)
+		}
 	}
 	for i := len(n.opts.Services) - 1; i >= 0; i-- {
 		n.opts.Services[i].Revoke()

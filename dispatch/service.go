@@ -211,6 +211,7 @@ func (s *Service) status(v *ha.View) *xcev1.StatusResponse {
 		Reason:       v.Reason,
 		UptimeMs:     time.Since(s.node.Started()).Milliseconds(),
 		Tasks:        uint64(s.node.FSM().NumTasks()),
+		LogFormat:    persist.LogFormat,
 	}
 	var info *ha.RoleInfo
 	st.Backend, info = s.node.Backend()

@@ -163,6 +163,10 @@ func (b *Raft) Apply(ctx context.Context, cmd []byte) (any, uint64, error) {
 	return b.waves.apply(ctx, cmd)
 }
 
+// SetBatches turns batch entries on or off (see waves): on only while
+// every voter's binary applies them.
+func (b *Raft) SetBatches(on bool) { b.waves.setBatches(on) }
+
 // VerifyLeader confirms with a quorum that this node is still the leader.
 func (b *Raft) VerifyLeader(ctx context.Context) error {
 	return mapErr(b.r.VerifyLeader().Error())

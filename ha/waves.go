@@ -2,15 +2,21 @@ package ha
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/xce/xce/persist"
 )
 
 // maxWave bounds one wave; raft takes at most MaxAppendEntries commands
-// off its apply channel per log write.
-const maxWave = 256
+// off its apply channel per log write, and a batch entry holds at most
+// persist.MaxBatch.
+const maxWave = persist.MaxBatch
 
 // maxGather bounds how long a wave waits for the callers of the previous
 // one (see waves.gather), whatever the previous wave took.
@@ -42,20 +48,33 @@ type applier interface {
 // half commits. `xce bench --local 3`, 16 clients, interleaved runs: 1,729–
 // 1,985 → 2,479–2,902 writes/s; 64 clients 4,086–4,652 → 4,321–5,158; one
 // client unchanged.
+//
+// Once every voter applies batch entries (setBatches), the submits and
+// deletes of a wave go to raft as one CmdBatch entry instead of one entry
+// each: one log record to encode, store and send per node instead of
+// dozens. Interleaved runs of `xce bench --local 3` (8 s, six rounds):
+// 16 clients 2,411–2,820 → 2,892–3,239 writes/s, 64 clients 4,236–4,873 →
+// 4,610–5,702.
 type waves struct {
-	r    applier
-	reqs chan *applyReq
-	stop chan struct{}
-	once sync.Once
-	done chan struct{}
+	r       applier
+	batches atomic.Bool
+	reqs    chan *applyReq
+	stop    chan struct{}
+	once    sync.Once
+	done    chan struct{}
 }
 
 type applyReq struct {
-	ctx  context.Context
-	cmd  []byte
-	resp chan applyResp   // buffered: the wave never blocks on a caller
-	f    raft.ApplyFuture // nil when the caller gave up before its wave
+	ctx     context.Context
+	cmd     []byte
+	resp    chan applyResp   // buffered: the wave never blocks on a caller
+	f       raft.ApplyFuture // nil when the caller gave up before its wave
+	batched bool             // f is a CmdBatch entry's, the command at pos
+	pos     int
 }
+
+// errBatchResult is a batch entry the FSM did not answer as one.
+var errBatchResult = errors.New("batch entry answered without a result per command")
 
 // outcome waits for the request's future, if it has one.
 func (q *applyReq) outcome() applyResp {
@@ -65,7 +84,14 @@ func (q *applyReq) outcome() applyResp {
 	if err := q.f.Error(); err != nil {
 		return applyResp{err: mapErr(err)}
 	}
-	return applyResp{val: q.f.Response(), index: q.f.Index()}
+	if !q.batched {
+		return applyResp{val: q.f.Response(), index: q.f.Index()}
+	}
+	rs, ok := q.f.Response().(persist.BatchResult)
+	if !ok || q.pos >= len(rs) {
+		return applyResp{err: fmt.Errorf("%w: %v", errBatchResult, q.f.Response())}
+	}
+	return applyResp{val: rs[q.pos], index: q.f.Index()}
 }
 
 type applyResp struct {
@@ -109,6 +135,10 @@ func (w *waves) apply(ctx context.Context, cmd []byte) (any, uint64, error) {
 	}
 }
 
+// setBatches turns batch entries on or off for the waves that follow. On
+// only when every voter's binary applies CmdBatch (persist.LogFormat 2).
+func (w *waves) setBatches(on bool) { w.batches.Store(on) }
+
 // close stops the loop once its current wave is answered; raft must be
 // shut down first so that wave cannot wait for a quorum that is gone.
 func (w *waves) close() {
@@ -134,9 +164,13 @@ func (w *waves) run() {
 		}
 		batch = w.gather(batch, want, last, timer)
 		start := time.Now()
-		for _, q := range batch {
-			if q.ctx.Err() == nil {
-				q.f = w.r.Apply(q.cmd, timeoutOf(q.ctx))
+		if w.batches.Load() {
+			w.applyBatched(batch)
+		} else {
+			for _, q := range batch {
+				if q.ctx.Err() == nil {
+					q.f = w.r.Apply(q.cmd, timeoutOf(q.ctx))
+				}
 			}
 		}
 		for _, q := range batch {
@@ -147,6 +181,41 @@ func (w *waves) run() {
 		// the ones the next wave can expect.
 		want = min(maxWave, len(batch)+len(w.reqs))
 		clear(batch) // drop references to answered requests
+	}
+}
+
+// applyBatched hands raft the wave's submits and deletes as one CmdBatch
+// entry (a wave of persist.MaxBatch of the largest fits its byte limit:
+// persist's TestBatchLimits) and its other commands one by one. Reordering
+// is harmless: the commands of one wave were all in flight at once.
+func (w *waves) applyBatched(batch []*applyReq) {
+	var group []*applyReq
+	for _, q := range batch {
+		switch {
+		case q.ctx.Err() != nil:
+		case persist.Batchable(q.cmd):
+			group = append(group, q)
+		default:
+			q.f = w.r.Apply(q.cmd, timeoutOf(q.ctx))
+		}
+	}
+	switch len(group) {
+	case 0:
+	case 1:
+		group[0].f = w.r.Apply(group[0].cmd, timeoutOf(group[0].ctx))
+	default:
+		cmds := make([][]byte, len(group))
+		timeout := timeoutOf(group[0].ctx) // the longest; 0 is none
+		for i, q := range group {
+			cmds[i] = q.cmd
+			if d := timeoutOf(q.ctx); d == 0 || timeout != 0 && d > timeout {
+				timeout = d
+			}
+		}
+		f := w.r.Apply(persist.EncodeBatch(cmds), timeout)
+		for i, q := range group {
+			q.f, q.batched, q.pos = f, true, i
+		}
 	}
 }
 

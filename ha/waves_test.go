@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/xce/xce/persist"
 )
 
 // echoFSM answers each command with its own bytes and remembers them.
@@ -278,4 +280,96 @@ func TestWavesCallersThatLeave(t *testing.T) {
 			}
 		}
 	})
+}
+
+// With batches on, a wave's submits share one entry: every caller gets its
+// own command's result, at the entry's index; every node holds every task
+// once, and the events of an entry are numbered 0, 1, … by position. A
+// non-batchable command in the same flow keeps an entry of its own.
+func TestWavesBatchEntries(t *testing.T) {
+	var mu sync.Mutex
+	var fsms []*persist.FSM
+	leader, stop := startClusterFSM(t, 3, func() raft.FSM {
+		f := persist.NewFSM("c")
+		mu.Lock()
+		fsms = append(fsms, f)
+		mu.Unlock()
+		return f
+	})
+	defer stop()
+	leader.SetBatches(true)
+
+	const writers, each = 32, 15
+	var imu sync.Mutex
+	perIndex := map[uint64]int{}
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := range each {
+				id := fmt.Sprintf("t%d-%d", w, i)
+				cmd := (&persist.Command{Type: persist.CmdSubmitTask, ClientID: "c", RequestID: id, Task: persist.Task{ID: id}}).Encode()
+				if i == each/2 && w%8 == 0 {
+					cmd = (&persist.Command{Type: persist.CmdNoop}).Encode()
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				v, idx, err := leader.Apply(ctx, cmd)
+				cancel()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				r, ok := v.(persist.Result)
+				switch {
+				case !ok:
+					t.Errorf("%s: answer %T %+v, want a persist.Result", id, v, v)
+				case r.Code != persist.CodeOK || r.Index != idx:
+					t.Errorf("%s: result %+v at index %d", id, r, idx)
+				case r.Task.ID != "" && r.Task.ID != id:
+					t.Errorf("%s got the result of %s", id, r.Task.ID)
+				}
+				imu.Lock()
+				perIndex[idx]++
+				imu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	shared := 0
+	for _, n := range perIndex {
+		if n > 1 {
+			shared += n
+		}
+	}
+	t.Logf("%d writes in %d entries; %d of them shared an entry", writers*each, len(perIndex), shared)
+	if shared < writers*each/2 {
+		t.Errorf("only %d of %d writes shared an entry with others: batches not used", shared, writers*each)
+	}
+
+	want := writers*each - writers/8
+	if err := pollUntil(10*time.Second, func() bool {
+		for _, f := range fsms {
+			if _, v := f.AllTasks(); f.AppliedIndex() < leader.AppliedIndex() || v != uint64(want) {
+				return false
+			}
+		}
+		return true
+	}); err != nil {
+		for _, f := range fsms {
+			ts, _ := f.AllTasks()
+			t.Logf("node: %d tasks, applied %d", len(ts), f.AppliedIndex())
+		}
+		t.Fatalf("not every node holds the %d tasks", want)
+	}
+	for _, f := range fsms {
+		evs := f.EventsAfter(0, 1<<20)
+		if len(evs) != want {
+			t.Fatalf("%d events, want %d", len(evs), want)
+		}
+		for i, e := range evs {
+			first := i == 0 || evs[i-1].Index != e.Index
+			if first && e.Seq != 0 || !first && e.Seq != evs[i-1].Seq+1 {
+				t.Fatalf("event %d: %d.%d after %+v", i, e.Index, e.Seq, evs[max(i-1, 0)])
+			}
+		}
+	}
 }

@@ -76,7 +76,9 @@ type statusJSON struct {
 	LeaseDeadline string       `json:"lease_deadline,omitempty"`
 	Pid           int64        `json:"pid"`
 	Version       string       `json:"version"`
-	UptimeMs      int64        `json:"uptime_ms"`
+	// LogFormat is the newest Raft log format the node's binary applies.
+	LogFormat uint32 `json:"log_format"`
+	UptimeMs  int64  `json:"uptime_ms"`
 }
 
 type rosterJSON struct {
@@ -104,7 +106,7 @@ func statusCmd() *cobra.Command {
 					NodeID: s.NodeId, ClusterID: s.ClusterId, Role: roleString(s.Role), Reason: s.Reason, Term: s.Term,
 					LeaderID: s.LeaderId, LeaderAddr: s.LeaderAddr, WriteQuorum: s.WriteQuorum,
 					CommitIndex: s.CommitIndex, AppliedIndex: s.AppliedIndex, KafkaEpoch: s.KafkaEpoch, OutboxLag: s.OutboxLag, KafkaState: s.KafkaState,
-					Tasks: s.Tasks, Backend: s.Backend, Pid: s.Pid, Version: s.Version, UptimeMs: s.UptimeMs,
+					Tasks: s.Tasks, Backend: s.Backend, Pid: s.Pid, Version: s.Version, LogFormat: s.LogFormat, UptimeMs: s.UptimeMs,
 					LeaseHolder: s.LeaseHolder,
 				}
 				if s.LeaseDeadlineUnixMs > 0 {
@@ -118,7 +120,7 @@ func statusCmd() *cobra.Command {
 					return printJSON(w, out)
 				}
 				tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-				fmt.Fprintf(tw, "node\t%s (cluster %s, pid %d, version %s)\n", out.NodeID, out.ClusterID, out.Pid, out.Version)
+				fmt.Fprintf(tw, "node\t%s (cluster %s, pid %d, version %s, log format %d)\n", out.NodeID, out.ClusterID, out.Pid, out.Version, out.LogFormat)
 				fmt.Fprintf(tw, "role\t%s (%s)\n", out.Role, out.Reason)
 				fmt.Fprintf(tw, "term\t%d\n", out.Term)
 				fmt.Fprintf(tw, "leader\t%s %s\n", out.LeaderID, out.LeaderAddr)

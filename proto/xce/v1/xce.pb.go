@@ -889,8 +889,12 @@ type StatusResponse struct {
 	Roster              []*RosterMember `protobuf:"bytes,19,rep,name=roster,proto3" json:"roster,omitempty"`
 	LeaseHolder         string          `protobuf:"bytes,20,opt,name=lease_holder,json=leaseHolder,proto3" json:"lease_holder,omitempty"`
 	LeaseDeadlineUnixMs int64           `protobuf:"varint,21,opt,name=lease_deadline_unix_ms,json=leaseDeadlineUnixMs,proto3" json:"lease_deadline_unix_ms,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// The newest Raft log format this node's binary applies (2: batch
+	// entries). A leader writes batch entries only when every voter reports 2
+	// or more; 0 from a binary that predates the field.
+	LogFormat     uint32 `protobuf:"varint,22,opt,name=log_format,json=logFormat,proto3" json:"log_format,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -1066,6 +1070,13 @@ func (x *StatusResponse) GetLeaseHolder() string {
 func (x *StatusResponse) GetLeaseDeadlineUnixMs() int64 {
 	if x != nil {
 		return x.LeaseDeadlineUnixMs
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetLogFormat() uint32 {
+	if x != nil {
+		return x.LogFormat
 	}
 	return 0
 }
@@ -2023,7 +2034,7 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"request_id\x18\x03 \x01(\tR\trequestId\"*\n" +
 	"\x12DeleteTaskResponse\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\"\x0f\n" +
-	"\rStatusRequest\"\x9f\x05\n" +
+	"\rStatusRequest\"\xbe\x05\n" +
 	"\x0eStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1d\n" +
 	"\n" +
@@ -2051,7 +2062,9 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"kafkaState\x12,\n" +
 	"\x06roster\x18\x13 \x03(\v2\x14.xce.v1.RosterMemberR\x06roster\x12!\n" +
 	"\flease_holder\x18\x14 \x01(\tR\vleaseHolder\x123\n" +
-	"\x16lease_deadline_unix_ms\x18\x15 \x01(\x03R\x13leaseDeadlineUnixMs\"W\n" +
+	"\x16lease_deadline_unix_ms\x18\x15 \x01(\x03R\x13leaseDeadlineUnixMs\x12\x1d\n" +
+	"\n" +
+	"log_format\x18\x16 \x01(\rR\tlogFormat\"W\n" +
 	"\fRosterMember\x12\x1b\n" +
 	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12\x12\n" +
 	"\x04rank\x18\x02 \x01(\rR\x04rank\x12\x16\n" +

@@ -1,0 +1,167 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/hashicorp/raft"
+	"github.com/rs/zerolog"
+
+	"github.com/xce/xce/configs"
+	"github.com/xce/xce/persist"
+	xcev1 "github.com/xce/xce/proto/xce/v1"
+	"github.com/xce/xce/proto/xce/v1/xcev1connect"
+)
+
+// fakePeer answers Status with its current log format.
+type fakePeer struct {
+	xcev1connect.UnimplementedControllerServiceHandler
+	format atomic.Uint32
+	srv    *httptest.Server
+}
+
+func (p *fakePeer) Status(context.Context, *connect.Request[xcev1.StatusRequest]) (*connect.Response[xcev1.StatusResponse], error) {
+	return connect.NewResponse(&xcev1.StatusResponse{NodeId: "peer", LogFormat: p.format.Load(), Version: "test"}), nil
+}
+
+func startFakePeer(t *testing.T, format uint32) *fakePeer {
+	p := &fakePeer{}
+	p.format.Store(format)
+	mux := http.NewServeMux()
+	mux.Handle(xcev1connect.NewControllerServiceHandler(p))
+	p.srv = httptest.NewServer(mux)
+	t.Cleanup(p.srv.Close)
+	return p
+}
+
+func (p *fakePeer) addr() string { return strings.TrimPrefix(p.srv.URL, "http://") }
+
+// switchRecorder records SetBatches calls.
+type switchRecorder struct {
+	mu sync.Mutex
+	on []bool
+}
+
+func (s *switchRecorder) SetBatches(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.on = append(s.on, on)
+}
+
+func (s *switchRecorder) calls() []bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]bool(nil), s.on...)
+}
+
+// gateNode is a node of a three-voter cluster whose peers are at addrs.
+func gateNode(t *testing.T, addrs ...string) *Node {
+	t.Helper()
+	y := fmt.Sprintf("node_id: n1\ncluster_id: t\ndata_dir: %s\nclient_addr: 127.0.0.1:1\npeer_addr: 127.0.0.1:2\npeers:\n  - {id: n1, peer_addr: 127.0.0.1:2, client_addr: 127.0.0.1:1}\n",
+		t.TempDir())
+	for i, a := range addrs {
+		y += fmt.Sprintf("  - {id: n%d, peer_addr: 127.0.0.1:%d, client_addr: %s}\n", i+2, 3+i, a)
+	}
+	cfg, err := configs.Parse([]byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := New(Options{Config: cfg, Logger: zerolog.New(zerolog.NewTestWriter(t))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// runGate runs the gate until it returns or the test ends.
+func runGate(t *testing.T, n *Node, sw *switchRecorder) (cancel func(), done <-chan struct{}) {
+	ctx, cancel := context.WithCancel(context.Background())
+	d := make(chan struct{})
+	go func() {
+		defer close(d)
+		n.runBatchGate(ctx, sw)
+	}()
+	t.Cleanup(func() { cancel(); <-d })
+	return cancel, d
+}
+
+func waitDone(t *testing.T, done <-chan struct{}, d time.Duration, what string) {
+	t.Helper()
+	select {
+	case <-done:
+	case <-time.After(d):
+		t.Fatalf("gate did not return: %s", what)
+	}
+}
+
+// Every voter on log format 2: batches go on at once.
+func TestBatchGateOpensWhenEveryVoterApplies(t *testing.T) {
+	a, b := startFakePeer(t, 2), startFakePeer(t, 3)
+	sw := &switchRecorder{}
+	_, done := runGate(t, gateNode(t, a.addr(), b.addr()), sw)
+	waitDone(t, done, 5*time.Second, "every voter answered 2 or more")
+	if got := sw.calls(); len(got) != 1 || !got[0] {
+		t.Fatalf("SetBatches calls %v, want [true]", got)
+	}
+}
+
+// A voter on an older binary (log format 0: it predates the field) keeps
+// batches off until it reports 2, as after its upgrade.
+func TestBatchGateWaitsForAnOldVoter(t *testing.T) {
+	a, old := startFakePeer(t, 2), startFakePeer(t, 0)
+	sw := &switchRecorder{}
+	_, done := runGate(t, gateNode(t, a.addr(), old.addr()), sw)
+	select {
+	case <-done:
+		t.Fatalf("gate returned with an old voter; SetBatches calls %v", sw.calls())
+	case <-time.After(2 * batchGatePoll):
+	}
+	if got := sw.calls(); len(got) != 0 {
+		t.Fatalf("SetBatches calls %v with an old voter", got)
+	}
+	old.format.Store(2)
+	waitDone(t, done, 5*batchGatePoll, "after the old voter's upgrade")
+	if got := sw.calls(); len(got) != 1 || !got[0] {
+		t.Fatalf("SetBatches calls %v, want [true]", got)
+	}
+}
+
+// A voter that does not answer holds the gate until this node has applied
+// a batch entry; ending the term stops the gate with batches off.
+func TestBatchGateSilentVoter(t *testing.T) {
+	a, gone := startFakePeer(t, 2), startFakePeer(t, 2)
+	addr := gone.addr()
+	gone.srv.Close()
+	n := gateNode(t, a.addr(), addr)
+	sw := &switchRecorder{}
+	cancel, done := runGate(t, n, sw)
+	select {
+	case <-done:
+		t.Fatalf("gate returned with a silent voter; SetBatches calls %v", sw.calls())
+	case <-time.After(2 * batchGatePoll):
+	}
+	cancel()
+	waitDone(t, done, 5*time.Second, "after the term ended")
+	if got := sw.calls(); len(got) != 0 {
+		t.Fatalf("SetBatches calls %v with a silent voter", got)
+	}
+
+	batch := (&persist.Command{Type: persist.CmdBatch, Batch: []persist.Command{
+		{Type: persist.CmdSubmitTask, Task: persist.Task{ID: "a"}},
+		{Type: persist.CmdSubmitTask, Task: persist.Task{ID: "b"}},
+	}}).Encode()
+	n.fsm.Apply(&raft.Log{Type: raft.LogCommand, Index: 1, Term: 1, Data: batch})
+	_, done = runGate(t, n, sw)
+	waitDone(t, done, 5*batchGatePoll, "silent voter, log holding a batch entry")
+	if got := sw.calls(); len(got) != 1 || !got[0] {
+		t.Fatalf("SetBatches calls %v, want [true]", got)
+	}
+}
