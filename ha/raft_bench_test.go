@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -78,25 +79,30 @@ func startClusterFSM(tb testing.TB, n int, newFSM func() raft.FSM) (*Raft, func(
 	return nil, nil
 }
 
-// BenchmarkRaftApply is the ceiling the API layer eats into: commands
-// applied inside the leader process, 3 voters, fsync on. "waves" is the
-// backend's Apply; "direct" calls raft.Apply from every writer, as without
-// waves.
+// BenchmarkRaftApply is the ceiling the API layer eats into: submits
+// applied inside the leader process, 3 voters, fsync on. "batches" is the
+// backend's Apply with batch entries, "waves" without them, "direct" calls
+// raft.Apply from every writer, as without waves.
 func BenchmarkRaftApply(b *testing.B) {
 	for _, writers := range []int{1, 16, 64} {
-		for _, mode := range []string{"waves", "direct"} {
+		for _, mode := range []string{"batches", "waves", "direct"} {
 			b.Run(fmt.Sprintf("writers=%d/%s", writers, mode), func(b *testing.B) {
 				leader, stop := startCluster(b, 3)
 				defer stop()
-				cmd := (&persist.Command{Type: persist.CmdNoop}).Encode()
+				leader.SetBatches(mode == "batches")
+				var seq atomic.Uint64
+				next := func() []byte {
+					id := fmt.Sprint("t", seq.Add(1))
+					return (&persist.Command{Type: persist.CmdSubmitTask, ClientID: "b", RequestID: id, Task: persist.Task{ID: id}}).Encode()
+				}
 				apply := func() error {
 					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 					defer cancel()
-					_, _, err := leader.Apply(ctx, cmd)
+					_, _, err := leader.Apply(ctx, next())
 					return err
 				}
 				if mode == "direct" {
-					apply = func() error { return leader.r.Apply(cmd, 5*time.Second).Error() }
+					apply = func() error { return leader.r.Apply(next(), 5*time.Second).Error() }
 				}
 				b.ResetTimer()
 				var wg sync.WaitGroup
