@@ -421,9 +421,12 @@ func (f *FSM) popLocked() {
 	delete(f.dedup, dedupKey{e.Client, e.Request})
 	f.order[f.head] = dedupEntry{}
 	f.head++
-	// Compact once the dead prefix is half the slice.
+	// Compact once the dead prefix is half the slice, in place: the
+	// table is bounded, so its array is too, and appends stop regrowing it.
 	if f.head > 1024 && f.head*2 > len(f.order) {
-		f.order = append(f.order[:0:0], f.order[f.head:]...)
+		n := copy(f.order, f.order[f.head:])
+		clear(f.order[n:])
+		f.order = f.order[:n]
 		f.head = 0
 	}
 }
@@ -443,9 +446,19 @@ func (f *FSM) trimLocked(upTo uint64) {
 	}
 	f.published = upTo
 	i, _ := slices.BinarySearchFunc(f.outbox, upTo+1, func(e Event, idx uint64) int { return cmp.Compare(e.Index, idx) })
-	if i > 0 {
-		f.outbox = append(f.outbox[:0:0], f.outbox[i:]...)
+	if i == 0 {
+		return
 	}
+	// Keep the array, so the appends that follow do not regrow it, unless
+	// it is large and far larger than what is left (an outage's backlog
+	// drained).
+	if rest := len(f.outbox) - i; cap(f.outbox) > 1<<16 && cap(f.outbox) > 4*rest {
+		f.outbox = append(f.outbox[:0:0], f.outbox[i:]...)
+		return
+	}
+	n := copy(f.outbox, f.outbox[i:])
+	clear(f.outbox[n:])
+	f.outbox = f.outbox[:n]
 }
 
 // EventsAfter returns up to limit outbox events with an index above after,

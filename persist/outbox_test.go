@@ -663,3 +663,39 @@ func TestBatchEntry(t *testing.T) {
 	}
 	checkOutbox(t, f2, 0, evs[:4])
 }
+
+// TestTrimReusesTheArray: a trim keeps the outbox's array for the appends
+// that follow (no regrowth in steady state), except after a large backlog
+// drains, which gives the memory back.
+func TestTrimReusesTheArray(t *testing.T) {
+	f := NewFSM("c")
+	idx := uint64(0)
+	submit := func(n int) {
+		for range n {
+			idx++
+			id := fmt.Sprint("t", idx)
+			applyTerm(t, f, idx, 1, submitCmd("c", id, id))
+		}
+	}
+	trim := func(upTo uint64) {
+		idx++
+		applyTerm(t, f, idx, 1, trimCmd(upTo))
+	}
+	submit(100)
+	before := cap(f.outbox)
+	trim(90)
+	if len(f.outbox) != 10 || cap(f.outbox) != before {
+		t.Fatalf("after a trim: len %d cap %d, want 10 and the same array (cap %d)", len(f.outbox), cap(f.outbox), before)
+	}
+	submit(50)
+	if cap(f.outbox) != before {
+		t.Fatalf("appends after a trim regrew the array: cap %d -> %d", before, cap(f.outbox))
+	}
+
+	submit(1 << 17)
+	trim(idx - 10)
+	if cap(f.outbox) > 1<<10 {
+		t.Fatalf("a drained backlog kept an array of %d for %d events", cap(f.outbox), len(f.outbox))
+	}
+	checkOutbox(t, f, idx-11, outboxOf(t, f).Events)
+}
