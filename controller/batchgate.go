@@ -21,10 +21,11 @@ const batchGatePoll = time.Second
 // reports a binary that applies them (log format 2 or more in its status),
 // so a cluster in the middle of a rolling upgrade from a binary without
 // them keeps writing entries its old nodes can apply. A voter that does not
-// answer counts as old until this node has applied a batch entry. It asks until they
-// all agree or ctx ends (the term's leadership ends); revoke turns batches
-// off. Downgrading a node below log format 2 once batches were written is
-// not supported: the log it catches up from may hold them.
+// answer counts as old until this node has applied a batch entry. The gate
+// asks until they all agree or ctx ends (the term's leadership ends);
+// revoke turns batches off. Downgrading a node below log format 2 once
+// batches were written is not supported: the log it catches up from may
+// hold them.
 func (n *Node) runBatchGate(ctx context.Context, b batcher) {
 	var others []string
 	for _, p := range n.cfg.Peers {
