@@ -126,8 +126,7 @@ type FSM struct {
 	dedup map[dedupKey]Result
 	// order holds dedup entries in apply order (hence index order), so
 	// expiry pops from the front.
-	order []dedupEntry
-	head  int
+	order queue[dedupEntry]
 
 	// taskVer counts changes of the task set; sorted caches its ids in
 	// order as of sortedVer (guarded by idxMu, under f.mu's read lock).
@@ -403,32 +402,22 @@ func (f *FSM) TaskVersion() uint64 {
 
 func (f *FSM) rememberLocked(e dedupEntry) {
 	f.dedup[dedupKey{e.Client, e.Request}] = e.Result
-	f.order = append(f.order, e)
-	for len(f.order)-f.head > f.maxEntries {
+	f.order.push(e)
+	for f.order.len() > f.maxEntries {
 		f.popLocked()
 	}
 }
 
 // expireLocked forgets request ids older than the window at index.
 func (f *FSM) expireLocked(index uint64) {
-	for f.head < len(f.order) && f.order[f.head].Result.Index+f.window <= index {
+	for f.order.len() > 0 && f.order.front().Result.Index+f.window <= index {
 		f.popLocked()
 	}
 }
 
 func (f *FSM) popLocked() {
-	e := f.order[f.head]
+	e := f.order.pop()
 	delete(f.dedup, dedupKey{e.Client, e.Request})
-	f.order[f.head] = dedupEntry{}
-	f.head++
-	// Compact once the dead prefix is half the slice, in place: the
-	// table is bounded, so its array is too, and appends stop regrowing it.
-	if f.head > 1024 && f.head*2 > len(f.order) {
-		n := copy(f.order, f.order[f.head:])
-		clear(f.order[n:])
-		f.order = f.order[:n]
-		f.head = 0
-	}
 }
 
 // StoreConfiguration implements raft.ConfigurationStore. Membership lives in
@@ -594,7 +583,7 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 		ClusterID:    f.clusterID,
 		AppliedIndex: f.applied.Load(),
 		Tasks:        make([]Task, 0, len(f.tasks)),
-		Dedup:        slices.Clone(f.order[f.head:]),
+		Dedup:        f.order.all(),
 		DedupWindow:  f.window,
 		DedupMax:     f.maxEntries,
 	}, Outbox: slices.Clone(f.outbox), Published: f.published},
@@ -782,7 +771,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.tasks, f.dedup, f.order, f.head = tasks, dedup, s.Dedup, 0
+	f.tasks, f.dedup, f.order = tasks, dedup, queueOf(s.Dedup)
 	f.taskVer++
 	f.outbox, f.published = s.Outbox, s.Published
 	f.assignGen, f.assignment = s.AssignmentGeneration, assignment

@@ -1,0 +1,70 @@
+package persist
+
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+// TestQueueMatchesASlice: random pushes and pops agree with a slice model,
+// across chunk boundaries, and the chunks held stay proportional to the
+// elements held.
+func TestQueueMatchesASlice(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	var q queue[int]
+	var model []int
+	next := 0
+	for step := range 200_000 {
+		// Phases of growth and of draining, so the queue crosses many
+		// chunks both ways and empties now and then.
+		grow := step/20_000%2 == 0
+		if len(model) == 0 || r.IntN(10) < 6 == grow {
+			q.push(next)
+			model = append(model, next)
+			next++
+		} else {
+			if got := q.front(); got != model[0] {
+				t.Fatalf("step %d: front %d, want %d", step, got, model[0])
+			}
+			if got := q.pop(); got != model[0] {
+				t.Fatalf("step %d: pop %d, want %d", step, got, model[0])
+			}
+			model = model[1:]
+		}
+		if q.len() != len(model) {
+			t.Fatalf("step %d: len %d, want %d", step, q.len(), len(model))
+		}
+		if max := len(model)/queueChunk + 2; len(q.chunks) > max {
+			t.Fatalf("step %d: %d chunks for %d elements", step, len(q.chunks), len(model))
+		}
+		if step%997 == 0 && !slices.Equal(q.all(), model) {
+			t.Fatalf("step %d: all() differs from the model", step)
+		}
+	}
+	if next < 3*queueChunk {
+		t.Fatalf("weak test: %d pushes", next)
+	}
+
+	c := queueOf(model)
+	if !slices.Equal(c.all(), model) {
+		t.Fatal("queueOf does not hold its slice in order")
+	}
+	if len(model) > 0 {
+		model[0]++ // the queue holds a copy
+		if c.front() == model[0] {
+			t.Fatal("queueOf shares its slice")
+		}
+	}
+}
+
+// Popped elements are zeroed, so the queue keeps nothing alive.
+func TestQueuePopDropsReferences(t *testing.T) {
+	var q queue[*int]
+	for i := range 3 {
+		q.push(&i)
+	}
+	q.pop()
+	if q.chunks[0][0] != nil {
+		t.Fatal("popped slot still holds its pointer")
+	}
+}
