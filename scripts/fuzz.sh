@@ -4,8 +4,8 @@
 # Go 1.26's fuzz coordinator can report a bare "context deadline exceeded"
 # when -fuzztime runs out while a worker is mid-call on a loaded machine
 # (golang/go#75804, fixed in Go 1.27): no failing input is written, nothing
-# was found. Such a run is retried once; any other failure, or that one
-# twice, fails.
+# was found. Such a run is retried, up to three attempts in all; any other
+# failure, or that one three times, fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FUZZTIME=${FUZZTIME:-5s}
@@ -22,12 +22,12 @@ deadline_only() {
 status=0
 while IFS=: read -r file name; do
   pkg="./$(dirname "$file")"
-  for attempt in 1 2; do
+  for attempt in 1 2 3; do
     echo "fuzz $pkg $name ($FUZZTIME)"
     if go test -run '^$' -fuzz "^${name}\$" -fuzztime "$FUZZTIME" "$pkg" 2>&1 | tee "$out"; then
       break
     fi
-    if [[ $attempt == 1 ]] && deadline_only; then
+    if [[ $attempt -lt 3 ]] && deadline_only; then
       echo "fuzz $pkg $name: the coordinator's deadline race (golang/go#75804), no input found; running it again"
       continue
     fi
