@@ -13,6 +13,16 @@ import (
 // batcher is a backend that can write batch entries (the raft backend).
 type batcher interface{ SetBatches(on bool) }
 
+// batcher returns the backend when it can write batch entries.
+func (n *Node) batcher() (batcher, bool) {
+	bx := n.backend.Load()
+	if bx == nil {
+		return nil, false
+	}
+	b, ok := bx.Backend.(batcher)
+	return b, ok
+}
+
 // batchGatePoll is how often the gate asks the voters again until all of
 // them apply batch entries.
 const batchGatePoll = time.Second

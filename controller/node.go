@@ -543,10 +543,8 @@ func (n *Node) beginTerm(term uint64) {
 func (n *Node) establish(term uint64) {
 	ctx, cancel := context.WithCancel(context.Background())
 	n.leaderCtx = cancel
-	if bx := n.backend.Load(); bx != nil {
-		if b, ok := bx.Backend.(batcher); ok {
-			n.wg.Go(func() { n.runBatchGate(ctx, b) })
-		}
+	if b, ok := n.batcher(); ok {
+		n.wg.Go(func() { n.runBatchGate(ctx, b) })
 	}
 	for _, s := range n.opts.Services {
 		if err := s.Establish(ctx, term); err != nil {
@@ -561,10 +559,8 @@ func (n *Node) revoke() {
 		n.leaderCtx()
 		n.leaderCtx = nil
 	}
-	if b := n.backend.Load(); b != nil {
-		if bb, ok := b.Backend.(batcher); ok {
-			bb.SetBatches(false)
-		}
+	if b, ok := n.batcher(); ok {
+		b.SetBatches(false)
 	}
 	for i := len(n.opts.Services) - 1; i >= 0; i-- {
 		n.opts.Services[i].Revoke()

@@ -165,15 +165,7 @@ func (w *waves) run() {
 		}
 		batch = w.gather(batch, want, last, timer)
 		start := time.Now()
-		if w.batches.Load() {
-			w.applyBatched(batch)
-		} else {
-			for _, q := range batch {
-				if q.ctx.Err() == nil {
-					q.f = w.r.Apply(q.cmd, timeoutOf(q.ctx))
-				}
-			}
-		}
+		w.applyWave(batch, w.batches.Load())
 		for _, q := range batch {
 			q.resp <- q.outcome()
 		}
@@ -185,16 +177,18 @@ func (w *waves) run() {
 	}
 }
 
-// applyBatched hands raft the wave's submits and deletes as one CmdBatch
-// entry (a wave of persist.MaxBatch of the largest fits its byte limit:
-// persist's TestBatchLimits) and its other commands one by one. Reordering
-// is harmless: the commands of one wave were all in flight at once.
-func (w *waves) applyBatched(batch []*applyReq) {
+// applyWave hands raft the wave's commands whose callers still wait: with
+// batches, its submits and deletes as one CmdBatch entry (a wave of
+// persist.MaxBatch of the largest fits its byte limit: persist's
+// TestBatchLimits) and the others one by one; without, each one by one.
+// Reordering is harmless: the commands of one wave were all in flight at
+// once.
+func (w *waves) applyWave(batch []*applyReq, batches bool) {
 	var group []*applyReq
 	for _, q := range batch {
 		switch {
 		case q.ctx.Err() != nil:
-		case persist.Batchable(q.cmd):
+		case batches && persist.Batchable(q.cmd):
 			group = append(group, q)
 		default:
 			q.f = w.r.Apply(q.cmd, timeoutOf(q.ctx))

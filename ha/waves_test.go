@@ -227,7 +227,8 @@ func TestWavesGatherReturningCallers(t *testing.T) {
 			wg.Go(func() {
 				for range 40 {
 					timedApply(t, w)
-					// The answer's way back to the client and its next request.
+					// Fake time: the answer's way back to the client and
+					// its next request.
 					time.Sleep(200 * time.Microsecond)
 				}
 			})
