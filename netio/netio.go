@@ -4,11 +4,8 @@
 package netio
 
 import (
-	"bytes"
-	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"time"
@@ -116,63 +113,3 @@ func NewServer(h http.Handler, lim Limits) *http.Server {
 		},
 	}
 }
-
-// NewClientTransport returns an HTTP transport for the API: HTTP/1.1 with
-// keep-alive connections, one per call in flight. The server speaks
-// cleartext HTTP/2 too, but for short unary calls HTTP/1.1 costs fewer
-// goroutine hand-offs on both sides: measured on a 2-core machine, a read
-// takes 250 µs against 385 µs over HTTP/2, and `xce bench --local 3` writes
-// 7–20 % more per second. Idle connections are closed after 90 s, before the
-// server's 2-minute idle timeout, so the client never sends on a connection
-// the server is closing.
-func NewClientTransport() *ClientTransport {
-	return newClientTransport((&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext)
-}
-
-func newClientTransport(dial func(ctx context.Context, network, addr string) (net.Conn, error)) *ClientTransport {
-	var p http.Protocols
-	p.SetHTTP1(true)
-	return &ClientTransport{t: &http.Transport{
-		Protocols:           &p,
-		DialContext:         dial,
-		MaxIdleConnsPerHost: 256,
-		IdleConnTimeout:     90 * time.Second,
-		// Room for the headers and a body of maxOneWriteBody.
-		WriteBufferSize: 2 * maxOneWriteBody,
-	}}
-}
-
-// ClientTransport is NewClientTransport's http.RoundTripper.
-type ClientTransport struct {
-	t *http.Transport
-}
-
-// maxOneWriteBody bounds the request bodies ClientTransport reads into
-// memory before sending; larger ones are streamed as given.
-const maxOneWriteBody = 16 << 10
-
-// RoundTrip sends a request whose body has a known length of at most
-// maxOneWriteBody in one write, headers and body together. net/http
-// sends the headers of a body it does not know to be in memory on their own
-// first (the RPC library's bodies are of its own type), so the server would
-// read the headers, find the body not there yet and wait for a second
-// wake-up. Interleaved `xce bench --local 3` runs at 16 clients: +5 % on
-// average (within the run-to-run noise of ±10 %), one client unchanged.
-func (c *ClientTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.Body == nil || req.Body == http.NoBody || req.ContentLength <= 0 || req.ContentLength > maxOneWriteBody {
-		return c.t.RoundTrip(req)
-	}
-	buf := make([]byte, req.ContentLength)
-	_, err := io.ReadFull(req.Body, buf)
-	_ = req.Body.Close()
-	if err != nil {
-		return nil, fmt.Errorf("read request body: %w", err)
-	}
-	r := *req // RoundTrip must not change the caller's request
-	r.Body = io.NopCloser(bytes.NewReader(buf))
-	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf)), nil }
-	return c.t.RoundTrip(&r)
-}
-
-// CloseIdleConnections closes the connections no call is using.
-func (c *ClientTransport) CloseIdleConnections() { c.t.CloseIdleConnections() }

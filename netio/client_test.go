@@ -1,0 +1,363 @@
+package netio
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// connServer is an API-like server that counts the connections it accepts
+// and closes.
+type connServer struct {
+	addr   string
+	mu     sync.Mutex
+	opened int
+	closed int
+}
+
+func startConnServer(t *testing.T, lim Limits, h http.HandlerFunc) *connServer {
+	t.Helper()
+	ln, err := Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &connServer{addr: ln.Addr().String()}
+	srv := NewServer(h, lim)
+	srv.ConnState = func(_ net.Conn, st http.ConnState) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		switch st {
+		case http.StateNew:
+			s.opened++
+		case http.StateClosed, http.StateHijacked:
+			s.closed++
+		}
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close(); <-done })
+	return s
+}
+
+func (s *connServer) counts() (opened, closed int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.opened, s.closed
+}
+
+// waitClosed polls until the server has closed n connections.
+func (s *connServer) waitClosed(t *testing.T, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, c := s.counts(); c >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			o, c := s.counts()
+			t.Fatalf("server closed %d of %d connections (want %d closed)", c, o, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func echo(w http.ResponseWriter, r *http.Request) {
+	b, _ := io.ReadAll(r.Body)
+	_, _ = fmt.Fprintf(w, "%s %s", r.Method, b)
+}
+
+func post(ctx context.Context, cl *http.Client, url, body string, hdr ...string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, opaqueBody{strings.NewReader(body)})
+	if err != nil {
+		return "", err
+	}
+	req.ContentLength = int64(len(body))
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	return do(cl, req)
+}
+
+func get(cl *http.Client, url string) (string, error) {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return "", err
+	}
+	return do(cl, req)
+}
+
+func do(cl *http.Client, req *http.Request) (string, error) {
+	resp, err := cl.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
+// Calls one after another share one connection; concurrent calls use one
+// connection each and return them for the calls that follow.
+func TestClientTransportReusesConnections(t *testing.T) {
+	s := startConnServer(t, DefaultLimits(), echo)
+	tr := NewClientTransport()
+	defer tr.CloseIdleConnections()
+	cl := &http.Client{Transport: tr}
+	url := "http://" + s.addr + "/"
+	for i := range 20 {
+		got, err := post(context.Background(), cl, url, fmt.Sprint("task-", i))
+		if want := fmt.Sprint("POST task-", i); err != nil || got != want {
+			t.Fatalf("call %d: %q, %v; want %q", i, got, err, want)
+		}
+	}
+	if o, _ := s.counts(); o != 1 {
+		t.Fatalf("20 calls in a row opened %d connections, want 1", o)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 8*20)
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 20 {
+				body := fmt.Sprintf("g%d-%d", g, i)
+				got, err := post(context.Background(), cl, url, body)
+				if err == nil && got != "POST "+body {
+					err = fmt.Errorf("got %q for %q", got, body)
+				}
+				if err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if o, _ := s.counts(); o > 9 {
+		t.Errorf("8 concurrent callers opened %d connections in all, want at most 9", o)
+	}
+}
+
+// A pooled connection the server closed while it was idle (its idle
+// timeout, a restart) is noticed before use: a call that may not be sent
+// twice still succeeds, on a new connection.
+func TestClientTransportNoticesAClosedIdleConnection(t *testing.T) {
+	lim := DefaultLimits()
+	lim.IdleTimeout = 20 * time.Millisecond
+	s := startConnServer(t, lim, echo)
+	tr := NewClientTransport()
+	defer tr.CloseIdleConnections()
+	cl := &http.Client{Transport: tr}
+	url := "http://" + s.addr + "/"
+	for i := range 3 {
+		if _, err := post(context.Background(), cl, url, "x"); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		s.waitClosed(t, i+1)
+	}
+	if o, _ := s.counts(); o != 3 {
+		t.Errorf("opened %d connections, want 3", o)
+	}
+}
+
+// rawServer answers HTTP/1.1 requests by hand; on the first connection it
+// reads the second request and closes without answering.
+func rawServer(t *testing.T) (addr string, requests func() int) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	n := 0
+	var wg sync.WaitGroup
+	t.Cleanup(func() { _ = ln.Close(); wg.Wait() })
+	wg.Go(func() {
+		for first := true; ; first = false {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for i := 0; ; i++ {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					_, _ = io.Copy(io.Discard, req.Body)
+					mu.Lock()
+					n++
+					mu.Unlock()
+					if first && i == 1 {
+						return
+					}
+					_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+				}
+			})
+		}
+	})
+	return ln.Addr().String(), func() int { mu.Lock(); defer mu.Unlock(); return n }
+}
+
+// A reused connection the server closes without answering: the call goes
+// again on a new connection only when it may be sent twice (a GET, or an
+// idempotency key), as with net/http's transport; otherwise the caller
+// learns the server closed it.
+func TestClientTransportRetriesOnlyWhatMayGoTwice(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		call func(cl *http.Client, url string) (string, error)
+		ok   bool
+	}{
+		{"GET", get, true},
+		{"POST", func(cl *http.Client, url string) (string, error) {
+			return post(context.Background(), cl, url, "x")
+		}, false},
+		{"POST with an idempotency key", func(cl *http.Client, url string) (string, error) {
+			return post(context.Background(), cl, url, "x", "Idempotency-Key", "k1")
+		}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			addr, requests := rawServer(t)
+			tr := NewClientTransport()
+			defer tr.CloseIdleConnections()
+			cl := &http.Client{Transport: tr}
+			url := "http://" + addr + "/"
+			if _, err := c.call(cl, url); err != nil {
+				t.Fatalf("first call: %v", err)
+			}
+			got, err := c.call(cl, url)
+			if c.ok {
+				if err != nil || got != "ok" {
+					t.Fatalf("second call: %q, %v; want it sent again and answered", got, err)
+				}
+				if n := requests(); n != 3 {
+					t.Errorf("server read %d requests, want 3 (the second twice)", n)
+				}
+				return
+			}
+			if !errors.Is(err, errServerClosed) {
+				t.Fatalf("second call: %q, %v; want %v", got, err, errServerClosed)
+			}
+			if n := requests(); n != 2 {
+				t.Errorf("server read %d requests, want 2 (none sent twice)", n)
+			}
+		})
+	}
+}
+
+// A call whose context ends while it waits returns the context's error at
+// once and its connection is closed, never reused.
+func TestClientTransportCancel(t *testing.T) {
+	release := make(chan struct{})
+	s := startConnServer(t, DefaultLimits(), func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body) // only then does the server watch for a close
+		if r.URL.Path == "/slow" {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}
+		_, _ = fmt.Fprintf(w, "%s %s", r.Method, b)
+	})
+	defer close(release)
+	tr := NewClientTransport()
+	defer tr.CloseIdleConnections()
+	cl := &http.Client{Transport: tr}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := post(ctx, cl, "http://"+s.addr+"/slow", "x")
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("got %v, want the context's deadline", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("the call returned %v after its deadline", d)
+	}
+	s.waitClosed(t, 1)
+	if got, err := post(context.Background(), cl, "http://"+s.addr+"/", "y"); err != nil || got != "POST y" {
+		t.Fatalf("next call: %q, %v", got, err)
+	}
+	if o, _ := s.counts(); o != 2 {
+		t.Errorf("opened %d connections, want 2", o)
+	}
+}
+
+// A body closed before its end closes its connection; one read to its end
+// gives the connection back.
+func TestClientTransportBodyClosedEarly(t *testing.T) {
+	big := strings.Repeat("z", 1<<20)
+	s := startConnServer(t, DefaultLimits(), func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, big)
+	})
+	tr := NewClientTransport()
+	defer tr.CloseIdleConnections()
+	cl := &http.Client{Transport: tr}
+	resp, err := cl.Get("http://" + s.addr + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(resp.Body, make([]byte, 10)); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	s.waitClosed(t, 1)
+	for range 2 {
+		got, err := get(cl, "http://"+s.addr+"/")
+		if err != nil || got != big {
+			t.Fatalf("got %d bytes, %v", len(got), err)
+		}
+	}
+	if o, _ := s.counts(); o != 2 {
+		t.Errorf("opened %d connections, want 2", o)
+	}
+}
+
+// Idle connections are closed after the idle timeout, and at once by
+// CloseIdleConnections.
+func TestClientTransportClosesIdleConnections(t *testing.T) {
+	s := startConnServer(t, DefaultLimits(), echo)
+	tr := NewClientTransport()
+	tr.idleTimeout = 30 * time.Millisecond
+	cl := &http.Client{Transport: tr}
+	url := "http://" + s.addr + "/"
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Go(func() {
+			if _, err := post(context.Background(), cl, url, "x"); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	o, _ := s.counts()
+	s.waitClosed(t, o)
+	tr.mu.Lock()
+	if len(tr.idle) != 0 || tr.sweep != nil {
+		t.Errorf("after the sweep: %d hosts pooled, sweep armed %v", len(tr.idle), tr.sweep != nil)
+	}
+	tr.mu.Unlock()
+
+	tr = NewClientTransport() // the default timeout: only CloseIdleConnections closes
+	if _, err := post(context.Background(), &http.Client{Transport: tr}, url, "x"); err != nil {
+		t.Fatal(err)
+	}
+	tr.CloseIdleConnections()
+	s.waitClosed(t, o+1)
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if len(tr.idle) != 0 || tr.sweep != nil {
+		t.Errorf("after CloseIdleConnections: %d hosts pooled, sweep armed %v", len(tr.idle), tr.sweep != nil)
+	}
+}
