@@ -1,9 +1,11 @@
 package ha
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -85,6 +87,13 @@ func startWatchClusterLogs(t *testing.T, wrap func(id string, logs raft.LogStore
 		nodes = append(nodes, n)
 		peers = append(peers, Peer{ID: n.id, Addr: n.addr})
 	}
+	// The nodes' raft and watch logs, printed when the test fails.
+	logs := &lockedLog{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("raft logs, last %d lines:\n%s", logTail, logs.tail(logTail))
+		}
+	})
 	for _, n := range nodes {
 		store, err := persist.Open(t.TempDir(), persist.Options{NodeID: n.id, ClusterID: "w"})
 		if err != nil {
@@ -101,7 +110,8 @@ func startWatchClusterLogs(t *testing.T, wrap func(id string, logs raft.LogStore
 			ElectionTimeout: 4 * time.Second, LeaderLeaseTimeout: time.Second,
 			CommitTimeout: 10 * time.Millisecond, SnapshotInterval: time.Hour, SnapshotThreshold: 1 << 30,
 			TrailingLogs: 1024, DetectLeaderExit: true}
-		r, err := StartRaft(cfg, persist.NewFSM("w"), store, stream, hclog.NewNullLogger())
+		logger := hclog.New(&hclog.LoggerOptions{Name: n.id, Output: logs, Level: hclog.Debug})
+		r, err := StartRaft(cfg, persist.NewFSM("w"), store, stream, logger)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -119,6 +129,28 @@ func startWatchClusterLogs(t *testing.T, wrap func(id string, logs raft.LogStore
 		}
 	})
 	return nodes
+}
+
+const logTail = 300
+
+// lockedLog collects the log lines of a test's nodes.
+type lockedLog struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+// tail returns the last n lines.
+func (l *lockedLog) tail(n int) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	lines := strings.SplitAfter(l.buf.String(), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "")
 }
 
 // waitLeader polls until one live node other than except leads and has
