@@ -167,12 +167,18 @@ func (w *waves) run() {
 		start := time.Now()
 		w.applyWave(batch, w.batches.Load())
 		for _, q := range batch {
+			if q.f != nil {
+				q.f.Error() // wait for the wave's commit
+			}
+		}
+		// The callers about to be answered, and those that queued while
+		// the wave was committed, are the ones the next wave can expect;
+		// counted before any answer, so no caller counts twice.
+		want = min(maxWave, len(batch)+len(w.reqs))
+		for _, q := range batch {
 			q.resp <- q.outcome()
 		}
 		last = time.Since(start)
-		// The callers just answered, and those that queued meanwhile, are
-		// the ones the next wave can expect.
-		want = min(maxWave, len(batch)+len(w.reqs))
 		clear(batch) // drop references to answered requests
 	}
 }
