@@ -73,22 +73,40 @@ type Op struct {
 	Retries int
 }
 
-// History collects ops from many goroutines.
+// History collects ops from many goroutines, in chunks: a long run records
+// millions, and one growing slice would copy all of them under the lock
+// each time it grew, stalling every client for the copy (and the run's
+// latency figures with it).
 type History struct {
-	mu  sync.Mutex
-	ops []Op
+	mu     sync.Mutex
+	chunks [][]Op
 }
+
+// historyChunk is how many ops one chunk holds (about 400 KiB).
+const historyChunk = 4096
 
 // Add records one op.
 func (h *History) Add(op Op) {
 	h.mu.Lock()
-	h.ops = append(h.ops, op)
+	if n := len(h.chunks); n == 0 || len(h.chunks[n-1]) == historyChunk {
+		h.chunks = append(h.chunks, make([]Op, 0, historyChunk))
+	}
+	last := &h.chunks[len(h.chunks)-1]
+	*last = append(*last, op)
 	h.mu.Unlock()
 }
 
-// Ops returns a copy of the recorded ops.
+// Ops returns a copy of the recorded ops, in the order they were added.
 func (h *History) Ops() []Op {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return append([]Op(nil), h.ops...)
+	n := 0
+	for _, c := range h.chunks {
+		n += len(c)
+	}
+	ops := make([]Op, 0, n)
+	for _, c := range h.chunks {
+		ops = append(ops, c...)
+	}
+	return ops
 }
