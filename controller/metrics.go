@@ -3,6 +3,7 @@ package controller
 import (
 	"net/http"
 	"net/http/pprof"
+	"regexp"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -30,7 +31,12 @@ func newMetrics(reg *prometheus.Registry, n *Node) *metrics {
 		}, []string{"from", "to"}),
 	}
 	reg.MustRegister(m.role, m.term, m.writeQuorum, m.roleChanges,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		// Scheduling latency and GC pauses show a CPU-starved node: a
+		// goroutine that waits tens of milliseconds for a core is how a
+		// leader misses its lease with short raft timeouts.
+		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
+			collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/sched/latencies:seconds$|^/sched/pauses/total/gc:seconds$`)})),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "xce_applied_index", Help: "Last Raft index applied to the FSM."},
 			func() float64 { _, a := n.Indexes(); return float64(a) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "xce_commit_index", Help: "Last Raft index known committed."},

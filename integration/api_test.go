@@ -80,6 +80,7 @@ func TestAPI(t *testing.T) {
 	t.Run("RetryStorm", func(t *testing.T) { testRetryStorm(t, c) })
 	t.Run("BadInput", func(t *testing.T) { testBadInput(t, c, p) })
 	t.Run("CurlExample", func(t *testing.T) { testCurlExample(t, c, p) })
+	t.Run("RuntimeMetrics", func(t *testing.T) { testRuntimeMetrics(t, c) })
 }
 
 // A freshly elected primary serves linearizable reads before anything was
@@ -409,5 +410,21 @@ func TestAPIQuorumLoss(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// testRuntimeMetrics: every node exports the Go scheduler's latency and GC
+// pause histograms, what an operator reads when a leader misses its lease.
+func testRuntimeMetrics(t *testing.T, c *Cluster) {
+	for i := 0; i < 3; i++ {
+		for _, name := range []string{"go_sched_latencies_seconds_count", "go_sched_pauses_total_gc_seconds_count"} {
+			n, err := c.Metric(i, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n <= 0 {
+				t.Errorf("node %d: %s = %v, want > 0", i+1, name, n)
+			}
+		}
 	}
 }
