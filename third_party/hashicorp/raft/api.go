@@ -134,6 +134,10 @@ type Raft struct {
 	// leaderState used only while state is leader
 	leaderState leaderState
 
+	// leaderWriter stores a leader's new entries while they replicate,
+	// with ParallelLeaderWrites; nil otherwise and when not leader.
+	leaderWriter atomic.Pointer[leaderWriter]
+
 	// candidateFromLeadershipTransfer is used to indicate that this server became
 	// candidate because the leader tries to transfer leadership. This flag is
 	// used in RequestVoteRequest to express that a leadership transfer is going

@@ -173,6 +173,14 @@ type Config struct {
 	// processed until after the specified timeout.
 	BatchApplyCh bool
 
+	// ParallelLeaderWrites makes the leader write new entries to its log
+	// store while it replicates them, instead of before (Raft thesis
+	// §10.2.1). The leader still counts itself toward a quorum only once
+	// its write has returned, so commitment needs the same durable majority;
+	// a write waits for the slower of the leader's disk and a follower's
+	// round trip rather than for both in turn.
+	ParallelLeaderWrites bool
+
 	// If we are a member of a cluster, and RemovePeer is invoked for the
 	// local node, then we forget all peers and transition into the follower state.
 	// If ShutdownOnRemove is set, we additional shutdown Raft. Otherwise,

@@ -494,6 +494,9 @@ func (r *Raft) runLeader() {
 	// setup leader state. This is only supposed to be accessed within the
 	// leaderloop.
 	r.setupLeaderState()
+	if r.config().ParallelLeaderWrites {
+		r.leaderWriter.Store(newLeaderWriter(r))
+	}
 
 	// Run a background go-routine to emit metrics on log age
 	stopCh := make(chan struct{})
@@ -501,6 +504,11 @@ func (r *Raft) runLeader() {
 
 	// Cleanup state on step down
 	defer func() {
+		// Let the log store hold everything dispatched (or put lastLog
+		// back after a failed write) before this node acts as anything
+		// but the leader.
+		r.stopLeaderWriter()
+
 		close(stopCh)
 
 		// Since we were the leader previously, we update our
@@ -1104,6 +1112,7 @@ func (r *Raft) quorumSize() int {
 // block until complete.
 func (r *Raft) restoreUserSnapshot(meta *SnapshotMeta, reader io.Reader) error {
 	defer metrics.MeasureSince([]string{"raft", "restoreUserSnapshot"}, time.Now())
+	r.drainLeaderWrites()
 
 	// Sanity check the version.
 	version := meta.Version
@@ -1266,6 +1275,17 @@ func (r *Raft) dispatchLogs(applyLogs []*logFuture) {
 	commitIndex := r.getCommitIndex()
 	r.tryStageCommitIndex(commitIndex)
 
+	if w := r.leaderWriter.Load(); w != nil {
+		// Replicate while the leader's own write is under way; the
+		// writer counts the leader toward commitment once it is stored.
+		w.stage(logs)
+		r.setLastLog(lastIndex, term)
+		for _, f := range r.leaderState.replState {
+			asyncNotifyCh(f.triggerCh)
+		}
+		return
+	}
+
 	// Write the log entry locally
 	if err := r.logs.StoreLogs(logs); err != nil {
 		r.logger.Error("failed to commit logs", "error", err)
@@ -1328,7 +1348,7 @@ func (r *Raft) processLogs(index uint64, futures map[uint64]*logFuture) {
 			preparedLog = r.prepareLog(&future.log, future)
 		} else {
 			l := new(Log)
-			if err := r.logs.GetLog(idx, l); err != nil {
+			if err := r.getLogOrStaged(idx, l); err != nil {
 				r.logger.Error("failed to get log", "index", idx, "error", err)
 				panic(err)
 			}
@@ -1457,6 +1477,9 @@ func (r *Raft) processHeartbeat(rpc RPC) {
 // only be called from the main thread.
 func (r *Raft) appendEntries(rpc RPC, a *AppendEntriesRequest) {
 	defer metrics.MeasureSince([]string{"raft", "rpc", "appendEntries"}, time.Now())
+	// A newer leader's entries may truncate ours: let our own writes
+	// finish first.
+	r.drainLeaderWrites()
 	// Setup a response
 	resp := &AppendEntriesResponse{
 		RPCHeader:      r.getRPCHeader(),
@@ -1836,6 +1859,7 @@ func (r *Raft) requestPreVote(rpc RPC, req *RequestPreVoteRequest) {
 // from the main thread.
 func (r *Raft) installSnapshot(rpc RPC, req *InstallSnapshotRequest) {
 	defer metrics.MeasureSince([]string{"raft", "rpc", "installSnapshot"}, time.Now())
+	r.drainLeaderWrites()
 	// Setup a response
 	resp := &InstallSnapshotResponse{
 		Term:    r.getCurrentTerm(),

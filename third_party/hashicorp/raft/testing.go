@@ -28,6 +28,8 @@ func inmemConfig(t testing.TB) *Config {
 	conf.LeaderLeaseTimeout = 50 * time.Millisecond
 	conf.CommitTimeout = 5 * time.Millisecond
 	conf.Logger = newTestLogger(t)
+	// Run the whole suite with parallel leader writes too.
+	conf.ParallelLeaderWrites = os.Getenv("RAFT_PARALLEL_LEADER_WRITES") == "1"
 	return conf
 }
 
@@ -726,6 +728,8 @@ type MakeClusterOpts struct {
 	MonotonicLogs      bool
 	CommitTrackingLogs bool
 	PropagateError     bool // If true, return errors instead of calling t.Fatal
+	// WrapLogStore, if set, wraps each peer's log store.
+	WrapLogStore func(peer int, s LogStore) LogStore
 }
 
 // makeCluster will return a cluster with the given config and number of peers.
@@ -814,6 +818,9 @@ func makeCluster(t *testing.T, opts *MakeClusterOpts) (*cluster, error) {
 			logs = &MockMonotonicLogStore{s: logs}
 		} else if opts.CommitTrackingLogs {
 			logs = NewInmemCommitTrackingStore()
+		}
+		if opts.WrapLogStore != nil {
+			logs = opts.WrapLogStore(i, logs)
 		}
 
 		peerConf := opts.Conf
