@@ -30,6 +30,7 @@ test: lint unit fuzz
 
 unit:
 	$(GO) test -race -count=1 -timeout 15m ./...
+	cd third_party/hashicorp/raft && $(GO) test -race -count=1 -timeout 5m -run 'TestParallelLeaderWrites' .
 
 fuzz:
 	FUZZTIME=$(FUZZTIME) ./scripts/fuzz.sh

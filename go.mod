@@ -48,3 +48,5 @@ require (
 	golang.org/x/sync v0.25.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 )
+
+replace github.com/hashicorp/raft => ./third_party/hashicorp/raft

@@ -71,6 +71,11 @@ func StartRaft(cfg RaftConfig, fsm raft.FSM, store *persist.Store, stream raft.S
 	conf.Logger = logger
 	conf.BatchApplyCh = true
 	conf.MaxAppendEntries = 256
+	// The leader writes a wave's entry while it replicates it (our patch
+	// to raft, third_party/hashicorp/raft/leader_persist.go): a write waits
+	// for one disk and a round trip instead of the leader's disk and then
+	// the round trip.
+	conf.ParallelLeaderWrites = true
 	if err := raft.ValidateConfig(conf); err != nil {
 		return nil, fmt.Errorf("raft config: %w", err)
 	}

@@ -79,7 +79,7 @@ func (s *raftSink) AddSample(key []string, ms float32) {
 	switch {
 	case slices.Equal(key, []string{"raft", "commitTime"}):
 		s.commit.Observe(sec)
-	case slices.Equal(key, []string{"raft", "leader", "dispatchLog"}):
+	case slices.Equal(key, []string{"raft", "leader", "parallelStoreLogs"}):
 		s.leaderStore.Observe(sec)
 	case slices.Equal(key, []string{"raft", "rpc", "appendEntries", "storeLogs"}):
 		s.followerStore.Observe(sec)
