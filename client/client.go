@@ -238,9 +238,15 @@ func retry[S any](ctx context.Context, c *Client, stub func(ep string) S, call f
 			return nil
 		}
 		lastErr = err
-		var wait time.Duration
 		if nr, ok := NotReadyOf(err); ok {
 			last = nr
+		}
+		if ctx.Err() != nil {
+			// The caller gave up: no retry follows, so none is reported.
+			return giveUp(ctx, last, lastErr)
+		}
+		var wait time.Duration
+		if nr, ok := NotReadyOf(err); ok {
 			transport = 0
 			if nr.LeaderAddr != "" && nr.LeaderAddr != ep && hops < 3 {
 				// Follow the hint at once; a few hops at most before
@@ -280,11 +286,7 @@ func retry[S any](ctx context.Context, c *Client, stub func(ep string) S, call f
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			e := &NotReadyError{Last: last, Err: errors.Join(ctx.Err(), lastErr)}
-			if _, ok := NotReadyOf(lastErr); !ok && last != nil {
-				e.lastErr = lastErr
-			}
-			return e
+			return giveUp(ctx, last, lastErr)
 		case <-t.C:
 		}
 	}
@@ -292,6 +294,16 @@ func retry[S any](ctx context.Context, c *Client, stub func(ep string) S, call f
 
 // retryable reports whether err is a transport failure (or an attempt
 // timeout) worth another endpoint, as opposed to an answer.
+// giveUp is retry's error once the caller's context is done: NOT_READY with
+// the last NOT_READY detail seen, the context's error and the last error.
+func giveUp(ctx context.Context, last *xcev1.NotReady, lastErr error) error {
+	e := &NotReadyError{Last: last, Err: errors.Join(ctx.Err(), lastErr)}
+	if _, ok := NotReadyOf(lastErr); !ok && last != nil {
+		e.lastErr = lastErr
+	}
+	return e
+}
+
 func retryable(ctx context.Context, err error) bool {
 	if ctx.Err() != nil {
 		return true // the loop returns NotReadyError at its select

@@ -356,3 +356,26 @@ func TestListWorkersAndAssignment(t *testing.T) {
 		t.Errorf("leader calls %d, want 2", leader.calls.Load())
 	}
 }
+
+// TestNoRetryReportedWhenCallerGivesUp: a call cut off by its caller's
+// deadline returns ErrNotReady and reports no retry, since none follows.
+func TestNoRetryReportedWhenCallerGivesUp(t *testing.T) {
+	ctx := ctxT(t)
+	hung := startNode(t)
+	hung.mu.Lock()
+	hung.hang = true
+	hung.mu.Unlock()
+	var retries atomic.Int64
+	c := newClient(t, []string{hung.addr}, client.Options{OnRetry: func(*xcev1.NotReady, error) { retries.Add(1) }})
+	cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if _, err := c.Register(cctx, "w1", 1, ""); !errors.Is(err, client.ErrNotReady) {
+		t.Fatalf("register: %v, want ErrNotReady", err)
+	}
+	if n := retries.Load(); n != 0 {
+		t.Errorf("%d retries reported for a call its caller gave up on", n)
+	}
+	if hung.calls.Load() != 1 {
+		t.Errorf("%d calls, want 1", hung.calls.Load())
+	}
+}
