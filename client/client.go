@@ -238,7 +238,8 @@ func retry[S any](ctx context.Context, c *Client, stub func(ep string) S, call f
 			return nil
 		}
 		lastErr = err
-		if nr, ok := NotReadyOf(err); ok {
+		nr, isNotReady := NotReadyOf(err)
+		if isNotReady {
 			last = nr
 		}
 		if ctx.Err() != nil {
@@ -246,7 +247,7 @@ func retry[S any](ctx context.Context, c *Client, stub func(ep string) S, call f
 			return giveUp(ctx, last, lastErr)
 		}
 		var wait time.Duration
-		if nr, ok := NotReadyOf(err); ok {
+		if isNotReady {
 			transport = 0
 			if nr.LeaderAddr != "" && nr.LeaderAddr != ep && hops < 3 {
 				// Follow the hint at once; a few hops at most before

@@ -155,12 +155,10 @@ func (w *leaderWriter) drain() (reset bool, index, term uint64) {
 	return true, w.storedIndex, w.storedTerm
 }
 
-// stop drains the writer and ends its goroutine.
-func (w *leaderWriter) stop() (reset bool, index, term uint64) {
-	reset, index, term = w.drain()
+// stop ends the writer's goroutine; call it drained.
+func (w *leaderWriter) stop() {
 	close(w.queue)
 	<-w.done
-	return reset, index, term
 }
 
 // drainLeaderWrites makes the log store hold every entry this node has
@@ -183,9 +181,8 @@ func (r *Raft) stopLeaderWriter() {
 	if w == nil {
 		return
 	}
-	if reset, index, term := w.stop(); reset {
-		r.setLastLog(index, term)
-	}
+	r.drainLeaderWrites()
+	w.stop()
 	r.leaderWriter.Store(nil)
 }
 

@@ -1279,25 +1279,20 @@ func (r *Raft) dispatchLogs(applyLogs []*logFuture) {
 		// Replicate while the leader's own write is under way; the
 		// writer counts the leader toward commitment once it is stored.
 		w.stage(logs)
-		r.setLastLog(lastIndex, term)
-		for _, f := range r.leaderState.replState {
-			asyncNotifyCh(f.triggerCh)
+	} else {
+		// Write the log entry locally
+		if err := r.logs.StoreLogs(logs); err != nil {
+			r.logger.Error("failed to commit logs", "error", err)
+			for _, applyLog := range applyLogs {
+				applyLog.respond(err)
+			}
+			r.setState(Follower)
+			return
 		}
-		return
+		r.leaderState.commitment.match(r.localID, lastIndex)
 	}
 
-	// Write the log entry locally
-	if err := r.logs.StoreLogs(logs); err != nil {
-		r.logger.Error("failed to commit logs", "error", err)
-		for _, applyLog := range applyLogs {
-			applyLog.respond(err)
-		}
-		r.setState(Follower)
-		return
-	}
-	r.leaderState.commitment.match(r.localID, lastIndex)
-
-	// Update the last log since it's on disk now
+	// Update the last log since it's on disk now (or staged)
 	r.setLastLog(lastIndex, term)
 
 	// Notify the replicators of the new log
