@@ -278,9 +278,6 @@ func retry[S any](ctx context.Context, c *Client, stub func(ep string) S, call f
 			c.setCur(ep)
 			return mapErr(err)
 		}
-		if c.opts.OnRetry != nil {
-			c.opts.OnRetry(last, err)
-		}
 		wait = min(wait, c.opts.MaxBackoff)
 		wait += time.Duration(mrand.Int64N(int64(wait)/2 + int64(5*time.Millisecond)))
 		t := time.NewTimer(wait)
@@ -289,6 +286,12 @@ func retry[S any](ctx context.Context, c *Client, stub func(ep string) S, call f
 			t.Stop()
 			return giveUp(ctx, last, lastErr)
 		case <-t.C:
+		}
+		// Reported once the retry is sure to happen: a caller whose
+		// context ends during the wait (or whose deadline the server
+		// enforced first) sees no retry that never came.
+		if c.opts.OnRetry != nil {
+			c.opts.OnRetry(last, err)
 		}
 	}
 }
