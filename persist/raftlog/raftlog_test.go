@@ -1,0 +1,538 @@
+package raftlog
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+func open(t *testing.T, dir string, segSize int64) (*Store, Recovery) {
+	t.Helper()
+	s, rec, err := Open(dir, Options{SegmentSize: segSize})
+	if err != nil {
+		t.Fatalf("Open(%s): %v", dir, err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, rec
+}
+
+func entry(i uint64) *raft.Log {
+	l := &raft.Log{Index: i, Term: 1 + i/10, Type: raft.LogCommand, Data: []byte(fmt.Sprintf("entry-%d-%s", i, strings.Repeat("x", int(i%37))))}
+	if i%3 == 0 {
+		l.Extensions = []byte{byte(i), 0, 1}
+	}
+	if i%2 == 0 {
+		l.AppendedAt = time.Unix(1700000000, int64(i)).UTC()
+	}
+	if i%5 == 0 {
+		l.Data = nil
+		l.Type = raft.LogNoop
+	}
+	return l
+}
+
+func storeRange(t *testing.T, s *Store, from, to uint64, batch int) {
+	t.Helper()
+	for i := from; i <= to; {
+		var logs []*raft.Log
+		for j := 0; j < batch && i <= to; j++ {
+			logs = append(logs, entry(i))
+			i++
+		}
+		if err := s.StoreLogs(logs); err != nil {
+			t.Fatalf("StoreLogs(%d..%d): %v", logs[0].Index, logs[len(logs)-1].Index, err)
+		}
+	}
+}
+
+func sameLog(a, b *raft.Log) bool {
+	return a.Index == b.Index && a.Term == b.Term && a.Type == b.Type &&
+		bytes.Equal(a.Data, b.Data) && bytes.Equal(a.Extensions, b.Extensions) && a.AppendedAt.Equal(b.AppendedAt)
+}
+
+// checkLog asserts the store holds exactly entries first..last as entry()
+// makes them.
+func checkLog(t *testing.T, s *Store, first, last uint64) {
+	t.Helper()
+	f, _ := s.FirstIndex()
+	l, _ := s.LastIndex()
+	if f != first || l != last {
+		t.Fatalf("log is %d..%d, want %d..%d", f, l, first, last)
+	}
+	for _, i := range []uint64{first - 1, last + 1} {
+		var got raft.Log
+		if err := s.GetLog(i, &got); i != 0 && !errors.Is(err, raft.ErrLogNotFound) {
+			t.Fatalf("GetLog(%d) outside %d..%d: %v, want ErrLogNotFound", i, first, last, err)
+		}
+	}
+	if first == 0 {
+		return
+	}
+	for i := first; i <= last; i++ {
+		var got raft.Log
+		if err := s.GetLog(i, &got); err != nil {
+			t.Fatalf("GetLog(%d): %v", i, err)
+		}
+		if want := entry(i); !sameLog(&got, want) {
+			t.Fatalf("GetLog(%d) = %+v, want %+v", i, got, *want)
+		}
+	}
+}
+
+func segFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	m, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+	sort.Strings(m)
+	return m
+}
+
+func dirHash(t *testing.T, dir string) string {
+	t.Helper()
+	h := sha256.New()
+	for _, p := range segFiles(t, dir) {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(h, "%s %d\n", filepath.Base(p), len(b))
+		h.Write(b)
+	}
+	return fmt.Sprintf("%x", h.Sum(nil))
+}
+
+func reopen(t *testing.T, s *Store, dir string, segSize int64) (*Store, Recovery) {
+	t.Helper()
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	return open(t, dir, segSize)
+}
+
+func TestStoreAndReopen(t *testing.T) {
+	dir := t.TempDir()
+	s, _ := open(t, dir, 0)
+	checkLog(t, s, 0, 0)
+	storeRange(t, s, 1, 100, 7)
+	if err := s.StoreLog(entry(101)); err != nil {
+		t.Fatal(err)
+	}
+	checkLog(t, s, 1, 101)
+	s, rec := reopen(t, s, dir, 0)
+	if rec.TornBytes != 0 || rec.Segments != 1 {
+		t.Fatalf("clean reopen reported %+v", rec)
+	}
+	checkLog(t, s, 1, 101)
+	storeRange(t, s, 102, 120, 5)
+	s, _ = reopen(t, s, dir, 0)
+	checkLog(t, s, 1, 120)
+}
+
+func TestFirstEntryMayStartAnywhere(t *testing.T) {
+	dir := t.TempDir()
+	s, _ := open(t, dir, 0)
+	storeRange(t, s, 1000, 1010, 3)
+	s, _ = reopen(t, s, dir, 0)
+	checkLog(t, s, 1000, 1010)
+}
+
+func TestRefusesGapsAndOverlaps(t *testing.T) {
+	s, _ := open(t, t.TempDir(), 0)
+	storeRange(t, s, 1, 10, 10)
+	for _, logs := range [][]*raft.Log{
+		{entry(12)},
+		{entry(10)},
+		{entry(11), entry(13)},
+	} {
+		if err := s.StoreLogs(logs); err == nil || !strings.Contains(err.Error(), "contiguous") {
+			t.Fatalf("StoreLogs(%d..): %v, want a contiguity error", logs[0].Index, err)
+		}
+	}
+	checkLog(t, s, 1, 10)
+	// A refused batch is not a failed store.
+	storeRange(t, s, 11, 12, 2)
+	checkLog(t, s, 1, 12)
+}
+
+func TestSegmentsRoll(t *testing.T) {
+	dir := t.TempDir()
+	const seg = 1024
+	s, _ := open(t, dir, seg)
+	storeRange(t, s, 1, 300, 9)
+	n := len(segFiles(t, dir))
+	if n < 10 {
+		t.Fatalf("%d segments for 300 entries at %d bytes a segment", n, seg)
+	}
+	checkLog(t, s, 1, 300)
+	s, rec := reopen(t, s, dir, seg)
+	if rec.Segments != n {
+		t.Fatalf("reopen found %d segments, want %d", rec.Segments, n)
+	}
+	checkLog(t, s, 1, 300)
+}
+
+func TestDeletePrefix(t *testing.T) {
+	dir := t.TempDir()
+	const seg = 1024
+	s, _ := open(t, dir, seg)
+	storeRange(t, s, 1, 300, 10)
+	before := len(segFiles(t, dir))
+	if err := s.DeleteRange(1, 200); err != nil {
+		t.Fatal(err)
+	}
+	checkLog(t, s, 201, 300)
+	if after := len(segFiles(t, dir)); after >= before {
+		t.Fatalf("deleting 200 of 300 entries kept all %d segments", after)
+	}
+	storeRange(t, s, 301, 310, 4)
+	// Entries of the first kept segment before 201 may come back after a
+	// restart; entries of removed segments must not, and the log stays
+	// contiguous.
+	s, _ = reopen(t, s, dir, seg)
+	f, _ := s.FirstIndex()
+	if f > 201 || f < 150 {
+		t.Fatalf("first index after reopen %d", f)
+	}
+	checkLog(t, s, f, 310)
+}
+
+func TestDeleteSuffixIsDurable(t *testing.T) {
+	dir := t.TempDir()
+	const seg = 1024
+	s, _ := open(t, dir, seg)
+	storeRange(t, s, 1, 300, 10)
+	if err := s.DeleteRange(150, 300); err != nil {
+		t.Fatal(err)
+	}
+	checkLog(t, s, 1, 149)
+	// The overriding entries differ from the deleted ones.
+	over := &raft.Log{Index: 150, Term: 99, Type: raft.LogCommand, Data: []byte("new leader")}
+	if err := s.StoreLogs([]*raft.Log{over}); err != nil {
+		t.Fatal(err)
+	}
+	s, _ = reopen(t, s, dir, seg)
+	if l, _ := s.LastIndex(); l != 150 {
+		t.Fatalf("last index after reopen %d, want 150", l)
+	}
+	var got raft.Log
+	if err := s.GetLog(150, &got); err != nil || !sameLog(&got, over) {
+		t.Fatalf("GetLog(150) = %+v, %v; want the overriding entry", got, err)
+	}
+	// Delete a suffix that starts a segment exactly, then one inside the
+	// first segment.
+	s.DeleteRange(150, 150)
+	storeRange(t, s, 150, 160, 11)
+	s.DeleteRange(2, 160)
+	checkLog(t, s, 1, 1)
+	s, _ = reopen(t, s, dir, seg)
+	checkLog(t, s, 1, 1)
+	storeRange(t, s, 2, 5, 2)
+	checkLog(t, s, 1, 5)
+}
+
+func TestDeleteAllThenStartElsewhere(t *testing.T) {
+	dir := t.TempDir()
+	s, _ := open(t, dir, 1024)
+	storeRange(t, s, 1, 100, 10)
+	if err := s.DeleteRange(1, 100); err != nil {
+		t.Fatal(err)
+	}
+	checkLog(t, s, 0, 0)
+	if n := len(segFiles(t, dir)); n != 0 {
+		t.Fatalf("%d segment files left after deleting everything", n)
+	}
+	// After a snapshot restore the log starts past a gap.
+	storeRange(t, s, 500, 510, 3)
+	s, _ = reopen(t, s, dir, 1024)
+	checkLog(t, s, 500, 510)
+}
+
+func TestDeleteInsideRefused(t *testing.T) {
+	s, _ := open(t, t.TempDir(), 0)
+	storeRange(t, s, 1, 10, 10)
+	if err := s.DeleteRange(3, 5); err == nil {
+		t.Fatal("deleting 3-5 of 1-10 succeeded")
+	}
+	checkLog(t, s, 1, 10)
+	// Ranges outside the log delete nothing.
+	for _, r := range [][2]uint64{{11, 20}, {0, 0}, {5, 4}} {
+		if err := s.DeleteRange(r[0], r[1]); err != nil {
+			t.Fatalf("DeleteRange(%d, %d): %v", r[0], r[1], err)
+		}
+	}
+	checkLog(t, s, 1, 10)
+}
+
+// lastSeg returns the path and bytes of the newest segment.
+func lastSeg(t *testing.T, dir string) (string, []byte) {
+	t.Helper()
+	m := segFiles(t, dir)
+	b, err := os.ReadFile(m[len(m)-1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m[len(m)-1], b
+}
+
+func TestTornTailIsCut(t *testing.T) {
+	for _, keep := range []int{-1, -9, -17, -30, -100} {
+		t.Run(fmt.Sprint(keep), func(t *testing.T) {
+			dir := t.TempDir()
+			s, _ := open(t, dir, 0)
+			storeRange(t, s, 1, 20, 4)
+			path, _ := lastSeg(t, dir)
+			fi, _ := os.Stat(path)
+			end20 := fi.Size()
+			storeRange(t, s, 21, 24, 4) // the batch the crash tears
+			s.Close()
+			_, b := lastSeg(t, dir)
+			torn := b[:len(b)+keep]
+			if int64(len(torn)) < end20 {
+				t.Skip("cut reaches into an acknowledged batch")
+			}
+			os.WriteFile(path, torn, 0o640)
+			s, rec := open(t, dir, 0)
+			if rec.TornBytes == 0 {
+				t.Fatalf("Open reported no torn bytes for a tail cut by %d", -keep)
+			}
+			l, _ := s.LastIndex()
+			if l < 20 || l > 23 {
+				t.Fatalf("last index %d after tearing the batch 21..24", l)
+			}
+			checkLog(t, s, 1, l)
+			storeRange(t, s, l+1, 30, 3)
+			s, rec = reopen(t, s, dir, 0)
+			if rec.TornBytes != 0 {
+				t.Fatalf("second reopen cut %d more bytes", rec.TornBytes)
+			}
+			checkLog(t, s, 1, 30)
+		})
+	}
+}
+
+func TestZeroTailIsFreeSpace(t *testing.T) {
+	dir := t.TempDir()
+	s, _ := open(t, dir, 0)
+	storeRange(t, s, 1, 20, 4)
+	s.Close()
+	path, b := lastSeg(t, dir)
+	if len(b) != DefaultSegmentSize {
+		t.Fatalf("segment is %d bytes, want it preallocated to %d", len(b), DefaultSegmentSize)
+	}
+	// Beyond its preallocated size, as when a batch overran it.
+	os.WriteFile(path, append(b, make([]byte, 4096)...), 0o640)
+	s, rec := open(t, dir, 0)
+	if rec.TornBytes != 0 {
+		t.Fatalf("TornBytes %d for a tail of zeros", rec.TornBytes)
+	}
+	checkLog(t, s, 1, 20)
+}
+
+func TestTornNewSegmentRemoved(t *testing.T) {
+	for _, size := range []int{0, 10} {
+		dir := t.TempDir()
+		s, _ := open(t, dir, 0)
+		storeRange(t, s, 1, 20, 4)
+		s.Close()
+		os.WriteFile(filepath.Join(dir, segFileName(21)), make([]byte, size), 0o640)
+		s, rec := open(t, dir, 0)
+		if rec.TornSegment != segFileName(21) {
+			t.Fatalf("size %d: recovery %+v, want the torn segment removed", size, rec)
+		}
+		checkLog(t, s, 1, 20)
+		storeRange(t, s, 21, 25, 5)
+		s, _ = reopen(t, s, dir, 0)
+		checkLog(t, s, 1, 25)
+	}
+}
+
+// mustCorrupt checks Open fails with ErrCorrupt, mentioning what, and
+// leaves the files as they were.
+func mustCorrupt(t *testing.T, dir string, segSize int64, what string) {
+	t.Helper()
+	before := dirHash(t, dir)
+	s, _, err := Open(dir, Options{SegmentSize: segSize})
+	if err == nil {
+		l, _ := s.LastIndex()
+		s.Close()
+		t.Fatalf("Open succeeded (last index %d), want ErrCorrupt (%s)", l, what)
+	}
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), what) {
+		t.Fatalf("Open: %v; want ErrCorrupt mentioning %q", err, what)
+	}
+	if dirHash(t, dir) != before {
+		t.Fatal("a failed Open changed the files")
+	}
+}
+
+func TestDamageInsideLastSegmentIsCorrupt(t *testing.T) {
+	dir := t.TempDir()
+	s, _ := open(t, dir, 0)
+	storeRange(t, s, 1, 50, 5)
+	end := s.segs[0].size
+	s.Close()
+	path, b := lastSeg(t, dir)
+	b[end/2] ^= 0x40
+	os.WriteFile(path, b, 0o640)
+	mustCorrupt(t, dir, 0, "an intact entry follows")
+}
+
+func TestDamageInSealedSegmentIsCorrupt(t *testing.T) {
+	dir := t.TempDir()
+	s, _ := open(t, dir, 1024)
+	storeRange(t, s, 1, 100, 5)
+	s.Close()
+	m := segFiles(t, dir)
+	for _, mutate := range []struct {
+		name string
+		f    func([]byte) []byte
+		what string
+	}{
+		{"flip", func(b []byte) []byte { b[len(b)-12] ^= 1; return b }, "checksum"},
+		{"pad", func(b []byte) []byte { b[len(b)-1] ^= 1; return b }, "padding"},
+		{"cut", func(b []byte) []byte { return b[:len(b)-3] }, "cut short"},
+		{"header", func(b []byte) []byte { b[3] = 'X'; return b }, "magic"},
+		{"empty", func(b []byte) []byte { return nil }, "header cut short"},
+	} {
+		t.Run(mutate.name, func(t *testing.T) {
+			orig, _ := os.ReadFile(m[1])
+			defer os.WriteFile(m[1], orig, 0o640)
+			os.WriteFile(m[1], mutate.f(append([]byte(nil), orig...)), 0o640)
+			mustCorrupt(t, dir, 1024, mutate.what)
+		})
+	}
+	t.Run("gap", func(t *testing.T) {
+		orig, _ := os.ReadFile(m[1])
+		defer os.WriteFile(m[1], orig, 0o640)
+		os.Remove(m[1])
+		mustCorrupt(t, dir, 1024, "starts at")
+	})
+	t.Run("renamed", func(t *testing.T) {
+		os.Rename(m[1], m[1]+".x.log")
+		defer os.Rename(m[1]+".x.log", m[1])
+		mustCorrupt(t, dir, 1024, "not a segment file")
+	})
+	// All restored: it opens.
+	s, _ = open(t, dir, 1024)
+	checkLog(t, s, 1, 100)
+}
+
+func TestReadDetectsDamage(t *testing.T) {
+	dir := t.TempDir()
+	s, _ := open(t, dir, 0)
+	storeRange(t, s, 1, 10, 10)
+	path, b := lastSeg(t, dir)
+	g := s.segs[0]
+	b[g.offs[4]+frameHeaderSize+2] ^= 0xff // inside entry 5's body
+	os.WriteFile(path, b, 0o640)
+	var got raft.Log
+	if err := s.GetLog(5, &got); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("GetLog of a damaged entry: %v, want ErrCorrupt", err)
+	}
+	if err := s.GetLog(6, &got); err != nil {
+		t.Fatalf("GetLog of an intact entry: %v", err)
+	}
+}
+
+func TestFailedWriteIsSticky(t *testing.T) {
+	dir := t.TempDir()
+	s, _ := open(t, dir, 0)
+	storeRange(t, s, 1, 10, 10)
+	s.segs[0].f.Close() // the next write fails
+	if err := s.StoreLogs([]*raft.Log{entry(11)}); err == nil {
+		t.Fatal("write to a closed file succeeded")
+	}
+	err := s.StoreLogs([]*raft.Log{entry(11)})
+	if !errors.Is(err, ErrFailed) {
+		t.Fatalf("write after a failure: %v, want ErrFailed", err)
+	}
+	if err := s.DeleteRange(5, 10); !errors.Is(err, ErrFailed) {
+		t.Fatalf("delete after a failure: %v, want ErrFailed", err)
+	}
+	if l, _ := s.LastIndex(); l != 10 {
+		t.Fatalf("last index %d after a failed write, want 10", l)
+	}
+	s.Close()
+	s, _ = open(t, dir, 0)
+	checkLog(t, s, 1, 10)
+}
+
+func TestClosedStoreRefuses(t *testing.T) {
+	s, _ := open(t, t.TempDir(), 0)
+	storeRange(t, s, 1, 3, 3)
+	s.Close()
+	var l raft.Log
+	if err := s.GetLog(1, &l); err == nil {
+		t.Fatal("GetLog on a closed store succeeded")
+	}
+	if err := s.StoreLogs([]*raft.Log{entry(4)}); err == nil {
+		t.Fatal("StoreLogs on a closed store succeeded")
+	}
+}
+
+func TestOversizedEntryRefused(t *testing.T) {
+	s, _ := open(t, t.TempDir(), 0)
+	big := &raft.Log{Index: 1, Term: 1, Data: make([]byte, MaxEntrySize+1)}
+	if err := s.StoreLogs([]*raft.Log{big}); err == nil || !strings.Contains(err.Error(), "limit") {
+		t.Fatalf("oversized entry: %v", err)
+	}
+	storeRange(t, s, 1, 2, 2)
+	checkLog(t, s, 1, 2)
+}
+
+func TestReadsDuringWrites(t *testing.T) {
+	s, _ := open(t, t.TempDir(), 4096)
+	storeRange(t, s, 1, 10, 10)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for r := 0; r < 4; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				f, _ := s.FirstIndex()
+				l, _ := s.LastIndex()
+				for i := f; i <= l && f != 0; i += 7 {
+					var got raft.Log
+					err := s.GetLog(i, &got)
+					if errors.Is(err, raft.ErrLogNotFound) {
+						continue // compacted meanwhile
+					}
+					if err != nil || !sameLog(&got, entry(i)) {
+						errs <- fmt.Errorf("GetLog(%d) = %+v, %v", i, got, err)
+						return
+					}
+				}
+			}
+		}()
+	}
+	for i := uint64(11); i <= 500; i += 10 {
+		storeRange(t, s, i, i+9, 10)
+		if i%100 == 1 {
+			if err := s.DeleteRange(1, i-50); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
