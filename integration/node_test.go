@@ -310,13 +310,13 @@ func TestNodeRefusesBadStart(t *testing.T) {
 			t.Errorf("first node exited")
 		}
 	})
-	t.Run("corrupt raft.db", func(t *testing.T) {
-		// Node 1 writes its raft.db (bootstrap, votes), then stops; garbage
-		// over its B+tree pages is what bbolt would otherwise crash on, in a
-		// goroutine no recover reaches.
-		c.Start(1)
+	// runThenStop starts node i until it knows its role, so it has written
+	// its data files, and stops it.
+	runThenStop := func(t *testing.T, i int) {
+		t.Helper()
+		c.Start(i)
 		if err := waitFor(10*time.Second, pollEvery, func() error {
-			s, err := c.Status(1)
+			s, err := c.Status(i)
 			if err != nil {
 				return err
 			}
@@ -325,9 +325,47 @@ func TestNodeRefusesBadStart(t *testing.T) {
 			}
 			return nil
 		}); err != nil {
-			t.Fatalf("node 1 never left INIT: %v", err)
+			t.Fatalf("node %d never left INIT: %v", i, err)
 		}
-		c.Stop(1)
+		c.Stop(i)
+	}
+	// refusesCorrupt starts node i and wants one error line naming path.
+	refusesCorrupt := func(t *testing.T, i int, path string) {
+		t.Helper()
+		r := runXCE(t, 20*time.Second, "server", "--config", c.Node(i).ConfigPath)
+		t.Logf("exit %d after %v", r.Code, r.Elapsed.Round(time.Millisecond))
+		if r.Code == 0 {
+			t.Fatalf("a node with a corrupt %s exited 0", filepath.Base(path))
+		}
+		plain := plainLines(r.Stderr)
+		if len(plain) != 1 {
+			t.Fatalf("want exactly one error line on stderr (no panic trace), got %d:\n%s", len(plain), r.Stderr)
+		}
+		t.Logf("error line: %s", plain[0])
+		if !strings.Contains(plain[0], path) || !strings.Contains(plain[0], "corrupt") {
+			t.Errorf("error line %q should name %s and say \"corrupt\"", plain[0], path)
+		}
+	}
+	t.Run("corrupt raft log", func(t *testing.T) {
+		// A damaged segment header must fail the start with the segment's
+		// path, never start on a log with entries missing.
+		runThenStop(t, 2)
+		seg := filepath.Join(c.Node(2).DataDir, "raft-log", "00000000000000000001.log")
+		f, err := os.OpenFile(seg, os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = f.WriteAt([]byte{0xA5}, 9) // the header's first-index field
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		refusesCorrupt(t, 2, seg)
+	})
+	t.Run("corrupt raft.db", func(t *testing.T) {
+		// Garbage over node 1's B+tree pages is what bbolt would otherwise
+		// crash on, in a goroutine no recover reaches.
+		runThenStop(t, 1)
 		db := filepath.Join(c.Node(1).DataDir, "raft.db")
 		b, err := os.ReadFile(db)
 		if err != nil {
@@ -343,19 +381,7 @@ func TestNodeRefusesBadStart(t *testing.T) {
 		if err := os.WriteFile(db, b, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		r := runXCE(t, 20*time.Second, "server", "--config", c.Node(1).ConfigPath)
-		t.Logf("exit %d after %v", r.Code, r.Elapsed.Round(time.Millisecond))
-		if r.Code == 0 {
-			t.Fatalf("a node with a corrupt raft.db exited 0")
-		}
-		plain := plainLines(r.Stderr)
-		if len(plain) != 1 {
-			t.Fatalf("want exactly one error line on stderr (no panic trace), got %d:\n%s", len(plain), r.Stderr)
-		}
-		t.Logf("error line: %s", plain[0])
-		if !strings.Contains(plain[0], db) || !strings.Contains(plain[0], "corrupt") {
-			t.Errorf("error line %q should name %s and say \"corrupt\"", plain[0], db)
-		}
+		refusesCorrupt(t, 1, db)
 	})
 }
 

@@ -1,6 +1,7 @@
-// Package persist holds what a node keeps on disk: the Raft log and stable
-// store (bbolt through raft-boltdb), the snapshot store, and the replicated
-// state machine with its versioned snapshot format.
+// Package persist holds what a node keeps on disk: the Raft log (segment
+// files, package raftlog), the stable store (bbolt through raft-boltdb), the
+// snapshot store, and the replicated state machine with its versioned
+// snapshot format.
 package persist
 
 import (
@@ -22,6 +23,8 @@ import (
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"go.etcd.io/bbolt"
+
+	"github.com/xce/xce/persist/raftlog"
 )
 
 // Errors of Open. Callers test them with errors.Is.
@@ -39,10 +42,13 @@ const (
 	lockFile   = "LOCK"
 	metaFile   = "xce-meta.json"
 	raftFile   = "raft.db"
+	logDir     = "raft-log"
 	snapDir    = "snapshots"
 	metaFormat = "xce-data"
-	// metaVersion is the data dir layout version.
-	metaVersion = 1
+	// metaVersion is the data dir layout version. Version 1 kept the Raft
+	// log in raft.db; version 2 keeps it in raft-log/, and raft.db holds
+	// only the stable store. Open moves a version 1 log across.
+	metaVersion = 2
 	// logCacheSize entries stay in memory so the leader replicates without
 	// reading them back out of bolt.
 	logCacheSize = 512
@@ -74,6 +80,7 @@ type Store struct {
 	Snaps  raft.SnapshotStore
 
 	bolt *raftboltdb.BoltStore
+	log  *raftlog.Store
 	lock *os.File
 }
 
@@ -103,7 +110,8 @@ func Open(dir string, opts Options) (_ *Store, err error) {
 			lock.Close()
 		}
 	}()
-	if err := checkMeta(dir, opts); err != nil {
+	m, err := checkMeta(dir, opts)
+	if err != nil {
 		return nil, err
 	}
 	bolt, err := openBolt(filepath.Join(dir, raftFile), opts.CheckBolt)
@@ -120,7 +128,16 @@ func Open(dir string, opts Options) (_ *Store, err error) {
 	if _, err := bolt.LastIndex(); err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, filepath.Join(dir, raftFile), err)
 	}
-	cache, err := raft.NewLogCache(logCacheSize, bolt)
+	log, err := openLog(dir, m, bolt, opts.Logger)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			log.Close()
+		}
+	}()
+	cache, err := raft.NewLogCache(logCacheSize, log)
 	if err != nil {
 		return nil, err
 	}
@@ -128,7 +145,123 @@ func Open(dir string, opts Options) (_ *Store, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("data dir %s: snapshots: %w", dir, err)
 	}
-	return &Store{Dir: dir, Logs: cache, Stable: bolt, Snaps: snaps, bolt: bolt, lock: lock}, nil
+	return &Store{Dir: dir, Logs: cache, Stable: bolt, Snaps: snaps, bolt: bolt, log: log, lock: lock}, nil
+}
+
+// openLog opens dir/raft-log, first moving a layout version 1 log out of
+// raft.db. The move is safe to interrupt at any point:
+//
+//  1. copy the log into raft-log.tmp and sync it;
+//  2. write layout version 2 into the meta file, so a binary that only
+//     knows version 1 refuses the dir from now on rather than run on the
+//     stale copy left in raft.db;
+//  3. rename raft-log.tmp to raft-log: from here raft-log is the log;
+//  4. delete the log from raft.db.
+//
+// An interrupted move starts again from 1 (raft.db still holds the whole
+// log until 4); copies left in raft.db after 3 are deleted on the next open.
+func openLog(dir string, m meta, bolt *raftboltdb.BoltStore, logger hclog.Logger) (*raftlog.Store, error) {
+	path := filepath.Join(dir, logDir)
+	boltFirst, err := bolt.FirstIndex()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, filepath.Join(dir, raftFile), err)
+	}
+	boltLast, err := bolt.LastIndex()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, filepath.Join(dir, raftFile), err)
+	}
+	_, statErr := os.Stat(path)
+	switch {
+	case statErr == nil:
+	case errors.Is(statErr, os.ErrNotExist):
+		if err := moveLog(dir, m, bolt, boltFirst, boltLast, logger); err != nil {
+			return nil, fmt.Errorf("data dir %s: moving the raft log out of %s: %w", dir, raftFile, err)
+		}
+	default:
+		return nil, fmt.Errorf("data dir %s: %w", dir, statErr)
+	}
+	if boltLast != 0 {
+		// Step 4, or what an interrupted one left.
+		if err := bolt.DeleteRange(boltFirst, boltLast); err != nil {
+			return nil, fmt.Errorf("data dir %s: delete the old log copy in %s: %w", dir, raftFile, err)
+		}
+	}
+	log, rec, err := raftlog.Open(path, raftlog.Options{})
+	if err != nil {
+		if errors.Is(err, raftlog.ErrCorrupt) {
+			return nil, fmt.Errorf("%w: %s", ErrCorrupt, strings.TrimPrefix(err.Error(), raftlog.ErrCorrupt.Error()+": "))
+		}
+		return nil, fmt.Errorf("data dir %s: %w", dir, err)
+	}
+	if rec.TornBytes > 0 || rec.TornSegment != "" {
+		logger.Warn("raft log: cut a write a crash interrupted before it was acknowledged",
+			"dir", path, "torn_bytes", rec.TornBytes, "torn_segment", rec.TornSegment)
+	}
+	return log, nil
+}
+
+func moveLog(dir string, m meta, bolt *raftboltdb.BoltStore, first, last uint64, logger hclog.Logger) error {
+	tmp := filepath.Join(dir, logDir+".tmp")
+	if err := os.RemoveAll(tmp); err != nil {
+		return err
+	}
+	if last != 0 {
+		start := time.Now()
+		if err := copyLog(tmp, bolt, first, last); err != nil {
+			return err
+		}
+		logger.Info("raft log: moved out of raft.db", "entries", last-first+1, "first", first, "last", last, "took", time.Since(start))
+	} else if err := os.Mkdir(tmp, 0o750); err != nil {
+		return err
+	}
+	if m.Version < 2 {
+		m.Version = metaVersion
+		if err := writeFileSync(filepath.Join(dir, metaFile), m); err != nil {
+			return err
+		}
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, logDir)); err != nil {
+		return err
+	}
+	return raftlog.SyncDir(dir)
+}
+
+// copyLog copies entries first..last from bolt into a new log at path and
+// reads every one back.
+func copyLog(path string, bolt *raftboltdb.BoltStore, first, last uint64) error {
+	dst, _, err := raftlog.Open(path, raftlog.Options{})
+	if err != nil {
+		return err
+	}
+	defer dst.Close()
+	const batch = 256
+	logs := make([]*raft.Log, 0, batch)
+	for i := first; i <= last; i++ {
+		l := new(raft.Log)
+		if err := bolt.GetLog(i, l); err != nil {
+			return fmt.Errorf("%w: read entry %d of %d..%d: %v", ErrCorrupt, i, first, last, err)
+		}
+		logs = append(logs, l)
+		if len(logs) == batch || i == last {
+			if err := dst.StoreLogs(logs); err != nil {
+				return err
+			}
+			logs = logs[:0]
+		}
+	}
+	for i := first; i <= last; i++ {
+		var a, b raft.Log
+		if err := bolt.GetLog(i, &a); err != nil {
+			return err
+		}
+		if err := dst.GetLog(i, &b); err != nil {
+			return err
+		}
+		if a.Index != b.Index || a.Term != b.Term || a.Type != b.Type || string(a.Data) != string(b.Data) || string(a.Extensions) != string(b.Extensions) {
+			return fmt.Errorf("entry %d reads back different from the copy", i)
+		}
+	}
+	return raftlog.SyncDir(path)
 }
 
 // HasState reports whether the data dir already holds Raft state, in which
@@ -137,9 +270,9 @@ func (s *Store) HasState() (bool, error) {
 	return raft.HasExistingState(s.Logs, s.Stable, s.Snaps)
 }
 
-// Close closes the log store and releases the data dir lock.
+// Close closes the log and stable stores and releases the data dir lock.
 func (s *Store) Close() error {
-	err := s.bolt.Close()
+	err := errors.Join(s.log.Close(), s.bolt.Close())
 	s.lock.Close()
 	return err
 }
@@ -181,32 +314,36 @@ func acquireLock(dir string, wait time.Duration) (*os.File, error) {
 	return f, nil
 }
 
-func checkMeta(dir string, opts Options) error {
+// checkMeta reads the meta file, or writes one into a new dir.
+func checkMeta(dir string, opts Options) (meta, error) {
 	path := filepath.Join(dir, metaFile)
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
-		// A raft.db without our meta file is not a dir we created.
-		if _, serr := os.Stat(filepath.Join(dir, raftFile)); serr == nil {
-			return fmt.Errorf("%w: %s has %s but no %s", ErrForeign, dir, raftFile, metaFile)
+		// A raft.db or raft-log without our meta file is not a dir we
+		// created.
+		for _, f := range []string{raftFile, logDir} {
+			if _, serr := os.Stat(filepath.Join(dir, f)); serr == nil {
+				return meta{}, fmt.Errorf("%w: %s has %s but no %s", ErrForeign, dir, f, metaFile)
+			}
 		}
 		m := meta{Format: metaFormat, Version: metaVersion, NodeID: opts.NodeID, ClusterID: opts.ClusterID}
-		return writeFileSync(path, m)
+		return m, writeFileSync(path, m)
 	}
 	if err != nil {
-		return fmt.Errorf("data dir %s: %w", dir, err)
+		return meta{}, fmt.Errorf("data dir %s: %w", dir, err)
 	}
 	var m meta
 	if err := json.Unmarshal(b, &m); err != nil || m.Format != metaFormat {
-		return fmt.Errorf("%w: %s is not an xce data file", ErrForeign, path)
+		return meta{}, fmt.Errorf("%w: %s is not an xce data file", ErrForeign, path)
 	}
-	if m.Version > metaVersion {
-		return fmt.Errorf("%w: %s has layout version %d, this binary reads up to %d", ErrForeign, path, m.Version, metaVersion)
+	if m.Version > metaVersion || m.Version < 1 {
+		return meta{}, fmt.Errorf("%w: %s has layout version %d, this binary reads 1 to %d", ErrForeign, path, m.Version, metaVersion)
 	}
 	if m.NodeID != opts.NodeID || m.ClusterID != opts.ClusterID {
-		return fmt.Errorf("%w: %s holds node %q of cluster %q, config says node %q of cluster %q",
+		return meta{}, fmt.Errorf("%w: %s holds node %q of cluster %q, config says node %q of cluster %q",
 			ErrForeign, dir, m.NodeID, m.ClusterID, opts.NodeID, opts.ClusterID)
 	}
-	return nil
+	return m, nil
 }
 
 func writeFileSync(path string, v any) error {
@@ -230,7 +367,10 @@ func writeFileSync(path string, v any) error {
 	if err := f.Close(); err != nil {
 		return err
 	}
-	return os.Rename(tmp, path)
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	return raftlog.SyncDir(filepath.Dir(path))
 }
 
 // CheckBoltFile opens the bolt file at path read-only and walks every page

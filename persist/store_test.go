@@ -329,7 +329,7 @@ func TestBadMetaFile(t *testing.T) {
 		"json array":   "[1,2,3]",
 		"other format": `{"format":"something-else","version":1,"node_id":"n1","cluster_id":"c1"}`,
 		"no format":    `{"version":1,"node_id":"n1","cluster_id":"c1"}`,
-		"newer layout": `{"format":"xce-data","version":2,"node_id":"n1","cluster_id":"c1"}`,
+		"newer layout": `{"format":"xce-data","version":3,"node_id":"n1","cluster_id":"c1"}`,
 	}
 	for name, content := range cases {
 		t.Run(name, func(t *testing.T) {
