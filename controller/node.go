@@ -276,7 +276,7 @@ func (n *Node) Run(ctx context.Context, api http.Handler) (err error) {
 	// 2. Storage.
 	store, err := persist.Open(n.cfg.DataDir, persist.Options{
 		NodeID: n.cfg.NodeID, ClusterID: n.cfg.ClusterID, LockWait: n.opts.LockWait,
-		Logger: logging.NewHCLog(n.log, "snapshot"), CheckBolt: n.opts.CheckDB,
+		Logger: logging.NewHCLog(n.log, "storage"), CheckBolt: n.opts.CheckDB,
 	})
 	if err != nil {
 		closePeer()

@@ -63,7 +63,8 @@ type Options struct {
 	// LockWait is how long Open waits for another process to release the
 	// data dir; zero fails at once.
 	LockWait time.Duration
-	// Logger receives raft's snapshot store output.
+	// Logger receives the raft log's recovery notes and the snapshot
+	// store's output.
 	Logger hclog.Logger
 	// CheckBolt, when set, vets an existing raft.db before bbolt opens it
 	// for writing. bbolt panics on some corrupt pages in goroutines of its
