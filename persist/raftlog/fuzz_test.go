@@ -13,11 +13,11 @@ import (
 // encodes back to the same frame.
 func FuzzDecodeFrame(f *testing.F) {
 	for _, i := range []uint64{1, 3, 5, 6} {
-		f.Add(appendFrame(nil, entry(i)), i)
+		f.Add(appendFrame(nil, entry(i), 1), i)
 	}
 	f.Add(make([]byte, 40), uint64(0))
 	f.Fuzz(func(t *testing.T, b []byte, want uint64) {
-		l, n, err := decodeFrame(b, want)
+		l, batch, n, err := decodeFrame(b, want)
 		if err != nil {
 			return
 		}
@@ -27,7 +27,7 @@ func FuzzDecodeFrame(f *testing.F) {
 		if l.Index != want {
 			t.Fatalf("decoded entry %d, asked for %d", l.Index, want)
 		}
-		if re := appendFrame(nil, &l); string(re) != string(b[:n]) {
+		if re := appendFrame(nil, &l, batch); string(re) != string(b[:n]) {
 			t.Fatalf("re-encoding differs:\n%x\n%x", re, b[:n])
 		}
 	})
@@ -39,9 +39,10 @@ func FuzzDecodeFrame(f *testing.F) {
 func FuzzOpen(f *testing.F) {
 	f.Add([]byte{})
 	f.Add(make([]byte, 100))
-	f.Add(appendFrame(nil, entry(11)))
-	f.Add(appendFrame(nil, entry(11))[:30])
-	f.Add(append(make([]byte, 16), appendFrame(nil, entry(12))...))
+	f.Add(appendFrame(nil, entry(11), 11))
+	f.Add(appendFrame(nil, entry(11), 11)[:30])
+	f.Add(append(make([]byte, 16), appendFrame(nil, entry(12), 11)...))
+	f.Add(append(make([]byte, 16), appendFrame(nil, entry(12), 12)...))
 	f.Fuzz(func(t *testing.T, tail []byte) {
 		dir := t.TempDir()
 		opts := Options{SegmentSize: 4096}

@@ -13,9 +13,10 @@
 // (magic, first index, CRC) and holds frames, each 8-byte aligned:
 //
 //	len   uint32  body length
-//	crc   uint32  CRC-32C of len, index, term and body
+//	crc   uint32  CRC-32C of len, index, term, batch and body
 //	index uint64
 //	term  uint64
+//	batch uint64  index of the first entry of the StoreLogs call it came in
 //	body  type (1 byte), appended-at (int64 ns), data length (uint32), data, extensions
 //	pad   zeros to the next multiple of 8
 //
@@ -26,10 +27,12 @@
 //
 // Open reads every segment and checks every frame. A write cut short by a
 // crash can only damage the end of the last segment, after everything
-// acknowledged: such a tail is cut off. Damage anywhere else (a bad frame in
-// a sealed segment, a gap between segments, a bad frame with good frames
-// after it) fails Open with ErrCorrupt and changes nothing, so a node never
-// starts with acknowledged entries silently missing.
+// acknowledged: such a tail is cut off. The disk may have kept some of that
+// write's frames and not others, so intact frames of the same batch may
+// follow the damage. Damage anywhere else (a bad frame in a sealed segment,
+// a gap between segments, a bad frame followed by an intact frame of a
+// later batch) fails Open with ErrCorrupt and changes nothing, so a node
+// never starts with acknowledged entries silently missing.
 package raftlog
 
 import (
@@ -61,7 +64,7 @@ var ErrFailed = errors.New("raft log store failed earlier; restart the node")
 const (
 	segMagic        = "xcelog01"
 	segHeaderSize   = 24
-	frameHeaderSize = 24
+	frameHeaderSize = 32
 	bodyFixedSize   = 1 + 8 + 4
 	segSuffix       = ".log"
 	tmpSuffix       = ".tmp"
@@ -183,7 +186,7 @@ func Open(dir string, opts Options) (*Store, Recovery, error) {
 		var ferr error
 		for off < int64(len(b)) {
 			want := g.first + uint64(len(g.offs))
-			_, n, err := decodeFrame(b[off:], want)
+			_, _, n, err := decodeFrame(b[off:], want)
 			if err != nil {
 				ferr = err
 				break
@@ -198,9 +201,9 @@ func Open(dir string, opts Options) (*Store, Recovery, error) {
 			if !isLast {
 				return nil, rec, fmt.Errorf("%w: %s: entry %d at offset %d: %v", ErrCorrupt, path, want, off, ferr)
 			}
-			if at, found := findFrame(b, off+8, want); found {
-				return nil, rec, fmt.Errorf("%w: %s: entry %d at offset %d: %v; an intact entry follows at offset %d, so this is not a torn write",
-					ErrCorrupt, path, want, off, ferr, at)
+			if at, idx, found := findLaterBatch(b, off+8, want); found {
+				return nil, rec, fmt.Errorf("%w: %s: entry %d at offset %d: %v; entry %d of a later write follows intact at offset %d, so this is not a torn write",
+					ErrCorrupt, path, want, off, ferr, idx, at)
 			}
 			tail = &torn{g: g, at: off, cut: lastNonZero(b[off:])}
 		}
@@ -349,8 +352,9 @@ func allZero(b []byte) bool {
 
 func align8(n int) int { return (n + 7) &^ 7 }
 
-// appendFrame encodes l onto b.
-func appendFrame(b []byte, l *raft.Log) []byte {
+// appendFrame encodes l, which came in a batch starting at entry batch,
+// onto b.
+func appendFrame(b []byte, l *raft.Log, batch uint64) []byte {
 	bodyLen := bodyFixedSize + len(l.Data) + len(l.Extensions)
 	n := align8(frameHeaderSize + bodyLen)
 	start := len(b)
@@ -360,6 +364,7 @@ func appendFrame(b []byte, l *raft.Log) []byte {
 	le.PutUint32(f[0:], uint32(bodyLen))
 	le.PutUint64(f[8:], l.Index)
 	le.PutUint64(f[16:], l.Term)
+	le.PutUint64(f[24:], batch)
 	body := f[frameHeaderSize:]
 	body[0] = byte(l.Type)
 	var at int64
@@ -380,28 +385,32 @@ func frameCRC(f []byte, bodyLen int) uint32 {
 }
 
 // decodeFrame reads the frame at the start of b, which must hold entry
-// want, and returns the entry and the frame's length with its padding. The
-// entry's slices are copies, never views of b.
-func decodeFrame(b []byte, want uint64) (raft.Log, int, error) {
-	var l raft.Log
+// want, and returns the entry, the first entry of its batch, and the
+// frame's length with its padding. The entry's slices are copies, never
+// views of b.
+func decodeFrame(b []byte, want uint64) (l raft.Log, batch uint64, n int, err error) {
 	if len(b) < frameHeaderSize {
-		return l, 0, fmt.Errorf("frame header cut short at %d bytes", len(b))
+		return l, 0, 0, fmt.Errorf("frame header cut short at %d bytes", len(b))
 	}
 	le := binary.LittleEndian
 	bodyLen := int(le.Uint32(b[0:]))
 	if bodyLen < bodyFixedSize || bodyLen > bodyFixedSize+MaxEntrySize {
-		return l, 0, fmt.Errorf("frame length %d out of range", bodyLen)
+		return l, 0, 0, fmt.Errorf("frame length %d out of range", bodyLen)
 	}
 	if len(b) < frameHeaderSize+bodyLen {
-		return l, 0, fmt.Errorf("frame of %d bytes cut short at %d", frameHeaderSize+bodyLen, len(b))
+		return l, 0, 0, fmt.Errorf("frame of %d bytes cut short at %d", frameHeaderSize+bodyLen, len(b))
 	}
 	if frameCRC(b, bodyLen) != le.Uint32(b[4:]) {
-		return l, 0, errors.New("frame checksum mismatch")
+		return l, 0, 0, errors.New("frame checksum mismatch")
 	}
 	l.Index = le.Uint64(b[8:])
 	l.Term = le.Uint64(b[16:])
+	batch = le.Uint64(b[24:])
 	if l.Index != want {
-		return l, 0, fmt.Errorf("frame holds entry %d, want %d", l.Index, want)
+		return raft.Log{}, 0, 0, fmt.Errorf("frame holds entry %d, want %d", l.Index, want)
+	}
+	if batch == 0 || batch > l.Index {
+		return raft.Log{}, 0, 0, fmt.Errorf("entry %d claims a batch starting at %d", l.Index, batch)
 	}
 	body := b[frameHeaderSize : frameHeaderSize+bodyLen]
 	l.Type = raft.LogType(body[0])
@@ -410,7 +419,7 @@ func decodeFrame(b []byte, want uint64) (raft.Log, int, error) {
 	}
 	dataLen := int(le.Uint32(body[9:]))
 	if dataLen > bodyLen-bodyFixedSize {
-		return l, 0, fmt.Errorf("data length %d exceeds frame body", dataLen)
+		return raft.Log{}, 0, 0, fmt.Errorf("data length %d exceeds frame body", dataLen)
 	}
 	if dataLen > 0 {
 		l.Data = append([]byte(nil), body[bodyFixedSize:bodyFixedSize+dataLen]...)
@@ -418,32 +427,34 @@ func decodeFrame(b []byte, want uint64) (raft.Log, int, error) {
 	if ext := body[bodyFixedSize+dataLen:]; len(ext) > 0 {
 		l.Extensions = append([]byte(nil), ext...)
 	}
-	n := align8(frameHeaderSize + bodyLen)
+	n = align8(frameHeaderSize + bodyLen)
 	if n > len(b) {
 		// Frames are written with their padding, so this is a torn write.
-		return raft.Log{}, 0, fmt.Errorf("frame padding cut short at %d bytes", len(b))
+		return raft.Log{}, 0, 0, fmt.Errorf("frame padding cut short at %d bytes", len(b))
 	}
 	if !allZero(b[frameHeaderSize+bodyLen : n]) {
-		return raft.Log{}, 0, errors.New("frame padding is not zero")
+		return raft.Log{}, 0, 0, errors.New("frame padding is not zero")
 	}
-	return l, n, nil
+	return l, batch, n, nil
 }
 
-// findFrame looks, at 8-byte aligned offsets from `from`, for an intact
-// frame holding an entry in [want, want+scanWindow). Finding one means the
-// damage before it is not a torn write at the end of the log.
-func findFrame(b []byte, from int64, want uint64) (int64, bool) {
+// findLaterBatch looks, at 8-byte aligned offsets from `from`, for an
+// intact frame of a batch that starts after entry want (within scanWindow
+// entries). One means the damage at want is not a torn last write: that
+// later batch was only written once want's batch had been synced. Intact
+// frames of want's own batch may follow a torn write, and are ignored.
+func findLaterBatch(b []byte, from int64, want uint64) (int64, uint64, bool) {
 	from = int64(align8(int(from)))
 	for off := from; off+frameHeaderSize <= int64(len(b)); off += 8 {
 		idx := binary.LittleEndian.Uint64(b[off+8:])
-		if idx < want || idx >= want+scanWindow {
+		if idx <= want || idx >= want+scanWindow {
 			continue
 		}
-		if _, _, err := decodeFrame(b[off:], idx); err == nil {
-			return off, true
+		if _, batch, _, err := decodeFrame(b[off:], idx); err == nil && batch > want {
+			return off, idx, true
 		}
 	}
-	return 0, false
+	return 0, 0, false
 }
 
 // FirstIndex implements raft.LogStore.
@@ -482,7 +493,7 @@ func (s *Store) GetLog(index uint64, l *raft.Log) error {
 	if _, err := g.f.ReadAt(b, off); err != nil {
 		return fmt.Errorf("raft log %s: read entry %d: %w", g.path, index, err)
 	}
-	got, _, err := decodeFrame(b, index)
+	got, _, _, err := decodeFrame(b, index)
 	if err != nil {
 		return fmt.Errorf("%w: %s: entry %d at offset %d: %v", ErrCorrupt, g.path, index, off, err)
 	}
@@ -571,7 +582,7 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 				break
 			}
 			offs = append(offs, size+int64(len(s.buf)))
-			s.buf = appendFrame(s.buf, logs[j])
+			s.buf = appendFrame(s.buf, logs[j], next)
 		}
 		if _, err := tail.f.WriteAt(s.buf, size); err != nil {
 			return s.fail(fmt.Errorf("raft log %s: write: %w", tail.path, err))

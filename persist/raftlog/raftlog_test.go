@@ -383,7 +383,30 @@ func TestDamageInsideLastSegmentIsCorrupt(t *testing.T) {
 	path, b := lastSeg(t, dir)
 	b[end/2] ^= 0x40
 	os.WriteFile(path, b, 0o640)
-	mustCorrupt(t, dir, 0, "an intact entry follows")
+	mustCorrupt(t, dir, 0, "of a later write follows intact")
+}
+
+// TestTornBatchKeepsOtherFrames: a crash may leave any part of the last
+// batch on disk, a damaged frame with intact frames of the same batch
+// after it. That is a torn write, not corruption.
+func TestTornBatchKeepsOtherFrames(t *testing.T) {
+	dir := t.TempDir()
+	s, _ := open(t, dir, 0)
+	storeRange(t, s, 1, 20, 5)
+	storeRange(t, s, 21, 26, 6) // the torn batch
+	off := s.segs[0].offs[21-1]
+	s.Close()
+	path, b := lastSeg(t, dir)
+	b[off+frameHeaderSize] ^= 0x01 // entry 21's body; 22..26 stay intact
+	os.WriteFile(path, b, 0o640)
+	s, rec := open(t, dir, 0)
+	if rec.TornBytes == 0 {
+		t.Fatal("no torn bytes reported")
+	}
+	checkLog(t, s, 1, 20)
+	storeRange(t, s, 21, 30, 4)
+	s, _ = reopen(t, s, dir, 0)
+	checkLog(t, s, 1, 30)
 }
 
 func TestDamageInSealedSegmentIsCorrupt(t *testing.T) {
