@@ -1259,3 +1259,30 @@ func TestAssignmentDeterministic(t *testing.T) {
 		})
 	}
 }
+
+// TestSnapshotKeepsTaskStatesOfItsIndex: tasks are shared between the FSM
+// and its snapshots, so a later assignment must replace a task, never
+// change it in place, or the snapshot would write states of a later index.
+func TestSnapshotKeepsTaskStatesOfItsIndex(t *testing.T) {
+	f := NewFSM("c1")
+	applyTerm(t, f, 1, 1, submitCmd("", "", "a"))
+	applyTerm(t, f, 2, 1, submitCmd("", "", "b"))
+	applyTerm(t, f, 3, 1, assignCmd(0, []Placement{{Task: "a", Active: "w1"}}))
+	before := persistSnapshot(t, f)
+	snap, err := f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	applyTerm(t, f, 4, 1, assignCmd(1, []Placement{{Task: "b", Active: "w1"}}, "a"))
+	applyTerm(t, f, 5, 1, deleteCmd("", "", "b"))
+	if got, _ := f.Task("a"); got.State != TaskStatePending {
+		t.Fatalf("task a after its removal: %+v", got)
+	}
+	sink := &memSink{}
+	if err := snap.Persist(sink); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(sink.buf.Bytes(), before) {
+		t.Fatalf("snapshot taken at index 3 persisted later state:\n%s\nwant\n%s", sink.buf.Bytes(), before)
+	}
+}

@@ -121,8 +121,10 @@ type FSM struct {
 	window     uint64
 	maxEntries int
 
-	mu    sync.RWMutex
-	tasks map[string]Task
+	mu sync.RWMutex
+	// tasks' values are never modified in place: a change stores a new
+	// Task, so a snapshot copies the pointers, not the registry.
+	tasks map[string]*Task
 	dedup map[dedupKey]Result
 	// order holds dedup entries in apply order (hence index order), so
 	// expiry pops from the front.
@@ -164,7 +166,7 @@ func NewFSM(clusterID string) *FSM {
 		clusterID:  clusterID,
 		window:     DefaultDedupWindow,
 		maxEntries: DefaultDedupMaxEntries,
-		tasks:      make(map[string]Task),
+		tasks:      make(map[string]*Task),
 		dedup:      make(map[dedupKey]Result),
 		assignment: make(map[string]Placement),
 	}
@@ -303,12 +305,12 @@ func (f *FSM) applyCommandLocked(l *raft.Log, seq uint32, c *Command) Result {
 
 func (f *FSM) submitLocked(index uint64, t Task) Result {
 	if old, ok := f.tasks[t.ID]; ok {
-		return Result{Index: index, Code: CodeAlreadyExists, Task: old}
+		return Result{Index: index, Code: CodeAlreadyExists, Task: *old}
 	}
 	t.CreatedIndex = index
 	t.State = TaskStatePending
 	t.PendingReason = "no worker assigned"
-	f.tasks[t.ID] = t
+	f.tasks[t.ID] = &t
 	f.taskVer++
 	return Result{Index: index, Task: t}
 }
@@ -324,7 +326,7 @@ func (f *FSM) deleteLocked(index uint64, id string) Result {
 		f.assignVer++
 	}
 	f.taskVer++
-	return Result{Index: index, Task: old}
+	return Result{Index: index, Task: *old}
 }
 
 // assignLocked applies an assignment delta. Placements of tasks deleted
@@ -337,17 +339,18 @@ func (f *FSM) assignLocked(l *raft.Log, d *AssignmentDelta) Result {
 	f.assignVer++
 	ev := Event{Index: l.Index, Term: l.Term, Kind: EventAssignment, Key: f.clusterID, Generation: d.Generation}
 	for _, p := range d.Set {
-		t, ok := f.tasks[p.Task]
+		old, ok := f.tasks[p.Task]
 		if !ok {
 			continue
 		}
 		f.assignment[p.Task] = p
+		t := *old
 		if p.Active != "" {
 			t.State, t.PendingReason = TaskStateAssigned, ""
 		} else {
 			t.State, t.PendingReason = TaskStatePending, "no worker available"
 		}
-		f.tasks[p.Task] = t
+		f.tasks[p.Task] = &t
 		ev.Placements = append(ev.Placements, p)
 	}
 	for _, id := range d.Removed {
@@ -355,9 +358,10 @@ func (f *FSM) assignLocked(l *raft.Log, d *AssignmentDelta) Result {
 			continue
 		}
 		delete(f.assignment, id)
-		if t, ok := f.tasks[id]; ok {
+		if old, ok := f.tasks[id]; ok {
+			t := *old
 			t.State, t.PendingReason = TaskStatePending, "no worker assigned"
-			f.tasks[id] = t
+			f.tasks[id] = &t
 		}
 		ev.Removed = append(ev.Removed, id)
 	}
@@ -388,7 +392,7 @@ func (f *FSM) AllTasks() ([]Task, uint64) {
 	defer f.mu.RUnlock()
 	out := make([]Task, 0, len(f.tasks))
 	for _, t := range f.tasks {
-		out = append(out, t)
+		out = append(out, *t)
 	}
 	return out, f.taskVer
 }
@@ -479,7 +483,10 @@ func (f *FSM) Task(id string) (Task, bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	t, ok := f.tasks[id]
-	return t, ok
+	if !ok {
+		return Task{}, false
+	}
+	return *t, true
 }
 
 // NumTasks is the number of tasks in the applied state.
@@ -507,7 +514,7 @@ func (f *FSM) Tasks(after string, limit int) ([]Task, bool) {
 	}
 	out := make([]Task, len(ids))
 	for i, id := range ids {
-		out[i] = f.tasks[id]
+		out[i] = *f.tasks[id]
 	}
 	return out, more
 }
@@ -572,7 +579,12 @@ type snapshotV3 struct {
 	Assignment           []Placement `json:"assignment"`
 }
 
-type fsmSnapshot struct{ s snapshotV3 }
+// fsmSnapshot holds the state as of one index: tasks are shared with the
+// FSM (never modified in place), the rest is copied.
+type fsmSnapshot struct {
+	s     snapshotV3
+	tasks []*Task
+}
 
 // Snapshot implements raft.FSM: it copies the state under the read lock; the
 // copy is written out by Persist without holding it.
@@ -582,7 +594,6 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	s := snapshotV3{snapshotV2: snapshotV2{snapshotV1: snapshotV1{
 		ClusterID:    f.clusterID,
 		AppliedIndex: f.applied.Load(),
-		Tasks:        make([]Task, 0, len(f.tasks)),
 		Dedup:        f.order.all(),
 		DedupWindow:  f.window,
 		DedupMax:     f.maxEntries,
@@ -590,22 +601,26 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 		AssignmentGeneration: f.assignGen,
 		Assignment:           make([]Placement, 0, len(f.assignment)),
 	}
+	// Pointers, not copies: copying a large registry's tasks while Apply
+	// waits, and the garbage collection that much allocation forces, held
+	// a node long enough for its peers to miss its heartbeats.
+	tasks := make([]*Task, 0, len(f.tasks))
 	for _, t := range f.tasks {
-		s.Tasks = append(s.Tasks, t)
+		tasks = append(tasks, t)
 	}
 	for _, p := range f.assignment {
 		s.Assignment = append(s.Assignment, p)
 	}
 	// Sorting (for a deterministic file) happens in Persist, off the lock
 	// that Apply waits for.
-	return &fsmSnapshot{s: s}, nil
+	return &fsmSnapshot{s: s, tasks: tasks}, nil
 }
 
 func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
-	slices.SortFunc(s.s.Tasks, func(a, b Task) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortFunc(s.tasks, func(a, b *Task) int { return strings.Compare(a.ID, b.ID) })
 	slices.SortFunc(s.s.Assignment, func(a, b Placement) int { return strings.Compare(a.Task, b.Task) })
 	w := bufio.NewWriterSize(sink, 1<<20)
-	if err := writeSnapshot(w, &s.s); err != nil {
+	if err := writeSnapshotOf(w, &s.s, s.tasks); err != nil {
 		sink.Cancel()
 		return err
 	}
@@ -619,20 +634,29 @@ func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 func (s *fsmSnapshot) Release() {}
 
 func writeSnapshot(w io.Writer, s *snapshotV3) error {
+	tasks := make([]*Task, len(s.Tasks))
+	for i := range s.Tasks {
+		tasks[i] = &s.Tasks[i]
+	}
+	return writeSnapshotOf(w, s, tasks)
+}
+
+// writeSnapshotOf writes s with tasks in place of s.Tasks.
+func writeSnapshotOf(w io.Writer, s *snapshotV3, tasks []*Task) error {
 	var hdr [len(snapshotMagic) + 4]byte
 	copy(hdr[:], snapshotMagic)
 	binary.BigEndian.PutUint32(hdr[len(snapshotMagic):], snapshotVersion)
 	if _, err := w.Write(hdr[:]); err != nil {
 		return err
 	}
-	return writeBody(w, s)
+	return writeBody(w, s, tasks)
 }
 
 // writeBody writes the same JSON document json.Marshal(s) would, but
 // element by element: marshalling a large registry in one piece held the
 // whole document in memory and the GC it caused stalled the node long
 // enough for its peers to miss heartbeats.
-func writeBody(w io.Writer, s *snapshotV3) error {
+func writeBody(w io.Writer, s *snapshotV3, tasks []*Task) error {
 	ew := &errWriter{w: w}
 	enc := json.NewEncoder(ew)
 	field := func(name string, v any, first bool) {
@@ -648,12 +672,12 @@ func writeBody(w io.Writer, s *snapshotV3) error {
 	field("cluster_id", s.ClusterID, true)
 	field("applied_index", s.AppliedIndex, false)
 	ew.write(`,"tasks":[`)
-	for i := range s.Tasks {
+	for i, t := range tasks {
 		if i > 0 {
 			ew.write(",")
 		}
 		if ew.err == nil {
-			ew.err = enc.Encode(&s.Tasks[i])
+			ew.err = enc.Encode(t)
 		}
 	}
 	ew.write(`],"dedup":[`)
@@ -757,9 +781,9 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	if s.ClusterID != f.clusterID {
 		return fmt.Errorf("%w: snapshot of cluster %q, this node is in cluster %q", ErrBadSnapshot, s.ClusterID, f.clusterID)
 	}
-	tasks := make(map[string]Task, len(s.Tasks))
-	for _, t := range s.Tasks {
-		tasks[t.ID] = t
+	tasks := make(map[string]*Task, len(s.Tasks))
+	for i := range s.Tasks {
+		tasks[s.Tasks[i].ID] = &s.Tasks[i]
 	}
 	assignment := make(map[string]Placement, len(s.Assignment))
 	for _, p := range s.Assignment {

@@ -67,7 +67,7 @@ func stateOf(t testing.TB, f *FSM) fsmState {
 	defer f.mu.RUnlock()
 	s := fsmState{Applied: f.applied.Load(), Window: f.window, Max: f.maxEntries}
 	for _, tk := range f.tasks {
-		s.Tasks = append(s.Tasks, tk)
+		s.Tasks = append(s.Tasks, *tk)
 	}
 	slices.SortFunc(s.Tasks, func(a, b Task) int { return strings.Compare(a.ID, b.ID) })
 	live := f.order.all()

@@ -429,7 +429,11 @@ func TestStreamedBodyEqualsMarshal(t *testing.T) {
 	empty := &snapshotV3{snapshotV2: snapshotV2{snapshotV1: snapshotV1{Tasks: []Task{}, Dedup: []dedupEntry{}}, Outbox: []Event{}}, Assignment: []Placement{}}
 	for _, v := range []*snapshotV3{s, empty} {
 		var streamed bytes.Buffer
-		if err := writeBody(&streamed, v); err != nil {
+		tasks := make([]*Task, len(v.Tasks))
+		for i := range v.Tasks {
+			tasks[i] = &v.Tasks[i]
+		}
+		if err := writeBody(&streamed, v, tasks); err != nil {
 			t.Fatal(err)
 		}
 		whole, err := json.Marshal(v)
