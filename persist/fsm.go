@@ -620,7 +620,7 @@ func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 	slices.SortFunc(s.tasks, func(a, b *Task) int { return strings.Compare(a.ID, b.ID) })
 	slices.SortFunc(s.s.Assignment, func(a, b Placement) int { return strings.Compare(a.Task, b.Task) })
 	w := bufio.NewWriterSize(sink, 1<<20)
-	if err := writeSnapshotOf(w, &s.s, s.tasks); err != nil {
+	if err := writeSnapshot(w, &s.s, s.tasks); err != nil {
 		sink.Cancel()
 		return err
 	}
@@ -633,16 +633,8 @@ func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 
 func (s *fsmSnapshot) Release() {}
 
-func writeSnapshot(w io.Writer, s *snapshotV3) error {
-	tasks := make([]*Task, len(s.Tasks))
-	for i := range s.Tasks {
-		tasks[i] = &s.Tasks[i]
-	}
-	return writeSnapshotOf(w, s, tasks)
-}
-
-// writeSnapshotOf writes s with tasks in place of s.Tasks.
-func writeSnapshotOf(w io.Writer, s *snapshotV3, tasks []*Task) error {
+// writeSnapshot writes s with tasks in place of s.Tasks.
+func writeSnapshot(w io.Writer, s *snapshotV3, tasks []*Task) error {
 	var hdr [len(snapshotMagic) + 4]byte
 	copy(hdr[:], snapshotMagic)
 	binary.BigEndian.PutUint32(hdr[len(snapshotMagic):], snapshotVersion)

@@ -124,11 +124,8 @@ func Open(dir string, opts Options) (_ *Store, err error) {
 			bolt.Close()
 		}
 	}()
-	// Read the stable store once so a foreign bolt file shows here rather
-	// than inside raft.
-	if _, err := bolt.LastIndex(); err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, filepath.Join(dir, raftFile), err)
-	}
+	// openLog reads raft.db's log indexes first, so a foreign bolt file
+	// shows here rather than inside raft.
 	log, err := openLog(dir, m, bolt, opts.Logger)
 	if err != nil {
 		return nil, err

@@ -70,6 +70,20 @@ func (s sumSnap) Persist(sink raft.SnapshotSink) error {
 
 func (sumSnap) Release() {}
 
+// eventually polls cond every 5 ms until it holds or within has passed,
+// and reports whether it held.
+func eventually(within time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(within)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for ; time.Now().Before(deadline); <-tick.C {
+		if cond() {
+			return true
+		}
+	}
+	return cond()
+}
+
 type node struct {
 	id    raft.ServerID
 	dir   string
@@ -165,17 +179,19 @@ func TestRaftCompactsAndInstallsSnapshots(t *testing.T) {
 
 	leader := func(except *node) *node {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for time.Now().Before(deadline) {
+		var l *node
+		if !eventually(10*time.Second, func() bool {
 			for _, n := range nodes {
 				if n != except && n.r != nil && n.r.State() == raft.Leader {
-					return n
+					l = n
+					return true
 				}
 			}
-			time.Sleep(5 * time.Millisecond) // polling for an election, bounded by the deadline
+			return false
+		}) {
+			t.Fatal("no leader within 10s")
 		}
-		t.Fatal("no leader within 10s")
-		return nil
+		return l
 	}
 	var want, count uint64
 	write := func(k int, except *node) {
@@ -199,26 +215,21 @@ func TestRaftCompactsAndInstallsSnapshots(t *testing.T) {
 	}
 	converged := func(ns ...*node) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			ok := true
+		if eventually(10*time.Second, func() bool {
 			for _, n := range ns {
 				if s, c := n.fsm.state(); s != want || c != count {
-					ok = false
+					return false
 				}
 			}
-			if ok {
-				return
-			}
-			if time.Now().After(deadline) {
-				for _, n := range ns {
-					s, c := n.fsm.state()
-					t.Logf("%s: sum %d of %d entries", n.id, s, c)
-				}
-				t.Fatalf("FSMs did not reach sum %d of %d entries", want, count)
-			}
-			time.Sleep(5 * time.Millisecond) // polling for replication, bounded by the deadline
+			return true
+		}) {
+			return
 		}
+		for _, n := range ns {
+			s, c := n.fsm.state()
+			t.Logf("%s: sum %d of %d entries", n.id, s, c)
+		}
+		t.Fatalf("FSMs did not reach sum %d of %d entries", want, count)
 	}
 
 	write(50, nil)
@@ -232,17 +243,13 @@ func TestRaftCompactsAndInstallsSnapshots(t *testing.T) {
 	}
 	write(300, lag)
 	converged(nodes[0], nodes[1])
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		first, _ := leader(lag).logs.FirstIndex()
-		lagLast, _ := lag.logs.LastIndex()
-		if first > lagLast+1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("leader's log still starts at %d, follower's ends at %d: no compaction", first, lagLast)
-		}
-		time.Sleep(5 * time.Millisecond) // polling for a snapshot, bounded by the deadline
+	var first, lagLast uint64
+	if !eventually(10*time.Second, func() bool {
+		first, _ = leader(lag).logs.FirstIndex()
+		lagLast, _ = lag.logs.LastIndex()
+		return first > lagLast+1
+	}) {
+		t.Fatalf("leader's log still starts at %d, follower's ends at %d: no compaction", first, lagLast)
 	}
 
 	// Back: it can only catch up from a snapshot.
@@ -268,7 +275,7 @@ func TestRaftCompactsAndInstallsSnapshots(t *testing.T) {
 	if rec.TornBytes != 0 {
 		t.Fatalf("a clean shutdown left %d torn bytes", rec.TornBytes)
 	}
-	first, _ := logs.FirstIndex()
+	first, _ = logs.FirstIndex()
 	last, _ := logs.LastIndex()
 	for i := first; i <= last && first != 0; i++ {
 		var l raft.Log

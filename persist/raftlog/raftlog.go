@@ -40,7 +40,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -642,11 +641,8 @@ func (s *Store) newSegment(first uint64, prev *segment) (*segment, error) {
 
 func (s *Store) fail(err error) error {
 	s.mu.Lock()
-	if s.failed == nil {
-		s.failed = err
-	}
-	s.mu.Unlock()
-	return err
+	defer s.mu.Unlock()
+	return s.failLocked(err)
 }
 
 // DeleteRange implements raft.LogStore. Raft deletes a prefix (after a
@@ -747,10 +743,7 @@ func (s *Store) deleteSuffix(min uint64) error {
 	}
 	g.offs = g.offs[:i]
 	g.size = cut
-	s.last = min - 1
-	if s.last < s.first {
-		s.first, s.last = 0, 0
-	}
+	s.last = min - 1 // min > s.first: the log keeps at least one entry
 	return nil
 }
 
@@ -795,5 +788,3 @@ func SyncDir(dir string) error {
 	defer d.Close()
 	return d.Sync()
 }
-
-var _ io.Closer = (*Store)(nil)
