@@ -127,6 +127,19 @@ func readStateTopic(t *testing.T, broker string) []stateRecord {
 	}
 }
 
+// loadedHolder starts a write load of the given clients on a started
+// cluster and returns it with the PRIMARY once writes flow. Both members
+// may challenge at start and the later challenge wins after a first
+// PRIMARY showed, so the holder is only taken once the load has made
+// progress.
+func loadedHolder(t *testing.T, c *Cluster, clients int) (*loadRun, int) {
+	t.Helper()
+	c.WaitRoles(raceSlack(20 * time.Second))
+	l := startLoad(t, c.Addrs(), clients)
+	l.waitProgress(t, 200, raceSlack(20*time.Second))
+	return l, c.WaitRoles(raceSlack(20 * time.Second))
+}
+
 // TestKafkaHAKillPrimary: two servers, a write load; SIGKILL the PRIMARY:
 // the standby serves within lease + stagger + 1 s, nothing acknowledged is
 // lost and the history is linearizable; the killed node comes back as
@@ -134,10 +147,8 @@ func readStateTopic(t *testing.T, broker string) []stateRecord {
 func TestKafkaHAKillPrimary(t *testing.T) {
 	c, _ := kafkaHACluster(t, 2, khaStagger)
 	c.StartAll()
-	p := c.WaitRoles(raceSlack(20 * time.Second))
+	l, p := loadedHolder(t, c, 16)
 	s := 1 - p
-	l := startLoad(t, c.Addrs(), 16)
-	l.waitProgress(t, 200, raceSlack(20*time.Second))
 
 	killed := time.Now()
 	c.Kill(p)
@@ -183,13 +194,14 @@ func TestKafkaHAKillPrimary(t *testing.T) {
 func TestKafkaHAPausedPrimaryIsFenced(t *testing.T) {
 	c, k := kafkaHACluster(t, 2, khaStagger)
 	c.StartAll()
-	p := c.WaitRoles(raceSlack(20 * time.Second))
+	l, p := loadedHolder(t, c, 8)
 	s := 1 - p
-	l := startLoad(t, c.Addrs(), 8)
-	l.waitProgress(t, 200, raceSlack(20*time.Second))
 	old, err := c.Status(p)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if old.Role != xcev1.Role_ROLE_PRIMARY {
+		t.Fatalf("node %d: %s, want the PRIMARY it was a moment ago", p, describeStatus(old))
 	}
 
 	c.Signal(p, syscall.SIGSTOP)
