@@ -308,13 +308,12 @@ func (p *Publisher) run(ctx context.Context, term uint64) {
 		p.setState(StateRetrying)
 		log.Warn().Err(err).Int("events", len(evs)).Uint64("first_index", evs[0].Index).Dur("retry_in", wait).
 			Msg("publishing failed; aborting the transaction and retrying")
-		actx, cancel := context.WithTimeout(ctx, p.cfg.TxnTimeout)
-		if aerr := cl.EndTransaction(actx, kgo.TryAbort); aerr != nil && IsFenced(aerr) {
-			cancel()
-			p.fenced(log, term, epoch, aerr)
+		if err := p.abandon(ctx, log, cl); err != nil {
+			if ctx.Err() == nil {
+				p.fenced(log, term, epoch, err)
+			}
 			return
 		}
-		cancel()
 		if !backoff(ctx, wait) {
 			return
 		}
@@ -324,6 +323,46 @@ func (p *Publisher) run(ctx context.Context, term uint64) {
 			return
 		}
 		p.published.Store(last)
+	}
+}
+
+// abandon ends the current transaction without committing it, and returns
+// once the client holds none of its records and Kafka will not commit them:
+// then the next transaction starts clean. It returns ctx's error when ctx
+// ends first, or the fencing error when a newer producer owns the
+// transactional id.
+func (p *Publisher) abandon(ctx context.Context, log zerolog.Logger, cl *kgo.Client) error {
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		// Buffered records fail first. A record whose produce request got
+		// no answer cannot: the client must learn whether the broker took
+		// it, so this waits for Kafka to answer. Ending the transaction
+		// before that would let the client send those records again in the
+		// next one.
+		actx, cancel := context.WithTimeout(ctx, p.cfg.TxnTimeout)
+		err := cl.AbortBufferedRecords(actx)
+		if err == nil {
+			// When the broker cannot be reached, or an earlier end of
+			// this transaction went unanswered, the client instead marks
+			// its producer id for a reload at the epoch it holds: the
+			// next transaction then starts by bumping the epoch, which
+			// aborts whatever the broker still has open. That reload
+			// cannot take the epoch back from a newer producer.
+			err = cl.EndTransaction(actx, kgo.TryAbort)
+		}
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if IsFenced(err) {
+			return err
+		}
+		log.Warn().Err(err).Dur("retry_in", wait).Msg("cannot abort the transaction yet; nothing more is published until it is")
+		if !backoff(ctx, wait) {
+			return ctx.Err()
+		}
 	}
 }
 
@@ -358,8 +397,22 @@ func (p *Publisher) resumePoint(ctx context.Context, log zerolog.Logger) (uint64
 // it answers and Flush blocks meanwhile, with no error to report.
 const slowTxn = 2 * time.Second
 
-// publish commits evs in one transaction.
-func (p *Publisher) publish(ctx context.Context, cl *kgo.Client, epoch int16, evs []persist.Event) error {
+// publish commits evs in one transaction. The transaction gets half the
+// transaction timeout, begin to commit: past that the publisher gives up on
+// it (the caller aborts it and reads the topic's tail again) rather than let
+// the client retry its records until the broker answers. A broker that comes
+// back after the timeout has aborted the transaction: records written before
+// it went away are gone, and the client, still waiting, would add the rest
+// to a new transaction and report the commit of only those as a success.
+func (p *Publisher) publish(parent context.Context, cl *kgo.Client, epoch int16, evs []persist.Event) (rerr error) {
+	budget := p.cfg.TxnTimeout / 2
+	ctx, cancel := context.WithTimeout(parent, budget)
+	defer cancel()
+	defer func() {
+		if rerr != nil && parent.Err() == nil && ctx.Err() != nil && !IsFenced(rerr) {
+			rerr = fmt.Errorf("transaction not committed within %v, half the transaction timeout: %w", budget, rerr)
+		}
+	}()
 	var slowMu sync.Mutex
 	finished := false
 	slow := time.AfterFunc(slowTxn, func() {
@@ -411,9 +464,7 @@ func (p *Publisher) publish(ctx context.Context, cl *kgo.Client, epoch int16, ev
 	if err != nil {
 		return fmt.Errorf("produce: %w", err)
 	}
-	ectx, cancel := context.WithTimeout(ctx, p.cfg.TxnTimeout)
-	defer cancel()
-	if err := cl.EndTransaction(ectx, kgo.TryCommit); err != nil {
+	if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
 		if IsFenced(err) {
 			return fmt.Errorf("commit: %w", err)
 		}

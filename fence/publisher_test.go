@@ -1166,3 +1166,98 @@ func TestIsFenced(t *testing.T) {
 		}
 	}
 }
+
+// TestBrokerRestartAfterTransactionTimeout stops the broker (with its data
+// dir, as `xce kafka-dev --data-dir` keeps it) after the first half of a
+// transaction's records are written and the second half is in flight, and
+// starts it again once the transaction timeout has passed. The restarted
+// broker aborts the expired transaction, so its first half is gone: the
+// publisher must never keep waiting on such a transaction and commit the
+// rest as if nothing happened. It gives up on a transaction before half its
+// timeout, aborts it and reads the topic's tail again.
+func TestBrokerRestartAfterTransactionTimeout(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	dir := t.TempDir()
+	start := func() *kfake.Cluster {
+		t.Helper()
+		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(port), kfake.SeedTopics(1, topic),
+			kfake.DataDir(dir), kfake.SyncWrites())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	c := start()
+	brokers := []string{fmt.Sprintf("127.0.0.1:%d", port)}
+
+	// The first produce request is written, every later one waits until
+	// the broker goes down.
+	var passed atomic.Bool
+	down := make(chan struct{})
+	var held atomic.Int32
+	c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if passed.CompareAndSwap(false, true) {
+			return nil, nil, false
+		}
+		held.Add(1)
+		c.SleepControl(func() { <-down })
+		return nil, errors.New("broker stopped"), true
+	})
+
+	const txnTimeout = 2 * time.Second
+	n := newNode(t, 1)
+	p := newPublisher(t, brokers, n, "p", nil, func(cfg *fence.Config) {
+		cfg.TxnTimeout = txnTimeout
+		cfg.BatchMax = 20_000
+	})
+	// One transaction of several MB, so more than one produce request (a
+	// batch holds up to 1 MB): long ids that compress poorly.
+	var ids []string
+	for i := range 8000 {
+		var id strings.Builder
+		for j := range 15 {
+			fmt.Fprintf(&id, "%016x", uint64(i*15+j+1)*0x9e3779b97f4a7c15)
+		}
+		ids = append(ids, id.String())
+	}
+	n.submit(ids...)
+	establish(t, p, 1)
+
+	// The first request's records are in the log, uncommitted.
+	adm, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the first produce request of the burst was not written", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		offs, err := kadm.NewClient(adm).ListEndOffsets(ctx, topic)
+		if err != nil {
+			return false
+		}
+		o, ok := offs.Lookup(topic, 0)
+		return ok && o.Err == nil && o.Offset > 0
+	})
+	adm.Close()
+	stopped := time.Now()
+	close(down)
+	c.Close()
+	// Down for longer than the transaction timeout (the scenario itself).
+	time.Sleep(txnTimeout + 500*time.Millisecond)
+	c = start()
+	t.Cleanup(c.Close)
+	t.Logf("broker down %v; %d produce requests held", time.Since(stopped).Round(time.Millisecond), held.Load())
+
+	n.submit("z")
+	waitDrained(t, p)
+	checkExactlyOnce(t, published(t, readTopic(t, brokers)), n.allEvents())
+	if f := n.fencedCalls("p"); len(f) != 0 {
+		t.Fatalf("Fenced after a broker restart: %v", f)
+	}
+}
