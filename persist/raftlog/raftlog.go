@@ -527,11 +527,8 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 		tail = s.segs[len(s.segs)-1]
 	}
 	s.mu.RUnlock()
-	switch {
-	case closed:
-		return errClosed
-	case failed != nil:
-		return fmt.Errorf("%w: %v", ErrFailed, failed)
+	if err := usable(closed, failed); err != nil {
+		return err
 	}
 	next := logs[0].Index
 	if first == 0 && tail != nil && tail.first != next {
@@ -655,11 +652,8 @@ func (s *Store) DeleteRange(min, max uint64) error {
 	defer s.writeMu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
-		return errClosed
-	}
-	if s.failed != nil {
-		return fmt.Errorf("%w: %v", ErrFailed, s.failed)
+	if err := usable(s.closed, s.failed); err != nil {
+		return err
 	}
 	if min > max || s.first == 0 || max < s.first || min > s.last {
 		return nil
@@ -744,6 +738,18 @@ func (s *Store) deleteSuffix(min uint64) error {
 	g.offs = g.offs[:i]
 	g.size = cut
 	s.last = min - 1 // min > s.first: the log keeps at least one entry
+	return nil
+}
+
+// usable is the error a write gets from a closed store or one whose earlier
+// write failed.
+func usable(closed bool, failed error) error {
+	switch {
+	case closed:
+		return errClosed
+	case failed != nil:
+		return fmt.Errorf("%w: %v", ErrFailed, failed)
+	}
 	return nil
 }
 
