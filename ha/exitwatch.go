@@ -95,17 +95,23 @@ func (w *exitWatch) close() {
 	<-w.done
 }
 
-// leader returns the leader this node follows, or "" when it is not a
-// follower or knows no leader other than itself.
-func (w *exitWatch) leader() (string, raft.ServerID) {
+// leader returns the leader this node follows and the term it follows it
+// in, or "" when it is not a follower or knows no leader other than itself.
+//
+// The term is read first. Raft forgets the leader before it takes a newer
+// term (a vote request does both), so a leader read after a term means the
+// node still followed it in that term; read the other way round, a stale
+// leader could be paired with the term of an election already under way.
+func (w *exitWatch) leader() (string, raft.ServerID, uint64) {
+	term := w.r.CurrentTerm()
 	if w.r.State() != raft.Follower {
-		return "", ""
+		return "", "", 0
 	}
 	addr, id := w.r.LeaderWithID()
 	if id == "" || id == w.self || addr == "" {
-		return "", ""
+		return "", "", 0
 	}
-	return string(addr), id
+	return string(addr), id, term
 }
 
 func (w *exitWatch) run() {
@@ -119,19 +125,19 @@ func (w *exitWatch) run() {
 			return
 		case <-tick.C:
 		}
-		addr, id := w.leader()
+		addr, id, term := w.leader()
 		if id == "" {
 			continue
 		}
 		c, err := w.dial(addr, exitWatchDialTimeout)
 		if err != nil {
 			if refused(err) {
-				w.gone(addr, id)
+				w.gone(addr, id, term)
 			}
 			continue
 		}
 		held := time.Now()
-		if !w.hold(c, addr, id) || time.Since(held) > exitWatchMaxBackoff {
+		if !w.hold(c, addr, id, term) || time.Since(held) > exitWatchMaxBackoff {
 			backoff = 0
 			continue
 		}
@@ -159,7 +165,7 @@ func (w *exitWatch) sleep(d time.Duration) bool {
 // or the watch stops. A close followed by a refused dial means the leader
 // has exited. It reports whether the connection was dropped while the
 // port still accepts.
-func (w *exitWatch) hold(c net.Conn, addr string, id raft.ServerID) (dropped bool) {
+func (w *exitWatch) hold(c net.Conn, addr string, id raft.ServerID, term uint64) (dropped bool) {
 	closed := make(chan struct{})
 	go func() {
 		defer close(closed)
@@ -189,7 +195,7 @@ func (w *exitWatch) hold(c net.Conn, addr string, id raft.ServerID) (dropped boo
 		case <-w.stop:
 			return false
 		case <-tick.C:
-			if _, cur := w.leader(); cur != id {
+			if _, cur, _ := w.leader(); cur != id {
 				return false
 			}
 		case <-closed:
@@ -199,7 +205,7 @@ func (w *exitWatch) hold(c net.Conn, addr string, id raft.ServerID) (dropped boo
 				return true
 			}
 			if refused(err) {
-				w.gone(addr, id)
+				w.gone(addr, id, term)
 			}
 			return false
 		}
@@ -229,14 +235,14 @@ func (w *exitWatch) rank(lost raft.ServerID) int {
 }
 
 // gone starts an election after this node's turn, unless meanwhile a
-// leader other than the lost one has appeared, this node has voted for
-// another survivor, or its raft is busy. It acts once per lost leader and
-// term: the watch keeps finding the port refused until raft learns of a
-// new leader, and a survivor that stood down because its raft was busy
-// would otherwise, once raft is free, run against the survivor it has just
-// voted for.
-func (w *exitWatch) gone(addr string, id raft.ServerID) {
-	term := w.r.CurrentTerm()
+// leader other than the lost one has appeared, this node's term has moved
+// past the one it followed the lost leader in (another survivor's election
+// has reached it), it has voted for another survivor, or its raft is busy.
+// It acts once per lost leader and term: the watch keeps finding the port
+// refused until raft learns of a new leader, and a survivor that stood
+// down because its raft was busy would otherwise, once raft is free, run
+// against the survivor it has just voted for.
+func (w *exitWatch) gone(addr string, id raft.ServerID, term uint64) {
 	key := exitKey{id, term}
 	if w.handled == key {
 		return
@@ -249,16 +255,7 @@ func (w *exitWatch) gone(addr string, id raft.ServerID) {
 	if rank > 0 && !w.sleep(time.Duration(rank)*w.stagger) {
 		return
 	}
-	if w.r.State() != raft.Follower {
-		return
-	}
-	if _, cur := w.r.LeaderWithID(); cur != "" && cur != id {
-		return
-	}
-	// This node's vote in the current term went to another survivor: that
-	// election can win, let it finish. (A candidate whose log is behind
-	// gets no vote here, and then this node runs.)
-	if w.votedForOther(term, id, addr) {
+	if !w.stillLost(term, id, addr) {
 		return
 	}
 	// Pooled connections may lead to processes that are gone (a voter
@@ -287,12 +284,36 @@ func (w *exitWatch) gone(addr string, id raft.ServerID) {
 			"leader", string(id), "raft_wait", wait.Round(time.Millisecond))
 		return
 	}
+	// Raft answered the probe after whatever request it had in hand when
+	// this node looked above. Had that been another survivor's vote
+	// request, raft is in that survivor's term now (and has stored its
+	// vote): look again, or this node would run against the survivor it
+	// has just voted for.
+	if !w.stillLost(term, id, addr) {
+		w.log.Debug("an election began while this node looked; leaving it to finish", "leader", string(id))
+		return
+	}
 	w.log.Warn("the leader's peer port refuses connections: its process has exited; starting an election now",
 		"leader", string(id), "addr", addr, "rank", rank)
 	var resp raft.TimeoutNowResponse
 	if err := w.trans.TimeoutNow(w.self, w.selfAddr, &raft.TimeoutNowRequest{RPCHeader: hdr}, &resp); err != nil {
 		w.log.Warn("could not start the election; raft's heartbeat timeout will", "error", err)
 	}
+}
+
+// stillLost reports whether this node may still start an election for the
+// lost leader: it follows, its term is the one it read, no other leader has
+// appeared, and its vote in that term has not gone to another survivor
+// (that election can win, let it finish; a candidate whose log is behind
+// gets no vote here, and then this node runs).
+func (w *exitWatch) stillLost(term uint64, id raft.ServerID, addr string) bool {
+	if w.r.State() != raft.Follower || w.r.CurrentTerm() != term {
+		return false
+	}
+	if _, cur := w.r.LeaderWithID(); cur != "" && cur != id {
+		return false
+	}
+	return !w.votedForOther(term, id, addr)
 }
 
 // raft's own stable-store keys for its vote (hashicorp/raft persists them

@@ -69,12 +69,14 @@ type watchNode struct {
 // loss is the exit watch's doing.
 func startWatchCluster(t *testing.T) []*watchNode {
 	t.Helper()
-	return startWatchClusterLogs(t, nil)
+	return startWatchClusterWrapped(t, nil)
 }
 
-// startWatchClusterLogs is startWatchCluster with each node's log store
-// passed through wrap, when set.
-func startWatchClusterLogs(t *testing.T, wrap func(id string, logs raft.LogStore) raft.LogStore) []*watchNode {
+// startWatchClusterWrapped is startWatchCluster with each node's store and
+// stream layer handed to wrap, when set, before its raft starts: it may put
+// wrappers around the log and stable stores, and returns the stream layer
+// raft and the exit watch are to use.
+func startWatchClusterWrapped(t *testing.T, wrap func(n *watchNode, store *persist.Store, stream raft.StreamLayer) raft.StreamLayer) []*watchNode {
 	t.Helper()
 	var nodes []*watchNode
 	var peers []Peer
@@ -99,12 +101,13 @@ func startWatchClusterLogs(t *testing.T, wrap func(id string, logs raft.LogStore
 		if err != nil {
 			t.Fatal(err)
 		}
-		if wrap != nil {
-			store.Logs = wrap(n.id, store.Logs)
-		}
-		stream, err := netio.NewStreamLayer(n.ln, n.addr, "")
+		ns, err := netio.NewStreamLayer(n.ln, n.addr, "")
 		if err != nil {
 			t.Fatal(err)
+		}
+		var stream raft.StreamLayer = ns
+		if wrap != nil {
+			stream = wrap(n, store, stream)
 		}
 		cfg := RaftConfig{NodeID: n.id, Peers: peers, HeartbeatTimeout: 4 * time.Second,
 			ElectionTimeout: 4 * time.Second, LeaderLeaseTimeout: time.Second,
@@ -213,11 +216,7 @@ func TestExitWatchElectsAtOnceWhenTheLeaderExits(t *testing.T) {
 
 func TestExitWatchIgnoresALeaderThatStillListens(t *testing.T) {
 	nodes := startWatchCluster(t)
-	old := waitLeader(t, nodes, "", 20*time.Second)
-	if old == nil {
-		t.Fatal("no first leader")
-	}
-	waitAttached(t, nodes, old)
+	old := watchedLeader(t, nodes)
 
 	// The leader stops and its connections close, but its port stays bound
 	// (a paused process, a proxy, a new process that inherited the socket):
@@ -309,32 +308,19 @@ func (s *stallingLogs) StoreLogs(logs []*raft.Log) error {
 func TestExitWatchBusySurvivorStandsDown(t *testing.T) {
 	stalls := map[string]*stallingLogs{}
 	var mu sync.Mutex
-	nodes := startWatchClusterLogs(t, func(id string, logs raft.LogStore) raft.LogStore {
-		s := &stallingLogs{LogStore: logs, stalled: make(chan struct{}), release: make(chan struct{})}
+	nodes := startWatchClusterWrapped(t, func(n *watchNode, store *persist.Store, stream raft.StreamLayer) raft.StreamLayer {
+		s := &stallingLogs{LogStore: store.Logs, stalled: make(chan struct{}), release: make(chan struct{})}
 		mu.Lock()
-		stalls[id] = s
+		stalls[n.id] = s
 		mu.Unlock()
-		return s
+		store.Logs = s
+		return stream
 	})
-	old := waitLeader(t, nodes, "", 20*time.Second)
-	if old == nil {
-		t.Fatal("no first leader")
-	}
-	waitAttached(t, nodes, old)
+	old := watchedLeader(t, nodes)
 	term := old.r.View().Term
 	// Survivors in id order: the first takes its turn at once, the second
 	// a quarter of the heartbeat timeout later.
-	var first, second *watchNode
-	for _, n := range nodes {
-		if n == old {
-			continue
-		}
-		if first == nil {
-			first = n
-		} else {
-			second = n
-		}
-	}
+	first, second := survivors(nodes, old)
 	stall := stalls[first.id]
 	released := false
 	defer func() {
@@ -390,4 +376,115 @@ func waitTermChange(nodes []*watchNode, want uint64, within time.Duration) uint6
 		}
 	}
 	return 0
+}
+
+// watchedLeader waits for the first leader and for both followers' watches
+// to hold a connection to it.
+func watchedLeader(t *testing.T, nodes []*watchNode) *watchNode {
+	t.Helper()
+	old := waitLeader(t, nodes, "", 20*time.Second)
+	if old == nil {
+		t.Fatal("no first leader")
+	}
+	waitAttached(t, nodes, old)
+	return old
+}
+
+// survivors returns the nodes other than old, in id order.
+func survivors(nodes []*watchNode, old *watchNode) (first, second *watchNode) {
+	for _, n := range nodes {
+		if n == old {
+			continue
+		}
+		if first == nil {
+			first = n
+		} else {
+			second = n
+		}
+	}
+	return first, second
+}
+
+// slowStable is a stable store on a slow disk: once armed, storing a vote
+// takes delay.
+type slowStable struct {
+	raft.StableStore
+	armed atomic.Bool
+	delay time.Duration
+}
+
+func (s *slowStable) SetUint64(key []byte, v uint64) error {
+	if s.armed.Load() && bytes.Equal(key, keyLastVoteTerm) {
+		time.Sleep(s.delay) // the slow disk under test, not a wait for a condition
+	}
+	return s.StableStore.SetUint64(key, v)
+}
+
+// heldDial is a stream layer whose dials to one address, once armed, wait
+// until the node's term has moved past the term it was armed in: the exit
+// watch then finds the leader gone only after another survivor's vote
+// request has reached this node's raft.
+type heldDial struct {
+	raft.StreamLayer
+	node  *watchNode
+	addr  atomic.Pointer[string]
+	term  atomic.Uint64
+	moved chan struct{} // closed when a held dial saw the term move
+	once  sync.Once
+}
+
+func (d *heldDial) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	if held := d.addr.Load(); held != nil && *held == string(addr) {
+		deadline := time.Now().Add(10 * time.Second)
+		for d.node.r.View().Term == d.term.Load() && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond) // polls raft's term
+		}
+		d.once.Do(func() { close(d.moved) })
+	}
+	return d.StreamLayer.Dial(addr, timeout)
+}
+
+// A survivor that finds the leader gone only after another survivor's vote
+// request has reached it must leave that election to finish. Raft forgets
+// the leader, takes the candidate's term and only then stores its vote; a
+// watch that paired the leader it saw before with the term it read after
+// took the vote request for an election of its own, found no vote stored
+// yet, and ran against the candidate it was voting for.
+func TestExitWatchLeavesAnElectionThatReachedIt(t *testing.T) {
+	dials := map[string]*heldDial{}
+	stables := map[string]*slowStable{}
+	var mu sync.Mutex
+	nodes := startWatchClusterWrapped(t, func(n *watchNode, store *persist.Store, stream raft.StreamLayer) raft.StreamLayer {
+		d := &heldDial{StreamLayer: stream, node: n, moved: make(chan struct{})}
+		st := &slowStable{StableStore: store.Stable, delay: 100 * time.Millisecond}
+		mu.Lock()
+		dials[n.id], stables[n.id] = d, st
+		mu.Unlock()
+		store.Stable = st
+		return d
+	})
+	old := watchedLeader(t, nodes)
+	term := old.r.View().Term
+	first, second := survivors(nodes, old)
+	// The first survivor's watch would act at once; hold its dials to the
+	// leader until the second survivor's vote request has moved its term.
+	// Its vote then takes 100 ms to store, well inside the time its raft
+	// may take to answer and still count as free.
+	d := dials[first.id]
+	d.term.Store(term)
+	d.addr.Store(&old.addr)
+	stables[first.id].armed.Store(true)
+	exit(old)
+	select {
+	case <-d.moved:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s's term never moved: %s did not stand for election", first.id, second.id)
+	}
+	nl := waitLeader(t, nodes, old.id, 5*time.Second)
+	if nl != second {
+		t.Fatalf("new leader %v, want %s", nl, second.id)
+	}
+	if nl := waitTermChange(nodes, term+1, time.Second); nl != 0 {
+		t.Fatalf("term moved from %d to %d: %s ran against the candidate it voted for", term+1, nl, first.id)
+	}
 }
