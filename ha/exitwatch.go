@@ -235,10 +235,9 @@ func (w *exitWatch) rank(lost raft.ServerID) int {
 }
 
 // gone starts an election after this node's turn, unless meanwhile a
-// leader other than the lost one has appeared, this node's term has moved
-// past the one it followed the lost leader in (another survivor's election
-// has reached it), it has voted for another survivor, or its raft is busy.
-// It acts once per lost leader and term: the watch keeps finding the port
+// leader other than the lost one has appeared, this node has voted for
+// another survivor, or its raft is busy. It acts once per lost leader and
+// the term it followed that leader in: the watch keeps finding the port
 // refused until raft learns of a new leader, and a survivor that stood
 // down because its raft was busy would otherwise, once raft is free, run
 // against the survivor it has just voted for.
@@ -255,7 +254,7 @@ func (w *exitWatch) gone(addr string, id raft.ServerID, term uint64) {
 	if rank > 0 && !w.sleep(time.Duration(rank)*w.stagger) {
 		return
 	}
-	if !w.stillLost(term, id, addr) {
+	if !w.stillLost(id, addr) {
 		return
 	}
 	// Pooled connections may lead to processes that are gone (a voter
@@ -286,10 +285,10 @@ func (w *exitWatch) gone(addr string, id raft.ServerID, term uint64) {
 	}
 	// Raft answered the probe after whatever request it had in hand when
 	// this node looked above. Had that been another survivor's vote
-	// request, raft is in that survivor's term now (and has stored its
-	// vote): look again, or this node would run against the survivor it
-	// has just voted for.
-	if !w.stillLost(term, id, addr) {
+	// request, raft had taken the candidate's term but not yet stored its
+	// vote; it has now: look again, or this node would run against the
+	// survivor it has just voted for.
+	if !w.stillLost(id, addr) {
 		w.log.Debug("an election began while this node looked; leaving it to finish", "leader", string(id))
 		return
 	}
@@ -302,18 +301,20 @@ func (w *exitWatch) gone(addr string, id raft.ServerID, term uint64) {
 }
 
 // stillLost reports whether this node may still start an election for the
-// lost leader: it follows, its term is the one it read, no other leader has
-// appeared, and its vote in that term has not gone to another survivor
-// (that election can win, let it finish; a candidate whose log is behind
-// gets no vote here, and then this node runs).
-func (w *exitWatch) stillLost(term uint64, id raft.ServerID, addr string) bool {
-	if w.r.State() != raft.Follower || w.r.CurrentTerm() != term {
+// lost leader: it follows, no other leader has appeared, and it has not
+// voted for another survivor in its current term. That term may be past
+// the one it followed the lost leader in: another survivor's election has
+// reached it. If it voted there, that election can win: let it finish. If
+// it refused (its log is ahead of the candidate's), it runs itself, or the
+// cluster would wait for raft's heartbeat timeout.
+func (w *exitWatch) stillLost(id raft.ServerID, addr string) bool {
+	if w.r.State() != raft.Follower {
 		return false
 	}
 	if _, cur := w.r.LeaderWithID(); cur != "" && cur != id {
 		return false
 	}
-	return !w.votedForOther(term, id, addr)
+	return !w.votedForOther(w.r.CurrentTerm(), id, addr)
 }
 
 // raft's own stable-store keys for its vote (hashicorp/raft persists them

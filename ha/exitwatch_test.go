@@ -3,6 +3,7 @@ package ha
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -487,4 +488,65 @@ func TestExitWatchLeavesAnElectionThatReachedIt(t *testing.T) {
 	if nl := waitTermChange(nodes, term+1, time.Second); nl != 0 {
 		t.Fatalf("term moved from %d to %d: %s ran against the candidate it voted for", term+1, nl, first.id)
 	}
+}
+
+// failingLogs fails every StoreLogs while armed: a follower whose disk
+// refuses writes, so that its log falls behind.
+type failingLogs struct {
+	raft.LogStore
+	armed  atomic.Bool
+	failed chan struct{} // closed at the first failed StoreLogs
+	once   sync.Once
+}
+
+func (f *failingLogs) StoreLogs(logs []*raft.Log) error {
+	if f.armed.Load() {
+		f.once.Do(func() { close(f.failed) })
+		return errors.New("disk refuses writes")
+	}
+	return f.LogStore.StoreLogs(logs)
+}
+
+// When the survivor whose turn comes first has a log behind the other's,
+// the other refuses it its vote and must then run itself at its turn,
+// rather than leave the cluster leaderless until raft's heartbeat timeout
+// (4 to 8 s here).
+func TestExitWatchRunsAfterRefusingABehindCandidate(t *testing.T) {
+	fails := map[string]*failingLogs{}
+	var mu sync.Mutex
+	nodes := startWatchClusterWrapped(t, func(n *watchNode, store *persist.Store, stream raft.StreamLayer) raft.StreamLayer {
+		f := &failingLogs{LogStore: store.Logs, failed: make(chan struct{})}
+		mu.Lock()
+		fails[n.id] = f
+		mu.Unlock()
+		store.Logs = f
+		return stream
+	})
+	old := watchedLeader(t, nodes)
+	first, second := survivors(nodes, old)
+	// A write the leader commits with the second survivor only.
+	f := fails[first.id]
+	f.armed.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_, _, err := old.r.Apply(ctx, (&persist.Command{Type: persist.CmdNoop}).Encode())
+	cancel()
+	if err != nil {
+		t.Fatalf("write with one follower: %v", err)
+	}
+	select {
+	case <-f.failed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the first survivor never got the write")
+	}
+	exit(old)
+	f.armed.Store(false)
+	start := time.Now()
+	// The first survivor runs at once and is refused; the second's turn
+	// comes a quarter of the heartbeat timeout (1 s) later.
+	nl := waitLeader(t, nodes, old.id, 3500*time.Millisecond)
+	if nl != second {
+		t.Fatalf("new leader %v after %v, want %s (elected at its turn, well before raft's heartbeat timeout)",
+			nl, time.Since(start).Round(time.Millisecond), second.id)
+	}
+	t.Logf("%s leads %v after the exit", nl.id, time.Since(start).Round(time.Millisecond))
 }
