@@ -76,7 +76,8 @@ func startWatchCluster(t *testing.T) []*watchNode {
 // startWatchClusterWrapped is startWatchCluster with each node's store and
 // stream layer handed to wrap, when set, before its raft starts: it may put
 // wrappers around the log and stable stores, and returns the stream layer
-// raft and the exit watch are to use.
+// raft and the exit watch are to use. wrap is called for one node after
+// another on the test's goroutine.
 func startWatchClusterWrapped(t *testing.T, wrap func(n *watchNode, store *persist.Store, stream raft.StreamLayer) raft.StreamLayer) []*watchNode {
 	t.Helper()
 	var nodes []*watchNode
@@ -308,12 +309,9 @@ func (s *stallingLogs) StoreLogs(logs []*raft.Log) error {
 // election (a split vote, then raft's 4 s timeout).
 func TestExitWatchBusySurvivorStandsDown(t *testing.T) {
 	stalls := map[string]*stallingLogs{}
-	var mu sync.Mutex
 	nodes := startWatchClusterWrapped(t, func(n *watchNode, store *persist.Store, stream raft.StreamLayer) raft.StreamLayer {
 		s := &stallingLogs{LogStore: store.Logs, stalled: make(chan struct{}), release: make(chan struct{})}
-		mu.Lock()
 		stalls[n.id] = s
-		mu.Unlock()
 		store.Logs = s
 		return stream
 	})
@@ -454,13 +452,10 @@ func (d *heldDial) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Con
 func TestExitWatchLeavesAnElectionThatReachedIt(t *testing.T) {
 	dials := map[string]*heldDial{}
 	stables := map[string]*slowStable{}
-	var mu sync.Mutex
 	nodes := startWatchClusterWrapped(t, func(n *watchNode, store *persist.Store, stream raft.StreamLayer) raft.StreamLayer {
 		d := &heldDial{StreamLayer: stream, node: n, moved: make(chan struct{})}
 		st := &slowStable{StableStore: store.Stable, delay: 100 * time.Millisecond}
-		mu.Lock()
 		dials[n.id], stables[n.id] = d, st
-		mu.Unlock()
 		store.Stable = st
 		return d
 	})
@@ -513,12 +508,9 @@ func (f *failingLogs) StoreLogs(logs []*raft.Log) error {
 // (4 to 8 s here).
 func TestExitWatchRunsAfterRefusingABehindCandidate(t *testing.T) {
 	fails := map[string]*failingLogs{}
-	var mu sync.Mutex
 	nodes := startWatchClusterWrapped(t, func(n *watchNode, store *persist.Store, stream raft.StreamLayer) raft.StreamLayer {
 		f := &failingLogs{LogStore: store.Logs, failed: make(chan struct{})}
-		mu.Lock()
 		fails[n.id] = f
-		mu.Unlock()
 		store.Logs = f
 		return stream
 	})
