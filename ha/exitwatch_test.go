@@ -136,6 +136,20 @@ func startWatchClusterWrapped(t *testing.T, wrap func(n *watchNode, store *persi
 	return nodes
 }
 
+// startWatchClusterLogs is startWatchCluster with each node's log store
+// passed through wrap; it returns the wrapped stores by node id.
+func startWatchClusterLogs[L raft.LogStore](t *testing.T, wrap func(raft.LogStore) L) ([]*watchNode, map[string]L) {
+	t.Helper()
+	wrapped := map[string]L{}
+	nodes := startWatchClusterWrapped(t, func(n *watchNode, store *persist.Store, stream raft.StreamLayer) raft.StreamLayer {
+		l := wrap(store.Logs)
+		wrapped[n.id] = l
+		store.Logs = l
+		return stream
+	})
+	return nodes, wrapped
+}
+
 const logTail = 300
 
 // lockedLog collects the log lines of a test's nodes.
@@ -308,12 +322,8 @@ func (s *stallingLogs) StoreLogs(logs []*raft.Log) error {
 // run against the survivor it has just voted for and cost a second
 // election (a split vote, then raft's 4 s timeout).
 func TestExitWatchBusySurvivorStandsDown(t *testing.T) {
-	stalls := map[string]*stallingLogs{}
-	nodes := startWatchClusterWrapped(t, func(n *watchNode, store *persist.Store, stream raft.StreamLayer) raft.StreamLayer {
-		s := &stallingLogs{LogStore: store.Logs, stalled: make(chan struct{}), release: make(chan struct{})}
-		stalls[n.id] = s
-		store.Logs = s
-		return stream
+	nodes, stalls := startWatchClusterLogs(t, func(logs raft.LogStore) *stallingLogs {
+		return &stallingLogs{LogStore: logs, stalled: make(chan struct{}), release: make(chan struct{})}
 	})
 	old := watchedLeader(t, nodes)
 	term := old.r.View().Term
@@ -434,10 +444,7 @@ type heldDial struct {
 
 func (d *heldDial) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
 	if held := d.addr.Load(); held != nil && *held == string(addr) {
-		deadline := time.Now().Add(10 * time.Second)
-		for d.node.r.View().Term == d.term.Load() && time.Now().Before(deadline) {
-			time.Sleep(time.Millisecond) // polls raft's term
-		}
+		_ = pollUntil(10*time.Second, func() bool { return d.node.r.View().Term != d.term.Load() })
 		d.once.Do(func() { close(d.moved) })
 	}
 	return d.StreamLayer.Dial(addr, timeout)
@@ -507,12 +514,8 @@ func (f *failingLogs) StoreLogs(logs []*raft.Log) error {
 // rather than leave the cluster leaderless until raft's heartbeat timeout
 // (4 to 8 s here).
 func TestExitWatchRunsAfterRefusingABehindCandidate(t *testing.T) {
-	fails := map[string]*failingLogs{}
-	nodes := startWatchClusterWrapped(t, func(n *watchNode, store *persist.Store, stream raft.StreamLayer) raft.StreamLayer {
-		f := &failingLogs{LogStore: store.Logs, failed: make(chan struct{})}
-		fails[n.id] = f
-		store.Logs = f
-		return stream
+	nodes, fails := startWatchClusterLogs(t, func(logs raft.LogStore) *failingLogs {
+		return &failingLogs{LogStore: logs, failed: make(chan struct{})}
 	})
 	old := watchedLeader(t, nodes)
 	first, second := survivors(nodes, old)
