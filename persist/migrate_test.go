@@ -35,7 +35,7 @@ func makeV1Dir(t *testing.T, first, last uint64) string {
 			t.Fatal(err)
 		}
 	}
-	if err := b.SetUint64([]byte("CurrentTerm"), 7); err != nil {
+	if err := b.SetUint64([]byte("CurrentTerm"), 9); err != nil {
 		t.Fatal(err)
 	}
 	return dir
@@ -73,7 +73,7 @@ func checkMoved(t *testing.T, dir string, first, last uint64) {
 			t.Fatalf("entry %d after the move: %+v, %v", i, got, err)
 		}
 	}
-	if term, err := s.Stable.GetUint64([]byte("CurrentTerm")); err != nil || term != 7 {
+	if term, err := s.Stable.GetUint64([]byte("CurrentTerm")); err != nil || term != 9 {
 		t.Fatalf("stable store term after the move: %d, %v", term, err)
 	}
 	// Appends go on from the moved log.

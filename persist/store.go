@@ -16,6 +16,8 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -34,9 +36,17 @@ var (
 	// ErrForeign means the data dir holds another node's or cluster's data,
 	// or files that are not ours.
 	ErrForeign = errors.New("data dir belongs to something else")
-	// ErrCorrupt means a data file could not be read.
+	// ErrCorrupt means a data file could not be read: its bytes are
+	// damaged.
 	ErrCorrupt = errors.New("data file is corrupt")
+	// ErrLost means durable state is missing: a file deleted, emptied or
+	// cut short, or older than the files written after it. Starting on it
+	// could lose acknowledged writes or let the node vote twice in a term.
+	ErrLost = errors.New("data dir lost durable state")
 )
+
+// lostAdvice ends Open's ErrCorrupt and ErrLost errors: what to do.
+const lostAdvice = "restore the data dir from a backup, or remove it and let the node rejoin with an empty data dir; see docs/operations.md"
 
 const (
 	lockFile   = "LOCK"
@@ -50,9 +60,11 @@ const (
 	// only the stable store. Open moves a version 1 log across.
 	metaVersion = 2
 	// logCacheSize entries stay in memory so the leader replicates without
-	// reading them back out of bolt.
+	// reading them back from the log's files.
 	logCacheSize = 512
 	snapRetain   = 2
+	// defaultProbeInterval is Options.ProbeInterval's default.
+	defaultProbeInterval = time.Second
 )
 
 // Options tune Open.
@@ -63,26 +75,50 @@ type Options struct {
 	// LockWait is how long Open waits for another process to release the
 	// data dir; zero fails at once.
 	LockWait time.Duration
-	// Logger receives the raft log's recovery notes and the snapshot
-	// store's output.
+	// Logger receives the raft log's recovery notes, the snapshot store's
+	// output, and one line per change of Health.
 	Logger hclog.Logger
 	// CheckBolt, when set, vets an existing raft.db before bbolt opens it
 	// for writing. bbolt panics on some corrupt pages in goroutines of its
 	// own, where no recover reaches; the server runs CheckBoltFile in a
 	// child process so such a file fails Open instead of killing the node.
 	CheckBolt func(path string) error
+	// SegmentSize is the size of the raft log's segment files (the space
+	// each is given when created); zero means raftlog.DefaultSegmentSize.
+	// It may change between runs: each segment records its own.
+	SegmentSize int64
+	// ProbeInterval is how often a Store whose storage fails recoverably
+	// (Health) checks whether the disk takes writes again; zero means one
+	// second.
+	ProbeInterval time.Duration
+
+	// markInterval is how often the durable mark is raised; zero means
+	// defaultMarkInterval, below zero never (tests and benchmarks).
+	markInterval time.Duration
 }
 
-// Store is an opened data dir.
+// Store is an opened data dir. Logs, Stable and Snaps are what raft uses;
+// their failures to write show in Health.
 type Store struct {
 	Dir    string
 	Logs   raft.LogStore
 	Stable raft.StableStore
 	Snaps  raft.SnapshotStore
 
-	bolt *raftboltdb.BoltStore
-	log  *raftlog.Store
-	lock *os.File
+	opts   Options
+	bolt   *raftboltdb.BoltStore
+	stable *stableStore
+	log    *raftlog.Store
+	lock   *os.File
+	health *health
+
+	markMu   sync.Mutex // serialises changes of the mark with deletes of the log's end
+	mark     mark       // the mark as raft.db holds it
+	appended atomic.Bool
+
+	stop, done chan struct{} // stop and wait for run
+	closeMu    sync.Mutex
+	closed     bool
 }
 
 type meta struct {
@@ -93,12 +129,43 @@ type meta struct {
 }
 
 // Open locks and opens the data dir, creating it when missing. A dir held by
-// a live process fails with ErrLocked after opts.LockWait; a foreign or
-// corrupt one with ErrForeign or ErrCorrupt, never a panic or a hang.
+// a live process fails with ErrLocked after opts.LockWait; a foreign one
+// with ErrForeign. Open never panics or hangs.
+//
+// Open refuses to start on damaged state (ErrCorrupt) and on lost durable
+// state (ErrLost), with one line naming the file, what is wrong and what to
+// do:
+//   - raft.db (the term and vote) missing, empty or without a term, while
+//     the log holds entries or a snapshot exists; or raft.db holding a term
+//     older than the log's last entry or the newest snapshot: the node
+//     could vote twice in a term;
+//   - a term at or above raft.MaxTerm in raft.db (ErrCorrupt);
+//   - raft-log/ missing while raft.db holds raft state;
+//   - a log segment cut short, or missing between others, or a log ending
+//     before the durable mark (see mark.go) that the newest snapshot does
+//     not cover;
+//   - a damaged frame that is not the tail of an unacknowledged write.
+//
+// The tail of a write a crash interrupted is zeroed, with a warning.
 func Open(dir string, opts Options) (_ *Store, err error) {
 	if opts.Logger == nil {
 		opts.Logger = hclog.NewNullLogger()
 	}
+	if opts.ProbeInterval <= 0 {
+		opts.ProbeInterval = defaultProbeInterval
+	}
+	if opts.markInterval == 0 {
+		opts.markInterval = defaultMarkInterval
+	}
+	if opts.SegmentSize <= 0 {
+		opts.SegmentSize = raftlog.DefaultSegmentSize
+	}
+	defer func() {
+		if errors.Is(err, ErrCorrupt) || errors.Is(err, ErrLost) {
+			// One line, ending with what to do.
+			err = fmt.Errorf("%w; %s", oneLine{err}, lostAdvice)
+		}
+	}()
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("data dir %s: %w", dir, err)
 	}
@@ -115,7 +182,22 @@ func Open(dir string, opts Options) (_ *Store, err error) {
 	if err != nil {
 		return nil, err
 	}
-	bolt, err := openBolt(filepath.Join(dir, raftFile), opts.CheckBolt)
+	// Left by a probe a crash interrupted.
+	_ = os.Remove(filepath.Join(dir, probeFile))
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(dir, snapDir), snapRetain, opts.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("data dir %s: snapshots: %w", dir, err)
+	}
+	snap, err := newestRaftSnapshot(snaps)
+	if err != nil {
+		return nil, fmt.Errorf("data dir %s: snapshots: %w", dir, err)
+	}
+	raftPath := filepath.Join(dir, raftFile)
+	// Before bolt creates a missing raft.db.
+	if err := checkRaftDB(dir, raftPath, snap); err != nil {
+		return nil, err
+	}
+	bolt, err := openBolt(raftPath, opts.CheckBolt)
 	if err != nil {
 		return nil, err
 	}
@@ -124,9 +206,13 @@ func Open(dir string, opts Options) (_ *Store, err error) {
 			bolt.Close()
 		}
 	}()
+	st, err := readStable(bolt, raftPath)
+	if err != nil {
+		return nil, err
+	}
 	// openLog reads raft.db's log indexes first, so a foreign bolt file
 	// shows here rather than inside raft.
-	log, err := openLog(dir, m, bolt, opts.Logger)
+	log, err := openLog(dir, m, bolt, st, snap, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -135,15 +221,98 @@ func Open(dir string, opts Options) (_ *Store, err error) {
 			log.Close()
 		}
 	}()
-	cache, err := raft.NewLogCache(logCacheSize, log)
+	if err := checkTerms(dir, log, st, snap); err != nil {
+		return nil, err
+	}
+	s := &Store{Dir: dir, opts: opts, bolt: bolt, log: log, lock: lock, health: newHealth(opts.Logger),
+		mark: st.mark, stop: make(chan struct{}), done: make(chan struct{})}
+	s.stable = &stableStore{StableStore: bolt, h: s.health, path: raftPath}
+	s.Logs, s.Stable = &logStore{s: s, cache: make([]*raft.Log, logCacheSize)}, s.stable
+	s.Snaps = &snapshotStore{SnapshotStore: snaps, h: s.health, dir: filepath.Join(dir, snapDir)}
+	go s.run(opts.markInterval, opts.ProbeInterval)
+	return s, nil
+}
+
+// oneLine is an error printed on one line.
+type oneLine struct{ err error }
+
+func (o oneLine) Error() string { return strings.ReplaceAll(o.err.Error(), "\n", "; ") }
+func (o oneLine) Unwrap() error { return o.err }
+
+// newestRaftSnapshot returns the newest snapshot raft wrote, or nil. The
+// kafka backend keeps its snapshots in the same store, with no raft
+// configuration (ConfigurationIndex 0); raft's own always carry one, from
+// the bootstrap entry on.
+func newestRaftSnapshot(snaps raft.SnapshotStore) (*raft.SnapshotMeta, error) {
+	metas, err := snaps.List()
 	if err != nil {
 		return nil, err
 	}
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(dir, snapDir), snapRetain, opts.Logger)
-	if err != nil {
-		return nil, fmt.Errorf("data dir %s: snapshots: %w", dir, err)
+	for _, m := range metas { // newest first
+		if m.ConfigurationIndex > 0 {
+			return m, nil
+		}
 	}
-	return &Store{Dir: dir, Logs: cache, Stable: bolt, Snaps: snaps, bolt: bolt, log: log, lock: lock}, nil
+	return nil, nil
+}
+
+// checkRaftDB refuses a missing or empty raft.db in a dir that holds log
+// segments or a snapshot: the term and vote went with it.
+func checkRaftDB(dir, path string, snap *raft.SnapshotMeta) error {
+	what := ""
+	switch fi, err := os.Stat(path); {
+	case errors.Is(err, os.ErrNotExist):
+		what = "is missing"
+	case err != nil:
+		return fmt.Errorf("data dir %s: %w", dir, err)
+	case fi.Size() == 0:
+		what = "is empty"
+	default:
+		return nil
+	}
+	segs, _ := filepath.Glob(filepath.Join(dir, logDir, "*.log"))
+	switch {
+	case len(segs) > 0:
+		return fmt.Errorf("%w: %s %s, but %s holds log segments: the node's term and vote are gone, and it could vote twice in a term",
+			ErrLost, path, what, filepath.Join(dir, logDir))
+	case snap != nil:
+		return fmt.Errorf("%w: %s %s, but %s holds snapshot %s: the node's term and vote are gone, and it could vote twice in a term",
+			ErrLost, path, what, filepath.Join(dir, snapDir), snap.ID)
+	}
+	return nil
+}
+
+// checkTerms refuses a raft.db older than the log or the snapshots: with
+// its term behind theirs, the node could vote twice in a term.
+func checkTerms(dir string, log *raftlog.Store, st stableState, snap *raft.SnapshotMeta) error {
+	raftPath := filepath.Join(dir, raftFile)
+	last, _ := log.LastIndex()
+	var lastTerm uint64
+	if last != 0 {
+		var l raft.Log
+		if err := log.GetLog(last, &l); err != nil {
+			if errors.Is(err, raftlog.ErrCorrupt) {
+				return fmt.Errorf("%w: %s", ErrCorrupt, strings.TrimPrefix(err.Error(), raftlog.ErrCorrupt.Error()+": "))
+			}
+			return fmt.Errorf("data dir %s: %w", dir, err)
+		}
+		lastTerm = l.Term
+	}
+	older := func(what string, term uint64) error {
+		if !st.hasTerm {
+			return fmt.Errorf("%w: %s holds no current term, but %s: raft.db was lost or replaced, and the node could vote twice in a term",
+				ErrLost, raftPath, what)
+		}
+		return fmt.Errorf("%w: %s holds current term %d, but %s of term %d: raft.db is older than the rest of the data dir, and the node could vote twice in a term",
+			ErrLost, raftPath, st.term, what, term)
+	}
+	if last != 0 && (!st.hasTerm || lastTerm > st.term) {
+		return older(fmt.Sprintf("%s holds entry %d", filepath.Join(dir, logDir), last), lastTerm)
+	}
+	if snap != nil && (!st.hasTerm || snap.Term > st.term) {
+		return older(fmt.Sprintf("%s holds snapshot %s", filepath.Join(dir, snapDir), snap.ID), snap.Term)
+	}
+	return nil
 }
 
 // openLog opens dir/raft-log, first moving a layout version 1 log out of
@@ -158,7 +327,10 @@ func Open(dir string, opts Options) (_ *Store, err error) {
 //
 // An interrupted move starts again from 1 (raft.db still holds the whole
 // log until 4); copies left in raft.db after 3 are deleted on the next open.
-func openLog(dir string, m meta, bolt *raftboltdb.BoltStore, logger hclog.Logger) (*raftlog.Store, error) {
+//
+// The log must reach the durable mark, unless the newest snapshot covers it.
+func openLog(dir string, m meta, bolt *raftboltdb.BoltStore, st stableState, snap *raft.SnapshotMeta, opts Options) (*raftlog.Store, error) {
+	logger := opts.Logger
 	path := filepath.Join(dir, logDir)
 	boltFirst, err := bolt.FirstIndex()
 	if err != nil {
@@ -172,6 +344,12 @@ func openLog(dir string, m meta, bolt *raftboltdb.BoltStore, logger hclog.Logger
 	switch {
 	case statErr == nil:
 	case errors.Is(statErr, os.ErrNotExist):
+		// In layout 2, raft-log is missing only in a new dir, or during a
+		// move (raft.db still holds the log).
+		if m.Version >= 2 && boltLast == 0 && (st.hasTerm || snap != nil) {
+			return nil, fmt.Errorf("%w: %s is missing, but %s holds raft state (current term %d)",
+				ErrLost, path, filepath.Join(dir, raftFile), st.term)
+		}
 		if err := moveLog(dir, m, bolt, boltFirst, boltLast, logger); err != nil {
 			return nil, fmt.Errorf("data dir %s: moving the raft log out of %s: %w", dir, raftFile, err)
 		}
@@ -184,16 +362,26 @@ func openLog(dir string, m meta, bolt *raftboltdb.BoltStore, logger hclog.Logger
 			return nil, fmt.Errorf("data dir %s: delete the old log copy in %s: %w", dir, raftFile, err)
 		}
 	}
-	log, rec, err := raftlog.Open(path, raftlog.Options{})
+	durable := st.mark.durable
+	if snap != nil && snap.Index >= durable {
+		durable = 0 // the snapshot holds every entry the mark vouches for
+	}
+	log, rec, err := raftlog.Open(path, raftlog.Options{SegmentSize: opts.SegmentSize, Durable: durable, CutFrom: st.mark.cutFrom})
 	if err != nil {
-		if errors.Is(err, raftlog.ErrCorrupt) {
-			return nil, fmt.Errorf("%w: %s", ErrCorrupt, strings.TrimPrefix(err.Error(), raftlog.ErrCorrupt.Error()+": "))
+		for _, e := range []struct{ from, to error }{{raftlog.ErrCorrupt, ErrCorrupt}, {raftlog.ErrLost, ErrLost}} {
+			if errors.Is(err, e.from) {
+				return nil, fmt.Errorf("%w: %s", e.to, strings.TrimPrefix(err.Error(), e.from.Error()+": "))
+			}
 		}
 		return nil, fmt.Errorf("data dir %s: %w", dir, err)
 	}
-	if rec.TornBytes > 0 || rec.TornSegment != "" {
-		logger.Warn("raft log: cut a write a crash interrupted before it was acknowledged",
-			"dir", path, "torn_bytes", rec.TornBytes, "torn_segment", rec.TornSegment)
+	switch {
+	case rec.CutResumed:
+		logger.Warn(fmt.Sprintf("raft log: finished deleting entries after %d that a crash interrupted: zeroed %d bytes of %s",
+			rec.TornAfter, rec.TornBytes, rec.TornFile))
+	case rec.TornBytes > 0:
+		logger.Warn(fmt.Sprintf("raft log: cut %d bytes after entry %d at the end of %s: the tail of a write a crash interrupted, or damage to entries after the durable mark %d",
+			rec.TornBytes, rec.TornAfter, rec.TornFile, st.mark.durable))
 	}
 	return log, nil
 }
@@ -268,9 +456,22 @@ func (s *Store) HasState() (bool, error) {
 	return raft.HasExistingState(s.Logs, s.Stable, s.Snaps)
 }
 
-// Close closes the log and stable stores and releases the data dir lock.
+// Close stops the Store's goroutine, records the durable mark, closes the
+// log and stable stores and releases the data dir lock.
 func (s *Store) Close() error {
-	err := errors.Join(s.log.Close(), s.bolt.Close())
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	close(s.stop)
+	<-s.done
+	var markErr error
+	if s.opts.markInterval > 0 {
+		markErr = s.raiseMark()
+	}
+	err := errors.Join(markErr, s.log.Close(), s.bolt.Close())
 	s.lock.Close()
 	return err
 }

@@ -127,6 +127,7 @@ func TestOpenExistingEmptyDir(t *testing.T) {
 func TestLogsPersistAndHasState(t *testing.T) {
 	dir := t.TempDir()
 	s := openT(t, dir, testOpts)
+	setTerm(t, s, 2)
 	logs := []*raft.Log{
 		{Index: 1, Term: 1, Type: raft.LogCommand, Data: enc(submitCmd("c", "r", "t"))},
 		{Index: 2, Term: 1, Type: raft.LogNoop},
@@ -205,6 +206,7 @@ func TestStableStorePersists(t *testing.T) {
 func TestSnapshotStorePersists(t *testing.T) {
 	dir := t.TempDir()
 	s := openT(t, dir, testOpts)
+	setTerm(t, s, 2)
 	sink, err := s.Snaps.Create(raft.SnapshotVersionMax, 10, 2, raft.Configuration{}, 1, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -429,6 +431,7 @@ func TestEmptyRaftDBAccepted(t *testing.T) {
 	if has, err := s.HasState(); err != nil || has {
 		t.Fatalf("HasState = %v, %v", has, err)
 	}
+	setTerm(t, s, 1)
 	if err := s.Logs.StoreLog(&raft.Log{Index: 1, Term: 1}); err != nil {
 		t.Fatal(err)
 	}
@@ -437,6 +440,15 @@ func TestEmptyRaftDBAccepted(t *testing.T) {
 	defer s.Close()
 	if has, err := s.HasState(); err != nil || !has {
 		t.Fatalf("HasState after a log = %v, %v", has, err)
+	}
+}
+
+// setTerm stores raft's current term, as raft does before it stores
+// entries of that term.
+func setTerm(t *testing.T, s *Store, term uint64) {
+	t.Helper()
+	if err := s.Stable.SetUint64([]byte("CurrentTerm"), term); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -55,7 +55,12 @@ func FuzzOpen(f *testing.F) {
 		s.Close()
 		path := filepath.Join(dir, segFileName(1))
 		b, _ := os.ReadFile(path)
-		os.WriteFile(path, append(b[:end], tail...), 0o640)
+		// Over the zeros, keeping the file's preallocated size.
+		if n := int(end) + len(tail); n > len(b) {
+			b = append(b, make([]byte, n-len(b))...)
+		}
+		copy(b[end:], tail)
+		os.WriteFile(path, b, 0o640)
 
 		s, _, err = Open(dir, opts)
 		if err != nil {

@@ -9,9 +9,12 @@
 // # Layout
 //
 // The directory holds segment files named after the index of their first
-// entry ("00000000000000000001.log"). A segment starts with a 24-byte header
-// (magic, first index, CRC) and holds frames, each 8-byte aligned:
+// entry ("00000000000000000001.log"). A segment starts with a header and
+// holds frames, each 8-byte aligned:
 //
+//	header (32 bytes): magic "xcelog02", first index, preallocated size,
+//	        CRC-32C of the three, 4 zero bytes
+//	frame:
 //	len   uint32  body length
 //	crc   uint32  CRC-32C of len, index, term, batch and body
 //	index uint64
@@ -20,6 +23,15 @@
 //	body  type (1 byte), appended-at (int64 ns), data length (uint32), data, extensions
 //	pad   zeros to the next multiple of 8
 //
+// Segments written before the preallocated size was recorded have a 24-byte
+// header (magic "xcelog01", first index, CRC-32C of the two, 4 zero bytes)
+// and were preallocated to DefaultSegmentSize; both versions are read.
+//
+// A segment is created whole (header synced and space allocated before it is
+// renamed into the directory) and never shrinks: deleted frames are
+// overwritten with zeros. So a segment file shorter than its preallocated
+// size was cut by something else, and Open refuses it (ErrLost).
+//
 // Entries are contiguous across segments; a segment is sealed once the next
 // one exists.
 //
@@ -27,12 +39,25 @@
 //
 // Open reads every segment and checks every frame. A write cut short by a
 // crash can only damage the end of the last segment, after everything
-// acknowledged: such a tail is cut off. The disk may have kept some of that
+// acknowledged: such a tail is zeroed. The disk may have kept some of that
 // write's frames and not others, so intact frames of the same batch may
-// follow the damage. Damage anywhere else (a bad frame in a sealed segment,
-// a gap between segments, a bad frame followed by an intact frame of a
-// later batch) fails Open with ErrCorrupt and changes nothing, so a node
-// never starts with acknowledged entries silently missing.
+// follow the damage. The caller may also tell Open the last index it knows
+// was durable (Options.Durable, kept outside the log): damage at or below
+// it is not a torn write, and a log ending before it has lost entries.
+// Damage anywhere else (a bad frame in a sealed segment, a gap between
+// segments, a bad frame followed by an intact frame of a later batch) fails
+// Open with ErrCorrupt or ErrLost and changes nothing, so a node never
+// starts with acknowledged entries silently missing.
+//
+// # Failures
+//
+// A failed write is reported as a *WriteError. Most leave the files as they
+// were acknowledged (a segment that could not be created, frames that could
+// not be written past the last acknowledged one), and the next StoreLogs
+// simply tries again. A failed sync does not: the kernel may have dropped
+// the pages it could not write, so what the file holds is unknown. That
+// failure is sticky (errors.Is(err, ErrFailed)): every later write fails
+// until the node restarts and Open checks the files again.
 package raftlog
 
 import (
@@ -54,15 +79,49 @@ import (
 // ErrCorrupt means a segment file could not be read back as written.
 var ErrCorrupt = errors.New("raft log is corrupt")
 
-// ErrFailed means an earlier write or sync failed. After a failed fdatasync
-// the kernel may have dropped the dirty pages, so what the file holds is
-// unknown: the store refuses further writes until the node restarts and
-// Open checks the files again.
-var ErrFailed = errors.New("raft log store failed earlier; restart the node")
+// ErrLost means entries the log once held durably are missing: a segment
+// is shorter than it was written, missing between two others, or the log
+// ends before Options.Durable.
+var ErrLost = errors.New("raft log lost entries")
+
+// ErrFailed matches (errors.Is) the WriteError of a failed sync and every
+// error the store returns after one. The store refuses writes from then on.
+var ErrFailed = errors.New("raft log store failed")
+
+// stickyAdvice ends the message of a sticky failure.
+const stickyAdvice = "what the disk holds is unknown: restart the node once the disk is healthy; it re-checks every frame at start"
+
+// WriteError is a failed write, sync or file operation of the store.
+// errors.Is sees through it to the cause (syscall.ENOSPC, syscall.EDQUOT,
+// syscall.EIO, ...).
+type WriteError struct {
+	Path string // the file or directory
+	Op   string // what failed
+	Err  error  // the cause
+	// Sticky: a sync failed, the store refuses writes until the node
+	// restarts (errors.Is(err, ErrFailed)). Otherwise the files hold what
+	// was acknowledged and the next write tries again.
+	Sticky bool
+}
+
+func (e *WriteError) Error() string {
+	msg := fmt.Sprintf("raft log %s: %s: %v", e.Path, e.Op, e.Err)
+	if e.Sticky {
+		msg += "; " + stickyAdvice
+	}
+	return msg
+}
+
+func (e *WriteError) Unwrap() error { return e.Err }
+
+// Is makes a sticky WriteError match ErrFailed.
+func (e *WriteError) Is(target error) bool { return target == ErrFailed && e.Sticky }
 
 const (
-	segMagic        = "xcelog01"
-	segHeaderSize   = 24
+	segMagicV1      = "xcelog01"
+	segMagic        = "xcelog02"
+	segHeaderSizeV1 = 24
+	segHeaderSize   = 32
 	frameHeaderSize = 32
 	bodyFixedSize   = 1 + 8 + 4
 	segSuffix       = ".log"
@@ -81,30 +140,54 @@ const (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
+// syncData makes a segment's appended frames durable; tests replace it to
+// make a sync fail.
+var syncData = fdatasync
+
 // Options tune Open.
 type Options struct {
-	// SegmentSize is the size past which a new segment is started;
-	// zero means DefaultSegmentSize.
+	// SegmentSize is the size past which a new segment is started, and the
+	// space a new segment is given; zero means DefaultSegmentSize.
 	SegmentSize int64
+	// Durable is the last index the caller knows the log made durable, or
+	// zero. The log must hold it unless it was deleted since (the caller
+	// lowers its record before deleting the end of the log). Open refuses a
+	// log that ends before it (ErrLost) and a damaged frame at or below it
+	// (ErrCorrupt): that is not the tail of an unacknowledged write.
+	Durable uint64
+	// CutFrom, when not zero, is the first index of a suffix delete that
+	// may have been interrupted: frames from it on may be any mix of the
+	// deleted frames and zeros, and Open zeroes them from the first damaged
+	// one without looking further.
+	CutFrom uint64
 }
 
 // Recovery says what Open found.
 type Recovery struct {
 	Segments int
-	// TornBytes were cut from the end of the last segment: a write that a
-	// crash interrupted before it was acknowledged.
+	// TornBytes were zeroed at the end of TornFile, after entry TornAfter
+	// (0: the segment kept no entry): the tail of a write a crash
+	// interrupted, or damage to entries after Options.Durable; Open cannot
+	// tell them apart.
 	TornBytes int64
-	// TornSegment is set when a segment created just before a crash held
-	// no complete header and was removed.
-	TornSegment string
+	TornFile  string
+	TornAfter uint64
+	// CutResumed is set when the zeroed bytes were left by an interrupted
+	// suffix delete (at or after Options.CutFrom).
+	CutResumed bool
 }
 
 type segment struct {
-	first uint64
-	path  string
-	f     *os.File
-	offs  []int64 // offs[i] is where entry first+i starts
-	size  int64   // end of the last complete frame
+	first    uint64
+	path     string
+	f        *os.File
+	hdr      int64   // header size: where the first frame starts
+	prealloc int64   // the file's size when it was created
+	offs     []int64 // offs[i] is where entry first+i starts
+	size     int64   // end of the last complete frame
+	// written is the furthest end of any write attempted in the file: a
+	// failed write may have left bytes past size.
+	written int64
 }
 
 func (g *segment) last() uint64 { return g.first + uint64(len(g.offs)) - 1 }
@@ -129,15 +212,15 @@ type Store struct {
 	mu          sync.RWMutex // guards the fields below
 	segs        []*segment
 	first, last uint64 // 0, 0 when empty; first may be past segs[0].first
-	failed      error
+	failed      *WriteError
 	closed      bool
 }
 
 var _ raft.LogStore = (*Store)(nil)
 var _ raft.MonotonicLogStore = (*Store)(nil)
 
-// Open opens or creates the log in dir. A damaged log fails with ErrCorrupt
-// and is left as it was found.
+// Open opens or creates the log in dir. A damaged log fails with ErrCorrupt,
+// one that lost entries with ErrLost, and either is left as it was found.
 func Open(dir string, opts Options) (*Store, Recovery, error) {
 	var rec Recovery
 	if opts.SegmentSize <= 0 {
@@ -159,12 +242,11 @@ func Open(dir string, opts Options) (*Store, Recovery, error) {
 	}()
 	// Check everything before changing anything.
 	type torn struct {
-		g   *segment
-		at  int64
-		cut int64
+		g       *segment
+		at, end int64
+		resumed bool
 	}
 	var tail *torn
-	var removeTorn string
 	for i, n := range names {
 		path := filepath.Join(dir, n.name)
 		isLast := i == len(names)-1
@@ -172,16 +254,15 @@ func Open(dir string, opts Options) (*Store, Recovery, error) {
 		if err != nil {
 			return nil, rec, err
 		}
-		if err := checkSegHeader(b, n.first); err != nil {
-			if isLast && len(b) <= segHeaderSize && allZero(b) {
-				// Created just before a crash, header never reached the disk.
-				removeTorn = path
-				break
-			}
+		hdr, prealloc, err := checkSegHeader(b, n.first)
+		if errors.Is(err, errHeaderShort) {
+			return nil, rec, fmt.Errorf("%w: %s is %d bytes, cut short inside its header", ErrLost, path, len(b))
+		}
+		if err != nil {
 			return nil, rec, fmt.Errorf("%w: %s: %v", ErrCorrupt, path, err)
 		}
-		g := &segment{first: n.first, path: path}
-		off := int64(segHeaderSize)
+		g := &segment{first: n.first, path: path, hdr: hdr, prealloc: prealloc}
+		off := hdr
 		var ferr error
 		for off < int64(len(b)) {
 			want := g.first + uint64(len(g.offs))
@@ -193,53 +274,43 @@ func Open(dir string, opts Options) (*Store, Recovery, error) {
 			g.offs = append(g.offs, off)
 			off += int64(n)
 		}
+		g.size, g.written = off, off
+		if int64(len(b)) < prealloc {
+			return nil, rec, fmt.Errorf("%w: %s is %d bytes, shorter than the %d it was created with: cut short after %s",
+				ErrLost, path, len(b), prealloc, describeEnd(g))
+		}
 		// Past the last frame a segment holds zeros: its preallocated,
 		// unused space.
 		if ferr != nil && !allZero(b[off:]) {
 			want := g.first + uint64(len(g.offs))
-			if !isLast {
+			switch {
+			case !isLast:
 				return nil, rec, fmt.Errorf("%w: %s: entry %d at offset %d: %v", ErrCorrupt, path, want, off, ferr)
+			case opts.CutFrom != 0 && want >= opts.CutFrom:
+				// Left by an interrupted suffix delete.
+				tail = &torn{g: g, at: off, end: off + lastNonZero(b[off:]), resumed: true}
+			case want <= opts.Durable:
+				return nil, rec, fmt.Errorf("%w: %s: entry %d at offset %d: %v; entries up to %d were durable, so this is damage, not a torn write",
+					ErrCorrupt, path, want, off, ferr, opts.Durable)
+			default:
+				if at, idx, found := findLaterBatch(b, off+8, want); found {
+					return nil, rec, fmt.Errorf("%w: %s: entry %d at offset %d: %v; entry %d of a later write follows intact at offset %d, so this is not a torn write",
+						ErrCorrupt, path, want, off, ferr, idx, at)
+				}
+				tail = &torn{g: g, at: off, end: off + lastNonZero(b[off:])}
 			}
-			if at, idx, found := findLaterBatch(b, off+8, want); found {
-				return nil, rec, fmt.Errorf("%w: %s: entry %d at offset %d: %v; entry %d of a later write follows intact at offset %d, so this is not a torn write",
-					ErrCorrupt, path, want, off, ferr, idx, at)
-			}
-			tail = &torn{g: g, at: off, cut: lastNonZero(b[off:])}
 		}
-		g.size = off
 		if len(s.segs) > 0 {
 			prev := s.segs[len(s.segs)-1]
 			if len(prev.offs) == 0 {
 				return nil, rec, fmt.Errorf("%w: %s holds no entry but is followed by %s", ErrCorrupt, prev.path, path)
 			}
 			if prev.last()+1 != g.first {
-				return nil, rec, fmt.Errorf("%w: %s ends at entry %d but %s starts at %d", ErrCorrupt, prev.path, prev.last(), path, g.first)
+				return nil, rec, fmt.Errorf("%w: %s ends at entry %d but %s starts at %d: the entries between are missing",
+					ErrLost, prev.path, prev.last(), path, g.first)
 			}
 		}
 		s.segs = append(s.segs, g)
-	}
-	// Checked: now repair and open.
-	if removeTorn != "" {
-		if err := os.Remove(removeTorn); err != nil {
-			return nil, rec, err
-		}
-		if err := SyncDir(dir); err != nil {
-			return nil, rec, err
-		}
-		rec.TornSegment = filepath.Base(removeTorn)
-	}
-	for _, g := range s.segs {
-		f, err := os.OpenFile(g.path, os.O_RDWR, 0)
-		if err != nil {
-			return nil, rec, err
-		}
-		g.f = f
-	}
-	if tail != nil {
-		if err := cutFile(tail.g.f, tail.at, opts.SegmentSize); err != nil {
-			return nil, rec, fmt.Errorf("raft log %s: cut torn write: %w", tail.g.path, err)
-		}
-		rec.TornBytes = tail.cut
 	}
 	// Leading segments with no entry (only possible as the sole segment).
 	for _, g := range s.segs {
@@ -251,9 +322,47 @@ func Open(dir string, opts Options) (*Store, Recovery, error) {
 		}
 		s.last = g.last()
 	}
+	if opts.Durable != 0 && s.last < opts.Durable {
+		if len(s.segs) == 0 {
+			return nil, rec, fmt.Errorf("%w: %s holds no segment, but entries up to %d were made durable", ErrLost, dir, opts.Durable)
+		}
+		g := s.segs[len(s.segs)-1]
+		return nil, rec, fmt.Errorf("%w: %s ends after %s, but entries up to %d were made durable", ErrLost, g.path, describeEnd(g), opts.Durable)
+	}
+	// Checked: now repair and open.
+	for _, g := range s.segs {
+		f, err := os.OpenFile(g.path, os.O_RDWR, 0)
+		if err != nil {
+			return nil, rec, err
+		}
+		g.f = f
+	}
+	if tail != nil {
+		// Zeroed, not truncated: the segment keeps its preallocated size.
+		if err := zeroRange(tail.g.f, tail.at, tail.end); err != nil {
+			return nil, rec, fmt.Errorf("raft log %s: zero a torn write: %w", tail.g.path, err)
+		}
+		if err := syncData(tail.g.f); err != nil {
+			return nil, rec, fmt.Errorf("raft log %s: zero a torn write: sync: %w", tail.g.path, err)
+		}
+		rec.TornBytes, rec.TornFile, rec.CutResumed = tail.end-tail.at, tail.g.path, tail.resumed
+		if len(tail.g.offs) > 0 {
+			rec.TornAfter = tail.g.last()
+		} else if tail.g.first > 1 {
+			rec.TornAfter = tail.g.first - 1
+		}
+	}
 	rec.Segments = len(s.segs)
 	ok = true
 	return s, rec, nil
+}
+
+// describeEnd says where a segment's intact entries end.
+func describeEnd(g *segment) string {
+	if len(g.offs) == 0 {
+		return "its header, with no entry"
+	}
+	return fmt.Sprintf("entry %d", g.last())
 }
 
 type segName struct {
@@ -292,27 +401,51 @@ func segmentNames(dir string) ([]segName, error) {
 
 func segFileName(first uint64) string { return fmt.Sprintf("%020d%s", first, segSuffix) }
 
-func checkSegHeader(b []byte, first uint64) error {
-	if len(b) < segHeaderSize {
-		return fmt.Errorf("header cut short at %d bytes", len(b))
+// errHeaderShort: the file ends inside its header.
+var errHeaderShort = errors.New("header cut short")
+
+// checkSegHeader checks the header of a segment named for entry first and
+// returns its size and the segment's preallocated size.
+func checkSegHeader(b []byte, first uint64) (hdr, prealloc int64, err error) {
+	if len(b) < segHeaderSizeV1 {
+		return 0, 0, errHeaderShort
 	}
-	if string(b[:8]) != segMagic {
-		return errors.New("not a segment file (bad magic)")
+	le := binary.LittleEndian
+	var got uint64
+	switch string(b[:8]) {
+	case segMagic:
+		if len(b) < segHeaderSize {
+			return 0, 0, errHeaderShort
+		}
+		if crc32.Checksum(b[:24], castagnoli) != le.Uint32(b[24:]) {
+			return 0, 0, errors.New("header checksum mismatch")
+		}
+		got, hdr, prealloc = le.Uint64(b[8:]), segHeaderSize, int64(le.Uint64(b[16:]))
+		if prealloc < segHeaderSize || prealloc > 1<<40 {
+			return 0, 0, fmt.Errorf("header says preallocated size %d", prealloc)
+		}
+	case segMagicV1:
+		if crc32.Checksum(b[:16], castagnoli) != le.Uint32(b[16:]) {
+			return 0, 0, errors.New("header checksum mismatch")
+		}
+		got, hdr, prealloc = le.Uint64(b[8:]), segHeaderSizeV1, DefaultSegmentSize
+	default:
+		return 0, 0, errors.New("not a segment file (bad magic)")
 	}
-	if crc32.Checksum(b[:16], castagnoli) != binary.LittleEndian.Uint32(b[16:]) {
-		return errors.New("header checksum mismatch")
+	if got != first {
+		return 0, 0, fmt.Errorf("header says first entry %d, file name says %d", got, first)
 	}
-	if got := binary.LittleEndian.Uint64(b[8:]); got != first {
-		return fmt.Errorf("header says first entry %d, file name says %d", got, first)
-	}
-	return nil
+	return hdr, prealloc, nil
 }
 
-func segHeader(first uint64) []byte {
+// segHeader is the header of a segment starting at entry first and
+// preallocated to size bytes.
+func segHeader(first uint64, size int64) []byte {
 	b := make([]byte, segHeaderSize)
 	copy(b, segMagic)
 	binary.LittleEndian.PutUint64(b[8:], first)
-	binary.LittleEndian.PutUint32(b[16:], crc32.Checksum(b[:16], castagnoli))
+	binary.LittleEndian.PutUint64(b[16:], uint64(size))
+	binary.LittleEndian.PutUint32(b[24:], crc32.Checksum(b[:24], castagnoli))
 	return b
 }
 
@@ -327,17 +460,63 @@ func lastNonZero(b []byte) int64 {
 	return 0
 }
 
-// cutFile drops f's bytes from at on, atomically (a crash leaves either
-// the whole file or the cut one), syncs, and preallocates the space again.
-func cutFile(f *os.File, at, size int64) error {
-	if err := f.Truncate(at); err != nil {
+var zeros [64 << 10]byte
+
+// zeroRange overwrites [from, to) of f with zeros, unsynced. The file keeps
+// its size and its allocated space.
+func zeroRange(f *os.File, from, to int64) error {
+	for off := from; off < to; {
+		n := min(to-off, int64(len(zeros)))
+		if _, err := f.WriteAt(zeros[:n], off); err != nil {
+			return err
+		}
+		off += n
+	}
+	return nil
+}
+
+// preallocate makes f at least size bytes long, with the space allocated
+// where the file system can: appends then change no file size, so each
+// append's fdatasync flushes its data only.
+func preallocate(f *os.File, size int64) error {
+	ok, err := fallocate(f, 0, size)
+	if err != nil || ok {
 		return err
 	}
-	if at < size {
-		// Best effort: without it appends grow the file instead.
-		_ = preallocate(f, at, size-at)
+	fi, err := f.Stat()
+	if err != nil {
+		return err
 	}
-	return f.Sync()
+	if fi.Size() < size {
+		// A sparse extension: the file has its full size, and the space
+		// is taken as it is written.
+		return f.Truncate(size)
+	}
+	return nil
+}
+
+// ProbeSpace checks that a file system takes a new segment: it creates the
+// file at path with size bytes allocated (written with zeros where space
+// cannot be allocated ahead), syncs it and removes it. A full disk fails
+// it with an error matching syscall.ENOSPC or syscall.EDQUOT.
+func ProbeSpace(path string, size int64) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o640)
+	if err != nil {
+		return err
+	}
+	err = func() error {
+		ok, err := fallocate(f, 0, size)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			if err := zeroRange(f, 0, size); err != nil {
+				return err
+			}
+		}
+		return f.Sync()
+	}()
+	return errors.Join(err, f.Close(), os.Remove(path))
 }
 
 func allZero(b []byte) bool {
@@ -514,6 +693,12 @@ func (s *Store) StoreLog(l *raft.Log) error { return s.StoreLogs([]*raft.Log{l})
 // StoreLogs implements raft.LogStore. The entries must follow the last one
 // stored (any index starts an empty log). When it returns nil they are on
 // disk.
+//
+// A storage failure returns a *WriteError. When the batch spans segments,
+// the entries of the segments written before the failure are stored
+// (LastIndex says how far). A failure to create a segment or to write
+// frames leaves what was acknowledged intact, and the next call tries
+// again; a failed sync is sticky (errors.Is(err, ErrFailed)).
 func (s *Store) StoreLogs(logs []*raft.Log) error {
 	if len(logs) == 0 {
 		return nil
@@ -553,17 +738,20 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 			return fmt.Errorf("raft log: entry %d is %d bytes, over the %d limit", l.Index, len(l.Data)+len(l.Extensions), MaxEntrySize)
 		}
 	}
+	defer func() {
+		if cap(s.buf) > 4<<20 {
+			s.buf = nil // do not keep a huge batch's buffer
+		}
+	}()
 	// Frames go in runs, one per segment they land in.
 	var offs []int64
-	var segsAdded []*segment
 	i := 0
 	for i < len(logs) {
-		if tail == nil || (len(tail.offs) > 0 && tail.size >= s.segSize) {
-			g, err := s.newSegment(logs[i].Index, tail)
+		if tail == nil || (len(tail.offs) > 0 && tail.size >= tail.prealloc) {
+			g, err := s.newSegment(logs[i].Index)
 			if err != nil {
-				return s.fail(err)
+				return err
 			}
-			segsAdded = append(segsAdded, g)
 			s.mu.Lock()
 			s.segs = append(s.segs, g)
 			s.mu.Unlock()
@@ -574,17 +762,21 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 		size := tail.size
 		j := i
 		for ; j < len(logs); j++ {
-			if j > i && size+int64(len(s.buf)) >= s.segSize {
+			if j > i && size+int64(len(s.buf)) >= tail.prealloc {
 				break
 			}
 			offs = append(offs, size+int64(len(s.buf)))
 			s.buf = appendFrame(s.buf, logs[j], next)
 		}
+		tail.written = max(tail.written, size+int64(len(s.buf)))
 		if _, err := tail.f.WriteAt(s.buf, size); err != nil {
-			return s.fail(fmt.Errorf("raft log %s: write: %w", tail.path, err))
+			// Nothing past size was acknowledged and size is unchanged:
+			// the next call writes there again. The pages were never
+			// reported synced, so rewriting them is safe.
+			return &WriteError{Path: tail.path, Op: fmt.Sprintf("write entries %d-%d at offset %d", logs[i].Index, logs[j-1].Index, size), Err: err}
 		}
-		if err := fdatasync(tail.f); err != nil {
-			return s.fail(fmt.Errorf("raft log %s: sync: %w", tail.path, err))
+		if err := syncData(tail.f); err != nil {
+			return s.fail(&WriteError{Path: tail.path, Op: fmt.Sprintf("sync entries %d-%d", logs[i].Index, logs[j-1].Index), Err: err, Sticky: true})
 		}
 		s.mu.Lock()
 		tail.offs = append(tail.offs, offs...)
@@ -596,47 +788,75 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 		s.mu.Unlock()
 		i = j
 	}
-	if cap(s.buf) > 4<<20 {
-		s.buf = nil // do not keep a huge batch's buffer
-	}
 	return nil
 }
 
-// newSegment creates the segment whose first entry is first; prev, when
-// set, is the segment it seals, already synced.
-func (s *Store) newSegment(first uint64, prev *segment) (*segment, error) {
+// newSegment creates the segment whose first entry is first, whole: its
+// header synced and its space allocated before it enters the directory. A
+// failure leaves the directory as it was (the error is not sticky) unless
+// the half-made segment could not be taken out again.
+func (s *Store) newSegment(first uint64) (*segment, error) {
 	path := filepath.Join(s.dir, segFileName(first))
 	tmp := path + tmpSuffix
 	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o640)
 	if err != nil {
-		return nil, fmt.Errorf("raft log: new segment: %w", err)
+		return nil, &WriteError{Path: tmp, Op: "create segment", Err: err}
 	}
+	op, renamed := "", false
 	err = func() error {
-		if _, err := f.Write(segHeader(first)); err != nil {
+		op = "write segment header"
+		if _, err := f.Write(segHeader(first, s.segSize)); err != nil {
 			return err
 		}
-		// Space allocated now keeps appends from growing the file, so
-		// each append's fdatasync flushes its data and no size change.
-		if err := preallocate(f, segHeaderSize, s.segSize-segHeaderSize); err != nil {
+		op = "allocate segment space"
+		if err := preallocate(f, s.segSize); err != nil {
 			return err
 		}
+		op = "sync new segment"
 		if err := f.Sync(); err != nil {
 			return err
 		}
+		op = "rename new segment"
 		if err := os.Rename(tmp, path); err != nil {
 			return err
 		}
+		renamed = true
+		op = "sync directory"
 		return SyncDir(s.dir)
 	}()
-	if err != nil {
+	if err == nil {
+		// Under its own name, which errors then show.
+		g, oerr := os.OpenFile(path, os.O_RDWR, 0)
 		f.Close()
-		os.Remove(tmp)
-		return nil, fmt.Errorf("raft log %s: new segment: %w", path, err)
+		if oerr == nil {
+			return &segment{first: first, path: path, f: g, hdr: segHeaderSize, prealloc: s.segSize, size: segHeaderSize, written: segHeaderSize}, nil
+		}
+		op, err = "open new segment", oerr
+	} else {
+		f.Close()
 	}
-	return &segment{first: first, path: path, f: f, size: segHeaderSize}, nil
+	werr := &WriteError{Path: tmp, Op: op, Err: err}
+	if !renamed {
+		os.Remove(tmp)
+		return nil, werr
+	}
+	// A segment with no entry would be harmless at the end of the log, but
+	// the log may go on elsewhere (after a suffix delete): take it out.
+	werr.Path = path
+	if rerr := os.Remove(path); rerr != nil {
+		werr.Sticky = true
+		werr.Err = errors.Join(err, rerr)
+	} else if serr := SyncDir(s.dir); serr != nil {
+		werr.Sticky = true
+		werr.Err = errors.Join(err, serr)
+	}
+	if werr.Sticky {
+		return nil, s.fail(werr)
+	}
+	return nil, werr
 }
 
-func (s *Store) fail(err error) error {
+func (s *Store) fail(err *WriteError) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.failLocked(err)
@@ -646,7 +866,8 @@ func (s *Store) fail(err error) error {
 // snapshot), a suffix (entries a new leader overrides), or everything; a
 // range strictly inside the log is refused. A suffix is gone from the disk
 // before DeleteRange returns; a deleted prefix may come back after a crash,
-// which is harmless: those entries are committed and precede the rest.
+// which is harmless: those entries are committed and precede the rest. A
+// failure is sticky: what the files hold is then unknown.
 func (s *Store) DeleteRange(min, max uint64) error {
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
@@ -670,19 +891,21 @@ func (s *Store) DeleteRange(min, max uint64) error {
 	}
 }
 
+// deleteAll removes every segment, newest first: a crash leaves a prefix of
+// the log.
 func (s *Store) deleteAll() error {
 	for i := len(s.segs) - 1; i >= 0; i-- {
 		g := s.segs[i]
 		g.f.Close()
 		if err := os.Remove(g.path); err != nil {
 			s.segs = s.segs[:i+1]
-			return s.failLocked(fmt.Errorf("raft log: remove %s: %w", g.path, err))
+			return s.failLocked(&WriteError{Path: g.path, Op: "remove", Err: err, Sticky: true})
 		}
 	}
 	s.segs = nil
 	s.first, s.last = 0, 0
 	if err := SyncDir(s.dir); err != nil {
-		return s.failLocked(fmt.Errorf("raft log: sync dir: %w", err))
+		return s.failLocked(&WriteError{Path: s.dir, Op: "sync directory", Err: err, Sticky: true})
 	}
 	return nil
 }
@@ -695,22 +918,24 @@ func (s *Store) deletePrefix(max uint64) error {
 	for _, g := range s.segs[:n] {
 		g.f.Close()
 		if err := os.Remove(g.path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return s.failLocked(fmt.Errorf("raft log: remove %s: %w", g.path, err))
+			return s.failLocked(&WriteError{Path: g.path, Op: "remove", Err: err, Sticky: true})
 		}
 	}
 	s.segs = append([]*segment(nil), s.segs[n:]...)
 	s.first = max + 1
 	if n > 0 {
 		if err := SyncDir(s.dir); err != nil {
-			return s.failLocked(fmt.Errorf("raft log: sync dir: %w", err))
+			return s.failLocked(&WriteError{Path: s.dir, Op: "sync directory", Err: err, Sticky: true})
 		}
 	}
 	return nil
 }
 
 // deleteSuffix removes entries from min on. Later segments go first, newest
-// first, then the segment holding min is cut: a crash at any point leaves a
-// prefix of the log as it was.
+// first, then the frames from min on in the segment holding it are zeroed
+// (the file keeps its preallocated size). A crash while later segments go
+// leaves a prefix of the log; one while frames are zeroed may leave any mix
+// of them and zeros, which Open zeroes when told the cut (Options.CutFrom).
 func (s *Store) deleteSuffix(min uint64) error {
 	k := s.segFor(min)
 	removed := false
@@ -719,41 +944,46 @@ func (s *Store) deleteSuffix(min uint64) error {
 		g.f.Close()
 		if err := os.Remove(g.path); err != nil {
 			s.segs = s.segs[:i+1]
-			return s.failLocked(fmt.Errorf("raft log: remove %s: %w", g.path, err))
+			return s.failLocked(&WriteError{Path: g.path, Op: "remove", Err: err, Sticky: true})
 		}
 		s.segs = s.segs[:i]
 		removed = true
 	}
 	if removed {
 		if err := SyncDir(s.dir); err != nil {
-			return s.failLocked(fmt.Errorf("raft log: sync dir: %w", err))
+			return s.failLocked(&WriteError{Path: s.dir, Op: "sync directory", Err: err, Sticky: true})
 		}
 	}
 	g := s.segs[k]
 	i := int(min - g.first)
 	cut := g.offs[i]
-	if err := cutFile(g.f, cut, s.segSize); err != nil {
-		return s.failLocked(fmt.Errorf("raft log %s: truncate: %w", g.path, err))
+	if err := zeroRange(g.f, cut, max(g.size, g.written)); err != nil {
+		return s.failLocked(&WriteError{Path: g.path, Op: fmt.Sprintf("zero entries from %d", min), Err: err, Sticky: true})
+	}
+	if err := syncData(g.f); err != nil {
+		return s.failLocked(&WriteError{Path: g.path, Op: fmt.Sprintf("sync the deletion of entries from %d", min), Err: err, Sticky: true})
 	}
 	g.offs = g.offs[:i]
-	g.size = cut
+	g.size, g.written = cut, cut
 	s.last = min - 1 // min > s.first: the log keeps at least one entry
 	return nil
 }
 
-// usable is the error a write gets from a closed store or one whose earlier
-// write failed.
-func usable(closed bool, failed error) error {
+// usable is the error a write gets from a closed store or one whose sync
+// failed earlier.
+func usable(closed bool, failed *WriteError) error {
 	switch {
 	case closed:
 		return errClosed
 	case failed != nil:
-		return fmt.Errorf("%w: %v", ErrFailed, failed)
+		return fmt.Errorf("raft log store failed earlier: %w", failed)
 	}
 	return nil
 }
 
-func (s *Store) failLocked(err error) error {
+// failLocked makes err, a sticky failure, the store's: writes fail from now
+// on. Callers hold mu.
+func (s *Store) failLocked(err *WriteError) error {
 	if s.failed == nil {
 		s.failed = err
 	}
