@@ -5,19 +5,25 @@ import (
 	"sync"
 
 	metrics "github.com/hashicorp/go-metrics"
+	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // raftSink exports a few of hashicorp/raft's own timings as Prometheus
 // histograms: where a write's time goes (the leader's log write, a
-// follower's, the replication round trip, the commit, the FSM) and how
-// often the leader lost its lease. Raft reports through go-metrics'
-// process-wide sink; every other key is dropped.
+// follower's, the replication round trip, the commit, the FSM), how often
+// the leader lost its lease, and what the peer port refused. Raft reports
+// through go-metrics' process-wide sink; every other key is dropped.
 type raftSink struct {
 	commit, leaderStore, followerStore, fsmApply prometheus.Histogram
 	replication                                  *prometheus.HistogramVec
 	leaseTimeouts                                prometheus.Counter
+	peerRefused                                  *prometheus.CounterVec
 }
+
+// peerRefusedKey is the go-metrics key of the raft transport's refusals,
+// labelled with the reason (raft.RefusalReasons).
+var peerRefusedKey = []string{"raft", "net", "refused"}
 
 var (
 	raftMetricsOnce sync.Once
@@ -58,14 +64,24 @@ func newRaftSink() *raftSink {
 		leaseTimeouts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "xce_raft_leader_lease_timeouts_total", Help: "Times this node stepped down as leader for want of contact with a quorum.",
 		}),
+		peerRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "xce_peer_refused_total",
+			Help: "Peer connections, RPCs and RPC responses the raft transport refused, by reason: too_large (over the RPC size limit), " +
+				"too_many_connections, idle (no RPC within the idle timeout), slow (an RPC not read or answered in time), " +
+				"bad_term (a term no node may hold), malformed (does not decode, truncated).",
+		}, []string{"reason"}),
 	}
 }
 
 func (s *raftSink) register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{s.commit, s.leaderStore, s.followerStore, s.fsmApply, s.replication, s.leaseTimeouts} {
+	for _, c := range []prometheus.Collector{s.commit, s.leaderStore, s.followerStore, s.fsmApply, s.replication, s.leaseTimeouts, s.peerRefused} {
 		if err := reg.Register(c); err != nil {
 			return err
 		}
+	}
+	// Every reason shows, at zero until it happens.
+	for _, reason := range raft.RefusalReasons {
+		s.peerRefused.WithLabelValues(reason)
 	}
 	return nil
 }
@@ -106,7 +122,15 @@ func (s *raftSink) IncrCounter(key []string, val float32) {
 	}
 }
 
-func (s *raftSink) IncrCounterWithLabels(key []string, val float32, _ []metrics.Label) {
+func (s *raftSink) IncrCounterWithLabels(key []string, val float32, labels []metrics.Label) {
+	if slices.Equal(key, peerRefusedKey) {
+		for _, l := range labels {
+			if l.Name == "reason" {
+				s.peerRefused.WithLabelValues(l.Value).Add(float64(val))
+			}
+		}
+		return
+	}
 	s.IncrCounter(key, val)
 }
 

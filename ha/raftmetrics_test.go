@@ -2,10 +2,14 @@ package ha
 
 import (
 	"context"
+	"io"
+	"math"
+	"net"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/xce/xce/persist"
@@ -86,5 +90,78 @@ func TestRaftMetricsExported(t *testing.T) {
 	// A second registry cannot take the process-wide reports over.
 	if err := ExportRaftMetrics(prometheus.NewRegistry()); err != nil {
 		t.Errorf("second call: %v", err)
+	}
+}
+
+// refusedCounts returns xce_peer_refused_total by reason.
+func refusedCounts(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "xce_peer_refused_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "reason" {
+					out[l.GetValue()] = m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return out
+}
+
+// What the peer port refuses reaches xce_peer_refused_total, by reason;
+// every reason is exported from the start.
+func TestPeerRefusalsExported(t *testing.T) {
+	reg := raftTestRegistry()
+	if err := ExportRaftMetrics(reg); err != nil {
+		t.Fatal(err)
+	}
+	before := refusedCounts(t, reg)
+	for _, reason := range raft.RefusalReasons {
+		if _, ok := before[reason]; !ok {
+			t.Errorf("reason %q not exported", reason)
+		}
+	}
+	r, addr := startOne(t, nil)
+	if err := pollUntil(10*time.Second, func() bool { return r.View().State == StateLeader }); err != nil {
+		t.Fatal("no leader")
+	}
+	intruder, err := raft.NewTCPTransport("127.0.0.1:0", nil, 1, 2*time.Second, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer intruder.Close()
+	hdr := raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("intruder"), Addr: []byte(intruder.LocalAddr())}
+	var vr raft.RequestVoteResponse
+	if err := intruder.RequestVote("n1", raft.ServerAddress(addr), &raft.RequestVoteRequest{RPCHeader: hdr, Term: math.MaxUint64}, &vr); err == nil {
+		t.Error("vote request at term 2^64-1 answered")
+	}
+	// An AppendEntries whose first entry declares 1 GiB of data.
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	frame := []byte{0, 0x81, 0xa7, 'E', 'n', 't', 'r', 'i', 'e', 's', 0x91, 0x81, 0xa4, 'D', 'a', 't', 'a', 0xc6, 0x40, 0, 0, 0}
+	if _, err := c.Write(frame); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Read(make([]byte, 1)); err == nil {
+		t.Error("the oversized request was answered")
+	}
+	var got map[string]float64
+	if err := pollUntil(5*time.Second, func() bool {
+		got = refusedCounts(t, reg)
+		return got["bad_term"] >= before["bad_term"]+1 && got["too_large"] >= before["too_large"]+1
+	}); err != nil {
+		t.Errorf("refusals not exported: before %v, after %v", before, got)
 	}
 }

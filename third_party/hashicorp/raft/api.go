@@ -138,6 +138,15 @@ type Raft struct {
 	// with ParallelLeaderWrites; nil otherwise and when not leader.
 	leaderWriter atomic.Pointer[leaderWriter]
 
+	// appendEntriesBytes bounds the entries of one AppendEntries (0: no
+	// bound), from the transport's MaxRPCSize (WithMaxRPCSize).
+	appendEntriesBytes uint64
+
+	// campaignRefusal is the last error Config.CampaignAllowed returned
+	// ("" when it allowed), so that only changes are logged. Main thread
+	// only.
+	campaignRefusal string
+
 	// candidateFromLeadershipTransfer is used to indicate that this server became
 	// candidate because the leader tries to transfer leadership. This flag is
 	// used in RequestVoteRequest to express that a leadership transfer is going
@@ -523,6 +532,11 @@ func NewRaft(conf *Config, fsm FSM, logs LogStore, stable StableStore, snaps Sna
 	if err != nil && err.Error() != "not found" {
 		return nil, fmt.Errorf("failed to load current term: %v", err)
 	}
+	// A term the node may not hold is damage: starting on it would wrap the
+	// term at the next election.
+	if !TermOK(currentTerm) {
+		return nil, fmt.Errorf("stored current term %d is not a valid term (must be below %d): the stable store is damaged", currentTerm, MaxTerm)
+	}
 
 	// Read the index of the last log entry.
 	lastIndex, err := logs.LastIndex()
@@ -535,6 +549,9 @@ func NewRaft(conf *Config, fsm FSM, logs LogStore, stable StableStore, snaps Sna
 	if lastIndex > 0 {
 		if err = logs.GetLog(lastIndex, &lastLog); err != nil {
 			return nil, fmt.Errorf("failed to get last log at index %d: %v", lastIndex, err)
+		}
+		if !TermOK(lastLog.Term) {
+			return nil, fmt.Errorf("last log entry %d has term %d, not a valid term (must be below %d): the log store is damaged", lastIndex, lastLog.Term, MaxTerm)
 		}
 	}
 
@@ -589,6 +606,11 @@ func NewRaft(conf *Config, fsm FSM, logs LogStore, stable StableStore, snaps Sna
 		noLegacyTelemetry:     conf.NoLegacyTelemetry,
 		RestoreCommittedLogs:  conf.RestoreCommittedLogs,
 	}
+	if t, ok := trans.(WithMaxRPCSize); ok {
+		if limit := t.MaxRPCSize(); limit > 0 {
+			r.appendEntriesBytes = appendEntriesBudget(limit)
+		}
+	}
 	if !transportSupportPreVote && !conf.PreVoteDisabled {
 		r.logger.Warn("pre-vote is disabled because it is not supported by the Transport")
 	}
@@ -598,8 +620,9 @@ func NewRaft(conf *Config, fsm FSM, logs LogStore, stable StableStore, snaps Sna
 	// Initialize as a follower.
 	r.setState(Follower)
 
-	// Restore the current term and the last log.
-	r.setCurrentTerm(currentTerm)
+	// Restore the current term and the last log. The term is already
+	// stored: starting writes nothing.
+	r.raftState.setCurrentTerm(currentTerm)
 	r.setLastLog(lastLog.Index, lastLog.Term)
 
 	// Attempt to restore a snapshot if there are any.

@@ -181,6 +181,14 @@ type Config struct {
 	// round trip rather than for both in turn.
 	ParallelLeaderWrites bool
 
+	// CampaignAllowed, if set, is asked before this node stands for
+	// election. While it returns an error, a follower whose heartbeat times
+	// out stays a follower (it asks again at each timeout), a TimeoutNow
+	// request is refused and a candidate steps back to follower, also when
+	// it has just won. Nil allows always. It is called on raft's main
+	// goroutine, so it must be quick and must not call into raft.
+	CampaignAllowed func() error
+
 	// If we are a member of a cluster, and RemovePeer is invoked for the
 	// local node, then we forget all peers and transition into the follower state.
 	// If ShutdownOnRemove is set, we additional shutdown Raft. Otherwise,

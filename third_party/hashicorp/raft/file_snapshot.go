@@ -97,10 +97,17 @@ func NewFileSnapshotStoreWithLogger(base string, retain int, logger hclog.Logger
 		})
 	}
 
-	// Ensure our path exists
+	// Ensure our path exists. Snapshots hold the whole state: only the
+	// owner may read them (snapshotDirMode, snapshotFileMode). A directory
+	// an older version created more open is narrowed.
 	path := filepath.Join(base, snapPath)
-	if err := os.MkdirAll(path, 0o755); err != nil && !os.IsExist(err) {
+	if err := os.MkdirAll(path, snapshotDirMode); err != nil && !os.IsExist(err) {
 		return nil, fmt.Errorf("snapshot path not accessible: %v", err)
+	}
+	if fi, err := os.Stat(path); err == nil && fi.Mode().Perm()&^snapshotDirMode != 0 {
+		if err := os.Chmod(path, snapshotDirMode); err != nil {
+			logger.Warn("cannot restrict the snapshot directory to its owner", "path", path, "error", err)
+		}
 	}
 
 	// Setup the store
@@ -134,7 +141,7 @@ func NewFileSnapshotStore(base string, retain int, logOutput io.Writer) (*FileSn
 // testPermissions tries to touch a file in our path to see if it works.
 func (f *FileSnapshotStore) testPermissions() error {
 	path := filepath.Join(f.path, testPath)
-	fh, err := os.Create(path)
+	fh, err := createSnapshotFile(path)
 	if err != nil {
 		return err
 	}
@@ -147,6 +154,18 @@ func (f *FileSnapshotStore) testPermissions() error {
 		return err
 	}
 	return nil
+}
+
+// Permissions of what FileSnapshotStore creates: a snapshot holds the whole
+// state machine, so only the owner may read it.
+const (
+	snapshotDirMode  os.FileMode = 0o700
+	snapshotFileMode os.FileMode = 0o600
+)
+
+// createSnapshotFile creates or truncates a file readable by its owner only.
+func createSnapshotFile(path string) (*os.File, error) {
+	return os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, snapshotFileMode)
 }
 
 // snapshotName generates a name for the snapshot.
@@ -170,7 +189,7 @@ func (f *FileSnapshotStore) Create(version SnapshotVersion, index, term uint64,
 	f.logger.Info("creating new snapshot", "path", path)
 
 	// Make the directory
-	if err := os.MkdirAll(path, 0o755); err != nil {
+	if err := os.MkdirAll(path, snapshotDirMode); err != nil {
 		f.logger.Error("failed to make snapshot directly", "error", err)
 		return nil, err
 	}
@@ -204,7 +223,7 @@ func (f *FileSnapshotStore) Create(version SnapshotVersion, index, term uint64,
 
 	// Open the state file
 	statePath := filepath.Join(path, stateFilePath)
-	fh, err := os.Create(statePath)
+	fh, err := createSnapshotFile(statePath)
 	if err != nil {
 		f.logger.Error("failed to create state file", "error", err)
 		return nil, err
@@ -503,7 +522,7 @@ func (s *FileSnapshotSink) writeMeta() error {
 	// Open the meta file
 	metaPath := filepath.Join(s.dir, metaFilePath)
 	var fh *os.File
-	fh, err = os.Create(metaPath)
+	fh, err = createSnapshotFile(metaPath)
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -110,6 +111,19 @@ type NetworkTransport struct {
 	TimeoutScale int
 
 	msgpackUseNewTimeFormat bool
+
+	// Bounds on the peer port (see NetworkTransportConfig); negative
+	// means none.
+	maxRPCSize  int64
+	rpcTimeout  time.Duration
+	idleTimeout time.Duration
+	maxInbound  int
+	// poolIdleTimeout expires pooled outbound connections (0: never).
+	poolIdleTimeout time.Duration
+
+	inbound    atomic.Int64 // inbound connections open
+	refused    refusalCounters
+	refusalLog refusalLog
 }
 
 // NetworkTransportConfig encapsulates configuration for the network transport layer.
@@ -167,6 +181,35 @@ type NetworkTransportConfig struct {
 	// go-msgpack v1.1.5 by default). Decoding is not affected, as all
 	// go-msgpack v2.1.0+ decoders know how to decode both formats.
 	MsgpackUseNewTimeFormat bool
+
+	// MaxRPCSize bounds the encoded size of one RPC this transport reads,
+	// request or response; InstallSnapshot's data stream does not count.
+	// A larger one is refused before its body is read into memory, and
+	// its connection closed. A raft leader on this transport keeps its
+	// AppendEntries below it (one entry larger than it cannot be
+	// replicated). Zero means DefaultMaxRPCSize, negative no limit.
+	MaxRPCSize int64
+
+	// RPCTimeout bounds reading an inbound RPC once its first byte has
+	// arrived, and writing its response; InstallSnapshot's data stream gets
+	// it once per TimeoutScale bytes. A peer that misses it is cut off.
+	// Zero means the larger of Timeout and DefaultRPCTimeout, negative
+	// none.
+	RPCTimeout time.Duration
+
+	// IdleTimeout closes an inbound connection that starts no RPC for this
+	// long, before its first one too. Keep it well above HeartbeatTimeout
+	// and CommitTimeout, which pace a leader's RPCs. Pooled outbound
+	// connections idle for half of it are closed rather than reused, and
+	// an RPC that finds its pooled connection closed by the peer is sent
+	// once more on a new one. Zero means DefaultIdleTimeout, negative
+	// none.
+	IdleTimeout time.Duration
+
+	// MaxInboundConns caps the inbound connections open at once; beyond
+	// it a connection is accepted and closed at once. Zero means
+	// DefaultMaxInboundConns, negative no cap.
+	MaxInboundConns int
 }
 
 // ServerAddressProvider is a target address to which we invoke an RPC when establishing a connection
@@ -189,6 +232,12 @@ type netConn struct {
 	w      *bufio.Writer
 	dec    *codec.Decoder
 	enc    *codec.Encoder
+	// guard bounds each response dec reads.
+	guard *rpcGuard
+	// pooled is set when the connection came out of the pool, idle is
+	// when it went in.
+	pooled bool
+	idle   time.Time
 }
 
 func (n *netConn) Release() error {
@@ -235,11 +284,38 @@ func NewNetworkTransportWithConfig(
 		TimeoutScale:            DefaultTimeoutScale,
 		serverAddressProvider:   config.ServerAddressProvider,
 		msgpackUseNewTimeFormat: config.MsgpackUseNewTimeFormat,
+		maxRPCSize:              config.MaxRPCSize,
+		rpcTimeout:              config.RPCTimeout,
+		idleTimeout:             config.IdleTimeout,
+		maxInbound:              config.MaxInboundConns,
+	}
+	if trans.maxRPCSize == 0 {
+		trans.maxRPCSize = DefaultMaxRPCSize
+	}
+	if trans.rpcTimeout == 0 {
+		trans.rpcTimeout = DefaultRPCTimeout
+		if config.Timeout > trans.rpcTimeout {
+			trans.rpcTimeout = config.Timeout
+		}
+	}
+	if trans.idleTimeout == 0 {
+		trans.idleTimeout = DefaultIdleTimeout
+	}
+	if trans.idleTimeout > 0 {
+		// Drop a pooled connection well before a peer with the same
+		// setting closes it for idleness.
+		trans.poolIdleTimeout = trans.idleTimeout / 2
+	}
+	if trans.maxInbound == 0 {
+		trans.maxInbound = DefaultMaxInboundConns
 	}
 
 	// Create the connection context and then start our listener.
 	trans.setupStreamContext()
 	go trans.listen()
+	if trans.poolIdleTimeout > 0 {
+		go trans.expirePooledConns()
+	}
 
 	return trans
 }
@@ -373,10 +449,55 @@ func (n *NetworkTransport) getPooledConn(target ServerAddress) *netConn {
 	}
 
 	var conn *netConn
-	num := len(conns)
-	conn, conns[num-1] = conns[num-1], nil
-	n.connPool[target] = conns[:num-1]
+	for len(conns) > 0 {
+		num := len(conns)
+		conn, conns[num-1] = conns[num-1], nil
+		conns = conns[:num-1]
+		if n.poolIdleTimeout > 0 && time.Since(conn.idle) > n.poolIdleTimeout {
+			// The peer may be about to close it for idleness.
+			_ = conn.Release()
+			conn = nil
+			continue
+		}
+		break
+	}
+	n.connPool[target] = conns
+	if conn != nil {
+		conn.pooled = true
+	}
 	return conn
+}
+
+// expirePooledConns closes pooled connections idle for longer than
+// poolIdleTimeout, until the transport shuts down.
+func (n *NetworkTransport) expirePooledConns() {
+	every := n.poolIdleTimeout / 2
+	if every < 10*time.Millisecond {
+		every = 10 * time.Millisecond
+	}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-n.shutdownCh:
+			return
+		case <-tick.C:
+		}
+		n.connPoolLock.Lock()
+		for target, conns := range n.connPool {
+			kept := conns[:0]
+			for _, c := range conns {
+				if time.Since(c.idle) > n.poolIdleTimeout {
+					_ = c.Release()
+				} else {
+					kept = append(kept, c)
+				}
+			}
+			clear(conns[len(kept):])
+			n.connPool[target] = kept
+		}
+		n.connPoolLock.Unlock()
+	}
 }
 
 // getConnFromAddressProvider returns a connection from the server address provider if available, or defaults to a connection using the target server address
@@ -405,18 +526,24 @@ func (n *NetworkTransport) getConn(target ServerAddress) (*netConn, error) {
 	if conn := n.getPooledConn(target); conn != nil {
 		return conn, nil
 	}
+	return n.dialConn(target)
+}
 
+// dialConn opens a new connection to target.
+func (n *NetworkTransport) dialConn(target ServerAddress) (*netConn, error) {
 	// Dial a new connection
 	conn, err := n.stream.Dial(target, n.timeout)
 	if err != nil {
 		return nil, err
 	}
 
-	// Wrap the conn
+	// Wrap the conn. Responses are read through a guard, like requests.
+	guard := &rpcGuard{r: bufio.NewReader(conn)}
 	netConn := &netConn{
 		target: target,
 		conn:   conn,
-		dec:    codec.NewDecoder(bufio.NewReader(conn), &codec.MsgpackHandle{}),
+		guard:  guard,
+		dec:    codec.NewDecoder(guard, &codec.MsgpackHandle{}),
 		w:      bufio.NewWriterSize(conn, connSendBufferSize),
 	}
 
@@ -437,6 +564,8 @@ func (n *NetworkTransport) returnConn(conn *netConn) {
 	conns := n.connPool[key]
 
 	if !n.IsShutdown() && len(conns) < n.maxPool {
+		conn.idle = time.Now()
+		conn.pooled = false
 		n.connPool[key] = append(conns, conn)
 	} else {
 		_ = conn.Release()
@@ -480,11 +609,30 @@ func (n *NetworkTransport) RequestPreVote(id ServerID, target ServerAddress, arg
 // genericRPC handles a simple request/response RPC.
 func (n *NetworkTransport) genericRPC(id ServerID, target ServerAddress, rpcType uint8, args interface{}, resp interface{}) error {
 	// Get a conn
-	conn, err := n.getConnFromAddressProvider(id, target)
+	address := n.getProviderAddressOrFallback(id, target)
+	conn, err := n.getConn(address)
 	if err != nil {
 		return err
 	}
 
+	hungUp, err := n.roundTrip(conn, rpcType, args, resp)
+	if err != nil && hungUp && conn.pooled {
+		// The peer closed this pooled connection while it sat idle
+		// (IdleTimeout), before reading the request: send it again on a
+		// new connection rather than fail the RPC.
+		fresh, derr := n.dialConn(address)
+		if derr != nil {
+			return err
+		}
+		_, err = n.roundTrip(fresh, rpcType, args, resp)
+	}
+	return err
+}
+
+// roundTrip sends one RPC on conn and reads its response, returning conn to
+// the pool if it can carry another. hungUp reports that the peer had closed
+// the connection before it answered anything.
+func (n *NetworkTransport) roundTrip(conn *netConn, rpcType uint8, args interface{}, resp interface{}) (hungUp bool, err error) {
 	// Set a deadline
 	if n.timeout > 0 {
 		_ = conn.conn.SetDeadline(time.Now().Add(n.timeout))
@@ -492,15 +640,15 @@ func (n *NetworkTransport) genericRPC(id ServerID, target ServerAddress, rpcType
 
 	// Send the RPC
 	if err = sendRPC(conn, rpcType, args); err != nil {
-		return err
+		return peerHungUp(err), err
 	}
 
 	// Decode the response
-	canReturn, err := decodeResponse(conn, resp)
+	canReturn, err := n.decodeResponse(conn, resp)
 	if canReturn {
 		n.returnConn(conn)
 	}
-	return err
+	return err != nil && conn.guard.read == 0 && peerHungUp(conn.guard.ioErr), err
 }
 
 // InstallSnapshot implements the Transport interface.
@@ -537,7 +685,7 @@ func (n *NetworkTransport) InstallSnapshot(id ServerID, target ServerAddress, ar
 	}
 
 	// Decode the response, do not return conn
-	_, err = decodeResponse(conn, resp)
+	_, err = n.decodeResponse(conn, resp)
 	return err
 }
 
@@ -591,10 +739,23 @@ func (n *NetworkTransport) listen() {
 		// No error, reset loop delay
 		loopDelay = 0
 
+		// Beyond the cap, close at once: a flood of connections must not
+		// use up the process's file descriptors.
+		if n.maxInbound > 0 && n.inbound.Load() >= int64(n.maxInbound) {
+			n.refuse(reasonTooManyConnections, remoteHost(conn),
+				fmt.Errorf("%d inbound connections are open, the limit", n.maxInbound))
+			_ = conn.Close()
+			continue
+		}
+
 		n.logger.Debug("accepted connection", "local-address", n.LocalAddr(), "remote-address", conn.RemoteAddr().String())
 
 		// Handle the connection in dedicated routine
-		go n.handleConn(n.getStreamContext(), conn)
+		n.inbound.Add(1)
+		go func() {
+			defer n.inbound.Add(-1)
+			n.handleConn(n.getStreamContext(), conn)
+		}()
 	}
 }
 
@@ -603,14 +764,18 @@ func (n *NetworkTransport) listen() {
 // closed.
 func (n *NetworkTransport) handleConn(connCtx context.Context, conn net.Conn) {
 	defer func() { _ = conn.Close() }()
+	peer := remoteHost(conn)
 	r := bufio.NewReaderSize(conn, connReceiveBufferSize)
 	w := bufio.NewWriter(conn)
-	dec := codec.NewDecoder(r, &codec.MsgpackHandle{})
+	// The decoder reads requests through a guard that bounds each one.
+	guard := &rpcGuard{r: r}
+	dec := codec.NewDecoder(guard, &codec.MsgpackHandle{})
 
 	mp := &codec.MsgpackHandle{}
 	mp.TimeNotBuiltin = !n.msgpackUseNewTimeFormat
 	enc := codec.NewEncoder(w, mp)
 
+	ic := &inboundConn{conn: conn, r: r, guard: guard, dec: dec, enc: enc, peer: peer}
 	for {
 		select {
 		case <-connCtx.Done():
@@ -619,27 +784,80 @@ func (n *NetworkTransport) handleConn(connCtx context.Context, conn net.Conn) {
 		default:
 		}
 
-		if err := n.handleCommand(r, dec, enc); err != nil {
-			if err != io.EOF {
-				n.logger.Error("failed to decode incoming command", "error", err)
+		// Wait for the next RPC at most the idle timeout.
+		if n.idleTimeout > 0 {
+			_ = conn.SetReadDeadline(time.Now().Add(n.idleTimeout))
+		}
+		if err := n.handleCommand(ic); err != nil {
+			var ref *refusal
+			switch {
+			case errors.As(err, &ref):
+				n.refuse(ref.reason, peer, ref.err)
+			case err == io.EOF || err == ErrTransportShutdown || err == errCloseConn:
+			case peerHungUp(err):
+				n.logger.Debug("peer closed the connection before its response", "peer", peer, "error", err)
+			case isTimeout(err):
+				n.refuse(reasonSlow, peer, fmt.Errorf("response not written within the deadline: %w", err))
+			default:
+				n.logger.Error("failed to handle incoming command", "error", err)
+			}
+			if err == errCloseConn {
+				_ = w.Flush()
 			}
 			return
 		}
 		if err := w.Flush(); err != nil {
-			n.logger.Error("failed to flush response", "error", err)
+			if isTimeout(err) {
+				n.refuse(reasonSlow, peer, fmt.Errorf("response not written within the deadline: %w", err))
+			} else {
+				n.logger.Error("failed to flush response", "error", err)
+			}
 			return
 		}
 	}
 }
 
+// errCloseConn ends an inbound connection after its response: it cannot
+// carry another RPC (InstallSnapshot's data stream follows its request).
+var errCloseConn = errors.New("connection done")
+
+// inboundConn is what handleCommand reads an RPC from and answers on.
+type inboundConn struct {
+	conn  net.Conn
+	r     *bufio.Reader
+	guard *rpcGuard
+	dec   *codec.Decoder
+	enc   *codec.Encoder
+	peer  string
+}
+
 // handleCommand is used to decode and dispatch a single command.
-func (n *NetworkTransport) handleCommand(r *bufio.Reader, dec *codec.Decoder, enc *codec.Encoder) error {
+func (n *NetworkTransport) handleCommand(ic *inboundConn) error {
+	r, dec, enc := ic.r, ic.dec, ic.enc
 	getTypeStart := time.Now()
 
 	// Get the rpc type
 	rpcType, err := r.ReadByte()
 	if err != nil {
+		if isTimeout(err) {
+			return &refusal{reasonIdle, fmt.Errorf("no rpc within %s", n.idleTimeout)}
+		}
 		return err
+	}
+
+	// From its first byte, the RPC has RPCTimeout to arrive, and its
+	// encoded size is bounded.
+	if n.rpcTimeout > 0 {
+		_ = ic.conn.SetReadDeadline(time.Now().Add(n.rpcTimeout))
+	} else if n.idleTimeout > 0 {
+		_ = ic.conn.SetReadDeadline(time.Time{})
+	}
+	ic.guard.reset(n.maxRPCSize)
+	decode := func(v interface{}) error {
+		if err := dec.Decode(v); err != nil {
+			return classifyReadError(ic.guard, err)
+		}
+		return nil
 	}
 
 	// measuring the time to get the first byte separately because the heartbeat conn will hang out here
@@ -654,12 +872,13 @@ func (n *NetworkTransport) handleCommand(r *bufio.Reader, dec *codec.Decoder, en
 	}
 
 	// Decode the command
+	var snapData *errorNotingReader
 	isHeartbeat := false
 	var labels []metrics.Label
 	switch rpcType {
 	case rpcAppendEntries:
 		var req AppendEntriesRequest
-		if err := dec.Decode(&req); err != nil {
+		if err := decode(&req); err != nil {
 			return err
 		}
 		rpc.Command = &req
@@ -683,38 +902,71 @@ func (n *NetworkTransport) handleCommand(r *bufio.Reader, dec *codec.Decoder, en
 		}
 	case rpcRequestVote:
 		var req RequestVoteRequest
-		if err := dec.Decode(&req); err != nil {
+		if err := decode(&req); err != nil {
 			return err
 		}
 		rpc.Command = &req
 		labels = []metrics.Label{{Name: "rpcType", Value: "RequestVote"}}
 	case rpcRequestPreVote:
 		var req RequestPreVoteRequest
-		if err := dec.Decode(&req); err != nil {
+		if err := decode(&req); err != nil {
 			return err
 		}
 		rpc.Command = &req
 		labels = []metrics.Label{{Name: "rpcType", Value: "RequestPreVote"}}
 	case rpcInstallSnapshot:
 		var req InstallSnapshotRequest
-		if err := dec.Decode(&req); err != nil {
+		if err := decode(&req); err != nil {
 			return err
 		}
 		rpc.Command = &req
-		rpc.Reader = io.LimitReader(r, req.Size)
+		if req.Size < 0 {
+			return &refusal{reasonMalformed, fmt.Errorf("installSnapshot of %d bytes", req.Size)}
+		}
+		snapData = &errorNotingReader{r: io.LimitReader(r, req.Size)}
+		rpc.Reader = snapData
 		labels = []metrics.Label{{Name: "rpcType", Value: "InstallSnapshot"}}
 	case rpcTimeoutNow:
 		var req TimeoutNowRequest
-		if err := dec.Decode(&req); err != nil {
+		if err := decode(&req); err != nil {
 			return err
 		}
 		rpc.Command = &req
 		labels = []metrics.Label{{Name: "rpcType", Value: "TimeoutNow"}}
 	default:
-		return fmt.Errorf("unknown rpc type %d", rpcType)
+		return &refusal{reasonMalformed, fmt.Errorf("unknown rpc type %d", rpcType)}
 	}
 
 	metrics.MeasureSinceWithLabels([]string{"raft", "net", "rpcDecode"}, decodeStart, labels)
+
+	// A term no node may hold is refused here: raft never sees it.
+	if err := checkTerms(rpc.Command); err != nil {
+		n.refuse(reasonBadTerm, ic.peer, err)
+		if n.rpcTimeout > 0 {
+			_ = ic.conn.SetWriteDeadline(time.Now().Add(n.rpcTimeout))
+		}
+		if err := enc.Encode(err.Error()); err != nil {
+			return err
+		}
+		if err := enc.Encode(emptyResponse(rpcType)); err != nil {
+			return err
+		}
+		if rpcType == rpcInstallSnapshot {
+			return errCloseConn
+		}
+		return nil
+	}
+
+	// The snapshot's data stream gets the deadline once per TimeoutScale
+	// bytes, as the sender does.
+	if snapData != nil && n.rpcTimeout > 0 {
+		scale := int64(1)
+		if n.TimeoutScale > 0 {
+			scale = rpc.Command.(*InstallSnapshotRequest).Size / int64(n.TimeoutScale)
+		}
+		scale = int64(min(max(uint64(scale), 1), 1<<20))
+		_ = ic.conn.SetReadDeadline(time.Now().Add(n.rpcTimeout * time.Duration(scale)))
+	}
 
 	processStart := time.Now()
 
@@ -744,6 +996,9 @@ RESP:
 	select {
 	case resp := <-respCh:
 		defer metrics.MeasureSinceWithLabels([]string{"raft", "net", "rpcRespond"}, respWaitStart, labels)
+		if n.rpcTimeout > 0 {
+			_ = ic.conn.SetWriteDeadline(time.Now().Add(n.rpcTimeout))
+		}
 		// Send the error first
 		respErr := ""
 		if resp.Error != nil {
@@ -760,23 +1015,48 @@ RESP:
 	case <-n.shutdownCh:
 		return ErrTransportShutdown
 	}
+	if snapData != nil {
+		if isTimeout(snapData.err) {
+			n.refuse(reasonSlow, ic.peer, fmt.Errorf("snapshot data not read within the deadline: %w", snapData.err))
+		}
+		// Whatever raft left of the data stream is unread: the connection
+		// cannot carry another RPC. Senders never reuse it.
+		return errCloseConn
+	}
 	return nil
 }
 
 // decodeResponse is used to decode an RPC response and reports whether
-// the connection can be reused.
-func decodeResponse(conn *netConn, resp interface{}) (bool, error) {
+// the connection can be reused. A response over MaxRPCSize or carrying a
+// term that is not TermOK is refused: an error, and the connection closed.
+func (n *NetworkTransport) decodeResponse(conn *netConn, resp interface{}) (bool, error) {
+	conn.guard.reset(n.maxRPCSize)
+	fail := func(err error) (bool, error) {
+		_ = conn.Release()
+		if conn.guard.err != nil {
+			n.refuse(reasonTooLarge, string(conn.target), conn.guard.err)
+			return false, fmt.Errorf("refused a response from %s: %w", conn.target, conn.guard.err)
+		}
+		return false, err
+	}
+
 	// Decode the error if any
 	var rpcError string
 	if err := conn.dec.Decode(&rpcError); err != nil {
-		_ = conn.Release()
-		return false, err
+		return fail(err)
 	}
 
 	// Decode the response
 	if err := conn.dec.Decode(resp); err != nil {
+		zeroResponse(resp)
+		return fail(err)
+	}
+
+	if err := checkTerms(resp); err != nil {
+		zeroResponse(resp)
+		n.refuse(reasonBadTerm, string(conn.target), err)
 		_ = conn.Release()
-		return false, err
+		return false, fmt.Errorf("refused a response from %s: %w", conn.target, err)
 	}
 
 	// Format an error if any
@@ -844,7 +1124,7 @@ func (n *netPipeline) decodeResponses() {
 				_ = n.conn.conn.SetReadDeadline(time.Now().Add(timeout))
 			}
 
-			_, err := decodeResponse(n.conn, future.resp)
+			_, err := n.trans.decodeResponse(n.conn, future.resp)
 			future.respond(err)
 			select {
 			case n.doneCh <- future:

@@ -241,6 +241,11 @@ func (r *Raft) runFollower() {
 			} else {
 				metrics.IncrCounter([]string{"raft", "transition", "heartbeat_timeout"}, 1)
 				if hasVote(r.configurations.latest, r.localID) {
+					if r.campaignAllowed() != nil {
+						// Stay a follower and ask again at the next
+						// timeout; campaignAllowed logs the change.
+						continue
+					}
 					r.logger.Warn("heartbeat timeout reached, starting election", "last-leader-addr", lastLeaderAddr, "last-leader-id", lastLeaderID)
 					r.setState(Candidate)
 					return
@@ -277,13 +282,28 @@ func (r *Raft) liveBootstrap(configuration Configuration) error {
 	if err := r.logs.GetLog(1, &entry); err != nil {
 		panic(err)
 	}
-	r.setCurrentTerm(1)
+	if err := r.setCurrentTerm(1); err != nil {
+		return err
+	}
 	r.setLastLog(entry.Index, entry.Term)
 	return r.processConfigurationLogEntry(&entry)
 }
 
 // runCandidate runs the main loop while in the candidate state.
 func (r *Raft) runCandidate() {
+	// Make sure the leadership transfer flag is reset after each run. Having this
+	// flag will set the field LeadershipTransfer in a RequestVoteRequest to true,
+	// which will make other servers vote even though they have a leader already.
+	// It is important to reset that flag, because this privilege could be abused
+	// otherwise.
+	defer func() { r.candidateFromLeadershipTransfer.Store(false) }()
+
+	// A node that may not campaign (Config.CampaignAllowed) steps back.
+	if r.campaignAllowed() != nil {
+		r.setState(Follower)
+		return
+	}
+
 	term := r.getCurrentTerm() + 1
 	r.logger.Info("entering candidate state", "node", r, "term", term)
 	metrics.IncrCounter([]string{"raft", "state", "candidate"}, 1)
@@ -297,15 +317,12 @@ func (r *Raft) runCandidate() {
 	if !r.preVoteDisabled && !r.candidateFromLeadershipTransfer.Load() {
 		prevoteCh = r.preElectSelf()
 	} else {
-		voteCh = r.electSelf()
+		var err error
+		if voteCh, err = r.electSelf(); err != nil {
+			r.giveUpElection(err)
+			return
+		}
 	}
-
-	// Make sure the leadership transfer flag is reset after each run. Having this
-	// flag will set the field LeadershipTransfer in a RequestVoteRequest to true,
-	// which will make other servers vote even though they have a leader already.
-	// It is important to reset that flag, because this privilege could be abused
-	// otherwise.
-	defer func() { r.candidateFromLeadershipTransfer.Store(false) }()
 
 	electionTimeout := r.config().ElectionTimeout
 	electionTimer := randomTimeout(electionTimeout)
@@ -331,8 +348,7 @@ func (r *Raft) runCandidate() {
 			// Check if the term is greater than ours, bail
 			if preVote.Term > term {
 				r.logger.Debug("pre-vote denied: found newer term, falling back to follower", "term", preVote.Term)
-				r.setState(Follower)
-				r.setCurrentTerm(preVote.Term)
+				r.stepDownToNewerTerm(preVote.Term)
 				return
 			}
 
@@ -353,7 +369,15 @@ func (r *Raft) runCandidate() {
 				preVoteRefusedVotes = 0
 				electionTimer = randomTimeout(electionTimeout)
 				prevoteCh = nil
-				voteCh = r.electSelf()
+				if r.campaignAllowed() != nil {
+					r.setState(Follower)
+					return
+				}
+				var err error
+				if voteCh, err = r.electSelf(); err != nil {
+					r.giveUpElection(err)
+					return
+				}
 			}
 			// Check if we've lost the pre-vote and wait for the election to timeout so we can do another time of
 			// prevote.
@@ -366,8 +390,7 @@ func (r *Raft) runCandidate() {
 			// Check if the term is greater than ours, bail
 			if vote.Term > r.getCurrentTerm() {
 				r.logger.Debug("newer term discovered, fallback to follower", "term", vote.Term)
-				r.setState(Follower)
-				r.setCurrentTerm(vote.Term)
+				r.stepDownToNewerTerm(vote.Term)
 				return
 			}
 
@@ -379,6 +402,11 @@ func (r *Raft) runCandidate() {
 
 			// Check if we've become the leader
 			if grantedVotes >= votesNeeded {
+				if r.campaignAllowed() != nil {
+					r.logger.Info("election won, but campaigning is no longer allowed: not taking the lead", "term", vote.Term)
+					r.setState(Follower)
+					return
+				}
 				r.logger.Info("election won", "term", vote.Term, "tally", grantedVotes)
 				r.setState(Leader)
 				r.setLeader(r.localAddr, r.localID)
@@ -1425,6 +1453,11 @@ func (r *Raft) processRPC(rpc RPC) {
 		rpc.Respond(nil, err)
 		return
 	}
+	if err := checkTerms(rpc.Command); err != nil {
+		r.logger.Warn("refusing an RPC with an invalid term", "error", err)
+		rpc.Respond(emptyResponseTo(rpc.Command), err)
+		return
+	}
 
 	switch cmd := rpc.Command.(type) {
 	case *AppendEntriesRequest:
@@ -1456,6 +1489,12 @@ func (r *Raft) processHeartbeat(rpc RPC) {
 	case <-r.shutdownCh:
 		return
 	default:
+	}
+
+	if err := checkTerms(rpc.Command); err != nil {
+		r.logger.Warn("refusing a heartbeat with an invalid term", "error", err)
+		rpc.Respond(emptyResponseTo(rpc.Command), err)
+		return
 	}
 
 	// Ensure we are only handling a heartbeat
@@ -1494,12 +1533,18 @@ func (r *Raft) appendEntries(rpc RPC, a *AppendEntriesRequest) {
 	}
 
 	// Increase the term if we see a newer one, also transition to follower
-	// if we ever get an appendEntries call
-	if a.Term > r.getCurrentTerm() || (r.getState() != Follower && !r.candidateFromLeadershipTransfer.Load()) {
+	// if we ever get an appendEntries call. A term this node cannot store
+	// refuses the RPC and changes nothing.
+	if a.Term > r.getCurrentTerm() {
+		if err := r.takeNewerTerm(a.Term); err != nil {
+			r.logger.Error("refusing appendEntries: cannot take its term", "term", a.Term, "error", err)
+			rpcErr = err
+			return
+		}
+		resp.Term = a.Term
+	} else if r.getState() != Follower && !r.candidateFromLeadershipTransfer.Load() {
 		// Ensure transition to follower
 		r.setState(Follower)
-		r.setCurrentTerm(a.Term)
-		resp.Term = a.Term
 	}
 
 	// Save the current leader
@@ -1701,13 +1746,16 @@ func (r *Raft) requestVote(rpc RPC, req *RequestVoteRequest) {
 		return
 	}
 
-	// Increase the term if we see a newer one
+	// Increase the term if we see a newer one. A term this node cannot
+	// store refuses the RPC and changes nothing.
 	if req.Term > r.getCurrentTerm() {
 		// Ensure transition to follower
 		r.logger.Debug("lost leadership because received a requestVote with a newer term")
-		r.setState(Follower)
-		r.setCurrentTerm(req.Term)
-
+		if err := r.takeNewerTerm(req.Term); err != nil {
+			r.logger.Error("refusing requestVote: cannot take its term", "term", req.Term, "error", err)
+			rpcErr = err
+			return
+		}
 		resp.Term = req.Term
 	}
 
@@ -1881,11 +1929,14 @@ func (r *Raft) installSnapshot(rpc RPC, req *InstallSnapshotRequest) {
 		return
 	}
 
-	// Increase the term if we see a newer one
+	// Increase the term if we see a newer one. A term this node cannot
+	// store refuses the RPC and changes nothing.
 	if req.Term > r.getCurrentTerm() {
-		// Ensure transition to follower
-		r.setState(Follower)
-		r.setCurrentTerm(req.Term)
+		if err := r.takeNewerTerm(req.Term); err != nil {
+			r.logger.Error("refusing installSnapshot: cannot take its term", "term", req.Term, "error", err)
+			rpcErr = err
+			return
+		}
 		resp.Term = req.Term
 	}
 
@@ -2015,14 +2066,17 @@ type preVoteResult struct {
 // ourself. This has the side affecting of incrementing the current term. The
 // response channel returned is used to wait for all the responses (including a
 // vote for ourself). This must only be called from the main thread.
-func (r *Raft) electSelf() <-chan *voteResult {
+func (r *Raft) electSelf() (<-chan *voteResult, error) {
 	// Create a response channel
 	respCh := make(chan *voteResult, len(r.configurations.latest.Servers))
 
-	// Increment the term
+	// Increment the term. A term that cannot be stored ends the election
+	// before anyone is asked.
 	newTerm := r.getCurrentTerm() + 1
 
-	r.setCurrentTerm(newTerm)
+	if err := r.setCurrentTerm(newTerm); err != nil {
+		return nil, err
+	}
 	// Construct the request
 	lastIdx, lastTerm := r.getLastEntry()
 	req := &RequestVoteRequest{
@@ -2053,18 +2107,21 @@ func (r *Raft) electSelf() <-chan *voteResult {
 		})
 	}
 
+	// Persist a vote for ourselves before asking anyone: a candidate that
+	// cannot store its vote gives up.
+	for _, server := range r.configurations.latest.Servers {
+		if server.Suffrage == Voter && server.ID == r.localID {
+			r.logger.Debug("voting for self", "term", req.Term, "id", r.localID)
+			if err := r.persistVote(req.Term, req.Addr); err != nil {
+				return nil, fmt.Errorf("failed to persist vote: %w", err)
+			}
+		}
+	}
+
 	// For each peer, request a vote
 	for _, server := range r.configurations.latest.Servers {
 		if server.Suffrage == Voter {
 			if server.ID == r.localID {
-				r.logger.Debug("voting for self", "term", req.Term, "id", r.localID)
-
-				// Persist a vote for ourselves
-				if err := r.persistVote(req.Term, req.Addr); err != nil {
-					r.logger.Error("failed to persist vote", "error", err)
-					return nil
-
-				}
 				// Include our own vote
 				respCh <- &voteResult{
 					RequestVoteResponse: RequestVoteResponse{
@@ -2081,7 +2138,7 @@ func (r *Raft) electSelf() <-chan *voteResult {
 		}
 	}
 
-	return respCh
+	return respCh, nil
 }
 
 // preElectSelf is used to send a RequestPreVote RPC to all peers, and vote for
@@ -2179,13 +2236,87 @@ func (r *Raft) persistVote(term uint64, candidate []byte) error {
 	return nil
 }
 
-// setCurrentTerm is used to set the current term in a durable manner.
-func (r *Raft) setCurrentTerm(t uint64) {
-	// Persist to disk first
-	if err := r.stable.SetUint64(keyCurrentTerm, t); err != nil {
-		panic(fmt.Errorf("failed to save current term: %v", err))
+// setCurrentTerm is used to set the current term in a durable manner. It
+// never lowers the term and refuses one that is not TermOK. When the term
+// cannot be stored it returns the error and the node keeps its term.
+func (r *Raft) setCurrentTerm(t uint64) error {
+	if err := r.storeTerm(t); err != nil {
+		return err
 	}
 	r.raftState.setCurrentTerm(t)
+	return nil
+}
+
+// storeTerm persists t as the current term without making it current in
+// memory. It stores nothing for the current term.
+func (r *Raft) storeTerm(t uint64) error {
+	cur := r.getCurrentTerm()
+	switch {
+	case t == cur:
+		return nil
+	case t < cur:
+		return fmt.Errorf("refusing to lower the term from %d to %d", cur, t)
+	case !TermOK(t):
+		return &badTermError{field: "term", term: t}
+	}
+	// Persist to disk first
+	if err := r.stable.SetUint64(keyCurrentTerm, t); err != nil {
+		return fmt.Errorf("failed to save current term %d: %w", t, err)
+	}
+	return nil
+}
+
+// takeNewerTerm makes this node a follower in term t, newer than its own.
+// It stores t first: if that fails nothing changes and the error is
+// returned. Then, as upstream, it steps down (which forgets the leader)
+// before the newer term becomes visible.
+func (r *Raft) takeNewerTerm(t uint64) error {
+	if err := r.storeTerm(t); err != nil {
+		return err
+	}
+	r.setState(Follower)
+	r.raftState.setCurrentTerm(t)
+	return nil
+}
+
+// stepDownToNewerTerm ends a candidacy on seeing a newer term. The node
+// becomes a follower in any case; it keeps its own term when it cannot take
+// the newer one.
+func (r *Raft) stepDownToNewerTerm(t uint64) {
+	if err := r.takeNewerTerm(t); err != nil {
+		r.logger.Error("cannot take the newer term; staying a follower in the current one", "term", t, "current-term", r.getCurrentTerm(), "error", err)
+		r.setState(Follower)
+	}
+}
+
+// giveUpElection ends a candidacy that could not store its term or vote.
+// The node stays a follower and tries again after a heartbeat timeout.
+func (r *Raft) giveUpElection(err error) {
+	r.logger.Error("giving up the election: cannot store its term or vote", "term", r.getCurrentTerm(), "error", err)
+	r.setState(Follower)
+}
+
+// campaignAllowed asks Config.CampaignAllowed whether this node may stand
+// for election. It logs only when the answer changes. It must only be
+// called from the main thread.
+func (r *Raft) campaignAllowed() error {
+	var err error
+	if gate := r.config().CampaignAllowed; gate != nil {
+		err = gate()
+	}
+	refusal := ""
+	if err != nil {
+		refusal = err.Error()
+	}
+	if refusal != r.campaignRefusal {
+		if err != nil {
+			r.logger.Warn("not standing for election: campaigning is not allowed", "reason", err)
+		} else {
+			r.logger.Info("campaigning is allowed again")
+		}
+		r.campaignRefusal = refusal
+	}
+	return err
 }
 
 // setState is used to update the current state. Any state
@@ -2249,6 +2380,11 @@ func (r *Raft) initiateLeadershipTransfer(id *ServerID, address *ServerAddress) 
 
 // timeoutNow is what happens when a server receives a TimeoutNowRequest.
 func (r *Raft) timeoutNow(rpc RPC, req *TimeoutNowRequest) {
+	// A node that may not campaign refuses and changes nothing.
+	if err := r.campaignAllowed(); err != nil {
+		rpc.Respond(&TimeoutNowResponse{RPCHeader: r.getRPCHeader()}, fmt.Errorf("refusing to start an election: %w", err))
+		return
+	}
 	r.setLeader("", "")
 	r.setState(Candidate)
 	r.candidateFromLeadershipTransfer.Store(true)

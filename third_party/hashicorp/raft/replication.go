@@ -618,15 +618,39 @@ func (r *Raft) setNewLogs(req *AppendEntriesRequest, nextIndex, lastIndex uint64
 	maxAppendEntries := r.config().MaxAppendEntries
 	req.Entries = make([]*Log, 0, maxAppendEntries)
 	maxIndex := min(nextIndex+uint64(maxAppendEntries)-1, lastIndex)
+	var size uint64
 	for i := nextIndex; i <= maxIndex; i++ {
 		oldLog := new(Log)
 		if err := r.getLogOrStaged(i, oldLog); err != nil {
 			r.logger.Error("failed to get log", "index", i, "error", err)
 			return err
 		}
+		// Stay below what the follower's transport accepts, with at
+		// least one entry per request.
+		if r.appendEntriesBytes > 0 {
+			size += uint64(len(oldLog.Data)+len(oldLog.Extensions)) + logEncodingOverhead
+			if size > r.appendEntriesBytes && len(req.Entries) > 0 {
+				break
+			}
+		}
 		req.Entries = append(req.Entries, oldLog)
 	}
 	return nil
+}
+
+// logEncodingOverhead bounds what an entry's encoding adds to its Data and
+// Extensions: field names, the other fields, length prefixes.
+const logEncodingOverhead = 128
+
+// appendEntriesBudget is how many bytes of entries an AppendEntries may
+// carry to a transport that refuses RPCs above limit: the rest is left to
+// the request's own fields.
+func appendEntriesBudget(limit int64) uint64 {
+	budget := limit - 64<<10
+	if budget < limit/2 {
+		budget = limit / 2
+	}
+	return uint64(budget)
 }
 
 // appendStats is used to emit stats about an AppendEntries invocation.

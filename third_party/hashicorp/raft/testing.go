@@ -730,6 +730,10 @@ type MakeClusterOpts struct {
 	PropagateError     bool // If true, return errors instead of calling t.Fatal
 	// WrapLogStore, if set, wraps each peer's log store.
 	WrapLogStore func(peer int, s LogStore) LogStore
+	// WrapStableStore, if set, wraps each peer's stable store.
+	WrapStableStore func(peer int, s StableStore) StableStore
+	// PeerConf, if set, adjusts a copy of Conf for each peer.
+	PeerConf func(peer int, c *Config)
 }
 
 // makeCluster will return a cluster with the given config and number of peers.
@@ -822,13 +826,22 @@ func makeCluster(t *testing.T, opts *MakeClusterOpts) (*cluster, error) {
 		if opts.WrapLogStore != nil {
 			logs = opts.WrapLogStore(i, logs)
 		}
+		var stable StableStore = store
+		if opts.WrapStableStore != nil {
+			stable = opts.WrapStableStore(i, store)
+		}
 
 		peerConf := opts.Conf
+		if opts.PeerConf != nil {
+			cp := *opts.Conf
+			opts.PeerConf(i, &cp)
+			peerConf = &cp
+		}
 		peerConf.LocalID = configuration.Servers[i].ID
 		peerConf.Logger = newTestLoggerWithPrefix(t, string(configuration.Servers[i].ID))
 
 		if opts.Bootstrap {
-			err := BootstrapCluster(peerConf, logs, store, snap, trans, configuration)
+			err := BootstrapCluster(peerConf, logs, stable, snap, trans, configuration)
 			if err != nil {
 				if opts.PropagateError {
 					return nil, fmt.Errorf("BootstrapCluster failed: %w", err)
@@ -837,7 +850,7 @@ func makeCluster(t *testing.T, opts *MakeClusterOpts) (*cluster, error) {
 			}
 		}
 
-		raft, err := NewRaft(peerConf, c.fsms[i], logs, store, snap, trans)
+		raft, err := NewRaft(peerConf, c.fsms[i], logs, stable, snap, trans)
 		if err != nil {
 			if opts.PropagateError {
 				return nil, fmt.Errorf("NewRaft failed: %w", err)
