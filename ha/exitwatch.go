@@ -18,10 +18,14 @@ import (
 // process has exited, instead of waiting out the heartbeat timeout.
 //
 // While this node follows a leader it holds one idle TCP connection to the
-// leader's peer address. When the leader's process exits, for whatever
-// reason (SIGKILL included), its kernel closes that connection; if the peer
-// port then refuses a new one, nothing listens there any more and the leader
-// is certainly gone. The follower then does what a leadership transfer does:
+// leader's peer address. Its first and only byte is raft.WatchMarker, which
+// makes it a watcher for the leader's transport: held open with no
+// first-byte or idle deadline and never counted as a refusal (a leader
+// whose transport predates the marker closes it at once, which the watch
+// takes for a dropped connection, below). When the leader's process exits,
+// for whatever reason (SIGKILL included), its kernel closes that
+// connection; if the peer port then refuses a new one, nothing listens
+// there any more and the leader is certainly gone. The follower then does what a leadership transfer does:
 // it becomes a candidate at once, skipping the pre-vote, and the other voters
 // grant their vote although they still have a leader. The voters that
 // noticed wait their rank among the surviving voters (sorted by id) times a
@@ -65,7 +69,9 @@ const (
 	exitWatchDialTimeout = time.Second
 	// exitWatchMaxBackoff bounds how long the watch waits before dialling
 	// again after a connection that did not stay open, e.g. to a proxy
-	// that accepts and closes when the node behind it is down.
+	// that accepts and closes when the node behind it is down, or to a
+	// leader whose transport does not know raft.WatchMarker. Each such
+	// dial still finds an exited leader's port refused.
 	exitWatchMaxBackoff = time.Second
 )
 
@@ -166,6 +172,14 @@ func (w *exitWatch) sleep(d time.Duration) bool {
 // has exited. It reports whether the connection was dropped while the
 // port still accepts.
 func (w *exitWatch) hold(c net.Conn, addr string, id raft.ServerID, term uint64) (dropped bool) {
+	// Say what the connection is for, or the leader's transport closes it
+	// for its silence. A failed write leaves the connection closed: the
+	// reader below returns at once and the port is probed as for a drop.
+	_ = c.SetWriteDeadline(time.Now().Add(exitWatchDialTimeout))
+	if _, err := c.Write([]byte{raft.WatchMarker}); err != nil {
+		_ = c.Close()
+	}
+	_ = c.SetWriteDeadline(time.Time{})
 	closed := make(chan struct{})
 	go func() {
 		defer close(closed)

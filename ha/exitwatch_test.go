@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"sync"
@@ -80,6 +81,14 @@ func startWatchCluster(t *testing.T) []*watchNode {
 // another on the test's goroutine.
 func startWatchClusterWrapped(t *testing.T, wrap func(n *watchNode, store *persist.Store, stream raft.StreamLayer) raft.StreamLayer) []*watchNode {
 	t.Helper()
+	return startWatchClusterWith(t, wrap, nil)
+}
+
+// startWatchClusterWith is startWatchClusterWrapped with each node's
+// RaftConfig passed through mutate, when set, before its raft starts.
+func startWatchClusterWith(t *testing.T, wrap func(n *watchNode, store *persist.Store, stream raft.StreamLayer) raft.StreamLayer,
+	mutate func(*RaftConfig)) []*watchNode {
+	t.Helper()
 	var nodes []*watchNode
 	var peers []Peer
 	for i := 0; i < 3; i++ {
@@ -115,6 +124,9 @@ func startWatchClusterWrapped(t *testing.T, wrap func(n *watchNode, store *persi
 			ElectionTimeout: 4 * time.Second, LeaderLeaseTimeout: time.Second,
 			CommitTimeout: 10 * time.Millisecond, SnapshotInterval: time.Hour, SnapshotThreshold: 1 << 30,
 			TrailingLogs: 1024, DetectLeaderExit: true}
+		if mutate != nil {
+			mutate(&cfg)
+		}
 		logger := hclog.New(&hclog.LoggerOptions{Name: n.id, Output: logs, Level: hclog.Debug})
 		r, err := StartRaft(cfg, persist.NewFSM("w"), store, stream, logger)
 		if err != nil {
@@ -544,4 +556,111 @@ func TestExitWatchRunsAfterRefusingABehindCandidate(t *testing.T) {
 			nl, time.Since(start).Round(time.Millisecond), second.id)
 	}
 	t.Logf("%s leads %v after the exit", nl.id, time.Since(start).Round(time.Millisecond))
+}
+
+// The watch's connection announces itself (raft.WatchMarker): the leader's
+// transport holds it past the first-byte timeout that closes a silent
+// connection, counts nothing for it, and the watch still elects at once
+// when the leader exits.
+func TestExitWatchOutlivesTheFirstByteTimeout(t *testing.T) {
+	nodes := startWatchClusterWith(t, nil, func(c *RaftConfig) { c.FirstByteTimeout = 100 * time.Millisecond })
+	old := watchedLeader(t, nodes)
+	// A silent connection, dialled after the watches', is closed for its
+	// silence: the watches have then been held past the timeout.
+	c, err := net.Dial("tcp", old.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Read(make([]byte, 1)); err == nil {
+		t.Fatal("read data from a silent connection")
+	}
+	if err := pollUntil(5*time.Second, func() bool { return old.r.trans.TransportStats().FirstByte >= 1 }); err != nil {
+		t.Fatalf("the silent connection was not counted: %+v", old.r.trans.TransportStats())
+	}
+	if s := old.r.trans.TransportStats(); s.Total() != 1 || s.FirstByte != 1 {
+		t.Errorf("leader's transport stats %+v, want the silent connection's first-byte refusal only", s)
+	}
+	for _, n := range nodes {
+		if n != old && n.r.watch.holding.Load() != old.id {
+			t.Errorf("%s's watch no longer holds its connection to %s", n.id, old.id)
+		}
+	}
+	start := time.Now()
+	exit(old)
+	nl := waitLeader(t, nodes, old.id, 2*time.Second)
+	if nl == nil {
+		t.Fatal("no new leader within 2 s of the leader's exit (raft's own timeout is 4 s)")
+	}
+	t.Logf("new leader %s %v after the exit", nl.id, time.Since(start).Round(time.Millisecond))
+}
+
+// olderStream accepts connections as a transport that predates
+// raft.WatchMarker does: one that begins with it is closed at once.
+type olderStream struct {
+	raft.StreamLayer
+	closed *atomic.Int64 // watch connections closed
+}
+
+func (s *olderStream) Accept() (net.Conn, error) {
+	c, err := s.StreamLayer.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &olderConn{Conn: c, closed: s.closed}, nil
+}
+
+type olderConn struct {
+	net.Conn
+	closed *atomic.Int64
+	read   bool // the first byte has been read (by the handler's goroutine only)
+}
+
+func (c *olderConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if !c.read && n > 0 {
+		c.read = true
+		if p[0] == raft.WatchMarker {
+			c.closed.Add(1)
+			_ = c.Conn.Close()
+			return 0, io.EOF
+		}
+	}
+	return n, err
+}
+
+// A leader whose transport does not know the watch's marker closes its
+// connection at once: the watch backs off between dials rather than spin,
+// and still finds the exited leader's port refused well before raft's own
+// timeout.
+func TestExitWatchBacksOffFromAnOlderLeader(t *testing.T) {
+	var closed atomic.Int64
+	nodes := startWatchClusterWrapped(t, func(n *watchNode, store *persist.Store, stream raft.StreamLayer) raft.StreamLayer {
+		return &olderStream{StreamLayer: stream, closed: &closed}
+	})
+	old := waitLeader(t, nodes, "", 20*time.Second)
+	if old == nil {
+		t.Fatal("no first leader")
+	}
+	if err := pollUntil(5*time.Second, func() bool { return closed.Load() >= 1 }); err != nil {
+		t.Fatal("no watch connection reached the leader")
+	}
+	// Each follower's watch doubles its wait after each drop, from its poll
+	// (50 ms) up to a second: ten drops between two followers take
+	// several hundred milliseconds; a watch that spun would take a few.
+	from, start := closed.Load(), time.Now()
+	if err := pollUntil(10*time.Second, func() bool { return closed.Load() >= from+10 }); err != nil {
+		t.Fatalf("the watches stopped dialling: %d drops", closed.Load()-from)
+	}
+	if took := time.Since(start); took < 300*time.Millisecond {
+		t.Errorf("10 dropped watch connections within %v: the watch does not back off", took)
+	}
+	start = time.Now()
+	exit(old)
+	nl := waitLeader(t, nodes, old.id, 3*time.Second)
+	if nl == nil {
+		t.Fatal("no new leader within 3 s of the leader's exit (raft's own timeout is 4 s)")
+	}
+	t.Logf("new leader %s %v after the exit", nl.id, time.Since(start).Round(time.Millisecond))
 }

@@ -64,8 +64,12 @@ type RaftConfig struct {
 	// this long; default raft's DefaultIdleTimeout. At least
 	// 4 × HeartbeatTimeout.
 	IdleTimeout time.Duration
+	// FirstByteTimeout closes an inbound peer connection that begins no
+	// RPC this long after it was accepted (the exit watch's connection is
+	// exempt); default raft's DefaultFirstByteTimeout.
+	FirstByteTimeout time.Duration
 	// MaxInboundConns caps the inbound peer connections; default raft's
-	// DefaultMaxInboundConns. At least connsPerPeer per voter.
+	// DefaultMaxInboundConns. At least connsPerPeer per other voter.
 	MaxInboundConns int
 }
 
@@ -92,8 +96,8 @@ func peerLimits(cfg RaftConfig) (maxRPC int64, idle time.Duration, conns int, er
 	if idle > 0 && idle < 4*cfg.HeartbeatTimeout {
 		return 0, 0, 0, fmt.Errorf("raft peer idle timeout %s must be at least 4 × the heartbeat timeout (%s)", idle, cfg.HeartbeatTimeout)
 	}
-	if conns > 0 && conns < connsPerPeer*len(cfg.Peers) {
-		return 0, 0, 0, fmt.Errorf("raft max inbound connections %d is below %d per voter (%d voters)", conns, connsPerPeer, len(cfg.Peers))
+	if others := len(cfg.Peers) - 1; conns > 0 && conns < connsPerPeer*others {
+		return 0, 0, 0, fmt.Errorf("raft max inbound connections %d is below %d per other voter (%d others)", conns, connsPerPeer, others)
 	}
 	return maxRPC, idle, conns, nil
 }
@@ -145,14 +149,15 @@ func StartRaft(cfg RaftConfig, fsm raft.FSM, store *persist.Store, stream raft.S
 		timeout = time.Second
 	}
 	trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream:          stream,
-		MaxPool:         4,
-		Timeout:         timeout,
-		Logger:          logger.Named("transport"),
-		MaxRPCSize:      maxRPC,
-		RPCTimeout:      cfg.RPCTimeout,
-		IdleTimeout:     idle,
-		MaxInboundConns: conns,
+		Stream:           stream,
+		MaxPool:          4,
+		Timeout:          timeout,
+		Logger:           logger.Named("transport"),
+		MaxRPCSize:       maxRPC,
+		RPCTimeout:       cfg.RPCTimeout,
+		IdleTimeout:      idle,
+		FirstByteTimeout: cfg.FirstByteTimeout,
+		MaxInboundConns:  conns,
 	})
 	has, err := store.HasState()
 	if err != nil {

@@ -68,7 +68,8 @@ func newRaftSink() *raftSink {
 			Name: "xce_peer_refused_total",
 			Help: "Peer connections, RPCs and RPC responses the raft transport refused, by reason: too_large (over the RPC size limit), " +
 				"too_many_connections, idle (no RPC within the idle timeout), slow (an RPC not read or answered in time), " +
-				"bad_term (a term no node may hold), malformed (does not decode, truncated).",
+				"bad_term (a term no node may hold), malformed (does not decode, truncated), first_byte (no RPC begun within the first-byte timeout), " +
+				"evicted (a connection that had begun no RPC, closed at the connection cap to admit a newer one).",
 		}, []string{"reason"}),
 	}
 }

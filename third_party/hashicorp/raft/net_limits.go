@@ -1,6 +1,7 @@
 package raft
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-metrics"
+	"github.com/hashicorp/go-msgpack/v2/codec"
 )
 
 // Bounds a NetworkTransport puts on its peer port. A zero field of
@@ -35,6 +37,12 @@ const (
 	// heartbeat interval and commit timeout; what sits idle longer is a
 	// pooled connection nobody uses or a connection nobody meant to use.
 	DefaultIdleTimeout = 2 * time.Minute
+
+	// DefaultFirstByteTimeout closes an inbound connection that has not
+	// begun its first RPC (or announced itself a watcher) this long after
+	// it was accepted. A peer sends its first RPC as soon as it has dialed;
+	// a pipeline sends at least every CommitTimeout.
+	DefaultFirstByteTimeout = 5 * time.Second
 
 	// DefaultMaxInboundConns caps the inbound connections open at once. A
 	// peer holds a few (heartbeats, replication, its connection pool).
@@ -61,11 +69,14 @@ const (
 	RefusedSlow               = "slow"                 // an RPC not read, or its response not written, within RPCTimeout
 	RefusedBadTerm            = "bad_term"             // a term that is not TermOK
 	RefusedMalformed          = "malformed"            // an RPC that does not decode, truncated or of unknown type
+	RefusedFirstByte          = "first_byte"           // no RPC begun within FirstByteTimeout of the accept
+	RefusedEvicted            = "evicted"              // closed at MaxInboundConns to admit a newer one: it had carried no RPC
 )
 
 // RefusalReasons lists the reasons a NetworkTransport refuses, in the order
 // of TransportStats' fields.
-var RefusalReasons = []string{RefusedTooLarge, RefusedTooManyConnections, RefusedIdle, RefusedSlow, RefusedBadTerm, RefusedMalformed}
+var RefusalReasons = []string{RefusedTooLarge, RefusedTooManyConnections, RefusedIdle, RefusedSlow, RefusedBadTerm,
+	RefusedMalformed, RefusedFirstByte, RefusedEvicted}
 
 type refusalReason int
 
@@ -76,6 +87,8 @@ const (
 	reasonSlow
 	reasonBadTerm
 	reasonMalformed
+	reasonFirstByte
+	reasonEvicted
 	numRefusalReasons
 )
 
@@ -87,7 +100,7 @@ var refusedMetric = []string{"raft", "net", "refused"}
 // TransportStats counts what a NetworkTransport refused since it started,
 // by reason (see the Refused* constants).
 type TransportStats struct {
-	TooLarge, TooManyConnections, Idle, Slow, BadTerm, Malformed uint64
+	TooLarge, TooManyConnections, Idle, Slow, BadTerm, Malformed, FirstByte, Evicted uint64
 }
 
 // ByReason returns the counts keyed by the Refused* constants.
@@ -95,12 +108,13 @@ func (s TransportStats) ByReason() map[string]uint64 {
 	return map[string]uint64{
 		RefusedTooLarge: s.TooLarge, RefusedTooManyConnections: s.TooManyConnections, RefusedIdle: s.Idle,
 		RefusedSlow: s.Slow, RefusedBadTerm: s.BadTerm, RefusedMalformed: s.Malformed,
+		RefusedFirstByte: s.FirstByte, RefusedEvicted: s.Evicted,
 	}
 }
 
 // Total is the sum of all counts.
 func (s TransportStats) Total() uint64 {
-	return s.TooLarge + s.TooManyConnections + s.Idle + s.Slow + s.BadTerm + s.Malformed
+	return s.TooLarge + s.TooManyConnections + s.Idle + s.Slow + s.BadTerm + s.Malformed + s.FirstByte + s.Evicted
 }
 
 // refusalCounters is what a NetworkTransport has refused, by reason.
@@ -112,7 +126,7 @@ func (n *NetworkTransport) TransportStats() TransportStats {
 	return TransportStats{
 		TooLarge: c[reasonTooLarge].Load(), TooManyConnections: c[reasonTooManyConnections].Load(),
 		Idle: c[reasonIdle].Load(), Slow: c[reasonSlow].Load(), BadTerm: c[reasonBadTerm].Load(),
-		Malformed: c[reasonMalformed].Load(),
+		Malformed: c[reasonMalformed].Load(), FirstByte: c[reasonFirstByte].Load(), Evicted: c[reasonEvicted].Load(),
 	}
 }
 
@@ -513,4 +527,120 @@ func (e *errorNotingReader) Read(p []byte) (int, error) {
 		e.err = err
 	}
 	return n, err
+}
+
+// inboundState is how far an inbound connection has come.
+type inboundState uint8
+
+const (
+	inboundNew     inboundState = iota // accepted, no RPC begun yet
+	inboundWatcher                     // sent rpcWatch: held open, nothing read
+	inboundUsed                        // has begun an RPC: never evicted
+)
+
+// inboundConn is what handleCommand reads an RPC from and answers on, and
+// what the transport tracks of an open inbound connection.
+type inboundConn struct {
+	conn  net.Conn
+	r     *bufio.Reader
+	guard *rpcGuard
+	dec   *codec.Decoder
+	enc   *codec.Encoder
+	peer  string
+
+	// Guarded by inboundSet.mu.
+	seq     uint64 // accept order
+	state   inboundState
+	evicted bool
+}
+
+// inboundSet tracks the open inbound connections for MaxInboundConns.
+// At the cap a new connection takes the place of the oldest one that has
+// begun no RPC (a silent one or a watcher); only if every open connection
+// has carried an RPC is the new one refused. Connections that never speak
+// thus cannot lock peers out for longer than a peer takes to dial again.
+type inboundSet struct {
+	mu     sync.Mutex
+	conns  map[*inboundConn]struct{}
+	seq    uint64
+	closed bool // the transport has shut down
+}
+
+// admit adds ic under a cap of max (<= 0: none). At the cap it evicts the
+// oldest connection that has begun no RPC and returns it, for the caller
+// to close; ok is false when ic cannot be admitted: every open connection
+// has carried an RPC, or the transport has shut down.
+func (s *inboundSet) admit(ic *inboundConn, max int) (victim *inboundConn, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, false
+	}
+	if s.conns == nil {
+		s.conns = make(map[*inboundConn]struct{})
+	}
+	if max > 0 && len(s.conns) >= max {
+		for c := range s.conns {
+			if c.state != inboundUsed && (victim == nil || c.seq < victim.seq) {
+				victim = c
+			}
+		}
+		if victim == nil {
+			return nil, false
+		}
+		victim.evicted = true
+		delete(s.conns, victim)
+	}
+	s.seq++
+	ic.seq = s.seq
+	s.conns[ic] = struct{}{}
+	return victim, true
+}
+
+// remove forgets ic once its handler is done.
+func (s *inboundSet) remove(ic *inboundConn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.conns, ic)
+}
+
+// mark moves ic to state unless it was evicted meanwhile, or the transport
+// has shut down and state is inboundWatcher (shutdown closes watchers;
+// one marked after it would stay open). It reports whether ic may go on.
+func (s *inboundSet) mark(ic *inboundConn, state inboundState) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ic.evicted || (s.closed && state == inboundWatcher) {
+		return false
+	}
+	ic.state = state
+	return true
+}
+
+// wasEvicted reports whether ic was closed to make room for another.
+func (s *inboundSet) wasEvicted(ic *inboundConn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return ic.evicted
+}
+
+// len is the number of inbound connections open.
+func (s *inboundSet) len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
+}
+
+// shutdown refuses new connections and closes the watchers: nothing else
+// would end them while the process lives, and a watcher's peer takes the
+// close for the end of this node.
+func (s *inboundSet) shutdown() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	for c := range s.conns {
+		if c.state == inboundWatcher {
+			_ = c.conn.Close()
+		}
+	}
 }

@@ -485,8 +485,9 @@ func TestNetworkTransport_SlowAndTruncatedRPCs(t *testing.T) {
 	}
 }
 
-// Beyond MaxInboundConns a connection is accepted and closed at once;
-// once connections close, new ones are served again.
+// Beyond MaxInboundConns, when every open connection has carried an RPC,
+// a connection is accepted and closed at once; once connections close,
+// new ones are served again.
 func TestNetworkTransport_ConnectionCap(t *testing.T) {
 	const limit = 8
 	server := newLimitTransport(t, NetworkTransportConfig{MaxInboundConns: limit})
@@ -498,39 +499,287 @@ func TestNetworkTransport_ConnectionCap(t *testing.T) {
 		}
 	}()
 	for i := 0; i < limit; i++ {
-		c, err := net.Dial("tcp", string(server.LocalAddr()))
-		if err != nil {
-			t.Fatal(err)
-		}
+		c := dialRaw(t, server)
+		rawRPC(t, c)
 		held = append(held, c)
 	}
-	pollFor(t, 5*time.Second, "the connections to be accepted", func() bool { return server.inbound.Load() == limit })
+	pollFor(t, 5*time.Second, "the connections to be accepted", func() bool { return server.inbound.len() == limit })
 
 	const flood = 200
 	for i := 0; i < flood; i++ {
-		c, err := net.Dial("tcp", string(server.LocalAddr()))
-		if err != nil {
-			t.Fatal(err)
-		}
+		c := dialRefused(t, server)
 		waitClosed(t, c, 5*time.Second)
 		_ = c.Close()
 	}
-	if s := stats(server); s.TooManyConnections != flood {
-		t.Errorf("stats %+v, want %d connections refused", s, flood)
+	if s := stats(server); s.TooManyConnections != flood || s.Evicted != 0 {
+		t.Errorf("stats %+v, want %d connections refused and none evicted", s, flood)
 	}
-	if n := server.inbound.Load(); n != limit {
+	if n := server.inbound.len(); n != limit {
 		t.Errorf("%d inbound connections open", n)
+	}
+	for _, c := range held {
+		rawRPC(t, c)
 	}
 
 	for _, c := range held {
 		_ = c.Close()
 	}
 	held = nil
-	pollFor(t, 5*time.Second, "the held connections to end", func() bool { return server.inbound.Load() == 0 })
+	pollFor(t, 5*time.Second, "the held connections to end", func() bool { return server.inbound.len() == 0 })
 	client := newLimitTransport(t, NetworkTransportConfig{})
 	var resp AppendEntriesResponse
 	if err := client.AppendEntries("s", server.LocalAddr(), &AppendEntriesRequest{Term: 1}, &resp); err != nil {
 		t.Fatalf("an rpc after the flood: %v", err)
+	}
+}
+
+// dialRaw opens a TCP connection to trans and waits until trans has
+// accepted it, so that connections dialled one after another are accepted
+// in that order.
+func dialRaw(t *testing.T, trans *NetworkTransport) net.Conn {
+	t.Helper()
+	before := trans.inbound.acceptedCount()
+	c, err := net.Dial("tcp", string(trans.LocalAddr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	pollFor(t, 5*time.Second, "the connection to be accepted", func() bool { return trans.inbound.acceptedCount() > before })
+	return c
+}
+
+// dialRefused opens a TCP connection to trans, which is to refuse it.
+func dialRefused(t *testing.T, trans *NetworkTransport) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", string(trans.LocalAddr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// acceptedCount is how many connections the set has admitted.
+func (s *inboundSet) acceptedCount() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.seq
+}
+
+// countIn is how many open connections are in state.
+func (s *inboundSet) countIn(state inboundState) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for c := range s.conns {
+		if c.state == state {
+			n++
+		}
+	}
+	return n
+}
+
+// rawRPC sends a RequestVote on c, as a peer's transport would, and reads
+// its answer.
+func rawRPC(t *testing.T, c net.Conn) {
+	t.Helper()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	defer func() { _ = c.SetDeadline(time.Time{}) }()
+	var buf bytes.Buffer
+	buf.WriteByte(rpcRequestVote)
+	if err := codec.NewEncoder(&buf, &codec.MsgpackHandle{}).Encode(&RequestVoteRequest{Term: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Write(buf.Bytes()); err != nil {
+		t.Fatalf("send an rpc: %v", err)
+	}
+	dec := codec.NewDecoder(c, &codec.MsgpackHandle{})
+	var rpcErr string
+	var resp RequestVoteResponse
+	if err := dec.Decode(&rpcErr); err != nil {
+		t.Fatalf("read the answer: %v", err)
+	}
+	if err := dec.Decode(&resp); err != nil {
+		t.Fatalf("read the answer: %v", err)
+	}
+	if rpcErr != "" {
+		t.Fatalf("rpc error %q", rpcErr)
+	}
+}
+
+// assertOpen fails the test if the peer has closed c (or sent anything).
+func assertOpen(t *testing.T, c net.Conn, what string) {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+	defer func() { _ = c.SetReadDeadline(time.Time{}) }()
+	var b [1]byte
+	if _, err := c.Read(b[:]); !isTimeout(err) {
+		t.Fatalf("%s: closed or read from (%v), want it open", what, err)
+	}
+}
+
+// FirstByteTimeout and its defaults.
+func TestNetworkTransport_FirstByteTimeoutDefaults(t *testing.T) {
+	for _, c := range []struct {
+		set, want time.Duration
+	}{{0, DefaultFirstByteTimeout}, {-1, -1}, {time.Second, time.Second}} {
+		trans := newLimitTransport(t, NetworkTransportConfig{FirstByteTimeout: c.set})
+		if trans.firstByteTimeout != c.want {
+			t.Errorf("FirstByteTimeout %s: got %s, want %s", c.set, trans.firstByteTimeout, c.want)
+		}
+	}
+}
+
+// A connection that begins no RPC within FirstByteTimeout of its accept is
+// closed and counted; one that began an RPC at once stays, serving, until
+// its IdleTimeout.
+func TestNetworkTransport_FirstByteTimeout(t *testing.T) {
+	server := newLimitTransport(t, NetworkTransportConfig{FirstByteTimeout: 200 * time.Millisecond, IdleTimeout: time.Minute})
+	got := serve(t, server, answerOK)
+	used := dialRaw(t, server)
+	rawRPC(t, used)
+	silent := dialRaw(t, server)
+	if took := waitClosed(t, silent, 5*time.Second); took < 150*time.Millisecond {
+		t.Errorf("closed after %s, before the first-byte timeout", took)
+	}
+	pollFor(t, 5*time.Second, "the first-byte refusal", func() bool { return stats(server).FirstByte == 1 })
+	// used has been open longer than the first-byte timeout.
+	assertOpen(t, used, "the connection that carried an rpc")
+	rawRPC(t, used)
+	if s := stats(server); s.Total() != 1 {
+		t.Errorf("stats %+v, want one first-byte refusal only", s)
+	}
+	if n := got.Load(); n != 2 {
+		t.Errorf("%d rpcs served, want 2", n)
+	}
+}
+
+// At MaxInboundConns a new connection takes the place of the oldest one
+// that has begun no RPC; those that carried one stay. Once all have, the
+// new one is refused.
+func TestNetworkTransport_CapEvictsOldestSilentConn(t *testing.T) {
+	const limit = 4
+	server := newLimitTransport(t, NetworkTransportConfig{MaxInboundConns: limit, FirstByteTimeout: time.Minute, IdleTimeout: time.Minute})
+	serve(t, server, answerOK)
+	used := dialRaw(t, server)
+	rawRPC(t, used)
+	s1, s2, s3 := dialRaw(t, server), dialRaw(t, server), dialRaw(t, server)
+
+	n1 := dialRaw(t, server)
+	waitClosed(t, s1, 5*time.Second)
+	pollFor(t, 5*time.Second, "the eviction", func() bool { return stats(server).Evicted == 1 })
+	assertOpen(t, s2, "the second silent connection")
+	assertOpen(t, s3, "the third silent connection")
+	assertOpen(t, n1, "the newcomer")
+	rawRPC(t, used)
+
+	n2 := dialRaw(t, server)
+	waitClosed(t, s2, 5*time.Second)
+	pollFor(t, 5*time.Second, "the second eviction", func() bool { return stats(server).Evicted == 2 })
+	assertOpen(t, s3, "the third silent connection")
+
+	// The newcomers begin RPCs: s3 is the one left to evict.
+	rawRPC(t, n1)
+	rawRPC(t, n2)
+	n3 := dialRaw(t, server)
+	waitClosed(t, s3, 5*time.Second)
+	pollFor(t, 5*time.Second, "the third eviction", func() bool { return stats(server).Evicted == 3 })
+	rawRPC(t, n3)
+
+	// Every open connection has carried an RPC: a newcomer is refused.
+	n4 := dialRefused(t, server)
+	waitClosed(t, n4, 5*time.Second)
+	pollFor(t, 5*time.Second, "the refusal", func() bool { return stats(server).TooManyConnections == 1 })
+	for _, c := range []net.Conn{used, n1, n2, n3} {
+		rawRPC(t, c)
+	}
+	if s := stats(server); s.Total() != 4 {
+		t.Errorf("stats %+v, want 3 evictions and 1 refusal", s)
+	}
+}
+
+// dialWatcher opens a watcher connection to trans.
+func dialWatcher(t *testing.T, trans *NetworkTransport) net.Conn {
+	t.Helper()
+	c := dialRaw(t, trans)
+	if _, err := c.Write([]byte{WatchMarker}); err != nil {
+		t.Fatal(err)
+	}
+	pollFor(t, 5*time.Second, "the watcher to be marked", func() bool { return trans.inbound.countIn(inboundWatcher) >= 1 })
+	return c
+}
+
+// A watcher is held past the first-byte and idle timeouts and counted as
+// nothing; it is closed when the transport shuts down.
+func TestNetworkTransport_WatcherHeld(t *testing.T) {
+	server := newLimitTransport(t, NetworkTransportConfig{FirstByteTimeout: 100 * time.Millisecond, IdleTimeout: 300 * time.Millisecond})
+	serve(t, server, answerOK)
+	w := dialWatcher(t, server)
+	silent := dialRaw(t, server)
+	waitClosed(t, silent, 5*time.Second)
+	used := dialRaw(t, server)
+	rawRPC(t, used)
+	if took := waitClosed(t, used, 5*time.Second); took < 250*time.Millisecond {
+		t.Errorf("closed after %s, before the idle timeout", took)
+	}
+	pollFor(t, 5*time.Second, "the first-byte and idle refusals", func() bool {
+		s := stats(server)
+		return s.FirstByte == 1 && s.Idle == 1
+	})
+	// w has been open longer than both timeouts.
+	assertOpen(t, w, "the watcher")
+	if s := stats(server); s.Total() != 2 {
+		t.Errorf("stats %+v, want one first-byte and one idle refusal", s)
+	}
+	if err := server.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitClosed(t, w, 5*time.Second)
+}
+
+// A watcher that sends anything after its marker is closed as malformed;
+// a marker after an RPC is an unknown RPC type.
+func TestNetworkTransport_WatcherSendsNothing(t *testing.T) {
+	server := newLimitTransport(t, NetworkTransportConfig{})
+	serve(t, server, answerOK)
+	w := dialWatcher(t, server)
+	if _, err := w.Write([]byte{rpcAppendEntries}); err != nil {
+		t.Fatal(err)
+	}
+	waitClosed(t, w, 5*time.Second)
+	pollFor(t, 5*time.Second, "the malformed refusal", func() bool { return stats(server).Malformed == 1 })
+
+	used := dialRaw(t, server)
+	rawRPC(t, used)
+	if _, err := used.Write([]byte{WatchMarker}); err != nil {
+		t.Fatal(err)
+	}
+	waitClosed(t, used, 5*time.Second)
+	pollFor(t, 5*time.Second, "the second malformed refusal", func() bool { return stats(server).Malformed == 2 })
+}
+
+// A watcher gives way at MaxInboundConns like a connection that has begun
+// no RPC: the oldest of either goes first.
+func TestNetworkTransport_WatcherEvictable(t *testing.T) {
+	const limit = 3
+	server := newLimitTransport(t, NetworkTransportConfig{MaxInboundConns: limit, FirstByteTimeout: time.Minute, IdleTimeout: time.Minute})
+	serve(t, server, answerOK)
+	used := dialRaw(t, server)
+	rawRPC(t, used)
+	w := dialWatcher(t, server)
+	silent := dialRaw(t, server)
+
+	n1 := dialRaw(t, server)
+	waitClosed(t, w, 5*time.Second)
+	pollFor(t, 5*time.Second, "the watcher's eviction", func() bool { return stats(server).Evicted == 1 })
+	assertOpen(t, silent, "the silent connection")
+
+	dialRaw(t, server)
+	waitClosed(t, silent, 5*time.Second)
+	pollFor(t, 5*time.Second, "the silent connection's eviction", func() bool { return stats(server).Evicted == 2 })
+	assertOpen(t, n1, "the first newcomer")
+	rawRPC(t, used)
+	if s := stats(server); s.Total() != 2 {
+		t.Errorf("stats %+v, want 2 evictions", s)
 	}
 }
 

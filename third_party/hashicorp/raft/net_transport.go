@@ -12,7 +12,6 @@ import (
 	"net"
 	"os"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -26,6 +25,21 @@ const (
 	rpcInstallSnapshot
 	rpcTimeoutNow
 	rpcRequestPreVote
+
+	// rpcWatch is not an RPC: sent as the first byte of a connection, it
+	// makes the connection a watcher, which the dialer holds open only to
+	// learn when this node's process exits (its kernel then closes it).
+	// Nothing else is ever sent on it and nothing is read from it but its
+	// close; it is exempt from FirstByteTimeout and IdleTimeout, is not
+	// refused for its silence, and is closed when the transport shuts
+	// down. Like a connection that has begun no RPC, it gives way to a
+	// newer connection at MaxInboundConns. A transport that predates it
+	// closes the connection (an unknown RPC type). Its value stays clear
+	// of the types added in sequence above.
+	rpcWatch uint8 = 0xfe
+
+	// WatchMarker is the byte a watcher sends first (see rpcWatch).
+	WatchMarker = rpcWatch
 
 	// DefaultTimeoutScale is the default TimeoutScale in a NetworkTransport.
 	DefaultTimeoutScale = 256 * 1024 // 256KB
@@ -114,14 +128,15 @@ type NetworkTransport struct {
 
 	// Bounds on the peer port (see NetworkTransportConfig); negative
 	// means none.
-	maxRPCSize  int64
-	rpcTimeout  time.Duration
-	idleTimeout time.Duration
-	maxInbound  int
+	maxRPCSize       int64
+	rpcTimeout       time.Duration
+	idleTimeout      time.Duration
+	firstByteTimeout time.Duration
+	maxInbound       int
 	// poolIdleTimeout expires pooled outbound connections (0: never).
 	poolIdleTimeout time.Duration
 
-	inbound    atomic.Int64 // inbound connections open
+	inbound    inboundSet // inbound connections open
 	refused    refusalCounters
 	refusalLog refusalLog
 }
@@ -206,9 +221,20 @@ type NetworkTransportConfig struct {
 	// none.
 	IdleTimeout time.Duration
 
-	// MaxInboundConns caps the inbound connections open at once; beyond
-	// it a connection is accepted and closed at once. Zero means
-	// DefaultMaxInboundConns, negative no cap.
+	// FirstByteTimeout closes an inbound connection that has not begun an
+	// RPC this long after it was accepted (a watcher, see rpcWatch, is
+	// exempt once it has said so). It must exceed the time a peer takes
+	// from its dial to its first RPC: a TLS handshake, and CommitTimeout
+	// for a replication pipeline. The smaller of it and IdleTimeout
+	// bounds the wait for the first RPC. Zero means
+	// DefaultFirstByteTimeout, negative none.
+	FirstByteTimeout time.Duration
+
+	// MaxInboundConns caps the inbound connections open at once. At the
+	// cap a new connection closes the oldest open one that has begun no
+	// RPC (a watcher included) and takes its place; only if every open
+	// connection has carried an RPC is the new one closed at once. Zero
+	// means DefaultMaxInboundConns, negative no cap.
 	MaxInboundConns int
 }
 
@@ -287,6 +313,7 @@ func NewNetworkTransportWithConfig(
 		maxRPCSize:              config.MaxRPCSize,
 		rpcTimeout:              config.RPCTimeout,
 		idleTimeout:             config.IdleTimeout,
+		firstByteTimeout:        config.FirstByteTimeout,
 		maxInbound:              config.MaxInboundConns,
 	}
 	if trans.maxRPCSize == 0 {
@@ -305,6 +332,9 @@ func NewNetworkTransportWithConfig(
 		// Drop a pooled connection well before a peer with the same
 		// setting closes it for idleness.
 		trans.poolIdleTimeout = trans.idleTimeout / 2
+	}
+	if trans.firstByteTimeout == 0 {
+		trans.firstByteTimeout = DefaultFirstByteTimeout
 	}
 	if trans.maxInbound == 0 {
 		trans.maxInbound = DefaultMaxInboundConns
@@ -413,6 +443,7 @@ func (n *NetworkTransport) Close() error {
 	if !n.shutdown {
 		close(n.shutdownCh)
 		_ = n.stream.Close()
+		n.inbound.shutdown()
 		n.shutdown = true
 	}
 	return nil
@@ -738,23 +769,41 @@ func (n *NetworkTransport) listen() {
 		}
 		// No error, reset loop delay
 		loopDelay = 0
+		// The connection belongs to the streams of the moment it was
+		// accepted: a CloseStreams from now on ends it, even before its
+		// handler has started.
+		connCtx := n.getStreamContext()
 
-		// Beyond the cap, close at once: a flood of connections must not
-		// use up the process's file descriptors.
-		if n.maxInbound > 0 && n.inbound.Load() >= int64(n.maxInbound) {
-			n.refuse(reasonTooManyConnections, remoteHost(conn),
-				fmt.Errorf("%d inbound connections are open, the limit", n.maxInbound))
+		// At the cap, the new connection takes the place of the oldest
+		// that has begun no RPC, or is closed at once: a flood of
+		// connections must not use up the process's file descriptors, nor
+		// silent ones lock peers out.
+		ic := &inboundConn{conn: conn, peer: remoteHost(conn)}
+		victim, ok := n.inbound.admit(ic, n.maxInbound)
+		if !ok {
+			if !n.IsShutdown() {
+				n.refuse(reasonTooManyConnections, ic.peer,
+					fmt.Errorf("%d inbound connections are open, the limit, and all have carried an rpc", n.maxInbound))
+			}
 			_ = conn.Close()
 			continue
+		}
+		if victim != nil {
+			_ = victim.conn.Close()
+			what := "a connection that began no rpc"
+			if victim.state == inboundWatcher {
+				what = "a watcher connection"
+			}
+			n.refuse(reasonEvicted, victim.peer,
+				fmt.Errorf("%d inbound connections are open, the limit: closed %s, the oldest, for one from %s", n.maxInbound, what, ic.peer))
 		}
 
 		n.logger.Debug("accepted connection", "local-address", n.LocalAddr(), "remote-address", conn.RemoteAddr().String())
 
-		// Handle the connection in dedicated routine
-		n.inbound.Add(1)
+		// Handle the connection in dedicated routine.
 		go func() {
-			defer n.inbound.Add(-1)
-			n.handleConn(n.getStreamContext(), conn)
+			defer n.inbound.remove(ic)
+			n.handleConn(connCtx, ic)
 		}()
 	}
 }
@@ -762,9 +811,9 @@ func (n *NetworkTransport) listen() {
 // handleConn is used to handle an inbound connection for its lifespan. The
 // handler will exit when the passed context is cancelled or the connection is
 // closed.
-func (n *NetworkTransport) handleConn(connCtx context.Context, conn net.Conn) {
+func (n *NetworkTransport) handleConn(connCtx context.Context, ic *inboundConn) {
+	conn, peer := ic.conn, ic.peer
 	defer func() { _ = conn.Close() }()
-	peer := remoteHost(conn)
 	r := bufio.NewReaderSize(conn, connReceiveBufferSize)
 	w := bufio.NewWriter(conn)
 	// The decoder reads requests through a guard that bounds each one.
@@ -775,7 +824,8 @@ func (n *NetworkTransport) handleConn(connCtx context.Context, conn net.Conn) {
 	mp.TimeNotBuiltin = !n.msgpackUseNewTimeFormat
 	enc := codec.NewEncoder(w, mp)
 
-	ic := &inboundConn{conn: conn, r: r, guard: guard, dec: dec, enc: enc, peer: peer}
+	ic.r, ic.guard, ic.dec, ic.enc = r, guard, dec, enc
+	used := false // the connection has begun an RPC
 	for {
 		select {
 		case <-connCtx.Done():
@@ -784,11 +834,26 @@ func (n *NetworkTransport) handleConn(connCtx context.Context, conn net.Conn) {
 		default:
 		}
 
-		// Wait for the next RPC at most the idle timeout.
-		if n.idleTimeout > 0 {
-			_ = conn.SetReadDeadline(time.Now().Add(n.idleTimeout))
+		rpcType, getTypeStart, err := n.awaitRPC(ic, !used)
+		if err == nil && !used {
+			if rpcType == rpcWatch {
+				n.holdWatcher(connCtx, ic)
+				return
+			}
+			// From now on the connection is never evicted.
+			if !n.inbound.mark(ic, inboundUsed) {
+				return
+			}
+			used = true
 		}
-		if err := n.handleCommand(ic); err != nil {
+		if err == nil {
+			err = n.handleCommand(ic, rpcType, getTypeStart)
+		}
+		if err != nil {
+			if !used && n.inbound.wasEvicted(ic) {
+				// Closed to make room, and counted then.
+				return
+			}
 			var ref *refusal
 			switch {
 			case errors.As(err, &ref):
@@ -817,39 +882,65 @@ func (n *NetworkTransport) handleConn(connCtx context.Context, conn net.Conn) {
 	}
 }
 
+// awaitRPC waits for the first byte of the connection's next RPC, its
+// type, at most IdleTimeout, and before the connection's first RPC at most
+// FirstByteTimeout too. It returns when the wait began.
+func (n *NetworkTransport) awaitRPC(ic *inboundConn, first bool) (uint8, time.Time, error) {
+	wait, reason := n.idleTimeout, reasonIdle
+	if first && n.firstByteTimeout > 0 && (wait <= 0 || n.firstByteTimeout <= wait) {
+		wait, reason = n.firstByteTimeout, reasonFirstByte
+	}
+	start := time.Now()
+	if wait > 0 {
+		_ = ic.conn.SetReadDeadline(start.Add(wait))
+	} else {
+		// No bound: drop the previous RPC's.
+		_ = ic.conn.SetReadDeadline(time.Time{})
+	}
+	rpcType, err := ic.r.ReadByte()
+	if err != nil {
+		if isTimeout(err) {
+			if reason == reasonFirstByte {
+				return 0, start, &refusal{reasonFirstByte, fmt.Errorf("no rpc begun within %s of the accept", wait)}
+			}
+			return 0, start, &refusal{reasonIdle, fmt.Errorf("no rpc within %s", wait)}
+		}
+		return 0, start, err
+	}
+	return rpcType, start, nil
+}
+
+// holdWatcher keeps a connection that announced itself a watcher (see
+// rpcWatch) open, with no deadline, until its peer closes it, it is
+// evicted, the transport shuts down or its streams are closed. A watcher
+// sends nothing after its marker.
+func (n *NetworkTransport) holdWatcher(connCtx context.Context, ic *inboundConn) {
+	if !n.inbound.mark(ic, inboundWatcher) {
+		return
+	}
+	n.logger.Debug("peer watches this node for its exit", "peer", ic.peer)
+	_ = ic.conn.SetReadDeadline(time.Time{})
+	stop := context.AfterFunc(connCtx, func() { _ = ic.conn.Close() })
+	defer stop()
+	if _, err := ic.r.ReadByte(); err == nil && !n.inbound.wasEvicted(ic) {
+		n.refuse(reasonMalformed, ic.peer, errors.New("a watcher connection sent data after its marker"))
+	}
+}
+
 // errCloseConn ends an inbound connection after its response: it cannot
 // carry another RPC (InstallSnapshot's data stream follows its request).
 var errCloseConn = errors.New("connection done")
 
-// inboundConn is what handleCommand reads an RPC from and answers on.
-type inboundConn struct {
-	conn  net.Conn
-	r     *bufio.Reader
-	guard *rpcGuard
-	dec   *codec.Decoder
-	enc   *codec.Encoder
-	peer  string
-}
-
-// handleCommand is used to decode and dispatch a single command.
-func (n *NetworkTransport) handleCommand(ic *inboundConn) error {
+// handleCommand decodes and dispatches a single command, whose type byte
+// awaitRPC has read.
+func (n *NetworkTransport) handleCommand(ic *inboundConn, rpcType uint8, getTypeStart time.Time) error {
 	r, dec, enc := ic.r, ic.dec, ic.enc
-	getTypeStart := time.Now()
-
-	// Get the rpc type
-	rpcType, err := r.ReadByte()
-	if err != nil {
-		if isTimeout(err) {
-			return &refusal{reasonIdle, fmt.Errorf("no rpc within %s", n.idleTimeout)}
-		}
-		return err
-	}
 
 	// From its first byte, the RPC has RPCTimeout to arrive, and its
 	// encoded size is bounded.
 	if n.rpcTimeout > 0 {
 		_ = ic.conn.SetReadDeadline(time.Now().Add(n.rpcTimeout))
-	} else if n.idleTimeout > 0 {
+	} else {
 		_ = ic.conn.SetReadDeadline(time.Time{})
 	}
 	ic.guard.reset(n.maxRPCSize)

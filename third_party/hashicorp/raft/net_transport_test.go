@@ -397,6 +397,7 @@ func TestNetworkTransport_AppendEntriesPipeline_CloseStreams(t *testing.T) {
 		for i := 0; i < 100; i++ {
 			// On the last one, close the streams on the transport one.
 			if cancelStreams && i == 10 {
+				pollFor(t, 5*time.Second, "the pipeline's connection to be accepted", func() bool { return trans1.inbound.len() >= 1 })
 				trans1.CloseStreams()
 				time.Sleep(10 * time.Millisecond)
 			}
