@@ -40,7 +40,71 @@ type Config struct {
 	Raft           Raft     `yaml:"raft"`
 	Kafka          Kafka    `yaml:"kafka"`
 	Assignor       Assignor `yaml:"assignor"`
+	Limits         Limits   `yaml:"limits"`
 	Log            Log      `yaml:"log"`
+}
+
+// Limits bound what clients and peers can make a node hold: sockets,
+// memory and time.
+type Limits struct {
+	Client ClientLimits `yaml:"client"`
+	Peer   PeerLimits   `yaml:"peer"`
+}
+
+// ClientLimits bound the client port (API, /healthz, /readyz, /metrics).
+type ClientLimits struct {
+	// MaxConnections caps the client connections open at once. When they
+	// are all open, a new connection takes the place of one that has not
+	// sent a request yet (or has sat idle between requests for longer than
+	// read_header_timeout); when there is none, it goes to the health
+	// reserve. The node lowers the cap at start, with a warning, when
+	// RLIMIT_NOFILE leaves too few descriptors for it.
+	MaxConnections int `yaml:"max_connections"` // default 1024
+	// HealthReserve connections more may be open for /healthz and /readyz
+	// only: anything else on them gets 503. Beyond the reserve a new
+	// connection is closed at once.
+	HealthReserve int `yaml:"health_reserve"` // default 8
+	// ReadHeaderTimeout: a connection must send a request's headers within
+	// this, counted from when it opens or from the first byte of a request
+	// after an idle spell.
+	ReadHeaderTimeout Duration `yaml:"read_header_timeout"` // default 5s
+	// ReadTimeout: a request's body must arrive whole within this of the
+	// request's start, over HTTP/1.1 and HTTP/2 alike.
+	ReadTimeout Duration `yaml:"read_timeout"` // default 10s
+	// WriteTimeout: a response must be written within this of the
+	// request's start, or of the end of its body; on a long stream
+	// (WatchStatus), each message within this of being sent.
+	WriteTimeout Duration `yaml:"write_timeout"` // default 10s
+	// IdleTimeout closes a connection that carries no request for this long.
+	IdleTimeout Duration `yaml:"idle_timeout"` // default 2m
+	// MaxHeaderBytes caps a request's headers.
+	MaxHeaderBytes int `yaml:"max_header_bytes"` // default 65536
+}
+
+// PeerLimits bound the Raft peer port.
+type PeerLimits struct {
+	// MaxConnections caps the inbound peer connections open at once. Each
+	// other voter may hold up to peerConnsPerVoter of them.
+	MaxConnections int `yaml:"max_connections"` // default 128
+	// MaxMessageBytes caps one Raft message (an AppendEntries with its
+	// entries; snapshot data that follows an InstallSnapshot is not part of
+	// it). It must fit the largest entry the node writes: one
+	// CmdSetAssignment of up to persist.MaxAssignmentBytes.
+	MaxMessageBytes int `yaml:"max_message_bytes"` // default 33554432 (32 MiB)
+	// FirstByteTimeout: a new connection must start its first message
+	// within this. Raft writes as soon as it dials, so only a connection
+	// nobody meant to use waits longer.
+	FirstByteTimeout Duration `yaml:"first_byte_timeout"` // default 5s
+	// ReadTimeout: a message must arrive whole within this of its first
+	// byte (and its answer be written within this); never less than
+	// raft's own RPC timeout, 10 × raft.heartbeat_timeout and at least 1s
+	// (see Config.PeerReadTimeout).
+	ReadTimeout Duration `yaml:"read_timeout"` // default 10s
+	// IdleTimeout closes a connection that starts no message for this
+	// long. Raft's leader sends on its connections every heartbeat; what
+	// sits idle longer is a pooled connection nobody uses. Never less than
+	// 10 × raft.heartbeat_timeout (see Config.PeerIdleTimeout).
+	IdleTimeout Duration `yaml:"idle_timeout"` // default 2m, at least 1m
 }
 
 // Assignor holds the task placement settings (DESIGN §7) and the worker
@@ -95,6 +159,11 @@ type Raft struct {
 	// refusing connections (the leader's process has exited) starts an
 	// election at once instead of after heartbeat_timeout. Default true.
 	DetectLeaderExit bool `yaml:"detect_leader_exit"`
+	// LogSegmentSize is the space each Raft log segment file is given when
+	// it is created (preallocated, so an append changes no file size); a
+	// new one starts once a segment is full. The disk needs room for one
+	// more segment than the log holds.
+	LogSegmentSize int64 `yaml:"log_segment_size"` // bytes, default 16777216 (16 MiB), 1 MiB to 1 GiB
 }
 
 // Kafka configures event publishing. No brokers means publishing is disabled.
@@ -153,6 +222,7 @@ func Default() Config {
 			SnapshotThreshold:  65536,
 			TrailingLogs:       10240,
 			DetectLeaderExit:   true,
+			LogSegmentSize:     16 << 20,
 		},
 		Kafka: Kafka{Topic: "xce.events", TransactionalIDPrefix: "xce"},
 		Assignor: Assignor{
@@ -161,6 +231,24 @@ func Default() Config {
 			ProbingRebalanceInterval: Duration{10 * time.Minute},
 			SessionTimeout:           Duration{10 * time.Second},
 			HeartbeatInterval:        Duration{time.Second},
+		},
+		Limits: Limits{
+			Client: ClientLimits{
+				MaxConnections:    1024,
+				HealthReserve:     8,
+				ReadHeaderTimeout: Duration{5 * time.Second},
+				ReadTimeout:       Duration{10 * time.Second},
+				WriteTimeout:      Duration{10 * time.Second},
+				IdleTimeout:       Duration{2 * time.Minute},
+				MaxHeaderBytes:    64 << 10,
+			},
+			Peer: PeerLimits{
+				MaxConnections:   128,
+				MaxMessageBytes:  32 << 20,
+				FirstByteTimeout: Duration{5 * time.Second},
+				ReadTimeout:      Duration{10 * time.Second},
+				IdleTimeout:      Duration{2 * time.Minute},
+			},
 		},
 		Log: Log{Level: "info", Format: "auto"},
 	}
@@ -380,6 +468,7 @@ func (w *walker) leaf(n *yaml.Node, t reflect.Type, path string) {
 	want := map[reflect.Type]string{
 		durationType:              `a duration such as "150ms" or "1s"`,
 		reflect.TypeFor[uint64](): "a non-negative integer",
+		reflect.TypeFor[int]():    "an integer",
 		reflect.TypeFor[string](): "a string",
 	}[t]
 	if want == "" {

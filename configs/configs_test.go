@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/xce/xce/persist"
 )
 
 const minimal = `node_id: n1
@@ -50,7 +52,7 @@ func TestMinimalGetsDefaults(t *testing.T) {
 	}
 	if got.ClusterID != "local" || got.Kafka.Topic != "xce.events" || got.Kafka.TransactionalIDPrefix != "xce" ||
 		got.Log != (Log{"info", "auto"}) || len(got.Kafka.Brokers) != 0 ||
-		got.Raft != (Raft{ms(200), ms(200), ms(150), ms(10), ms(30000), 65536, 10240, true}) {
+		got.Raft != (Raft{ms(200), ms(200), ms(150), ms(10), ms(30000), 65536, 10240, true, 16 << 20}) {
 		t.Fatalf("defaults not applied: %+v", *got)
 	}
 	if s := got.Self(); s != want.Peers[0] {
@@ -141,12 +143,13 @@ func TestValidate(t *testing.T) {
 		{"heartbeat below 5ms", func(c *Config) { c.Raft.HeartbeatTimeout = ms(4) }, "raft.heartbeat_timeout: must be at least 5ms (got 4ms)"},
 		{"snapshot_interval below 5ms", func(c *Config) { c.Raft.SnapshotInterval = ms(2) }, "raft.snapshot_interval: must be at least 5ms (got 2ms)"},
 		{"all at 5ms", func(c *Config) {
-			c.Raft = Raft{ms(5), ms(5), ms(5), ms(5), ms(5), 1, 0, false}
+			c.Raft = Raft{ms(5), ms(5), ms(5), ms(5), ms(5), 1, 0, false, 1 << 20}
 		}, ""},
 		{"election below heartbeat", func(c *Config) { c.Raft.HeartbeatTimeout = ms(300) }, "raft.election_timeout: must not be less than raft.heartbeat_timeout (200ms < 300ms)"},
 		{"lease above heartbeat", func(c *Config) { c.Raft.HeartbeatTimeout = ms(100) }, "raft.leader_lease_timeout: must not exceed raft.heartbeat_timeout (150ms > 100ms)"},
 		{"commit above heartbeat", func(c *Config) { c.Raft.CommitTimeout = ms(300) }, "raft.commit_timeout: must not exceed raft.heartbeat_timeout (300ms > 200ms)"},
 		{"snapshot_threshold zero", func(c *Config) { c.Raft.SnapshotThreshold = 0 }, "raft.snapshot_threshold: must be at least 1"},
+		{"log_segment_size too small", func(c *Config) { c.Raft.LogSegmentSize = 4096 }, "raft.log_segment_size: must be between 1048576 (1 MiB) and 1073741824 (1 GiB) bytes (got 4096)"},
 		{"trailing_logs zero ok", func(c *Config) { c.Raft.TrailingLogs = 0 }, ""},
 
 		{"log level unknown", func(c *Config) { c.Log.Level = "verbose" }, `log.level: must be one of trace, debug, info, warn, error (got "verbose")`},
@@ -373,6 +376,9 @@ func TestExampleConfigs(t *testing.T) {
 		if c.Raft != Default().Raft {
 			t.Errorf("%s: raft timings %+v differ from the defaults", f, c.Raft)
 		}
+		if c.Limits != Default().Limits {
+			t.Errorf("%s: limits %+v differ from the defaults", f, c.Limits)
+		}
 	}
 	for _, f := range []string{"n1.yaml", "n2.yaml", "n3.yaml", "single.yaml"} {
 		if loaded[f] == nil {
@@ -450,5 +456,115 @@ func TestDetectLeaderExitCanBeTurnedOff(t *testing.T) {
 	}
 	if mustParse(t, minimal+"raft: {detect_leader_exit: false}\n").Raft.DetectLeaderExit {
 		t.Fatal("detect_leader_exit: false was not applied")
+	}
+}
+
+func TestValidateLimits(t *testing.T) {
+	tests := []struct {
+		name string
+		edit func(c *Config)
+		want string // substring of the error; "" means valid
+	}{
+		{"defaults", func(c *Config) {}, ""},
+		{"client max_connections zero", func(c *Config) { c.Limits.Client.MaxConnections = 0 }, "limits.client.max_connections: must be between 1 and 1048576 (got 0)"},
+		{"client max_connections one", func(c *Config) { c.Limits.Client.MaxConnections = 1 }, ""},
+		{"client max_connections huge", func(c *Config) { c.Limits.Client.MaxConnections = 1<<20 + 1 }, "limits.client.max_connections: must be between 1 and 1048576"},
+		{"health_reserve zero ok", func(c *Config) { c.Limits.Client.HealthReserve = 0 }, ""},
+		{"health_reserve negative", func(c *Config) { c.Limits.Client.HealthReserve = -1 }, "limits.client.health_reserve: must be between 0 and 1024 (got -1)"},
+		{"read_header_timeout too short", func(c *Config) { c.Limits.Client.ReadHeaderTimeout = ms(50) }, "limits.client.read_header_timeout: must be between 100ms and 1h0m0s (got 50ms)"},
+		{"read_timeout zero", func(c *Config) { c.Limits.Client.ReadTimeout = ms(0) }, "limits.client.read_timeout: must be between 100ms and 1h0m0s (got 0s)"},
+		{"write_timeout too long", func(c *Config) { c.Limits.Client.WriteTimeout = Duration{2 * time.Hour} }, "limits.client.write_timeout: must be between 100ms and 1h0m0s (got 2h0m0s)"},
+		{"client idle_timeout too short", func(c *Config) { c.Limits.Client.IdleTimeout = ms(500) }, "limits.client.idle_timeout: must be between 1s and 24h0m0s (got 500ms)"},
+		{"max_header_bytes too small", func(c *Config) { c.Limits.Client.MaxHeaderBytes = 1000 }, "limits.client.max_header_bytes: must be between 4096 and 16777216 (got 1000)"},
+		{"peer max_connections below 8 per voter", func(c *Config) { c.Limits.Peer.MaxConnections = 15 }, "limits.peer.max_connections: must be at least 16, 8 for each other voter (got 15)"},
+		{"peer max_connections single node", func(c *Config) { c.Peers = c.Peers[:1]; c.Limits.Peer.MaxConnections = 8 }, ""},
+		{"peer max_connections single node too few", func(c *Config) { c.Peers = c.Peers[:1]; c.Limits.Peer.MaxConnections = 7 }, "limits.peer.max_connections: must be at least 8"},
+		{"peer max_message_bytes too small for an assignment", func(c *Config) { c.Limits.Peer.MaxMessageBytes = 16 << 20 },
+			"limits.peer.max_message_bytes: must be at least 17825792 (got 16777216): a message carrying the largest entry, an assignment of up to 16 MiB, must fit"},
+		{"peer max_message_bytes at the floor", func(c *Config) { c.Limits.Peer.MaxMessageBytes = 17 << 20 }, ""},
+		{"peer max_message_bytes too big", func(c *Config) { c.Limits.Peer.MaxMessageBytes = 2 << 30 }, "limits.peer.max_message_bytes: must be between 17825792 and 1073741824"},
+		{"first_byte_timeout zero", func(c *Config) { c.Limits.Peer.FirstByteTimeout = ms(0) }, "limits.peer.first_byte_timeout: must be between 100ms and 1h0m0s (got 0s)"},
+		{"peer read_timeout too short", func(c *Config) { c.Limits.Peer.ReadTimeout = ms(50) }, "limits.peer.read_timeout: must be between 100ms and 1h0m0s (got 50ms)"},
+		{"peer read_timeout below the RPC timeout ok", func(c *Config) { c.Limits.Peer.ReadTimeout = ms(900) }, ""},
+		{"peer idle_timeout below a minute", func(c *Config) { c.Limits.Peer.IdleTimeout = Duration{30 * time.Second} },
+			"limits.peer.idle_timeout: must be between 1m0s and 24h0m0s (got 30s)"},
+		{"long heartbeats keep the defaults valid", func(c *Config) {
+			c.Raft.HeartbeatTimeout, c.Raft.ElectionTimeout = Duration{30 * time.Second}, Duration{30 * time.Second}
+		}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := mustParse(t, minimal)
+			tt.edit(c)
+			err := c.Validate()
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case tt.want != "" && err == nil:
+				t.Fatalf("no error, want %q", tt.want)
+			case tt.want != "" && !strings.Contains(err.Error(), tt.want):
+				t.Fatalf("error %q\ndoes not contain %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// The limits section parses strictly like every other, and a partial one
+// keeps the other defaults.
+func TestParseLimits(t *testing.T) {
+	c := mustParse(t, minimal+`limits:
+  client: {max_connections: 64, read_timeout: 2s}
+  peer:
+    max_message_bytes: 20971520
+`)
+	want := Default().Limits
+	want.Client.MaxConnections, want.Client.ReadTimeout = 64, Duration{2 * time.Second}
+	want.Peer.MaxMessageBytes = 20 << 20
+	if c.Limits != want {
+		t.Fatalf("limits %+v\nwant %+v", c.Limits, want)
+	}
+	for in, msg := range map[string]string{
+		"limits: {client: {max_conections: 5}}\n":     `limits.client: unknown key "max_conections" at line 9 (did you mean "max_connections")`,
+		"limits: {client: {max_connections: many}}\n": `limits.client.max_connections: expected an integer, got "many" at line 9`,
+		"limits: {peer: {idle_timeout: 600}}\n":       `limits.peer.idle_timeout: expected a duration such as "150ms" or "1s", got "600" at line 9`,
+		"limits: {server: {}}\n":                      `limits: unknown key "server" at line 9`,
+	} {
+		if _, err := Parse([]byte(minimal + in)); err == nil || !strings.Contains(err.Error(), msg) {
+			t.Errorf("%q: error %v, want %q", in, err, msg)
+		}
+	}
+}
+
+// The peer timeouts in force are never shorter than raft's timings ask.
+func TestPeerTimeoutsFollowRaft(t *testing.T) {
+	for _, tc := range []struct {
+		heartbeat, read, idle time.Duration
+		wantRead, wantIdle    time.Duration
+	}{
+		{200 * time.Millisecond, 10 * time.Second, 2 * time.Minute, 10 * time.Second, 2 * time.Minute},
+		{200 * time.Millisecond, 500 * time.Millisecond, time.Minute, 2 * time.Second, time.Minute},
+		{50 * time.Millisecond, 500 * time.Millisecond, time.Minute, time.Second, time.Minute},
+		{3 * time.Second, 10 * time.Second, 2 * time.Minute, 30 * time.Second, 2 * time.Minute},
+		{30 * time.Second, 10 * time.Second, 2 * time.Minute, 5 * time.Minute, 5 * time.Minute},
+	} {
+		c := Default()
+		c.Raft.HeartbeatTimeout = Duration{tc.heartbeat}
+		c.Limits.Peer.ReadTimeout, c.Limits.Peer.IdleTimeout = Duration{tc.read}, Duration{tc.idle}
+		if r, i := c.PeerReadTimeout(), c.PeerIdleTimeout(); r != tc.wantRead || i != tc.wantIdle {
+			t.Errorf("heartbeat %v, read %v, idle %v: in force read %v idle %v, want %v and %v",
+				tc.heartbeat, tc.read, tc.idle, r, i, tc.wantRead, tc.wantIdle)
+		}
+	}
+}
+
+// A follower must be able to take a message carrying the largest entry
+// the node writes.
+func TestPeerMessageFloorFitsTheLargestEntry(t *testing.T) {
+	if minPeerMessageBytes <= persist.MaxAssignmentBytes || minPeerMessageBytes <= persist.MaxBatchBytes {
+		t.Fatalf("minPeerMessageBytes %d does not exceed persist.MaxAssignmentBytes %d and persist.MaxBatchBytes %d",
+			minPeerMessageBytes, persist.MaxAssignmentBytes, persist.MaxBatchBytes)
+	}
+	if d := Default().Limits.Peer.MaxMessageBytes; d < minPeerMessageBytes {
+		t.Fatalf("default max_message_bytes %d is below the floor %d", d, minPeerMessageBytes)
 	}
 }

@@ -57,6 +57,7 @@ func (c *Config) Validate() error {
 	}
 	p.id("kafka.transactional_id_prefix", k.TransactionalIDPrefix)
 	c.Assignor.validate(&p)
+	c.Limits.validate(&p, len(c.Peers))
 	switch c.HA.Backend {
 	case BackendRaft:
 	case BackendKafka:
@@ -171,6 +172,9 @@ func (r Raft) validate(p *problems) {
 	if r.SnapshotThreshold < 1 {
 		p.add("raft.snapshot_threshold", "must be at least 1")
 	}
+	if r.LogSegmentSize < 1<<20 || r.LogSegmentSize > 1<<30 {
+		p.add("raft.log_segment_size", "must be between %d (1 MiB) and %d (1 GiB) bytes (got %d)", 1<<20, 1<<30, r.LogSegmentSize)
+	}
 }
 
 func (a Assignor) validate(p *problems) {
@@ -197,6 +201,76 @@ func (a Assignor) validate(p *problems) {
 	}
 }
 
+// Bounds of the limits section.
+const (
+	// peerConnsPerVoter is how many connections one other voter may hold
+	// to this node at once: raft's pool of RPC connections, its heartbeat
+	// and pipeline connections, a snapshot, and a leader-exit probe.
+	peerConnsPerVoter = 8
+	// minPeerMessageBytes fits an AppendEntries that carries one entry of
+	// the largest kind, a CmdSetAssignment of persist.MaxAssignmentBytes
+	// (16 MiB), with room for the message around it. A smaller cap would
+	// leave a follower unable ever to take that entry.
+	minPeerMessageBytes = 17 << 20
+	maxPeerMessageBytes = 1 << 30
+	maxConnections      = 1 << 20
+	maxHealthReserve    = 1024
+	minHeaderBytes      = 4 << 10
+	maxHeaderBytes      = 16 << 20
+	minLimitTimeout     = 100 * time.Millisecond
+	maxLimitTimeout     = time.Hour
+	minClientIdle       = time.Second
+	maxIdle             = 24 * time.Hour
+	minPeerIdle         = time.Minute
+)
+
+// peerRPCTimeout is how long raft's transport gives one RPC to a peer
+// (ha.StartRaft): ten heartbeat timeouts, at least a second.
+func peerRPCTimeout(heartbeat time.Duration) time.Duration {
+	return max(10*heartbeat, time.Second)
+}
+
+func (l Limits) validate(p *problems, voters int) {
+	c := l.Client
+	p.intRange("limits.client.max_connections", c.MaxConnections, 1, maxConnections)
+	p.intRange("limits.client.health_reserve", c.HealthReserve, 0, maxHealthReserve)
+	p.durRange("limits.client.read_header_timeout", c.ReadHeaderTimeout.Duration, minLimitTimeout, maxLimitTimeout)
+	p.durRange("limits.client.read_timeout", c.ReadTimeout.Duration, minLimitTimeout, maxLimitTimeout)
+	p.durRange("limits.client.write_timeout", c.WriteTimeout.Duration, minLimitTimeout, maxLimitTimeout)
+	p.durRange("limits.client.idle_timeout", c.IdleTimeout.Duration, minClientIdle, maxIdle)
+	p.intRange("limits.client.max_header_bytes", c.MaxHeaderBytes, minHeaderBytes, maxHeaderBytes)
+
+	pe := l.Peer
+	if need := peerConnsPerVoter * max(voters-1, 1); pe.MaxConnections < need {
+		p.add("limits.peer.max_connections", "must be at least %d, %d for each other voter (got %d)", need, peerConnsPerVoter, pe.MaxConnections)
+	} else {
+		p.intRange("limits.peer.max_connections", pe.MaxConnections, need, maxConnections)
+	}
+	if pe.MaxMessageBytes < minPeerMessageBytes {
+		p.add("limits.peer.max_message_bytes", "must be at least %d (got %d): a message carrying the largest entry, an assignment of up to 16 MiB, must fit",
+			minPeerMessageBytes, pe.MaxMessageBytes)
+	} else {
+		p.intRange("limits.peer.max_message_bytes", pe.MaxMessageBytes, minPeerMessageBytes, maxPeerMessageBytes)
+	}
+	p.durRange("limits.peer.first_byte_timeout", pe.FirstByteTimeout.Duration, minLimitTimeout, maxLimitTimeout)
+	p.durRange("limits.peer.read_timeout", pe.ReadTimeout.Duration, minLimitTimeout, maxLimitTimeout)
+	p.durRange("limits.peer.idle_timeout", pe.IdleTimeout.Duration, minPeerIdle, maxIdle)
+}
+
+// PeerReadTimeout is the time a peer has to send one message once its
+// first byte arrived: limits.peer.read_timeout, or raft's own RPC timeout
+// when that is longer, since raft gives its peers that long to send.
+func (c *Config) PeerReadTimeout() time.Duration {
+	return max(c.Limits.Peer.ReadTimeout.Duration, peerRPCTimeout(c.Raft.HeartbeatTimeout.Duration))
+}
+
+// PeerIdleTimeout is how long a peer connection may carry no message:
+// limits.peer.idle_timeout, and at least 10 × raft.heartbeat_timeout, so
+// that it stays well above the heartbeat timings.
+func (c *Config) PeerIdleTimeout() time.Duration {
+	return max(c.Limits.Peer.IdleTimeout.Duration, 10*c.Raft.HeartbeatTimeout.Duration)
+}
+
 // problems collects "path: problem" messages.
 type problems []string
 
@@ -219,6 +293,18 @@ func (p *problems) id(path, s string) bool {
 		return true
 	}
 	return false
+}
+
+func (p *problems) intRange(path string, v, lo, hi int) {
+	if v < lo || v > hi {
+		p.add(path, "must be between %d and %d (got %d)", lo, hi, v)
+	}
+}
+
+func (p *problems) durRange(path string, d, lo, hi time.Duration) {
+	if d < lo || d > hi {
+		p.add(path, "must be between %s and %s (got %s)", lo, hi, d)
+	}
 }
 
 func (p *problems) oneOf(path, s string, allowed ...string) {

@@ -92,15 +92,20 @@ func New(node Node, reg prometheus.Registerer, workers Workers) (string, http.Ha
 		},
 		m: newAPIMetrics(reg, node),
 	}
-	opts := []connect.HandlerOption{
+	opts := append([]connect.HandlerOption{
 		connect.WithInterceptors(&gate{s: s}),
 		connect.WithReadMaxBytes(MaxRequestBytes),
 		// Answers are small; compressing them costs more CPU than it saves.
 		connect.WithCompressMinBytes(16 << 10),
-	}
+	}, jsonCodecs()...)
 	mux := http.NewServeMux()
-	mux.Handle(xcev1connect.NewControllerServiceHandler(s, opts...))
-	mux.Handle(xcev1connect.NewWorkerServiceHandler(&workerService{s}, opts...))
+	ctrlPath, ctrl := xcev1connect.NewControllerServiceHandler(s, opts...)
+	workPath, work := xcev1connect.NewWorkerServiceHandler(&workerService{s}, opts...)
+	services := map[string]http.Handler{ctrlPath: ctrl, workPath: work}
+	for path, h := range services {
+		mux.Handle(path, h)
+	}
+	mountStreams(mux, services)
 	return "/", mux
 }
 

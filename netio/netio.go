@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -73,43 +72,3 @@ func (s *StreamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.
 
 // Addr implements net.Listener with the advertised address.
 func (s *StreamLayer) Addr() net.Addr { return s.advertise }
-
-// Limits bound what one client can make the API server hold.
-type Limits struct {
-	// ReadHeaderTimeout bounds how long a client may take to send headers.
-	ReadHeaderTimeout time.Duration
-	// IdleTimeout closes idle keep-alive connections.
-	IdleTimeout time.Duration
-	// MaxHeaderBytes caps request headers.
-	MaxHeaderBytes int
-	// MaxConcurrentStreams caps HTTP/2 streams per connection.
-	MaxConcurrentStreams int
-}
-
-// DefaultLimits are the API server's limits unless configured otherwise.
-func DefaultLimits() Limits {
-	return Limits{
-		ReadHeaderTimeout:    5 * time.Second,
-		IdleTimeout:          2 * time.Minute,
-		MaxHeaderBytes:       64 << 10,
-		MaxConcurrentStreams: 256,
-	}
-}
-
-// NewServer returns an HTTP server speaking HTTP/1.1 and cleartext HTTP/2
-// (h2c, prior knowledge) on the same port.
-func NewServer(h http.Handler, lim Limits) *http.Server {
-	var p http.Protocols
-	p.SetHTTP1(true)
-	p.SetUnencryptedHTTP2(true)
-	return &http.Server{
-		Handler:           h,
-		Protocols:         &p,
-		ReadHeaderTimeout: lim.ReadHeaderTimeout,
-		IdleTimeout:       lim.IdleTimeout,
-		MaxHeaderBytes:    lim.MaxHeaderBytes,
-		HTTP2: &http.HTTP2Config{
-			MaxConcurrentStreams: lim.MaxConcurrentStreams,
-		},
-	}
-}

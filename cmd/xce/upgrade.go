@@ -76,13 +76,35 @@ func (u *upgrader) writeStatus(s upgradeStatus) {
 	}
 	s.Pid, s.At = os.Getpid(), time.Now()
 	b, _ := json.Marshal(s)
-	tmp := statusPath(u.pidFile) + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err == nil {
-		err = os.Rename(tmp, statusPath(u.pidFile))
-		if err != nil {
-			u.log.Warn().Err(err).Msg("upgrade: writing the status file")
-		}
+	if err := writePrivate(statusPath(u.pidFile), append(b, '\n')); err != nil {
+		u.log.Warn().Err(err).Msg("upgrade: writing the status file")
 	}
+}
+
+// writePrivate replaces the file at path with data, readable and writable
+// by this user only, through a temporary file renamed into place.
+func writePrivate(path string, data []byte) error {
+	tmp := path + ".tmp"
+	// A temporary file left by an earlier run keeps its mode through
+	// os.WriteFile: start from a new one.
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+	}
+	return err
 }
 
 func (u *upgrader) fail(err error) {

@@ -1,0 +1,43 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/rs/zerolog"
+)
+
+// The upgrade status file is readable by its owner only, whatever a
+// leftover status or temporary file had, and reads back.
+func TestUpgradeStatusFileIsPrivate(t *testing.T) {
+	dir := t.TempDir()
+	pid := filepath.Join(dir, "xce.pid")
+	status := statusPath(pid)
+	for _, p := range []string{status, status + ".tmp"} {
+		if err := os.WriteFile(p, []byte("old\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	u := &upgrader{pidFile: pid, log: zerolog.Nop()}
+	for _, state := range []string{"started", "failed"} {
+		u.writeStatus(upgradeStatus{State: state, Error: "boom"})
+		fi, err := os.Stat(status)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m := fi.Mode().Perm(); m != 0o600 {
+			t.Errorf("%s: status file mode %#o, want 0600", state, m)
+		}
+		s, ok := readStatus(pid)
+		if !ok || s.State != state || s.Pid != os.Getpid() || s.Error != "boom" {
+			t.Errorf("%s: read back %+v %v", state, s, ok)
+		}
+	}
+	if _, err := os.Stat(status + ".tmp"); !os.IsNotExist(err) {
+		t.Errorf("temporary file left behind: %v", err)
+	}
+}
