@@ -10,6 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/xce/xce/ha"
+	"github.com/xce/xce/netio"
+	"github.com/xce/xce/persist"
 )
 
 type metrics struct {
@@ -17,6 +19,14 @@ type metrics struct {
 	term        prometheus.Gauge
 	writeQuorum prometheus.Gauge
 	roleChanges *prometheus.CounterVec
+	// conns are the client port's connection metrics (refusals under the
+	// limits, connections open, caps in force).
+	conns *netio.ConnMetrics
+	// storageOK is 1 while the storage's writes succeed;
+	// storageFailures counts its changes from working to failing.
+	storageOK       prometheus.Gauge
+	storageFailures prometheus.Counter
+	storageFailing  bool
 }
 
 func newMetrics(reg *prometheus.Registry, n *Node) *metrics {
@@ -29,8 +39,12 @@ func newMetrics(reg *prometheus.Registry, n *Node) *metrics {
 		roleChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "xce_role_changes_total", Help: "Role changes by from and to.",
 		}, []string{"from", "to"}),
+		conns: netio.NewConnMetrics(reg),
 	}
-	reg.MustRegister(m.role, m.term, m.writeQuorum, m.roleChanges,
+	m.storageOK = prometheus.NewGauge(prometheus.GaugeOpts{Name: "xce_storage_healthy", Help: "1 while the node's storage writes succeed; 0 after a failed write or sync (a full disk), until one succeeds again."})
+	m.storageFailures = prometheus.NewCounter(prometheus.CounterOpts{Name: "xce_storage_failures_total", Help: "Times the node's storage went from working to failing."})
+	m.storageOK.Set(1)
+	reg.MustRegister(m.role, m.term, m.writeQuorum, m.roleChanges, m.storageOK, m.storageFailures,
 		// Scheduling latency and GC pauses show a CPU-starved node: a
 		// goroutine that waits tens of milliseconds for a core is how a
 		// leader misses its lease with short raft timeouts.
@@ -62,8 +76,23 @@ func (m *metrics) setView(v *ha.View) {
 	m.writeQuorum.Set(wq)
 }
 
+// setStorage records the storage's health; only the event loop calls it.
+func (m *metrics) setStorage(h persist.Health) {
+	failing := h.Err != nil
+	if failing && !m.storageFailing {
+		m.storageFailures.Inc()
+	}
+	m.storageFailing = failing
+	if failing {
+		m.storageOK.Set(0)
+	} else {
+		m.storageOK.Set(1)
+	}
+}
+
 // routes serves the API plus /healthz (the process runs), /readyz (PRIMARY
-// with write quorum) and /metrics on the client port.
+// with write quorum) and /metrics on the client port. The port's health
+// reserve (netio.Limits) serves /healthz and /readyz only.
 func (n *Node) routes(api http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -79,9 +108,10 @@ func (n *Node) routes(api http.Handler) http.Handler {
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(n.opts.Registry, promhttp.HandlerOpts{}))
 	if n.opts.Pprof {
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		// Profiles and traces write for as long as they were asked to run.
+		mux.Handle("/debug/pprof/", netio.LongStream(http.HandlerFunc(pprof.Index)))
+		mux.Handle("/debug/pprof/profile", netio.LongStream(http.HandlerFunc(pprof.Profile)))
+		mux.Handle("/debug/pprof/trace", netio.LongStream(http.HandlerFunc(pprof.Trace)))
 	}
 	if api != nil {
 		mux.Handle("/", api)

@@ -131,6 +131,7 @@ type (
 	raftStarted struct{ b ha.Backend }
 	raftFailed  struct{ err error }
 	recheck     struct{}
+	storage     struct{ h persist.Health }
 	serviceFail struct {
 		term uint64
 		err  error
@@ -253,12 +254,16 @@ func (n *Node) Run(ctx context.Context, api http.Handler) (err error) {
 			pl.Close()
 		}
 	}
-	srv := netio.NewServer(n.routes(api), netio.DefaultLimits())
+	srv := netio.NewServer(n.routes(api), netio.ClientLimits(n.cfg.Limits), netio.WithLogger(n.log), netio.WithMetrics(n.metrics.conns))
 	srvDone := make(chan error, 1)
 	n.clientLn.Store(&cl)
 	go func() { srvDone <- srv.Serve(cl) }()
 	n.log.Info().Str("client_addr", cl.Addr().String()).Str("peer_addr", n.cfg.PeerAddr).Int("pid", os.Getpid()).
 		Str("version", n.version).Msg("listening; answering NOT_READY until a role is decided")
+	if a := cl.Addr().String(); !netio.IsLoopback(a) {
+		n.log.Warn().Str("client_addr", n.cfg.ClientAddr).Str("listening_on", a).
+			Msg("client port " + n.cfg.ClientAddr + " is reachable beyond this machine and has no TLS; anyone who reaches it can call every method")
+	}
 	if n.opts.Serving != nil {
 		n.opts.Serving()
 	}
@@ -277,6 +282,7 @@ func (n *Node) Run(ctx context.Context, api http.Handler) (err error) {
 	store, err := persist.Open(n.cfg.DataDir, persist.Options{
 		NodeID: n.cfg.NodeID, ClusterID: n.cfg.ClusterID, LockWait: n.opts.LockWait,
 		Logger: logging.NewHCLog(n.log, "storage"), CheckBolt: n.opts.CheckDB,
+		SegmentSize: n.cfg.Raft.LogSegmentSize,
 	})
 	if err != nil {
 		closePeer()
@@ -291,9 +297,12 @@ func (n *Node) Run(ctx context.Context, api http.Handler) (err error) {
 			return err
 		}
 		start = func(store *persist.Store) (ha.Backend, error) {
-			return ha.StartRaft(n.raftConfig(), n.fsm, store, stream, logging.NewHCLog(n.log, "raft"))
+			return ha.StartRaft(n.raftConfig(store), n.fsm, store, stream, logging.NewHCLog(n.log, "raft"))
 		}
 	}
+
+	// The storage's health decides whether the node may lead.
+	n.wg.Go(func() { n.watchStorage(store) })
 
 	// 3. The election, asynchronously: the backend restores its state off
 	// the loop.
@@ -372,9 +381,12 @@ func (n *Node) Drain() {
 	}
 }
 
-func (n *Node) raftConfig() ha.RaftConfig {
+func (n *Node) raftConfig(store *persist.Store) ha.RaftConfig {
 	c := n.cfg.Raft
 	rc := ha.RaftConfig{
+		// A node whose storage fails would win an election only to fail
+		// its first write and step down again, churning terms.
+		CampaignAllowed:    func() error { return store.Health().Err },
 		NodeID:             n.cfg.NodeID,
 		HeartbeatTimeout:   c.HeartbeatTimeout.Duration,
 		ElectionTimeout:    c.ElectionTimeout.Duration,
@@ -384,11 +396,30 @@ func (n *Node) raftConfig() ha.RaftConfig {
 		SnapshotThreshold:  c.SnapshotThreshold,
 		TrailingLogs:       c.TrailingLogs,
 		DetectLeaderExit:   c.DetectLeaderExit,
+		MaxRPCSize:         int64(n.cfg.Limits.Peer.MaxMessageBytes),
+		RPCTimeout:         n.cfg.PeerReadTimeout(),
+		IdleTimeout:        n.cfg.PeerIdleTimeout(),
+		MaxInboundConns:    n.cfg.Limits.Peer.MaxConnections,
+		FirstByteTimeout:   n.cfg.Limits.Peer.FirstByteTimeout.Duration,
 	}
 	for _, p := range n.cfg.Peers {
 		rc.Peers = append(rc.Peers, ha.Peer{ID: p.ID, Addr: p.PeerAddr})
 	}
 	return rc
+}
+
+// watchStorage reports each change of the storage's health to the loop
+// until the node stops.
+func (n *Node) watchStorage(store *persist.Store) {
+	for {
+		changed := store.HealthChanged()
+		n.post(storage{store.Health()})
+		select {
+		case <-changed:
+		case <-n.stopCh:
+			return
+		}
+	}
 }
 
 // post hands an event to the loop. It never blocks once the node stops.
@@ -421,6 +452,13 @@ func (n *Node) loop(ctx context.Context) error {
 				n.step(ev)
 			case recheck:
 				n.publish()
+			case storage:
+				n.metrics.setStorage(ev.h)
+				reason := ""
+				if ev.h.Err != nil {
+					reason = ev.h.Err.Error()
+				}
+				n.step(ha.StorageFailing{Reason: reason})
 			case serviceFail:
 				if ev.term == n.machine.Term() && n.machine.Role() == ha.RolePrimary {
 					n.log.Error().Err(ev.err).Uint64("term", ev.term).Msg("a leader service failed to start; handing leadership on")
@@ -488,6 +526,12 @@ func (n *Node) perform(fx ha.Effect) {
 	case ha.TransferLeadership:
 		b := n.backend.Load()
 		if b == nil {
+			return
+		}
+		if len(n.cfg.Peers) < 2 {
+			// No other node can take over; the machine asks again
+			// only after the cause is gone.
+			n.log.Warn().Str("reason", fx.Reason).Msg("not serving as PRIMARY, and no other node can take over")
 			return
 		}
 		n.log.Warn().Str("reason", fx.Reason).Msg("transferring leadership")
@@ -576,6 +620,7 @@ func (n *Node) publish() {
 		Term:     n.machine.Term(),
 		LeaderID: n.machine.LeaderID(),
 		Reason:   n.machine.Reason(),
+		Storage:  n.machine.Storage(),
 	}
 	if v.Role == ha.RoleElecting && n.primaryTerm == v.Term && v.Term != 0 {
 		// Stepped down in the term it led: if a majority is out of
@@ -605,7 +650,7 @@ func (n *Node) publish() {
 	old := n.view.Load()
 	v.Stopping = old.Stopping
 	if old.Role == v.Role && old.Term == v.Term && old.LeaderID == v.LeaderID && old.WriteQuorum == v.WriteQuorum && old.QuorumLost == v.QuorumLost &&
-		old.Reason == v.Reason && old.LeaderAddr == v.LeaderAddr {
+		old.Reason == v.Reason && old.LeaderAddr == v.LeaderAddr && old.Storage == v.Storage {
 		return
 	}
 	n.view.Store(ha.NewView(v))

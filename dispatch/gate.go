@@ -88,6 +88,11 @@ func Decide(v *ha.View, class Class, stale bool, t RetryTimings) Decision {
 	case ha.RoleInit:
 		return Decision{Kind: "starting", Reason: "starting", RetryAfter: t.Electing}
 	case ha.RoleElecting:
+		if v.Storage != "" {
+			// This node cannot lead until its storage takes writes
+			// again; another node may already be PRIMARY.
+			return Decision{Kind: "storage", Reason: "storage failing: " + v.Storage, RetryAfter: t.Electing}
+		}
 		if v.QuorumLost {
 			return Decision{Kind: "no_quorum", Reason: "no write quorum", RetryAfter: t.NoQuorum}
 		}

@@ -78,6 +78,7 @@ func TestGateReasonsAndRetryAfter(t *testing.T) {
 	}{
 		{ha.View{Role: ha.RoleElecting}, ClassWrite, "electing", timings.Electing},
 		{ha.View{Role: ha.RoleElecting, QuorumLost: true}, ClassWrite, "no write quorum", timings.NoQuorum},
+		{ha.View{Role: ha.RoleElecting, Storage: "no space left on device"}, ClassWrite, "storage failing: no space left on device", timings.Electing},
 		{ha.View{Role: ha.RoleInit}, ClassRead, "starting", timings.Electing},
 		{ha.View{Role: ha.RolePrimary}, ClassWrite, "no write quorum", timings.NoQuorum},
 		{ha.View{Role: ha.RoleStandby, LeaderID: "n2", LeaderAddr: "127.0.0.1:7102"}, ClassWrite, "standby: primary is n2 at 127.0.0.1:7102", 0},

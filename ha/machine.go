@@ -38,12 +38,18 @@ type TransferDone struct{ Err error }
 // Stopping: the node shuts down.
 type Stopping struct{}
 
-func (Started) isEvent()      {}
-func (Observed) isEvent()     {}
-func (BarrierDone) isEvent()  {}
-func (Fenced) isEvent()       {}
-func (Stopping) isEvent()     {}
-func (TransferDone) isEvent() {}
+// StorageFailing: a write or sync of the node's storage failed (Reason set),
+// or one succeeded again after a failure (Reason empty). A node whose
+// storage fails is never PRIMARY: it hands leadership on and says why.
+type StorageFailing struct{ Reason string }
+
+func (Started) isEvent()        {}
+func (Observed) isEvent()       {}
+func (BarrierDone) isEvent()    {}
+func (Fenced) isEvent()         {}
+func (Stopping) isEvent()       {}
+func (TransferDone) isEvent()   {}
+func (StorageFailing) isEvent() {}
 
 // Effect is work the event loop performs, in order, after a Step.
 type Effect interface{ isEffect() }
@@ -101,6 +107,12 @@ type Machine struct {
 	transferring bool
 	decided      bool
 	stopped      bool
+	// storage is why the node's storage fails ("" while it works).
+	storage string
+	// last is the backend's latest observed state, looked at again when
+	// the storage's health changes.
+	last    Observed
+	hasLast bool
 }
 
 // NewMachine returns a machine in INIT for the node id.
@@ -113,6 +125,9 @@ func (m *Machine) Role() Role       { return m.role }
 func (m *Machine) Term() uint64     { return m.term }
 func (m *Machine) LeaderID() string { return m.leaderID }
 func (m *Machine) Reason() string   { return m.reason }
+
+// Storage is why the node's storage fails, or "" while it works.
+func (m *Machine) Storage() string { return m.storage }
 
 // Step applies one event and returns the effects to perform, in order.
 func (m *Machine) Step(ev Event) []Effect {
@@ -141,23 +156,52 @@ func (m *Machine) Step(ev Event) []Effect {
 		fx = m.leave(fx)
 		m.stopped = true
 		return fx
+	case StorageFailing:
+		if ev.Reason == m.storage {
+			return nil
+		}
+		m.storage = ev.Reason
+		if ev.Reason == "" {
+			// Healthy again: a transfer asked for because of the
+			// storage is no longer needed.
+			m.transferring = false
+		}
+		if !m.hasLast {
+			return nil
+		}
+		return m.observe(m.last)
 	}
 	panic(fmt.Sprintf("ha: unknown event %T", ev))
 }
 
 func (m *Machine) observe(o Observed) []Effect {
+	m.last, m.hasLast = o, true
 	var fx []Effect
 	if m.role == RoleInit {
 		fx = m.become(RoleElecting, "electing", fx)
 	}
 	if o.Term > m.term {
 		m.term = o.Term
+		// A transfer asked for in an older term is over either way.
+		m.transferring = false
 	}
 	m.leaderID = o.LeaderID
 	switch {
 	case o.State == StateLeader:
 		m.leaderID = m.self
 		switch {
+		case m.storage != "":
+			// A leader that cannot write its own storage commits
+			// nothing: stay out of PRIMARY and hand leadership to a
+			// healthy node. Raft itself does not campaign again while
+			// the storage fails (RaftConfig.CampaignAllowed).
+			reason := "storage failing: " + m.storage
+			fx = m.leave(fx)
+			if !m.transferring {
+				m.transferring = true
+				fx = append(fx, TransferLeadership{Reason: reason})
+			}
+			return m.become(RoleElecting, reason+"; handing leadership on", fx)
 		case m.role == RolePrimary && m.barrierTerm == o.Term:
 			return fx
 		case o.Term == m.fencedTerm:
@@ -183,10 +227,13 @@ func (m *Machine) observe(o Observed) []Effect {
 		return m.become(RoleElecting, "elected, applying earlier entries", fx)
 	case o.State == StateFollower && o.LeaderID != "" && o.LeaderID != m.self:
 		fx = m.leave(fx)
-		return m.become(RoleStandby, "following "+o.LeaderID, fx)
+		return m.become(RoleStandby, m.withStorage("following "+o.LeaderID), fx)
 	case o.State == StateShutdown:
 		fx = m.leave(fx)
 		return m.become(RoleElecting, "raft is shut down", fx)
+	case m.storage != "":
+		fx = m.leave(fx)
+		return m.become(RoleElecting, "storage failing: "+m.storage+"; not campaigning until a write succeeds", fx)
 	default:
 		fx = m.leave(fx)
 		return m.become(RoleElecting, "electing", fx)
@@ -216,6 +263,14 @@ func (m *Machine) fenced(f Fenced) []Effect {
 	m.transferring = true
 	fx = append(fx, TransferLeadership{Reason: "fenced: " + f.Reason})
 	return m.become(RoleElecting, "fenced: "+f.Reason, fx)
+}
+
+// withStorage adds the storage's failure, if any, to a reason.
+func (m *Machine) withStorage(reason string) string {
+	if m.storage == "" {
+		return reason
+	}
+	return reason + "; storage failing: " + m.storage
 }
 
 // leave ends PRIMARY duties and any running term.

@@ -176,3 +176,64 @@ func TestQuorum(t *testing.T) {
 		t.Fatal("a single voter is its own quorum")
 	}
 }
+
+func TestStorageFailingPrimaryHandsLeadershipOn(t *testing.T) {
+	run(t, []step{
+		{Started{}, []string{"role INIT->ELECTING"}, RoleElecting},
+		{Observed{State: StateLeader, Term: 2}, []string{"begin 2"}, RoleElecting},
+		{BarrierDone{Term: 2}, []string{"establish 2", "role ELECTING->PRIMARY", "phase2 PRIMARY"}, RolePrimary},
+		{StorageFailing{Reason: "no space left on device"}, []string{"revoke", "end", "transfer", "role PRIMARY->ELECTING"}, RoleElecting},
+		// still leading: asked once, not at every look
+		{Observed{State: StateLeader, Term: 2}, nil, RoleElecting},
+		{TransferDone{Err: errors.New("no peer")}, nil, RoleElecting},
+		{Observed{State: StateLeader, Term: 2}, []string{"transfer"}, RoleElecting},
+		// another node took over
+		{Observed{State: StateFollower, Term: 3, LeaderID: "n2"}, []string{"role ELECTING->STANDBY"}, RoleStandby},
+		{StorageFailing{}, nil, RoleStandby},
+		// healthy again: the node may lead and serve
+		{Observed{State: StateLeader, Term: 4}, []string{"begin 4", "role STANDBY->ELECTING"}, RoleElecting},
+		{BarrierDone{Term: 4}, []string{"establish 4", "role ELECTING->PRIMARY"}, RolePrimary},
+	})
+}
+
+func TestStorageFailingSingleNodeWaitsAndResumes(t *testing.T) {
+	m := NewMachine("n1")
+	m.Step(Started{})
+	m.Step(Observed{State: StateLeader, Term: 2})
+	m.Step(BarrierDone{Term: 2})
+	got := types(m.Step(StorageFailing{Reason: "no space left on device"}))
+	if want := []string{"revoke", "end", "transfer", "role PRIMARY->ELECTING"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("effects %q, want %q", got, want)
+	}
+	// raft stepped down after the failed write, and does not campaign
+	if got := types(m.Step(Observed{State: StateFollower, Term: 2})); len(got) != 0 || m.Role() != RoleElecting {
+		t.Fatalf("role %s effects %q", m.Role(), got)
+	}
+	if want := "storage failing: no space left on device; not campaigning until a write succeeds"; m.Reason() != want {
+		t.Fatalf("reason %q, want %q", m.Reason(), want)
+	}
+	// the failure clears: the reason says electing again
+	m.Step(StorageFailing{})
+	if m.Reason() != "electing" {
+		t.Fatalf("reason after recovery %q", m.Reason())
+	}
+	if fx := types(m.Step(Observed{State: StateLeader, Term: 3})); !reflect.DeepEqual(fx, []string{"begin 3"}) {
+		t.Fatalf("effects %q", fx)
+	}
+}
+
+func TestStorageFailingStandbyKeepsFollowingAndSaysWhy(t *testing.T) {
+	m := NewMachine("n1")
+	m.Step(Started{})
+	m.Step(Observed{State: StateFollower, Term: 2, LeaderID: "n2"})
+	if fx := types(m.Step(StorageFailing{Reason: "disk I/O error"})); len(fx) != 0 || m.Role() != RoleStandby {
+		t.Fatalf("effects %q role %s", fx, m.Role())
+	}
+	if want := "following n2; storage failing: disk I/O error"; m.Reason() != want {
+		t.Fatalf("reason %q, want %q", m.Reason(), want)
+	}
+	m.Step(StorageFailing{})
+	if m.Reason() != "following n2" {
+		t.Fatalf("reason %q", m.Reason())
+	}
+}

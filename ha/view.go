@@ -13,6 +13,9 @@ type View struct {
 	// rather than "electing" until the term moves on.
 	QuorumLost bool
 	Reason     string
+	// Storage says why the node's storage fails ("" while it works): such
+	// a node is never PRIMARY and refuses writes with this reason.
+	Storage string
 	// Stopping is set once shutdown began: every request that needs the
 	// role is answered NOT_READY.
 	Stopping bool
