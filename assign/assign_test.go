@@ -55,7 +55,7 @@ func assertAssignment(t *testing.T, step string, got, want Assignment) {
 }
 
 // fmtAssignment prints an assignment per worker, in the notation of
-// DESIGN §7: I1 {T1,T3 | T2 | warm T4}.
+// docs/design.md, "The assignor": I1 {T1,T3 | T2 | warm T4}.
 func fmtAssignment(a Assignment) string {
 	type row struct{ act, sb, wu []string }
 	rows := map[string]*row{}
@@ -97,8 +97,9 @@ func mapsKeys[M ~map[string]V, V any](m M) func(func(string) bool) {
 	}
 }
 
-// TestDesignExample1 is DESIGN §7 example 1: a new instance gets warm-ups
-// first and takes over its share once it has caught up.
+// TestDesignExample1 is example 1 of docs/design.md, "The assignor": a new
+// instance gets warm-ups first and takes over its share once it has caught
+// up.
 func TestDesignExample1(t *testing.T) {
 	prev := Assignment{
 		"T1": pl("I1", "I2"),
@@ -172,8 +173,8 @@ func TestDesignExample1(t *testing.T) {
 	}
 }
 
-// exampleStart is the starting point of DESIGN §7 examples 2 and 3:
-// I1 {T1,T4 | T3}, I2 {T2 | T1,T4}, I3 {T3 | T2}.
+// exampleStart is the starting point of examples 2 and 3 of docs/design.md,
+// "The assignor": I1 {T1,T4 | T3}, I2 {T2 | T1,T4}, I3 {T3 | T2}.
 func exampleStart() Assignment {
 	return Assignment{
 		"T1": pl("I1", "I2"),
@@ -183,8 +184,8 @@ func exampleStart() Assignment {
 	}
 }
 
-// TestDesignExample2 is DESIGN §7 example 2: with caught-up standbys a dead
-// instance costs one rebalance and no follow-up.
+// TestDesignExample2 is example 2 of docs/design.md, "The assignor": with
+// caught-up standbys a dead instance costs one rebalance and no follow-up.
 func TestDesignExample2(t *testing.T) {
 	in := Input{
 		Config: haConfig(),
@@ -215,8 +216,9 @@ func TestDesignExample2(t *testing.T) {
 	}
 }
 
-// TestDesignExample3 is DESIGN §7 example 3: with lagging standbys the
-// survivors restore first and balance once I3 has caught up on T4.
+// TestDesignExample3 is example 3 of docs/design.md, "The assignor": with
+// lagging standbys the survivors restore first and balance once I3 has
+// caught up on T4.
 func TestDesignExample3(t *testing.T) {
 	in := Input{
 		Config: haConfig(),

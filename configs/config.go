@@ -107,9 +107,10 @@ type PeerLimits struct {
 	IdleTimeout Duration `yaml:"idle_timeout"` // default 2m, at least 1m
 }
 
-// Assignor holds the task placement settings (DESIGN §7) and the worker
-// session timings. Only the primary plans, but every node should carry the
-// same values so that a failover keeps the policy.
+// Assignor holds the task placement settings (docs/design.md, "The
+// assignor") and the worker session timings. Only the primary plans, but
+// every node should carry the same values so that a failover keeps the
+// policy.
 type Assignor struct {
 	AcceptableRecoveryLag    int64    `yaml:"acceptable_recovery_lag"`    // default 10000
 	MaxWarmupReplicas        int      `yaml:"max_warmup_replicas"`        // default 2, at least 1

@@ -1,6 +1,6 @@
 // Package dispatch is the API's front: the gate that decides, from role,
 // write quorum and the class of the operation, what each request gets
-// (DESIGN §3), and the handlers behind it.
+// (docs/design.md, "The gate"), and the handlers behind it.
 package dispatch
 
 import (
@@ -62,8 +62,8 @@ type RetryTimings struct {
 	NoQuorum time.Duration
 }
 
-// Decide applies DESIGN §3's table. stale is whether the caller accepts a
-// stale read (read class only).
+// Decide applies the gate's table (docs/design.md, "The gate"). stale is
+// whether the caller accepts a stale read (read class only).
 func Decide(v *ha.View, class Class, stale bool, t RetryTimings) Decision {
 	if class == ClassHealth {
 		return Decision{Serve: true}

@@ -12,7 +12,8 @@ import (
 
 var timings = RetryTimings{Electing: 100 * time.Millisecond, NoQuorum: 150 * time.Millisecond}
 
-// TestGateTable checks every cell of DESIGN §3: role × class × write quorum
+// TestGateTable checks every cell of the gate's table (docs/design.md, "The
+// gate"): role × class × write quorum
 // (× stale for reads).
 func TestGateTable(t *testing.T) {
 	const (

@@ -127,7 +127,8 @@ func (s *Service) notReady(v *ha.View, d Decision) error {
 	return err
 }
 
-// gate is the interceptor that applies DESIGN §3 before any handler runs.
+// gate is the interceptor that applies the gate's table (docs/design.md, "The
+// gate") before any handler runs.
 type gate struct{ s *Service }
 
 type consistent interface{ GetConsistency() xcev1.Consistency }

@@ -809,7 +809,8 @@ func TestFencedByNewerProducer(t *testing.T) {
 // the old publisher's commit is in flight, and the old publisher's commit
 // ends in an error of unknown outcome (UNKNOWN_SERVER_ERROR). Its recovery
 // (kgo's EndTransaction(TryAbort) re-initialises the producer id with its old
-// epoch, KIP-360) must not take the epoch back within the term (DESIGN §5).
+// epoch, KIP-360) must not take the epoch back within the term (docs/design.md,
+// "Downstream writes and the epoch fence").
 // kfake accepts the stale epoch and bumps it, so the deposed publisher fences
 // the new one and publishes again; a real broker refuses the stale re-init
 // with PRODUCER_FENCED.

@@ -1,7 +1,8 @@
 // Package fence publishes every committed change downstream to Kafka, in
 // Raft order and exactly once, under the producer epoch of the current
 // primary: Kafka's transaction coordinator fences a deposed primary, whose
-// late writes the broker rejects (DESIGN §5).
+// late writes the broker rejects (docs/design.md, "Downstream writes and the
+// epoch fence").
 package fence
 
 import (

@@ -3,7 +3,8 @@ package ha
 import "time"
 
 // Quorum tracks whether a primary still has a write quorum: itself plus every
-// voter that answered an append or heartbeat within the window (DESIGN §3).
+// voter that answered an append or heartbeat within the window (docs/design.md,
+// "Write quorum").
 // It learns from the backend's failed/resumed heartbeat observations. It is
 // owned by the controller's event loop and takes now as an argument.
 type Quorum struct {

@@ -55,7 +55,7 @@ func newRaftSink() *raftSink {
 	}
 	return &raftSink{
 		commit:        h("xce_raft_commit_seconds", "Leader: from handing entries to raft to their commit (a majority stored them)."),
-		leaderStore:   h("xce_raft_leader_log_store_seconds", "Leader: writing a batch of entries to its own log (a bolt commit)."),
+		leaderStore:   h("xce_raft_leader_log_store_seconds", "Leader: writing a batch of entries to its own log (one sync of its segment log)."),
 		followerStore: h("xce_raft_follower_log_store_seconds", "Follower: writing the entries of an AppendEntries to its log."),
 		fsmApply:      h("xce_raft_fsm_apply_seconds", "Applying a batch of committed entries to the state machine."),
 		replication: prometheus.NewHistogramVec(prometheus.HistogramOpts{

@@ -32,30 +32,23 @@ type applier interface {
 // wave starts when this one is applied.
 //
 // Raft's leader writes each batch it takes off its apply channel to its own
-// log (a bolt commit, two fdatasyncs) and pipelines it to the followers,
-// which do the same. Left to itself it starts a new small batch as soon as
-// one command arrives, so under concurrent load the three disks work
-// through many small overlapping commits and each write waits behind
-// others. One wave in flight turns that into one commit per node per wave.
-// Measured with three voters on one 2-core machine, fsync on, interleaved
-// runs of BenchmarkRaftApply: 16 writers 2,590–2,930 → 3,880–4,410
-// writes/s, 64 writers 6,580 → 8,280; a single writer is unchanged.
+// log (a sync of its segment log) and pipelines it to the followers, which
+// do the same. Left to itself it starts a new small batch as soon as one
+// command arrives, so under concurrent load the disks work through many
+// small overlapping commits and each write waits behind others. One wave in
+// flight turns that into one commit per node per wave, so concurrent
+// writers share syncs; a single writer pays nothing extra.
 //
 // A wave also waits briefly for the callers the previous wave answered
 // (see gather): through the API, a client's next write arrives a fraction
 // of a millisecond after its answer, so without waiting the callers split
 // into two alternating half-size waves and each write waits for one and a
-// half commits. `xce bench --local 3`, 16 clients, interleaved runs: 1,729–
-// 1,985 → 2,479–2,902 writes/s; 64 clients 4,086–4,652 → 4,321–5,158; one
-// client unchanged.
+// half commits.
 //
 // Once every voter applies batch entries (setBatches), the submits and
 // deletes of a wave go to raft as one CmdBatch entry instead of one entry
 // each: one log record to encode, store and send per node instead of
-// dozens. BenchmarkRaftApply (in process, submits): 16 writers 142 → 110
-// µs/op, 64 writers 75 → 57. Through the API (`xce bench --local 3`, 8 s,
-// interleaved rounds) the gain is smaller and moves with the disk: median
-// +5–20 % at 16 clients, +10–15 % at 64.
+// dozens.
 type waves struct {
 	r       applier
 	batches atomic.Bool

@@ -23,7 +23,8 @@ import (
 	xcev1 "github.com/xce/xce/proto/xce/v1"
 )
 
-// The epoch fence end to end (DESIGN §5): a kafka-dev broker as a child
+// The epoch fence end to end (docs/design.md, "Downstream writes and the epoch
+// fence"): a kafka-dev broker as a child
 // process, three servers publishing through it, and a read_committed
 // consumer that checks what downstream sees.
 

@@ -19,15 +19,13 @@ import (
 // caller's goroutine.
 //
 // The server speaks cleartext HTTP/2 too, but for short unary calls HTTP/1.1
-// costs fewer goroutine hand-offs on both sides: measured on a 2-core
-// machine, a read takes 250 µs against 385 µs over HTTP/2, and `xce bench
-// --local 3` writes 7–20 % more per second. net/http's own HTTP/1.1
-// transport still hands each call to two goroutines of its connection (one
-// writes the request, one reads the response) and back; the loop here
-// writes and reads on the caller's: `xce bench --local 3`, interleaved
-// rounds, 16 clients +11–30 %, 64 clients +4–7 %, one client unchanged. On a
-// small machine the clients' and the leader's CPU per call, not the disk,
-// bounds how fast a committed wave of writes turns into the next one.
+// costs fewer goroutine hand-offs on both sides, so reads are faster and
+// writes per second higher. net/http's own HTTP/1.1 transport still hands
+// each call to two goroutines of its connection (one writes the request,
+// one reads the response) and back; the loop here writes and reads on the
+// caller's, which helps most with many concurrent clients. On a small
+// machine the clients' and the leader's CPU per call, not the disk, bounds
+// how fast a committed wave of writes turns into the next one.
 //
 // Requests it cannot carry that way (https, bodies over maxOneWriteBody or
 // of unknown length, Expect or Upgrade headers) go through net/http's

@@ -47,7 +47,7 @@ type Placement struct {
 
 // Event is a committed change that goes downstream through the outbox,
 // keyed by its Raft index and, within a CmdBatch entry, by its position
-// (DESIGN §5).
+// (docs/design.md, "Downstream writes and the epoch fence").
 type Event struct {
 	Index uint64 `json:"index"`
 	// Seq is the event's command's position in its CmdBatch entry (0 for an

@@ -1,7 +1,8 @@
 // Package placement is the primary's side of worker management: the worker
-// sessions (soft state reported by Register and Heartbeat, DESIGN §4) and
+// sessions (soft state reported by Register and Heartbeat; docs/design.md,
+// "Tasks, workers, assignments") and
 // the assignor loop that turns those facts into committed assignment
-// generations (DESIGN §7).
+// generations (docs/design.md, "The assignor").
 //
 // The Service is a leader-only service: Establish starts a term's state
 // and its loop, Revoke stops both. Sessions are never replicated; a new

@@ -53,7 +53,8 @@ func printJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-// statusJSON is `xce status --json` (DESIGN §8).
+// statusJSON is `xce status --json` (docs/design.md, "Interfaces that tests and
+// operators rely on").
 type statusJSON struct {
 	NodeID       string `json:"node_id"`
 	ClusterID    string `json:"cluster_id"`

@@ -1,5 +1,6 @@
 // Package succession decides who holds a role, who challenges for it and who
-// waits, for the Kafka-coordinated election backend (DESIGN §6).
+// waits, for the Kafka-coordinated election backend (docs/design.md,
+// "Succession (Kafka backend)").
 //
 // Everything here is a pure function of (state, member, now, config): it does
 // no I/O, reads no clock, never sleeps and starts no goroutines. The transport
@@ -35,7 +36,7 @@
 //
 // # Decisions
 //
-// [Evaluate] applies the rules of DESIGN §6 in this order:
+// [Evaluate] applies these rules, in this order:
 //
 //   - not in the roster: [NotRegistered];
 //   - named by a live lease (now < deadline): [Hold], with the instant at which
@@ -56,7 +57,7 @@
 // # With no lease at all
 //
 // Before the first grant, or after a release, rank n's anchor is its own
-// registration instant + n × stagger, as DESIGN §6 says; we chose not to
+// registration instant + n × stagger; we chose not to
 // anchor everyone at a common instant (the first registration, say). The
 // consequences, which are deliberate:
 //

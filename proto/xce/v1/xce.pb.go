@@ -21,7 +21,7 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// Role is a controller node's role (DESIGN §2).
+// Role is a controller node's role (docs/design.md, "Roles and the event loop").
 type Role int32
 
 const (
