@@ -24,10 +24,10 @@ type Profile struct {
 }
 
 // Profiles: "default" uses the config defaults; "fast" halves the timeout
-// that bounds failover from a cut-off or stalled primary. 100 ms held
-// through 5-minute runs at 16 and 64 clients on 2 saturated cores without an
-// election; 50 ms did not at 64 clients (a node's goroutines wait 40–60 ms
-// for a core now and then, see the README).
+// that bounds failover from a cut-off or stalled primary, to 100 ms: the
+// shortest that held through loaded 5-minute runs without an election on a
+// small machine, whose goroutines now and then wait tens of milliseconds for
+// a core (docs/benchmarks.md).
 var Profiles = map[string]Profile{
 	"default": {Name: "default"},
 	"fast":    {Name: "fast", HeartbeatTimeout: 100 * time.Millisecond, ElectionTimeout: 100 * time.Millisecond, LeaderLeaseTimeout: 100 * time.Millisecond},

@@ -255,7 +255,7 @@ func TestPartitionIsolatedPrimary(t *testing.T) {
 	load.stopAndCheck(t, c.Client())
 }
 
-// TestBenchKillPrimaryJSON runs the bench the README documents and checks
+// TestBenchKillPrimaryJSON runs the bench docs/benchmarks.md documents and checks
 // its verdict.
 func TestBenchKillPrimaryJSON(t *testing.T) {
 	r := runXCE(t, 3*time.Minute, "bench", "--local", "3", "--kill-primary", "2", "--json", "--duration", "12s", "--clients", "16")

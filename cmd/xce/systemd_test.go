@@ -9,7 +9,7 @@ import (
 )
 
 // TestSystemdUnit checks deploy/xce.service: the lines the upgrade relies
-// on, that the README shows the same unit, and its syntax with
+// on, that docs/operations.md shows the same unit, and its syntax with
 // systemd-analyze verify where that tool exists.
 func TestSystemdUnit(t *testing.T) {
 	unit, err := os.ReadFile("../../deploy/xce.service")
@@ -25,7 +25,7 @@ func TestSystemdUnit(t *testing.T) {
 			t.Errorf("deploy/xce.service lacks %q", want)
 		}
 	}
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/operations.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +36,7 @@ func TestSystemdUnit(t *testing.T) {
 		}
 	}
 	if !strings.Contains(string(readme), strings.Join(body, "\n")) {
-		t.Error("README.md does not show deploy/xce.service (without its comments) verbatim")
+		t.Error("docs/operations.md does not show deploy/xce.service (without its comments) verbatim")
 	}
 
 	analyze, err := exec.LookPath("systemd-analyze")
