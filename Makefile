@@ -11,7 +11,7 @@ BUF_VERSION            := v1.75.0
 PROTOC_GEN_GO_VERSION  := v1.36.12
 PROTOC_GEN_CONNECT_VER := v1.19.1
 
-.PHONY: help build test unit fuzz lint dev bench proto tools clean
+.PHONY: help build test unit fuzz lint dev bench proto docs tools clean
 
 help:
 	@echo "make dev    run a local 3-node cluster (Ctrl-C stops it)"
@@ -20,6 +20,7 @@ help:
 	@echo "make bench  run the Go benchmarks"
 	@echo "make fuzz   fuzz each decoder for FUZZTIME (default $(FUZZTIME))"
 	@echo "make proto  regenerate the protobuf and Connect code"
+	@echo "make docs   regenerate the reference pages under docs/reference"
 	@echo "make lint   go vet and a gofmt check"
 
 build:
@@ -50,6 +51,10 @@ tools:
 	GOBIN=$(TOOLS) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
 	GOBIN=$(TOOLS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 	GOBIN=$(TOOLS) $(GO) install connectrpc.com/connect/cmd/protoc-gen-connect-go@$(PROTOC_GEN_CONNECT_VER)
+
+# Reference pages generated from the code; a test fails when one is stale.
+docs:
+	$(GO) test ./configs -run TestConfigReference -count=1 -update
 
 proto: tools
 	PATH=$(TOOLS):$$PATH $(TOOLS)/buf generate

@@ -26,7 +26,7 @@ import (
 
 // Config is one node's configuration.
 type Config struct {
-	NodeID     string `yaml:"node_id"`
+	NodeID     string `yaml:"node_id"`     // required; this node's id, one of peers[].id, written into the data dir
 	ClusterID  string `yaml:"cluster_id"`  // default "local"
 	DataDir    string `yaml:"data_dir"`    // relative to the working directory
 	ClientAddr string `yaml:"client_addr"` // API, /healthz, /readyz, /metrics; host may be empty (all interfaces)
@@ -125,9 +125,9 @@ type Assignor struct {
 
 // Peer is one voter of the cluster.
 type Peer struct {
-	ID         string `yaml:"id"`
-	PeerAddr   string `yaml:"peer_addr"`
-	ClientAddr string `yaml:"client_addr"`
+	ID         string `yaml:"id"`          // unique in the cluster
+	PeerAddr   string `yaml:"peer_addr"`   // where the other nodes reach its raft port
+	ClientAddr string `yaml:"client_addr"` // its API address, given to clients in leader hints
 }
 
 // HA selects the election backend. With backend kafka, Kafka coordinates
@@ -169,7 +169,7 @@ type Raft struct {
 
 // Kafka configures event publishing. No brokers means publishing is disabled.
 type Kafka struct {
-	Brokers               []string `yaml:"brokers"`
+	Brokers               []string `yaml:"brokers"`                 // host:port each; empty: publishing disabled
 	Topic                 string   `yaml:"topic"`                   // default "xce.events"
 	TransactionalIDPrefix string   `yaml:"transactional_id_prefix"` // default "xce"
 }
