@@ -55,6 +55,7 @@ tools:
 # Reference pages generated from the code; a test fails when one is stale.
 docs:
 	$(GO) test ./configs -run TestConfigReference -count=1 -update
+	$(GO) test ./cmd/xce -run TestCLIReference -count=1 -update
 
 proto: tools
 	PATH=$(TOOLS):$$PATH $(TOOLS)/buf generate

@@ -67,6 +67,12 @@ func versionString() string {
 }
 
 func main() {
+	err := rootCmd().Execute()
+	os.Exit(exitCode(err))
+}
+
+// rootCmd is the xce command with every subcommand.
+func rootCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "xce",
 		Short:         "A highly available controller for fleets of stateful workers",
@@ -77,8 +83,7 @@ func main() {
 	root.AddCommand(serverCmd(), upgradeCmd(), devCmd(), statusCmd(), versionCmd(),
 		submitCmd(), taskCmd(), tasksCmd(), benchCmd(), kafkaDevCmd(), eventsCmd(), assignCmd(),
 		workerCmd(), workersCmd(), assignmentCmd(), checkDBCmd())
-	err := root.Execute()
-	os.Exit(exitCode(err))
+	return root
 }
 
 func exitCode(err error) int {
