@@ -84,13 +84,36 @@ func TestNullKeepsDefault(t *testing.T) {
 	}
 }
 
+// validateCase edits a valid config and names the error Validate must then
+// give ("" for none).
+type validateCase struct {
+	name string
+	edit func(c *Config)
+	want string // substring of the error; "" means valid
+}
+
+func checkValidate(t *testing.T, tests []validateCase) {
+	t.Helper()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := mustParse(t, minimal)
+			tt.edit(c)
+			err := c.Validate()
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case tt.want != "" && err == nil:
+				t.Fatalf("no error, want %q", tt.want)
+			case tt.want != "" && !strings.Contains(err.Error(), tt.want):
+				t.Fatalf("error %q\ndoes not contain %q", err, tt.want)
+			}
+		})
+	}
+}
+
 func TestValidate(t *testing.T) {
 	long := strings.Repeat("a", 65)
-	tests := []struct {
-		name string
-		edit func(c *Config)
-		want string // substring of the error; "" means valid
-	}{
+	tests := []validateCase{
 		{"valid", func(c *Config) {}, ""},
 		{"node_id required", func(c *Config) { c.NodeID = "" }, "node_id: required"},
 		{"node_id chars", func(c *Config) { c.NodeID = "n 1" }, "node_id: must be 1-64 characters of [A-Za-z0-9._-]"},
@@ -170,21 +193,7 @@ func TestValidate(t *testing.T) {
 		{"tx prefix required", func(c *Config) { c.Kafka.TransactionalIDPrefix = "" }, "kafka.transactional_id_prefix: required"},
 		{"tx prefix chars", func(c *Config) { c.Kafka.TransactionalIDPrefix = "x/y" }, "kafka.transactional_id_prefix: must be 1-64 characters of [A-Za-z0-9._-]"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c := mustParse(t, minimal)
-			tt.edit(c)
-			err := c.Validate()
-			switch {
-			case tt.want == "" && err != nil:
-				t.Fatalf("unexpected error: %v", err)
-			case tt.want != "" && err == nil:
-				t.Fatalf("no error, want %q", tt.want)
-			case tt.want != "" && !strings.Contains(err.Error(), tt.want):
-				t.Fatalf("error %q\ndoes not contain %q", err, tt.want)
-			}
-		})
-	}
+	checkValidate(t, tests)
 }
 
 func TestValidateCollectsAll(t *testing.T) {
@@ -460,11 +469,7 @@ func TestDetectLeaderExitCanBeTurnedOff(t *testing.T) {
 }
 
 func TestValidateLimits(t *testing.T) {
-	tests := []struct {
-		name string
-		edit func(c *Config)
-		want string // substring of the error; "" means valid
-	}{
+	tests := []validateCase{
 		{"defaults", func(c *Config) {}, ""},
 		{"client max_connections zero", func(c *Config) { c.Limits.Client.MaxConnections = 0 }, "limits.client.max_connections: must be between 1 and 1048576 (got 0)"},
 		{"client max_connections one", func(c *Config) { c.Limits.Client.MaxConnections = 1 }, ""},
@@ -492,21 +497,7 @@ func TestValidateLimits(t *testing.T) {
 			c.Raft.HeartbeatTimeout, c.Raft.ElectionTimeout = Duration{30 * time.Second}, Duration{30 * time.Second}
 		}, ""},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c := mustParse(t, minimal)
-			tt.edit(c)
-			err := c.Validate()
-			switch {
-			case tt.want == "" && err != nil:
-				t.Fatalf("unexpected error: %v", err)
-			case tt.want != "" && err == nil:
-				t.Fatalf("no error, want %q", tt.want)
-			case tt.want != "" && !strings.Contains(err.Error(), tt.want):
-				t.Fatalf("error %q\ndoes not contain %q", err, tt.want)
-			}
-		})
-	}
+	checkValidate(t, tests)
 }
 
 // The limits section parses strictly like every other, and a partial one

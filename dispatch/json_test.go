@@ -152,7 +152,7 @@ func TestWatchStatusIsALongStream(t *testing.T) {
 	}
 	opened := time.Now()
 	// A quiet stream, well past the write timeout, then a role change.
-	time.Sleep(3 * lim.WriteTimeout)
+	time.Sleep(3 * lim.WriteTimeout) // the quiet spell under test, not a wait for a condition
 	node.setView(ha.View{Role: ha.RoleStandby, Term: 6, LeaderID: "n2"})
 	if !stream.Receive() || stream.Msg().Role != xcev1.Role_ROLE_STANDBY {
 		t.Fatalf("no status %v after the stream was quiet for %v: %v", stream.Msg(), time.Since(opened), stream.Err())

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/xce/xce/client"
+	"github.com/xce/xce/internal/testutil"
 )
 
 // TestDataDirDamage runs one node, writes tasks through it, stops it, and
@@ -139,7 +139,7 @@ func TestDataDirDamage(t *testing.T) {
 	}
 	for _, d := range damages {
 		t.Run(d.name, func(t *testing.T) {
-			dir := copyTree(t, pristine)
+			dir := testutil.CopyDir(t, pristine)
 			if d.apply != nil {
 				d.apply(t, dir)
 			}
@@ -252,28 +252,4 @@ func segmentFrames(t *testing.T, path string) []frame {
 		off = end
 	}
 	return out
-}
-
-// copyTree copies a data dir.
-func copyTree(t *testing.T, src string) string {
-	t.Helper()
-	dst := filepath.Join(t.TempDir(), "data")
-	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, p)
-		if d.IsDir() {
-			return os.MkdirAll(filepath.Join(dst, rel), 0o750)
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(filepath.Join(dst, rel), b, 0o640)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dst
 }

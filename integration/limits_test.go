@@ -319,7 +319,7 @@ func slowBodiesPaced(addr string, n int, every, pace, bound time.Duration) *atta
 			continue
 		}
 		a.trickle(c, addr, every, until)
-		time.Sleep(pace)
+		time.Sleep(pace) // the attack's own pacing, not a wait for a condition
 	}
 	return a
 }

@@ -2,7 +2,6 @@ package netio
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -19,32 +18,15 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/xce/xce/configs"
+	"github.com/xce/xce/internal/testutil"
 )
-
-// syncBuffer is a log sink safe for the server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // limited is a Server under test with its metrics and log.
 type limited struct {
 	srv  *Server
 	addr string
 	reg  *prometheus.Registry
-	log  *syncBuffer
+	log  *testutil.SyncBuffer
 }
 
 type serverOpt func(*Server)
@@ -52,7 +34,7 @@ type serverOpt func(*Server)
 func startLimited(t *testing.T, lim Limits, h http.Handler, opts ...serverOpt) *limited {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	lg := &syncBuffer{}
+	lg := &testutil.SyncBuffer{}
 	srv := NewServer(h, lim, WithLogger(zerolog.New(lg)), WithMetrics(NewConnMetrics(reg)))
 	for _, o := range opts {
 		o(srv)
@@ -101,18 +83,6 @@ func (l *limited) metric(t *testing.T, name, label, value string) float64 {
 func (l *limited) refused(t *testing.T, reason string) float64 {
 	t.Helper()
 	return l.metric(t, "xce_client_conn_refused_total", "reason", reason)
-}
-
-// pollUntil polls cond until it holds, failing the test after timeout.
-func pollUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", timeout, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 func testLimits() Limits {
@@ -224,7 +194,7 @@ func TestCapAndHealthReserve(t *testing.T) {
 	for range 2 {
 		dial(t, s.addr).send(t, "POST", "/api", "X-Block", "1")
 	}
-	pollUntil(t, 5*time.Second, "two requests in the handler", func() bool { return b.count() == 2 })
+	testutil.Eventually(t, 5*time.Second, "two requests in the handler", func() bool { return b.count() == 2 })
 
 	c := dial(t, s.addr)
 	c.send(t, "GET", "/healthz")
@@ -250,7 +220,7 @@ func TestCapAndHealthReserve(t *testing.T) {
 	}
 
 	dial(t, s.addr).send(t, "GET", "/readyz", "X-Block", "1")
-	pollUntil(t, 5*time.Second, "a health check in the handler", func() bool { return b.count() == 3 })
+	testutil.Eventually(t, 5*time.Second, "a health check in the handler", func() bool { return b.count() == 3 })
 	if g, r := s.metric(t, "xce_client_connections", "pool", PoolGeneral), s.metric(t, "xce_client_connections", "pool", PoolReserve); g != 2 || r != 1 {
 		t.Errorf("connections open: general %v reserve %v, want 2 and 1", g, r)
 	}
@@ -266,7 +236,7 @@ func TestCapAndHealthReserve(t *testing.T) {
 	// The health check ends and its connection leaves the reserve; the
 	// general ones stay open, idle.
 	b.free()
-	pollUntil(t, 5*time.Second, "the reserve empty", func() bool {
+	testutil.Eventually(t, 5*time.Second, "the reserve empty", func() bool {
 		return s.metric(t, "xce_client_connections", "pool", PoolReserve) == 0
 	})
 	if n := s.metric(t, "xce_client_connections", "pool", PoolGeneral); n != 2 {
@@ -287,7 +257,7 @@ func TestEvictionOrder(t *testing.T) {
 
 	busy := dial(t, s.addr)
 	busy.send(t, "POST", "/api", "X-Block", "1")
-	pollUntil(t, 5*time.Second, "a request in the handler", func() bool { return b.count() == 1 })
+	testutil.Eventually(t, 5*time.Second, "a request in the handler", func() bool { return b.count() == 1 })
 	idle := dial(t, s.addr)
 	idle.send(t, "GET", "/x")
 	if resp, _ := idle.response(t); resp.StatusCode != http.StatusOK {
@@ -295,7 +265,7 @@ func TestEvictionOrder(t *testing.T) {
 	}
 	idleAt := time.Now()
 	unused := dial(t, s.addr)
-	pollUntil(t, 5*time.Second, "three connections open", func() bool {
+	testutil.Eventually(t, 5*time.Second, "three connections open", func() bool {
 		return s.metric(t, "xce_client_connections", "pool", PoolGeneral) == 3
 	})
 
@@ -389,7 +359,7 @@ func TestSilentAndSlowHeaders(t *testing.T) {
 	if took := time.Since(start); took < lim.ReadHeaderTimeout {
 		t.Errorf("closed after %v, before the %v timeout", took, lim.ReadHeaderTimeout)
 	}
-	pollUntil(t, 5*time.Second, "20 read timeouts counted", func() bool { return s.refused(t, ReasonReadTimeout) == 20 })
+	testutil.Eventually(t, 5*time.Second, "20 read timeouts counted", func() bool { return s.refused(t, ReasonReadTimeout) == 20 })
 
 	c := dial(t, s.addr)
 	c.send(t, "GET", "/x")
@@ -462,7 +432,7 @@ func TestSlowBodyCutOff(t *testing.T) {
 		if r.took < lim.ReadTimeout/2 || r.took > lim.ReadTimeout+2*time.Second {
 			t.Errorf("transport %d: body cut off after %v, want about %v", i, r.took, lim.ReadTimeout)
 		}
-		pollUntil(t, 5*time.Second, "the timeout counted", func() bool { return s.refused(t, ReasonReadTimeout) == float64(i+1) })
+		testutil.Eventually(t, 5*time.Second, "the timeout counted", func() bool { return s.refused(t, ReasonReadTimeout) == float64(i+1) })
 	}
 	if n := s.refused(t, ReasonWriteTimeout); n != 0 {
 		t.Errorf("refused{write_timeout} = %v: a cut-off body counted twice", n)
@@ -501,7 +471,7 @@ func TestRefusedReserveConnectionMakesRoom(t *testing.T) {
 	b := newBlocker(t)
 	s := startLimited(t, lim, b)
 	dial(t, s.addr).send(t, "POST", "/api", "X-Block", "1")
-	pollUntil(t, 5*time.Second, "a request in the handler", func() bool { return b.count() == 1 })
+	testutil.Eventually(t, 5*time.Second, "a request in the handler", func() bool { return b.count() == 1 })
 	// Calls with bodies they do not send whole: one the server would read
 	// on to keep the connection, one too large for that, after which it
 	// closes its side and waits a little before it closes the connection.
@@ -638,7 +608,7 @@ func TestWriteTimeout(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the handler's writes never timed out")
 	}
-	pollUntil(t, 5*time.Second, "the write timeout counted", func() bool { return s.refused(t, ReasonWriteTimeout) == 1 })
+	testutil.Eventually(t, 5*time.Second, "the write timeout counted", func() bool { return s.refused(t, ReasonWriteTimeout) == 1 })
 }
 
 // Headers over MaxHeaderBytes and requests the server cannot parse are
@@ -742,19 +712,19 @@ func TestClientLimitsFromConfig(t *testing.T) {
 // Refusals are logged once at the start of a spell, then summed up one
 // line per period, and what is left at stop.
 func TestRefusalLogSummarizes(t *testing.T) {
-	buf := &syncBuffer{}
+	buf := &testutil.SyncBuffer{}
 	r := newRefusalLog(zerolog.New(buf), 100*time.Millisecond)
 	for i := range 100 {
 		r.note(reasons[i%2], "127.0.0.1:1")
 	}
-	pollUntil(t, 5*time.Second, "a summary line", func() bool { return strings.Count(buf.String(), "\n") >= 2 })
+	testutil.Eventually(t, 5*time.Second, "a summary line", func() bool { return strings.Count(buf.String(), "\n") >= 2 })
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	if !strings.Contains(lines[0], `"reason":"cap"`) || !strings.Contains(lines[1], `"total":99`) ||
 		!strings.Contains(lines[1], `"cap":49`) || !strings.Contains(lines[1], `"reserve_non_health":50`) {
 		t.Errorf("log:\n%s", buf.String())
 	}
 	// The quiet period ends the spell: the next refusal is logged at once.
-	pollUntil(t, 5*time.Second, "the spell to end", func() bool {
+	testutil.Eventually(t, 5*time.Second, "the spell to end", func() bool {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		return r.timer == nil

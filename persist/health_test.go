@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/xce/xce/internal/testutil"
 )
 
 // flakyStable fails its writes with err while it is set.
@@ -234,5 +236,5 @@ func TestProbeRecovers(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 5*time.Second, "goroutines to end", func() bool { return runtime.NumGoroutine() <= before })
+	testutil.Eventually(t, 5*time.Second, "goroutines to end", func() bool { return runtime.NumGoroutine() <= before })
 }

@@ -17,6 +17,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+
+	"github.com/xce/xce/internal/testutil"
 )
 
 // Entries of lostEntry fill frames of exactly frameLen bytes, so a test
@@ -381,19 +383,6 @@ func readMark(t *testing.T, s *Store) mark {
 	return m
 }
 
-// waitUntil polls cond every few milliseconds until it holds, failing the
-// test after within.
-func waitUntil(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, within)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func TestMarkRaisedAfterAppends(t *testing.T) {
 	opts := testOpts
 	opts.markInterval = 5 * time.Millisecond
@@ -405,7 +394,7 @@ func TestMarkRaisedAfterAppends(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitUntil(t, 5*time.Second, "mark at 10", func() bool { return readMark(t, s) == mark{durable: 10} })
+	testutil.Eventually(t, 5*time.Second, "mark at 10", func() bool { return readMark(t, s) == mark{durable: 10} })
 }
 
 func TestCloseWritesTheMark(t *testing.T) {
@@ -426,31 +415,6 @@ func TestCloseWritesTheMark(t *testing.T) {
 	if m := readMark(t, s); m != (mark{durable: 3}) {
 		t.Fatalf("mark after Close %+v, want 3", m)
 	}
-}
-
-// copyDir copies a data dir as a crash leaves it: every synced byte, no
-// Close.
-func copyDir(t *testing.T, src string) string {
-	t.Helper()
-	dst := t.TempDir()
-	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, p)
-		if d.IsDir() {
-			return os.MkdirAll(filepath.Join(dst, rel), 0o750)
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(filepath.Join(dst, rel), b, 0o640)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dst
 }
 
 func checkEntries(t *testing.T, s *Store, last uint64) {
@@ -484,14 +448,14 @@ func TestMarkLoweredBeforeSuffixDelete(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := copyDir(t, dir)
+	c := testutil.CopyDir(t, dir)
 	cs := openT(t, c, testOpts)
 	checkEntries(t, cs, 50)
 	cs.Close()
 
 	// A crash while the frames were zeroed: the disk kept some zeros and
 	// not others, with intact frames of later writes after them.
-	c = copyDir(t, dir)
+	c = testutil.CopyDir(t, dir)
 	p := segPath(t, c)
 	b, _ := os.ReadFile(p)
 	clear(b[segHdr+40*frameLen : segHdr+44*frameLen]) // 41..44, a batch of its own
@@ -513,7 +477,7 @@ func TestMarkLoweredBeforeSuffixDelete(t *testing.T) {
 	if m := readMark(t, s); m != (mark{durable: 40, cutFrom: 41}) {
 		t.Fatalf("mark after the delete %+v", m)
 	}
-	cs = openT(t, copyDir(t, dir), testOpts)
+	cs = openT(t, testutil.CopyDir(t, dir), testOpts)
 	checkEntries(t, cs, 40)
 	cs.Close()
 
@@ -545,7 +509,7 @@ func TestMarkLoweredBeforeDeleteAll(t *testing.T) {
 	if m := readMark(t, s); m != (mark{}) {
 		t.Fatalf("mark after deleting everything %+v", m)
 	}
-	cs := openT(t, copyDir(t, dir), testOpts)
+	cs := openT(t, testutil.CopyDir(t, dir), testOpts)
 	if l, _ := cs.Logs.LastIndex(); l != 0 {
 		t.Fatalf("last index %d", l)
 	}

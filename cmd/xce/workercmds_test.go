@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
+	"github.com/xce/xce/internal/testutil"
 	"github.com/xce/xce/netio"
 	xcev1 "github.com/xce/xce/proto/xce/v1"
 	"github.com/xce/xce/proto/xce/v1/xcev1connect"
@@ -266,7 +266,7 @@ func TestRunWorker(t *testing.T) {
 		logLevel: "info", logFormat: "json"}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	var logs syncBuffer
+	var logs testutil.SyncBuffer
 	go func() { done <- runWorker(ctx, &flags, &logs) }()
 	deadline := time.Now().Add(10 * time.Second)
 	for f.heartbeats.Load() < 3 {
@@ -286,22 +286,4 @@ func TestRunWorker(t *testing.T) {
 	if !strings.Contains(logs.String(), `"worker_id":"w1"`) || !strings.Contains(logs.String(), "assignment changed") {
 		t.Errorf("log:\n%s", logs.String())
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent use.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -1,0 +1,71 @@
+// Package testutil holds the helpers that tests of several packages share.
+// It is imported by tests only.
+package testutil
+
+import (
+	"bytes"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Eventually polls cond every few milliseconds until it holds, and fails
+// the test, naming what it waited for, once within has passed.
+func Eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", within, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// CopyDir copies the tree at src, byte for byte as it is on disk (no file
+// is opened for writing or closed in src), into a new dir of the test and
+// returns its path.
+func CopyDir(t testing.TB, src string) string {
+	t.Helper()
+	dst := filepath.Join(t.TempDir(), "data")
+	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		if d.IsDir() {
+			return os.MkdirAll(filepath.Join(dst, rel), 0o750)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dst, rel), b, 0o640)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dst
+}
+
+// SyncBuffer is a bytes.Buffer safe for concurrent use: a log sink for
+// goroutines a test does not own.
+type SyncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *SyncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *SyncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
