@@ -23,6 +23,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/xce/xce/internal/backoff"
 	"github.com/xce/xce/netio"
 	xcev1 "github.com/xce/xce/proto/xce/v1"
 	"github.com/xce/xce/proto/xce/v1/xcev1connect"
@@ -228,7 +229,10 @@ func retry[S any](ctx context.Context, c *Client, stub func(ep string) S, call f
 	ep := c.cur()
 	var last *xcev1.NotReady
 	var lastErr error
-	hops, transport := 0, 0
+	hops := 0
+	// A node that does not answer: the next one is tried soon, backing off
+	// exponentially only while none answers.
+	unanswered := backoff.Backoff{Min: 20 * time.Millisecond, Max: 640 * time.Millisecond}
 	for {
 		actx, cancel := context.WithTimeout(ctx, c.opts.AttemptTimeout)
 		err := call(actx, stub(ep))
@@ -248,7 +252,7 @@ func retry[S any](ctx context.Context, c *Client, stub func(ep string) S, call f
 		}
 		var wait time.Duration
 		if isNotReady {
-			transport = 0
+			unanswered.Reset()
 			if nr.LeaderAddr != "" && nr.LeaderAddr != ep && hops < 3 {
 				// Follow the hint at once; a few hops at most before
 				// backing off, in case hints disagree mid-election.
@@ -266,11 +270,8 @@ func retry[S any](ctx context.Context, c *Client, stub func(ep string) S, call f
 			wait = max(time.Duration(nr.RetryAfterMs)*time.Millisecond, 10*time.Millisecond)
 			ep = c.next(ep)
 		} else if retryable(ctx, err) {
-			// A node that does not answer: try the next one soon, backing
-			// off exponentially only while none answers.
 			hops = 0
-			wait = 20 * time.Millisecond << min(transport, 5)
-			transport++
+			wait = unanswered.Next()
 			ep = c.next(ep)
 		} else {
 			// An answer (not found, refused, …) from a node that served
@@ -280,12 +281,8 @@ func retry[S any](ctx context.Context, c *Client, stub func(ep string) S, call f
 		}
 		wait = min(wait, c.opts.MaxBackoff)
 		wait += time.Duration(mrand.Int64N(int64(wait)/2 + int64(5*time.Millisecond)))
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !backoff.Sleep(ctx, wait) {
 			return giveUp(ctx, last, lastErr)
-		case <-t.C:
 		}
 		// Reported once the retry is sure to happen: a caller whose
 		// context ends during the wait (or whose deadline the server

@@ -33,6 +33,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/xce/xce/client"
+	"github.com/xce/xce/internal/backoff"
 	xcev1 "github.com/xce/xce/proto/xce/v1"
 )
 
@@ -192,7 +193,7 @@ func (w *worker) run(ctx context.Context) error {
 	w.log.Info().Strs("controllers", w.cfg.Controllers).Uint32("capacity", w.cfg.Capacity).
 		Float64("restore_rate", w.cfg.RestoreRate).Int64("initial_lag", w.cfg.InitialLag).Msg("worker starting")
 	w.lastAdvance = time.Now()
-	backoff := time.Second
+	retry := backoff.Backoff{Min: time.Second, Max: 10 * time.Second}
 	for {
 		justRegistered := false
 		if !w.registered {
@@ -203,14 +204,15 @@ func (w *worker) run(ctx context.Context) error {
 			case errors.Is(err, client.ErrInvalid):
 				return fmt.Errorf("register: %w", err)
 			case err != nil:
-				w.log.Warn().Err(err).Dur("retry_in", backoff).Msg("register failed")
-				if !sleep(ctx, backoff) {
+				wait := retry.Next()
+				w.log.Warn().Err(err).Dur("retry_in", wait).Msg("register failed")
+				if !backoff.Sleep(ctx, wait) {
 					return w.stopped()
 				}
-				backoff = min(backoff*2, 10*time.Second)
 				continue
 			}
-			backoff, justRegistered = time.Second, true
+			retry.Reset()
+			justRegistered = true
 		}
 		start := time.Now()
 		w.heartbeat(ctx, justRegistered)
@@ -220,7 +222,7 @@ func (w *worker) run(ctx context.Context) error {
 		if !w.registered && !justRegistered {
 			continue // register again at once
 		}
-		if !sleep(ctx, w.interval-time.Since(start)) {
+		if !backoff.Sleep(ctx, w.interval-time.Since(start)) {
 			return w.stopped()
 		}
 	}
@@ -229,21 +231,6 @@ func (w *worker) run(ctx context.Context) error {
 func (w *worker) stopped() error {
 	w.log.Info().Msg("worker stopped")
 	return nil
-}
-
-// sleep waits d or until ctx ends; it reports whether ctx is still live.
-func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 func (w *worker) register(ctx context.Context) error {
