@@ -56,6 +56,7 @@ tools:
 docs:
 	$(GO) test ./configs -run TestConfigReference -count=1 -update
 	$(GO) test ./cmd/xce -run TestCLIReference -count=1 -update
+	$(GO) test ./internal/reference -run TestMetricsReference -count=1 -update
 
 proto: tools
 	PATH=$(TOOLS):$$PATH $(TOOLS)/buf generate

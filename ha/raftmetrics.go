@@ -50,14 +50,15 @@ func ExportRaftMetrics(reg prometheus.Registerer) error {
 func newRaftSink() *raftSink {
 	// 100 µs to about 1.6 s.
 	buckets := prometheus.ExponentialBuckets(0.0001, 2, 15)
-	h := func(name, help string) prometheus.Histogram {
-		return prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets})
+	h := func(o prometheus.HistogramOpts) prometheus.Histogram {
+		o.Buckets = buckets
+		return prometheus.NewHistogram(o)
 	}
 	return &raftSink{
-		commit:        h("xce_raft_commit_seconds", "Leader: from handing entries to raft to their commit (a majority stored them)."),
-		leaderStore:   h("xce_raft_leader_log_store_seconds", "Leader: writing a batch of entries to its own log (one sync of its segment log)."),
-		followerStore: h("xce_raft_follower_log_store_seconds", "Follower: writing the entries of an AppendEntries to its log."),
-		fsmApply:      h("xce_raft_fsm_apply_seconds", "Applying a batch of committed entries to the state machine."),
+		commit:        h(prometheus.HistogramOpts{Name: "xce_raft_commit_seconds", Help: "Leader: from handing entries to raft to their commit (a majority stored them)."}),
+		leaderStore:   h(prometheus.HistogramOpts{Name: "xce_raft_leader_log_store_seconds", Help: "Leader: writing a batch of entries to its own log (one sync of its segment log)."}),
+		followerStore: h(prometheus.HistogramOpts{Name: "xce_raft_follower_log_store_seconds", Help: "Follower: writing the entries of an AppendEntries to its log."}),
+		fsmApply:      h(prometheus.HistogramOpts{Name: "xce_raft_fsm_apply_seconds", Help: "Applying a batch of committed entries to the state machine."}),
 		replication: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "xce_raft_replication_seconds", Help: "Leader: AppendEntries round trip to a follower.", Buckets: buckets,
 		}, []string{"peer"}),
