@@ -38,6 +38,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -70,32 +71,17 @@ type Config struct {
 	SnapshotThreshold uint64
 	Logger            zerolog.Logger
 
-	hooks *hooks
+	// dial, when set, opens every connection to the brokers (kgo.Dialer).
+	dial func(ctx context.Context, network, host string) (net.Conn, error)
 }
 
-// hooks let tests hold the backend at chosen points; nil in production.
-type hooks struct {
-	// take runs in take once it has checked that the backend is not
-	// stopping, before it installs the holder.
-	take func()
-	// coordBatch runs before a fetched batch of coordination records is
-	// handed to the loop.
-	coordBatch func()
-	// endTxn runs in a holder's commit between producing the records and
-	// ending the transaction.
-	endTxn func()
-	// register runs before a registration record is produced.
-	register func()
-	// challenge runs when a challenge starts.
-	challenge func()
-}
-
-func (b *Backend) hook(f func(*hooks) func()) {
-	if b.cfg.hooks != nil {
-		if fn := f(b.cfg.hooks); fn != nil {
-			fn()
-		}
+// clientOpts are the options of every client of the brokers, then opts.
+func (b *Backend) clientOpts(opts ...kgo.Opt) []kgo.Opt {
+	o := []kgo.Opt{kgo.SeedBrokers(b.cfg.Brokers...), kgo.DialTimeout(2 * time.Second)}
+	if b.cfg.dial != nil {
+		o = append(o, kgo.Dialer(b.cfg.dial))
 	}
+	return append(o, opts...)
 }
 
 // Names derives a cluster's topic and transactional id names from the
@@ -110,7 +96,7 @@ func Names(prefix, cluster string) (coord, state, txnID string) {
 const (
 	headerTerm      = "xce-term"
 	headerChallenge = "xce-challenge"
-	// headerMember names the member a yield record (see foreignLeases) is
+	// headerMember names the member a yield record (see succession.Coordinator.ForeignUntil) is
 	// about; headerYield carries the yield's offset.
 	headerMember = "xce-member"
 	headerYield  = "xce-yield"
@@ -157,19 +143,17 @@ type Backend struct {
 	lastTerm  uint64
 	tail      *tailer
 	lso       atomic.Int64
-	// myReg is the offset of this run's latest registration (-1: none yet).
-	myReg atomic.Int64
 	// handoverUntil (unix ms): after TransferLeadership, do not register
 	// again before another member holds the role or this instant passes.
 	handoverUntil atomic.Int64
 
 	// folded is the offset of the last coordination record folded, and
 	// foreignUntil (unix ms) when the last lease another member may still
-	// act on runs out (see foreignLeases); both guarded by mu.
+	// act on runs out (see succession.Coordinator.ForeignUntil); both guarded by mu.
 	folded       int64
 	foreignUntil int64
 	// yields takes, from lose, the offset of the last lease record of a
-	// holder that left, for the loop to announce (see foreignLeases).
+	// holder that left, for the loop to announce (see succession.Coordinator.ForeignUntil).
 	yields chan int64
 }
 
@@ -185,9 +169,9 @@ func Start(cfg Config, fsm *persist.FSM, snaps raft.SnapshotStore) (*Backend, er
 	if len(cfg.Brokers) == 0 {
 		return nil, errors.New("kafkaha: no brokers")
 	}
-	plain, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...), kgo.ProducerLinger(0),
-		kgo.DialTimeout(2*time.Second), kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.RetryBackoffFn(func(int) time.Duration { return 100 * time.Millisecond }))
+	plain, err := kgo.NewClient((&Backend{cfg: cfg}).clientOpts(kgo.ProducerLinger(0),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.RetryBackoffFn(func(int) time.Duration { return 100 * time.Millisecond }))...)
 	if err != nil {
 		return nil, err
 	}
@@ -197,7 +181,6 @@ func Start(cfg Config, fsm *persist.FSM, snaps raft.SnapshotStore) (*Backend, er
 		stop: make(chan struct{}), kick: make(chan struct{}, 1), posts: make(chan any, 16),
 		view: ha.Observed{State: ha.StateFollower}, folded: -1, yields: make(chan int64, 4),
 	}
-	b.myReg.Store(-1)
 	if err := b.restore(); err != nil {
 		plain.Close()
 		return nil, err
@@ -268,7 +251,7 @@ func (b *Backend) Info() Info {
 // up to and including it; every record committed before (by any holder) is
 // then applied, and the holder takes the log over from the tailer. Before
 // that it waits until no other member may still trust a lease (see
-// foreignLeases): normally none is left by the time a challenge commits.
+// succession.Coordinator.ForeignUntil): normally none is left by the time a challenge commits.
 func (b *Backend) Barrier(ctx context.Context) error {
 	h := b.currentHolder()
 	if h == nil {
@@ -482,17 +465,16 @@ func (b *Backend) lose(h *holder, reason string) {
 	}
 }
 
-// register appends this member's registration record (not transactional).
-func (b *Backend) register(ctx context.Context) error {
-	b.hook(func(h *hooks) func() { return h.register })
+// register appends this member's registration record (not transactional)
+// and returns its offset.
+func (b *Backend) register(ctx context.Context) (int64, error) {
 	k, v := succession.RegistrationRecord(b.cfg.Role, succession.MemberID(b.cfg.Member))
 	r := &kgo.Record{Topic: b.cfg.CoordTopic, Partition: 0, Key: k, Value: v}
 	if err := b.plain.ProduceSync(ctx, r).FirstErr(); err != nil {
-		return err
+		return -1, err
 	}
-	b.myReg.Store(r.Offset)
 	b.log.Info().Int64("offset", r.Offset).Msg("registered: joined the roster at the tail")
-	return nil
+	return r.Offset, nil
 }
 
 // ensureTopics creates the coordination and state topics when missing.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/xce/xce/ha"
 	"github.com/xce/xce/ha/succession"
+	"github.com/xce/xce/internal/testutil"
 	"github.com/xce/xce/persist"
 )
 
@@ -54,7 +55,7 @@ func startMember(t *testing.T, brokers []string, id, dir string, stagger int64) 
 	return startMemberWith(t, brokers, id, dir, stagger, nil)
 }
 
-// startMemberWith is startMember with the config adjusted by mod (hooks).
+// startMemberWith is startMember with the config adjusted by mod.
 func startMemberWith(t *testing.T, brokers []string, id, dir string, stagger int64, mod func(*Config)) *member {
 	t.Helper()
 	if dir == "" {
@@ -78,19 +79,6 @@ func startMemberWith(t *testing.T, brokers []string, id, dir string, stagger int
 	return m
 }
 
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		<-tick.C
-	}
-}
-
 func leader(m *member) bool { return m.b.View().State == ha.StateLeader }
 
 // becomePrimary waits until m holds the role and runs its barrier.
@@ -100,7 +88,7 @@ func becomePrimary(t *testing.T, m *member) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		waitFor(t, time.Until(deadline), m.id+" to hold the role", func() bool { return leader(m) })
+		testutil.Eventually(t, time.Until(deadline), m.id+" to hold the role", func() bool { return leader(m) })
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
 		err := m.b.Barrier(ctx)
 		cancel()
@@ -194,9 +182,9 @@ func TestFailoverToStandby(t *testing.T) {
 	for i := range 20 {
 		submit(t, a, fmt.Sprintf("t%d", i))
 	}
-	waitFor(t, 10*time.Second, "b to apply a's writes", func() bool { return b.fsm.NumTasks() == 20 })
+	testutil.Eventually(t, 10*time.Second, "b to apply a's writes", func() bool { return b.fsm.NumTasks() == 20 })
 	// b folds the coordination topic apart from tailing the state topic.
-	waitFor(t, 5*time.Second, "b to follow a", func() bool {
+	testutil.Eventually(t, 5*time.Second, "b to follow a", func() bool {
 		v := b.b.View()
 		return v.State == ha.StateFollower && v.LeaderID == "a"
 	})
@@ -230,14 +218,14 @@ func TestRestartLandsAtTheTail(t *testing.T) {
 		t.Fatalf("b's snapshot holds %d tasks, want 5", n)
 	}
 	b2 := startMember(t, brokers, "b", b.dir, 100)
-	waitFor(t, 10*time.Second, "b to catch up", func() bool { return b2.fsm.NumTasks() == 10 })
+	testutil.Eventually(t, 10*time.Second, "b to catch up", func() bool { return b2.fsm.NumTasks() == 10 })
 	// It restored the snapshot and replayed only what came after: none of
 	// the first five writes reached its FSM again (the dedup table would
 	// have answered it).
 	if n := b2.fsm.DedupHits(); n != 0 {
 		t.Fatalf("the restarted member applied %d records of its snapshot again", n)
 	}
-	waitFor(t, 5*time.Second, "b at the tail", func() bool {
+	testutil.Eventually(t, 5*time.Second, "b at the tail", func() bool {
 		r := b2.b.Info().Roster
 		return len(r) == 2 && r[0].Member == "a" && r[1].Member == "b" && r[1].Offset > r[0].Offset
 	})
@@ -258,7 +246,7 @@ func standbyStoppedBehind(t *testing.T) (brokers []string, a, b *member, idx []u
 	for i := range 5 {
 		submit(t, a, fmt.Sprintf("t%d", i))
 	}
-	waitFor(t, 10*time.Second, "b to apply", func() bool { return b.fsm.NumTasks() == 5 })
+	testutil.Eventually(t, 10*time.Second, "b to apply", func() bool { return b.fsm.NumTasks() == 5 })
 	b.b.Shutdown()
 	for i := 5; i < 10; i++ {
 		idx = append(idx, submit(t, a, fmt.Sprintf("t%d", i)))
@@ -295,7 +283,7 @@ func TestHandOver(t *testing.T) {
 	becomePrimary(t, a)
 	b := startMember(t, brokers, "b", "", 100)
 	submit(t, a, "x")
-	waitFor(t, 10*time.Second, "b registered", func() bool { return len(a.b.Info().Roster) == 2 })
+	testutil.Eventually(t, 10*time.Second, "b registered", func() bool { return len(a.b.Info().Roster) == 2 })
 	start := time.Now()
 	if err := a.b.TransferLeadership(); err != nil {
 		t.Fatal(err)
@@ -308,7 +296,7 @@ func TestHandOver(t *testing.T) {
 	if b.fsm.NumTasks() != 1 {
 		t.Fatal("b lacks a's write")
 	}
-	waitFor(t, 5*time.Second, "a at the tail", func() bool {
+	testutil.Eventually(t, 5*time.Second, "a at the tail", func() bool {
 		r := b.b.Info().Roster
 		return len(r) == 2 && r[0].Member == "b" && r[1].Member == "a"
 	})
@@ -323,7 +311,7 @@ func TestSimultaneousChallenges(t *testing.T) {
 	a := startMember(t, brokers, "a", "", 0)
 	becomePrimary(t, a)
 	ms := []*member{startMember(t, brokers, "b", "", 0), startMember(t, brokers, "c", "", 0), startMember(t, brokers, "d", "", 0)}
-	waitFor(t, 10*time.Second, "all registered", func() bool { return len(a.b.Info().Roster) == 4 })
+	testutil.Eventually(t, 10*time.Second, "all registered", func() bool { return len(a.b.Info().Roster) == 4 })
 	// Like the controller, each member runs its barrier once it holds.
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -359,9 +347,9 @@ func TestSimultaneousChallenges(t *testing.T) {
 			}
 		}
 	}
-	waitFor(t, 10*time.Second, "a member to serve", func() bool { count(); return serving > 0 })
+	testutil.Eventually(t, 10*time.Second, "a member to serve", func() bool { count(); return serving > 0 })
 	if observe(300*time.Millisecond, func() bool { count(); return serving > 1 }) {
 		t.Fatalf("%d members serve at once", serving)
 	}
-	waitFor(t, 5*time.Second, "the others to learn that they lost", func() bool { count(); return holding == 1 && serving == 1 })
+	testutil.Eventually(t, 5*time.Second, "the others to learn that they lost", func() bool { count(); return holding == 1 && serving == 1 })
 }

@@ -9,20 +9,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/xce/xce/delaymgr"
+	"github.com/xce/xce/internal/backoff"
 
 	"github.com/xce/xce/ha"
 	"github.com/xce/xce/ha/succession"
 )
-
-// coordRecord is a coordination record, whether a challenge wrote it, and
-// for a yield the member it is about and the yield's offset (-1: not a
-// yield).
-type coordRecord struct {
-	succession.Record
-	challenge bool
-	member    succession.MemberID
-	yield     int64
-}
 
 // internal results posted to the coordination loop
 type (
@@ -30,16 +21,18 @@ type (
 		offset int64
 		err    error
 	}
-	registered struct{ err error }
+	registered struct{ offset int64 }
 	challenged struct {
 		h   *holder
 		err error
 	}
 )
 
-// coordLoop owns the election: it folds the coordination topic, evaluates
-// the succession rules on every change and at the instant the decision can
-// change, and registers, challenges or leaves accordingly.
+// coordLoop owns the election: it reads the coordination topic and the
+// results of its own writes, steps the coordinator (succession.Coordinator,
+// which decides) and performs what it says: register, probe, challenge,
+// take or leave the role, renew, announce a yield, and arm the timer of the
+// next evaluation.
 func (b *Backend) coordLoop() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -50,7 +43,8 @@ func (b *Backend) coordLoop() {
 		case <-ctx.Done():
 		}
 	})
-	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+	retry := backoff.Backoff{Min: 100 * time.Millisecond, Max: 2 * time.Second}
+	for {
 		err := b.ensureTopics(ctx)
 		if err == nil {
 			break
@@ -58,52 +52,37 @@ func (b *Backend) coordLoop() {
 		if ctx.Err() != nil {
 			return
 		}
+		wait := retry.Next()
 		b.log.Warn().Err(err).Dur("retry_in", wait).Msg("cannot create the coordination and state topics; retrying")
-		if !sleepCtx(ctx, wait) {
+		if !backoff.Sleep(ctx, wait) {
 			return
 		}
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(b.cfg.Brokers...),
+	cl, err := kgo.NewClient(b.clientOpts(
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{b.cfg.CoordTopic: {0: kgo.NewOffset().AtStart()}}),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxWait(200*time.Millisecond),
 		kgo.DisableFetchSessions(), // one partition: see runTailer
-		kgo.DialTimeout(2*time.Second))
+	)...)
 	if err != nil {
 		b.log.Error().Err(err).Msg("coordination consumer")
 		return
 	}
 	defer cl.Close()
-	recs := make(chan []coordRecord, 16)
+	recs := make(chan []succession.CoordRecord, 16)
 	b.wg.Go(func() {
 		for {
 			fs := cl.PollFetches(ctx)
 			if ctx.Err() != nil {
 				return
 			}
-			var batch []coordRecord
+			var batch []succession.CoordRecord
 			fs.EachError(func(t string, p int32, err error) {
 				b.log.Debug().Err(err).Str("topic", t).Msg("coordination fetch")
 			})
-			fs.EachRecord(func(r *kgo.Record) {
-				cr := coordRecord{Record: succession.Record{Key: r.Key, Value: r.Value, Offset: r.Offset, TimestampMillis: r.Timestamp.UnixMilli()}, yield: -1}
-				for _, h := range r.Headers {
-					switch h.Key {
-					case headerChallenge:
-						cr.challenge = true
-					case headerMember:
-						cr.member = succession.MemberID(h.Value)
-					case headerYield:
-						if y, err := strconv.ParseInt(string(h.Value), 10, 64); err == nil {
-							cr.yield = y
-						}
-					}
-				}
-				batch = append(batch, cr)
-			})
+			fs.EachRecord(func(r *kgo.Record) { batch = append(batch, coordRecord(r)) })
 			if len(batch) == 0 {
 				continue
 			}
-			b.hook(func(h *hooks) func() { return h.coordBatch })
 			select {
 			case recs <- batch:
 			case <-ctx.Done():
@@ -112,205 +91,151 @@ func (b *Backend) coordLoop() {
 		}
 	})
 
-	latest := map[string]succession.Record{}
-	// Every start registers anew: a recovered member lands at the tail of
-	// the roster (no failback). regInFlight stays set until the fold shows
-	// the registration, so a slow fetch never registers twice.
-	regInFlight := true
-	b.wg.Go(func() {
-		for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
-			rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
-			err := b.register(rctx)
-			rcancel()
-			if err == nil || ctx.Err() != nil {
-				return
-			}
-			b.log.Warn().Err(err).Dur("retry_in", wait).Msg("registration failed; retrying")
-			if !sleepCtx(ctx, wait) {
-				return
-			}
-		}
-	})
-	// A challenge is decided on a fresh view only: first a probe record is
-	// written, and the challenge goes ahead once the fold has read past it
-	// and still says so. A member that was paused (or partitioned) would
-	// otherwise act on the roster and lease it saw before, and take the
-	// role back from a holder it has not heard of yet.
-	var challengeInFlight, probing bool
-	probe, maxSeen := int64(-1), int64(-1)
-	tryChallenge := func(why string) {
-		switch {
-		case challengeInFlight || probing:
-		case probe >= 0 && maxSeen >= probe:
-			probe = -1
-			challengeInFlight = true
-			b.startChallenge(ctx, why)
-		case probe >= 0:
-			// waiting to read the probe back
-		default:
-			probing = true
-			b.wg.Go(func() {
-				pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
-				defer pcancel()
-				off, err := b.writeProbe(pctx)
-				b.post(ctx, probed{offset: off, err: err})
-			})
-		}
-	}
-	leaseKey := string(succession.LeaseKey(b.cfg.Role))
-	termOffset := int64(-1)
-	leases := foreignLeases{}
+	coord := succession.NewCoordinator(b.cfg.Role, succession.MemberID(b.cfg.Member), b.cfg.Lease)
 	// The next evaluation is due at the instant the decision can change
 	// (or sooner); delaymgr fires it as a wake-up of this loop.
 	delays := delaymgr.New(delaymgr.RealClock())
 	defer delays.Stop()
 	wake := make(chan struct{}, 1)
 	var due *delaymgr.Handle
-	evaluateIn := func(d time.Duration) {
-		if due != nil {
-			due.Cancel()
+	// won is the holder of a challenge that committed, until DoTake.
+	var won *holder
+	step := func(ev succession.Event) {
+		if h := b.currentHolder(); h != nil {
+			ev.Tenure = succession.Tenure{Held: true, Term: h.term,
+				ValidUntilMillis: h.validUntil().UnixMilli(), Leaving: h.leaving.Load()}
 		}
-		due = delays.After(d, func() {
-			select {
-			case wake <- struct{}{}:
-			default:
+		ev.HandoverUntilMillis = b.handoverUntil.Load()
+		effs := coord.Step(ev, b.nowMillis())
+		b.observe(coord.State(), coord.TermOffset())
+		b.noteFold(coord.Folded(), coord.ForeignUntil())
+		for _, e := range effs {
+			switch e.Kind {
+			case succession.DoRegister:
+				b.wg.Go(func() {
+					if off, ok := b.registerUntilDone(ctx); ok {
+						b.post(ctx, registered{off})
+					}
+				})
+			case succession.DoProbe:
+				b.wg.Go(func() {
+					pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
+					defer pcancel()
+					off, err := b.writeProbe(pctx)
+					b.post(ctx, probed{offset: off, err: err})
+				})
+			case succession.DoChallenge:
+				b.startChallenge(ctx, e.Reason)
+			case succession.DoTake:
+				if h := won; h != nil && !b.take(h) {
+					h.shutdown()
+				}
+				won = nil
+			case succession.DoStepDown:
+				if h := b.currentHolder(); h != nil {
+					b.lose(h, e.Reason)
+				}
+			case succession.DoRenewAt:
+				if h := b.currentHolder(); h != nil {
+					h.setRenewAt(time.UnixMilli(e.AtMillis))
+				}
+			case succession.DoYield:
+				b.wg.Go(func() {
+					yctx, ycancel := context.WithTimeout(ctx, 5*time.Second)
+					defer ycancel()
+					b.writeYield(yctx, e.Offset)
+				})
+			case succession.DoTimer:
+				if due != nil {
+					due.Cancel()
+				}
+				due = delays.After(time.Duration(max(e.AtMillis-b.nowMillis(), 1))*time.Millisecond, func() {
+					select {
+					case wake <- struct{}{}:
+					default:
+					}
+				})
 			}
-		})
+		}
 	}
-	evaluateIn(500 * time.Millisecond)
+	step(succession.Event{Kind: succession.EventStart})
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case batch := <-recs:
-			for _, r := range batch {
-				latest[string(r.Key)] = r.Record
-				maxSeen = max(maxSeen, r.Offset)
-				leases.fold(b.cfg.Role, succession.MemberID(b.cfg.Member), leaseKey, r)
-				// The term is the offset (+1) of the latest challenge's
-				// lease record, the same on every member.
-				if r.challenge && string(r.Key) == leaseKey {
-					termOffset = r.Offset
-				}
-			}
+			step(succession.Event{Kind: succession.EventRecords, Records: batch})
 		case <-wake:
+			step(succession.Event{Kind: succession.EventTimer})
 		case <-b.kick:
+			step(succession.Event{Kind: succession.EventTimer})
 		case off := <-b.yields:
-			b.wg.Go(func() {
-				yctx, ycancel := context.WithTimeout(ctx, 5*time.Second)
-				defer ycancel()
-				b.writeYield(yctx, off)
-			})
+			step(succession.Event{Kind: succession.EventLeft, Offset: off})
 		case p := <-b.posts:
 			switch p := p.(type) {
 			case registered:
-				if p.err != nil {
-					regInFlight = false
-					b.log.Warn().Err(p.err).Msg("registration failed; retrying")
-				}
+				step(succession.Event{Kind: succession.EventRegistered, Offset: p.offset})
 			case probed:
-				probing = false
 				if p.err != nil {
 					b.log.Warn().Err(p.err).Msg("cannot write the freshness probe; retrying")
-				} else {
-					probe = p.offset
 				}
+				step(succession.Event{Kind: succession.EventProbed, Offset: p.offset, Err: p.err})
 			case challenged:
-				challengeInFlight = false
+				ev := succession.Event{Kind: succession.EventChallenged, Err: p.err}
 				if p.err != nil {
 					b.log.Info().Err(p.err).Msg("challenge lost or failed")
-				} else if !b.take(p.h) {
-					p.h.shutdown()
+				} else {
+					won = p.h
+					ev.Term, ev.ValidUntilMillis = p.h.term, p.h.validUntil().UnixMilli()
 				}
+				step(ev)
 			}
 		}
-		all := make([]succession.Record, 0, len(latest))
-		for _, r := range latest {
-			all = append(all, r)
-		}
-		state := succession.FoldRecords(b.cfg.Role, all)
-		b.observe(state, termOffset)
-		b.noteFold(maxSeen, leases.until(b.nowMillis()))
+	}
+}
 
-		now := b.nowMillis()
-		me := succession.MemberID(b.cfg.Member)
-		if regInFlight && !b.registeredIn(state) {
-			// This run's registration is not folded yet: ranks from an
-			// older registration must not drive a challenge.
-			evaluateIn(50 * time.Millisecond)
-			continue
-		}
-		d := succession.Evaluate(state, me, now, b.cfg.Lease)
-		h := b.currentHolder()
-		next := now + 1000
-		switch d.Action {
-		case succession.NotRegistered:
-			// A holder that releases the role deregistered itself: it
-			// leaves once its release has committed (ending the tenure now
-			// would cancel that commit and fail TransferLeadership).
-			if h != nil && !h.leaving.Load() {
-				b.lose(h, "no longer in the roster")
-			}
-			probe = -1
-			if now < b.handoverUntil.Load() && (state.Lease == nil || state.Lease.Holder == me) {
-				// Handed over: wait for the successor before joining
-				// the roster again.
-				next = min(next, now+50)
-				break
-			}
-			if !regInFlight {
-				regInFlight = true
-				b.wg.Go(func() {
-					rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
-					defer rcancel()
-					b.post(ctx, registered{b.register(rctx)})
-				})
-			}
-		case succession.Hold:
-			regInFlight = false
-			if h == nil {
-				// The lease names this member but this process does not
-				// hold it: a previous incarnation did. Reclaim it (the
-				// challenge fences that incarnation).
-				tryChallenge("the lease names this member from a previous run")
-				next = min(next, now+20)
-			} else {
-				probe = -1
-				h.setRenewAt(time.UnixMilli(d.WaitUntilMillis))
-				next = min(next, d.WaitUntilMillis)
-			}
-		case succession.Challenge:
-			regInFlight = false
-			switch {
-			case h != nil:
-				// Our lease as the topic shows it ran out (renewals not
-				// visible yet, or late): renew now.
-				h.setRenewAt(time.UnixMilli(now))
-			default:
-				tryChallenge("succession: this member's turn")
-				next = min(next, now+20)
-			}
-		case succession.Wait:
-			regInFlight = false
-			probe = -1
-			// A lease naming another member that comes after this holder's
-			// own lease record means another challenge fenced it; one from
-			// before (the view has not reached that record yet) does not.
-			if h != nil && state.Lease != nil && state.Lease.Holder != me && maxSeen >= int64(h.term)-1 {
-				b.lose(h, "the lease names "+string(state.Lease.Holder))
-			}
-			if d.WaitUntilMillis > 0 {
-				next = min(next, d.WaitUntilMillis)
+// coordRecord reads a coordination record and its headers.
+func coordRecord(r *kgo.Record) succession.CoordRecord {
+	cr := succession.CoordRecord{Record: succession.Record{Key: r.Key, Value: r.Value, Offset: r.Offset, TimestampMillis: r.Timestamp.UnixMilli()}}
+	var member succession.MemberID
+	yield := int64(-1)
+	for _, h := range r.Headers {
+		switch h.Key {
+		case headerChallenge:
+			cr.Challenge = true
+		case headerMember:
+			member = succession.MemberID(h.Value)
+		case headerYield:
+			if y, err := strconv.ParseInt(string(h.Value), 10, 64); err == nil {
+				yield = y
 			}
 		}
-		if h := b.currentHolder(); h != nil {
-			if !h.leaseValid(time.Now()) {
-				b.lose(h, "the lease runs out before a renewal committed")
-			} else {
-				next = min(next, h.validUntil().UnixMilli())
-			}
+	}
+	if yield >= 0 {
+		cr.YieldOf, cr.YieldUpTo = member, yield
+	}
+	return cr
+}
+
+// registerUntilDone appends this member's registration record, retrying
+// until it is written or the loop stops.
+func (b *Backend) registerUntilDone(ctx context.Context) (int64, bool) {
+	retry := backoff.Backoff{Min: 100 * time.Millisecond, Max: 2 * time.Second}
+	for {
+		rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+		off, err := b.register(rctx)
+		rcancel()
+		if err == nil {
+			return off, true
 		}
-		evaluateIn(time.Duration(max(next-b.nowMillis(), 1)) * time.Millisecond)
+		if ctx.Err() != nil {
+			return 0, false
+		}
+		wait := retry.Next()
+		b.log.Warn().Err(err).Dur("retry_in", wait).Msg("registration failed; retrying")
+		if !backoff.Sleep(ctx, wait) {
+			return 0, false
+		}
 	}
 }
 
@@ -324,44 +249,6 @@ func (b *Backend) writeProbe(ctx context.Context) (int64, error) {
 		return -1, err
 	}
 	return r.Offset, nil
-}
-
-// foreignLeases holds, per other member, its latest lease record (offset
-// and deadline): until that deadline the member may act on it (confirm
-// reads with VerifyLeader) unless it announced that it left (a yield record
-// naming the offset of its last lease record). A new holder serves only
-// once no other member's lease is left, so that a challenge decided on a
-// stale view (it missed a renewal, or a simultaneous challenger's grant)
-// never leaves two members trusting a lease at once.
-type foreignLeases map[succession.MemberID]struct{ offset, deadline int64 }
-
-func (l foreignLeases) fold(role string, me succession.MemberID, leaseKey string, r coordRecord) {
-	switch {
-	case string(r.Key) == leaseKey:
-		// A hand-over ends the lease now (a grant whose deadline is now):
-		// its holder stopped acting on it first.
-		if lease := succession.FoldRecords(role, []succession.Record{r.Record}).Lease; lease != nil && lease.Holder != me {
-			l[lease.Holder] = struct{ offset, deadline int64 }{r.Offset, lease.DeadlineMillis}
-		}
-	case r.yield >= 0:
-		if e, ok := l[r.member]; ok && e.offset <= r.yield {
-			delete(l, r.member)
-		}
-	}
-}
-
-// until is when the last other member's lease runs out; it forgets the
-// leases that ran out before now.
-func (l foreignLeases) until(now int64) int64 {
-	var u int64
-	for m, e := range l {
-		if e.deadline <= now {
-			delete(l, m)
-		} else {
-			u = max(u, e.deadline)
-		}
-	}
-	return u
 }
 
 // writeYield announces that this member no longer acts on the lease
@@ -381,20 +268,6 @@ func (b *Backend) noteFold(folded, foreignUntil int64) {
 	b.mu.Lock()
 	b.folded, b.foreignUntil = folded, foreignUntil
 	b.mu.Unlock()
-}
-
-// registeredIn reports whether state holds this run's registration.
-func (b *Backend) registeredIn(state succession.RoleState) bool {
-	mine := b.myReg.Load()
-	if mine < 0 {
-		return false
-	}
-	for _, r := range state.Roster {
-		if r.Member == succession.MemberID(b.cfg.Member) {
-			return r.Offset >= mine
-		}
-	}
-	return false
 }
 
 func (b *Backend) post(ctx context.Context, v any) {
@@ -444,7 +317,6 @@ func (b *Backend) take(h *holder) bool {
 		return false
 	default:
 	}
-	b.hook(func(h *hooks) func() { return h.take })
 	if b.holding != nil {
 		b.mu.Unlock()
 		return false
@@ -476,15 +348,4 @@ func (b *Backend) startChallenge(ctx context.Context, why string) {
 			h.shutdown()
 		}
 	})
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

@@ -72,8 +72,7 @@ type holder struct {
 }
 
 func (b *Backend) newTxnClient() (*kgo.Client, error) {
-	return kgo.NewClient(
-		kgo.SeedBrokers(b.cfg.Brokers...),
+	return kgo.NewClient(b.clientOpts(
 		kgo.TransactionalID(b.cfg.TransactionalID),
 		// A holder that dies with a transaction open must not block the
 		// state topic's last stable offset for long: the next challenge
@@ -81,9 +80,8 @@ func (b *Backend) newTxnClient() (*kgo.Client, error) {
 		kgo.TransactionTimeout(max(time.Duration(b.cfg.Lease.LeaseMillis)*time.Millisecond, time.Second)),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.ProducerLinger(0),
-		kgo.DialTimeout(2*time.Second),
 		kgo.RetryBackoffFn(func(int) time.Duration { return 50 * time.Millisecond }),
-	)
+	)...)
 }
 
 // challenge takes the role: InitProducerId on the role's transactional id
@@ -92,7 +90,6 @@ func (b *Backend) newTxnClient() (*kgo.Client, error) {
 // member. Of simultaneous challengers exactly one ends with the newest
 // epoch; the others fail here or on their first guarded write.
 func (b *Backend) challenge(ctx context.Context) (*holder, error) {
-	b.hook(func(h *hooks) func() { return h.challenge })
 	cl, err := b.newTxnClient()
 	if err != nil {
 		return nil, err
@@ -381,7 +378,6 @@ func (h *holder) commit(batch []*op, lease bool) error {
 	if err := h.cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 		return fmt.Errorf("produce: %w", err)
 	}
-	b.hook(func(h *hooks) func() { return h.endTxn })
 	if err := h.cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}

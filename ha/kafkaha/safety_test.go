@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/xce/xce/ha/succession"
+	"github.com/xce/xce/internal/testutil"
 	"github.com/xce/xce/persist"
 )
 
@@ -52,40 +51,31 @@ func TestOpAfterWriterExitFails(t *testing.T) {
 
 // TestShutdownWhileTakingTheRole: Shutdown that runs while the loop installs
 // the holder a challenge won must stop that holder's writer too (it used to
-// miss it, and wait for it for ever).
+// miss it, and wait for it for ever). The challenge's commit is held at the
+// connection and let go as Shutdown starts, so that the two race.
 func TestShutdownWhileTakingTheRole(t *testing.T) {
 	brokers := newKafka(t)
-	backend := make(chan *Backend, 1)
-	shutdown := make(chan error, 1)
-	var once sync.Once
-	m := startMemberWith(t, brokers, "a", "", 100, func(c *Config) {
-		c.hooks = &hooks{take: func() {
-			once.Do(func() {
-				b := <-backend
-				go func() { shutdown <- b.Shutdown() }()
-				// Give Shutdown a moment to run as far as it can: with the
-				// fix it waits for take, without it it reads "no holder"
-				// and waits for the loop.
-				tick := time.NewTicker(5 * time.Millisecond)
-				defer tick.Stop()
-				for range 30 {
-					<-tick.C
-				}
-			})
-		}}
-	})
-	// The member is alone: it challenges at once, and the hook runs.
-	backend <- m.b
-	select {
-	case err := <-shutdown:
-		if err != nil {
-			t.Fatal(err)
+	for i := range 3 {
+		g := newGate()
+		g.hold(apiEndTxn)
+		m := startMemberWith(t, brokers, "a", "", 100, g.use)
+		t.Cleanup(g.openAll) // before Shutdown, should the test fail early
+		// The member is alone: it challenges at once.
+		<-g.held(apiEndTxn)
+		shutdown := make(chan error, 1)
+		go func() { shutdown <- m.b.Shutdown() }()
+		g.openAll()
+		select {
+		case err := <-shutdown:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: Shutdown hangs: the holder installed meanwhile keeps running", i)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Shutdown hangs: the holder installed meanwhile keeps running")
-	}
-	if leader(m) {
-		t.Fatal("the member still holds the role after Shutdown")
+		if leader(m) {
+			t.Fatalf("round %d: the member still holds the role after Shutdown", i)
+		}
 	}
 }
 
@@ -108,93 +98,6 @@ func TestStartTailerBesideAWriter(t *testing.T) {
 	}
 }
 
-// TestHandOverRegistersOnce: after TransferLeadership the member registers
-// again at the tail, once. (TransferLeadership used to register again
-// itself, and the loop, which saw the member deregistered meanwhile,
-// appended a second registration.)
-func TestHandOverRegistersOnce(t *testing.T) {
-	brokers := newKafka(t)
-	var armed atomic.Bool
-	var calls atomic.Int32
-	entered, gate := make(chan struct{}), make(chan struct{})
-	a := startMemberWith(t, brokers, "a", "", 100, func(c *Config) {
-		c.hooks = &hooks{register: func() {
-			if !armed.Load() {
-				return
-			}
-			if calls.Add(1) == 1 {
-				close(entered)
-				<-gate
-			}
-		}}
-	})
-	openGate := sync.OnceFunc(func() { close(gate) })
-	t.Cleanup(openGate) // before Shutdown, should the test fail early
-	becomePrimary(t, a)
-	b := startMember(t, brokers, "b", "", 100)
-	waitFor(t, 10*time.Second, "b registered", func() bool { return len(a.b.Info().Roster) == 2 })
-	armed.Store(true)
-	transferred := make(chan error, 1)
-	go func() { transferred <- a.b.TransferLeadership() }()
-	<-entered
-	// The loop folds the deregistration while TransferLeadership's
-	// registration is held back.
-	waitFor(t, 10*time.Second, "a's loop to see a deregistered", func() bool {
-		return !slices.ContainsFunc(a.b.Info().Roster, func(r RosterEntry) bool { return r.Member == "a" })
-	})
-	observe(100*time.Millisecond, func() bool { return calls.Load() > 1 })
-	openGate()
-	if err := <-transferred; err != nil {
-		t.Fatal(err)
-	}
-	becomePrimary(t, b)
-	waitFor(t, 5*time.Second, "a at the tail", func() bool {
-		r := a.b.Info().Roster
-		return len(r) == 2 && r[0].Member == "b" && r[1].Member == "a"
-	})
-	observe(100*time.Millisecond, func() bool { return calls.Load() > 1 })
-	if n := calls.Load(); n != 1 {
-		t.Fatalf("a registered %d times after the hand-over, want once", n)
-	}
-}
-
-// TestHandOverIsNotTakenBack: after TransferLeadership the member that
-// released the role must not challenge for it again while the next member
-// is taking it over, however long that member's challenge takes. (It used to
-// register again at once, and challenge one stagger later.)
-func TestHandOverIsNotTakenBack(t *testing.T) {
-	brokers := newKafka(t)
-	a := startMember(t, brokers, "a", "", 100)
-	becomePrimary(t, a)
-	var slow atomic.Bool
-	b := startMemberWith(t, brokers, "b", "", 100, func(c *Config) {
-		c.hooks = &hooks{challenge: func() {
-			if slow.Load() {
-				// b's challenge takes two staggers.
-				tick := time.NewTicker(10 * time.Millisecond)
-				defer tick.Stop()
-				for range 20 {
-					<-tick.C
-				}
-			}
-		}}
-	})
-	submit(t, a, "x")
-	waitFor(t, 10*time.Second, "b registered", func() bool { return len(a.b.Info().Roster) == 2 })
-	slow.Store(true)
-	if err := a.b.TransferLeadership(); err != nil {
-		t.Fatal(err)
-	}
-	if observe(time.Second, func() bool { return leader(b) || leader(a) }); leader(a) {
-		t.Fatal("a took the role back while b was taking it over")
-	}
-	becomePrimary(t, b)
-	waitFor(t, 5*time.Second, "a at the tail", func() bool {
-		r := b.b.Info().Roster
-		return len(r) == 2 && r[0].Member == "b" && r[1].Member == "a"
-	})
-}
-
 // TestPausedHolderIsFenced: a holder paused inside a transaction (here:
 // between producing and committing) while another member takes the role
 // must see that transaction fenced, fail the write and leave; the standby
@@ -202,39 +105,24 @@ func TestHandOverIsNotTakenBack(t *testing.T) {
 // after the new holder's first one.
 func TestPausedHolderIsFenced(t *testing.T) {
 	brokers := newKafka(t)
-	var pauseCommit, pauseFold atomic.Bool
-	paused, resume := make(chan struct{}), make(chan struct{})
-	foldGate := make(chan struct{})
-	a := startMemberWith(t, brokers, "a", "", 100, func(c *Config) {
-		c.hooks = &hooks{
-			endTxn: func() {
-				if pauseCommit.CompareAndSwap(true, false) {
-					close(paused)
-					<-resume
-				}
-			},
-			coordBatch: func() {
-				if pauseFold.Load() {
-					<-foldGate
-				}
-			},
-		}
-	})
-	doResume, openFold := sync.OnceFunc(func() { close(resume) }), sync.OnceFunc(func() { close(foldGate) })
-	t.Cleanup(doResume) // before Shutdown, should the test fail early
-	t.Cleanup(openFold)
+	g := newGate()
+	a := startMemberWith(t, brokers, "a", "", 100, g.use)
+	t.Cleanup(g.openAll) // before Shutdown, should the test fail early
 	becomePrimary(t, a)
 	b := startMember(t, brokers, "b", "", 100)
 	for i := range 10 {
 		submit(t, a, fmt.Sprintf("t%d", i))
 	}
-	waitFor(t, 10*time.Second, "b to apply a's writes", func() bool { return b.fsm.NumTasks() == 10 })
+	testutil.Eventually(t, 10*time.Second, "b to apply a's writes", func() bool { return b.fsm.NumTasks() == 10 })
 
 	// a stops reading the coordination topic (it would learn of b's lease
-	// there and leave without writing), then pauses inside a transaction
-	// that holds one write.
-	pauseFold.Store(true)
-	pauseCommit.Store(true)
+	// there and leave without writing): its fetches are held at the
+	// connection (the holder's tailer is stopped, so they are all the
+	// coordination consumer's). Then it pauses inside a transaction that
+	// holds one write: the commit is held.
+	g.hold(apiFetch)
+	<-g.held(apiFetch)
+	g.hold(apiEndTxn)
 	stale := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -243,7 +131,7 @@ func TestPausedHolderIsFenced(t *testing.T) {
 		_, _, err := a.b.Apply(ctx, c.Encode())
 		stale <- err
 	}()
-	<-paused
+	<-g.held(apiEndTxn)
 
 	// Meanwhile b takes the role: a fresh epoch and a lease naming b (as a
 	// challenge that b lost track of would leave it), which b reclaims.
@@ -256,18 +144,17 @@ func TestPausedHolderIsFenced(t *testing.T) {
 		t.Fatal("two holders: a still verifies its lease after b acknowledged a write")
 	}
 
-	doResume()
+	g.open(apiEndTxn)
 	if err := <-stale; !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("the paused holder's write: %v, want ErrNotLeader", err)
 	}
-	waitFor(t, 5*time.Second, "a to leave", func() bool { return !leader(a) })
-	pauseFold.Store(false)
-	openFold()
+	testutil.Eventually(t, 5*time.Second, "a to leave", func() bool { return !leader(a) })
+	g.open(apiFetch)
 
 	if _, ok := b.fsm.Task("stale"); ok {
 		t.Fatal("the new holder applied the fenced write")
 	}
-	waitFor(t, 10*time.Second, "a to apply b's writes", func() bool { return a.b.AppliedIndex() == b.b.AppliedIndex() })
+	testutil.Eventually(t, 10*time.Second, "a to apply b's writes", func() bool { return a.b.AppliedIndex() == b.b.AppliedIndex() })
 	if _, ok := a.fsm.Task("stale"); ok {
 		t.Fatal("the fenced holder applied its own fenced write")
 	}
@@ -294,10 +181,10 @@ func TestOvertakenHolderYields(t *testing.T) {
 	becomePrimary(t, a)
 	b := startMemberWith(t, brokers, "b", "", 100, long)
 	submit(t, a, "x")
-	waitFor(t, 10*time.Second, "b to follow", func() bool { return b.fsm.NumTasks() == 1 })
+	testutil.Eventually(t, 10*time.Second, "b to follow", func() bool { return b.fsm.NumTasks() == 1 })
 	start := time.Now()
 	fenceWithLease(t, brokers, "b", succession.LeaseConfig{LeaseMillis: 5000, RenewMillis: 1000})
-	waitFor(t, 10*time.Second, "b to hold the role", func() bool { return leader(b) })
+	testutil.Eventually(t, 10*time.Second, "b to hold the role", func() bool { return leader(b) })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := b.b.Barrier(ctx); err != nil {
@@ -311,56 +198,6 @@ func TestOvertakenHolderYields(t *testing.T) {
 		t.Fatalf("b served %v after the challenge: it waited for a's lease to run out", took)
 	}
 	submit(t, b, "y")
-}
-
-// TestNewHolderIgnoresLeasesBeforeItsOwn: a member that won a challenge
-// keeps the role while its view of the coordination topic has not reached
-// its own lease record yet: a lease naming another member from before that
-// record is no reason to leave. (It used to leave, and challenge again once
-// it read its own lease.)
-func TestNewHolderIgnoresLeasesBeforeItsOwn(t *testing.T) {
-	brokers := newKafka(t)
-	// x holds the role for a moment; b's first challenge, when that lease
-	// runs out, is held back.
-	fenceWithLease(t, brokers, "x", succession.LeaseConfig{LeaseMillis: 200, RenewMillis: 1})
-	var holdChallenge, pauseFold atomic.Bool
-	holdChallenge.Store(true)
-	var takes atomic.Int32
-	challenging, proceed, foldGate := make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
-	doProceed, openFold := sync.OnceFunc(func() { close(proceed) }), sync.OnceFunc(func() { close(foldGate) })
-	b := startMemberWith(t, brokers, "b", "", 100, func(c *Config) {
-		c.hooks = &hooks{
-			challenge: func() {
-				if holdChallenge.CompareAndSwap(true, false) {
-					challenging <- struct{}{}
-					<-proceed
-				}
-			},
-			coordBatch: func() {
-				if pauseFold.Load() {
-					<-foldGate
-				}
-			},
-			take: func() { takes.Add(1) },
-		}
-	})
-	t.Cleanup(doProceed) // before Shutdown, should the test fail early
-	t.Cleanup(openFold)
-	<-challenging
-	// Meanwhile x's grant is renewed, and b reads it.
-	renewed := time.Now()
-	fenceWithLease(t, brokers, "x", succession.LeaseConfig{LeaseMillis: 400, RenewMillis: 1})
-	waitFor(t, 5*time.Second, "b to read x's renewal", func() bool { return b.b.Info().LeaseDeadline.After(renewed) })
-	// b's challenge commits; b has not read its own lease record yet.
-	pauseFold.Store(true)
-	doProceed()
-	waitFor(t, 5*time.Second, "b to take the role on its own challenge", func() bool { return takes.Load() == 1 })
-	if observe(200*time.Millisecond, func() bool { return !leader(b) }) {
-		t.Fatal("b left the role it had just won, on a lease from before its own")
-	}
-	pauseFold.Store(false)
-	openFold()
-	becomePrimary(t, b)
 }
 
 // TestTailerNeverSkipsRecords: a member whose snapshot ends before the

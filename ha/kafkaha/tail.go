@@ -61,7 +61,7 @@ func (t *tailer) stop() {
 }
 
 func (b *Backend) runTailer(ctx context.Context, from int64) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(b.cfg.Brokers...),
+	cl, err := kgo.NewClient(b.clientOpts(
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{b.cfg.StateTopic: {0: kgo.NewOffset().At(from)}}),
 		// Never reset past a gap (the default resets to the start of what
 		// the topic still holds, and the FSM would silently miss writes):
@@ -70,8 +70,7 @@ func (b *Backend) runTailer(ctx context.Context, from int64) {
 		// One partition: a fetch session (KIP-227) saves nothing, and with
 		// one kfake stops reporting the partition after a while.
 		kgo.DisableFetchSessions(),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxWait(100*time.Millisecond),
-		kgo.DialTimeout(2*time.Second))
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxWait(100*time.Millisecond))...)
 	if err != nil {
 		b.log.Error().Err(err).Msg("state consumer")
 		return
