@@ -1,7 +1,6 @@
 package ha
 
 import (
-	"bytes"
 	"errors"
 	"net"
 	"slices"
@@ -12,6 +11,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+
+	"github.com/xce/xce/internal/backoff"
 )
 
 // exitWatch lets a follower start an election as soon as the leader's
@@ -39,26 +40,24 @@ import (
 // those start an early election: they keep raft's own timeouts. Raft's
 // safety does not depend on when an election starts; this only shortens the
 // time nobody leads.
+//
+// The decisions are exitMachine's (step, below: a pure function of what the
+// I/O saw); exitWatch only carries out its actions and reports what they
+// found. docs/design.md ("The exit watch") gives the decision table.
 type exitWatch struct {
 	r        *raft.Raft
 	trans    *raft.NetworkTransport
-	self     raft.ServerID
 	selfAddr raft.ServerAddress
 	stable   raft.StableStore // raft's, to read its last vote
 	dial     func(addr string, timeout time.Duration) (net.Conn, error)
+	now      func() time.Time
 	poll     time.Duration // how often the current leader is looked at
-	stagger  time.Duration // per rank among the surviving voters
-	busy     time.Duration // raft taking longer than this to answer is busy
 	log      hclog.Logger
+	m        exitMachine // run's goroutine only
 
 	// holding is the id of the leader the watch holds a connection to
 	// ("" when none); for tests.
 	holding atomic.Value
-	// announced is the last leader logged as watched (run's goroutine only).
-	announced raft.ServerID
-	// handled is the lost leader and term gone has acted on, or stood down
-	// for (run's goroutine only): it acts once per exit.
-	handled exitKey
 
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -71,24 +70,35 @@ const (
 	// again after a connection that did not stay open, e.g. to a proxy
 	// that accepts and closes when the node behind it is down, or to a
 	// leader whose transport does not know raft.WatchMarker. Each such
-	// dial still finds an exited leader's port refused.
+	// dial still finds an exited leader's port refused. A connection held
+	// longer than this was not dropped at once: no backoff follows it.
 	exitWatchMaxBackoff = time.Second
 )
 
+// exitTimings derives the watch's pace from raft's heartbeat timeout: how
+// often it looks at the leader, the wait per rank among the survivors, and
+// how long raft may take to answer and still count as free.
+func exitTimings(heartbeat time.Duration) (poll, stagger, busy time.Duration) {
+	poll = max(min(heartbeat/4, 50*time.Millisecond), 5*time.Millisecond)
+	stagger = max(heartbeat/4, 10*time.Millisecond)
+	busy = max(heartbeat/16, 10*time.Millisecond)
+	return poll, stagger, busy
+}
+
 func newExitWatch(r *raft.Raft, trans *raft.NetworkTransport, stable raft.StableStore, self raft.ServerID,
 	stream raft.StreamLayer, heartbeat time.Duration, log hclog.Logger) *exitWatch {
-	poll := min(heartbeat/4, 50*time.Millisecond)
+	poll, stagger, busy := exitTimings(heartbeat)
 	return &exitWatch{
-		r: r, trans: trans, stable: stable, self: self, selfAddr: trans.LocalAddr(),
+		r: r, trans: trans, stable: stable, selfAddr: trans.LocalAddr(),
 		dial: func(addr string, timeout time.Duration) (net.Conn, error) {
 			return stream.Dial(raft.ServerAddress(addr), timeout)
 		},
-		poll:    max(poll, 5*time.Millisecond),
-		stagger: max(heartbeat/4, 10*time.Millisecond),
-		busy:    max(heartbeat/16, 10*time.Millisecond),
-		log:     log,
-		stop:    make(chan struct{}),
-		done:    make(chan struct{}),
+		now:  time.Now,
+		poll: poll,
+		m:    newExitMachine(self, string(trans.LocalAddr()), poll, stagger, busy),
+		log:  log,
+		stop: make(chan struct{}),
+		done: make(chan struct{}),
 	}
 }
 
@@ -101,58 +111,486 @@ func (w *exitWatch) close() {
 	<-w.done
 }
 
-// leader returns the leader this node follows and the term it follows it
-// in, or "" when it is not a follower or knows no leader other than itself.
-//
-// The term is read first. Raft forgets the leader before it takes a newer
-// term (a vote request does both), so a leader read after a term means the
-// node still followed it in that term; read the other way round, a stale
-// leader could be paired with the term of an election already under way.
-func (w *exitWatch) leader() (string, raft.ServerID, uint64) {
-	term := w.r.CurrentTerm()
-	if w.r.State() != raft.Follower {
-		return "", "", 0
-	}
-	addr, id := w.r.LeaderWithID()
-	if id == "" || id == w.self || addr == "" {
-		return "", "", 0
-	}
-	return string(addr), id, term
+// The decision: exitMachine.
+
+// exitObsKind is what an observation reports.
+type exitObsKind int
+
+const (
+	// obsLeader: a poll's look at whom raft follows (follower, leader,
+	// addr, term).
+	obsLeader exitObsKind = iota
+	// obsDialed: the dial to the leader's port (dial); an accepted
+	// connection is held.
+	obsDialed
+	// obsClosed: the held connection was closed at the leader's end.
+	obsClosed
+	// obsProbed: the dial that follows a close (dial); its connection is
+	// closed at once.
+	obsProbed
+	// obsVoters: raft's voters (voters; nil when raft could not say).
+	obsVoters
+	// obsLooked: raft's state before acting (follower, leader, term) and
+	// its last vote (voteTerm, voteFor).
+	obsLooked
+	// obsAnswered: how long raft took to answer a request that changes
+	// nothing (wait), or why it did not (err).
+	obsAnswered
+	// obsDone: a campaign or a stand-down was carried out.
+	obsDone
+)
+
+// dialResult is what a dial to the leader's peer port found.
+type dialResult int
+
+const (
+	dialAccepted dialResult = iota
+	// dialRefused: nothing listens on the port: the process has exited.
+	dialRefused
+	// dialFailed: a timeout or any other error: the leader may be
+	// partitioned, paused or overloaded, not known to be gone.
+	dialFailed
+)
+
+// exitObs is what the watch's I/O saw, with the time it saw it.
+type exitObs struct {
+	kind exitObsKind
+	now  time.Time
+
+	// obsLeader, obsLooked. The term is read first: raft forgets the
+	// leader before it takes a newer term (a vote request does both), so
+	// a leader read after a term was still followed in that term; read
+	// the other way round, a stale leader could be paired with the term
+	// of an election already under way.
+	follower bool
+	leader   raft.ServerID
+	addr     string
+	term     uint64
+
+	// obsLooked: raft's last vote, by term and candidate address.
+	voteTerm uint64
+	voteFor  string
+
+	dial   dialResult      // obsDialed, obsProbed
+	voters []raft.ServerID // obsVoters
+	wait   time.Duration   // obsAnswered
+	err    error           // obsAnswered
 }
+
+// exitActKind is what the watch is to do next.
+type exitActKind int
+
+const (
+	// actPoll: wait for the next poll, then look at the leader (obsLeader).
+	actPoll exitActKind = iota
+	// actDial: dial addr and hold the connection if accepted (obsDialed).
+	actDial
+	// actHold: keep holding the connection to leader (announce: log it as
+	// watched) until it closes (obsClosed) or the next poll (obsLeader).
+	actHold
+	// actProbe: dial addr again and close at once (obsProbed).
+	actProbe
+	// actBackoff: wait delay, then poll (obsLeader).
+	actBackoff
+	// actVoters: read raft's voters (obsVoters).
+	actVoters
+	// actLook: wait delay, then look at raft's state and vote (obsLooked).
+	actLook
+	// actTimeRaft: drop pooled connections and time a request raft answers
+	// at once and that changes nothing (obsAnswered).
+	actTimeRaft
+	// actCampaign: become a candidate at once, skipping the pre-vote
+	// (obsDone).
+	actCampaign
+	// actStandDown: leave the election to others, for reason (obsDone).
+	actStandDown
+)
+
+// standReason says why a survivor leaves the election to others.
+type standReason int
+
+const (
+	// standNotLost: before acting, another leader had appeared, raft no
+	// longer followed, or this node had voted for another survivor.
+	standNotLost standReason = iota
+	// standUnreachable: this node's raft did not answer the probe.
+	standUnreachable
+	// standBusy: this node's raft took longer than busy to answer.
+	standBusy
+	// standElectionBegan: looking again after the probe, this node had
+	// voted for another survivor (or found a leader, or did not follow).
+	standElectionBegan
+)
+
+type exitAction struct {
+	kind     exitActKind
+	leader   raft.ServerID
+	addr     string
+	delay    time.Duration // actBackoff, actLook
+	announce bool          // actHold
+	rank     int           // actCampaign
+	reason   standReason   // actStandDown
+	wait     time.Duration // actStandDown for standBusy
+	err      error         // actStandDown for standUnreachable
+}
+
+type exitPhase int
+
+const (
+	phaseIdle    exitPhase = iota // polling the leader
+	phaseDialing                  // dialled the leader's port
+	phaseHolding                  // holding a connection to the leader
+	phaseProbing                  // the held connection closed: probing the port
+	phaseRank                     // the leader is gone: reading the voters
+	phaseTurn                     // waited this node's turn: looking
+	phaseRaft                     // timing raft
+	phaseAgain                    // looking again after raft answered
+	phaseActing                   // campaigning or standing down
+)
+
+// exitKey is a lost leader and the term this node followed it in.
+type exitKey struct {
+	leader raft.ServerID
+	term   uint64
+}
+
+// exitMachine holds the exit watch's state and makes all its decisions:
+// step is pure, its only inputs are the observations it is given.
+type exitMachine struct {
+	self     raft.ServerID
+	selfAddr string
+	stagger  time.Duration // per rank among the surviving voters
+	busy     time.Duration // raft taking longer than this to answer is busy
+
+	phase   exitPhase
+	watched exitKey // the leader dialled or held
+	addr    string  // its peer address
+	heldAt  time.Time
+	// retry spaces dials after connections dropped by a port that still
+	// accepts.
+	retry backoff.Backoff
+	// announced is the last leader logged as watched.
+	announced raft.ServerID
+	// handled is the lost leader and term the watch has acted on, or
+	// stood down for: it acts once per exit.
+	handled exitKey
+	rank    int
+}
+
+func newExitMachine(self raft.ServerID, selfAddr string, poll, stagger, busy time.Duration) exitMachine {
+	return exitMachine{self: self, selfAddr: selfAddr, stagger: stagger, busy: busy,
+		retry: backoff.Backoff{Min: poll, Max: exitWatchMaxBackoff}}
+}
+
+// expects reports whether the machine's phase awaits observations of kind.
+func (m *exitMachine) expects(kind exitObsKind) bool {
+	switch m.phase {
+	case phaseIdle:
+		return kind == obsLeader
+	case phaseDialing:
+		return kind == obsDialed
+	case phaseHolding:
+		return kind == obsLeader || kind == obsClosed
+	case phaseProbing:
+		return kind == obsProbed
+	case phaseRank:
+		return kind == obsVoters
+	case phaseTurn, phaseAgain:
+		return kind == obsLooked
+	case phaseRaft:
+		return kind == obsAnswered
+	case phaseActing:
+		return kind == obsDone
+	}
+	return false
+}
+
+// followed returns the leader o shows this node following, or "" when it
+// does not follow or knows no leader other than itself.
+func (m *exitMachine) followed(o exitObs) raft.ServerID {
+	if !o.follower || o.leader == m.self || o.addr == "" {
+		return ""
+	}
+	return o.leader
+}
+
+func (m *exitMachine) poll() exitAction {
+	m.phase = phaseIdle
+	return exitAction{kind: actPoll}
+}
+
+// step takes what the I/O saw and returns what it is to do next. An
+// observation the phase does not await (the I/O never sends one) starts
+// over with a poll.
+func (m *exitMachine) step(o exitObs) exitAction {
+	if !m.expects(o.kind) {
+		return m.poll()
+	}
+	switch m.phase {
+	case phaseIdle:
+		id := m.followed(o)
+		if id == "" {
+			return m.poll()
+		}
+		m.phase, m.watched, m.addr = phaseDialing, exitKey{id, o.term}, o.addr
+		return exitAction{kind: actDial, leader: id, addr: o.addr}
+
+	case phaseDialing:
+		switch o.dial {
+		case dialAccepted:
+			m.phase, m.heldAt = phaseHolding, o.now
+			announce := m.announced != m.watched.leader
+			m.announced = m.watched.leader
+			return exitAction{kind: actHold, leader: m.watched.leader, addr: m.addr, announce: announce}
+		case dialRefused:
+			return m.gone()
+		}
+		return m.poll()
+
+	case phaseHolding:
+		if o.kind == obsClosed {
+			m.phase = phaseProbing
+			return exitAction{kind: actProbe, leader: m.watched.leader, addr: m.addr}
+		}
+		if m.followed(o) == m.watched.leader {
+			return exitAction{kind: actHold, leader: m.watched.leader, addr: m.addr}
+		}
+		// The leader changed: watch the new one at the next poll.
+		m.retry.Reset()
+		return m.poll()
+
+	case phaseProbing:
+		switch o.dial {
+		case dialAccepted:
+			if o.now.Sub(m.heldAt) > exitWatchMaxBackoff {
+				m.retry.Reset()
+				return m.poll()
+			}
+			// Closed at once although the port still accepts:
+			// something accepts and drops it. Back off.
+			m.phase = phaseIdle
+			return exitAction{kind: actBackoff, delay: m.retry.Next()}
+		case dialRefused:
+			m.retry.Reset()
+			return m.gone()
+		}
+		m.retry.Reset()
+		return m.poll()
+
+	case phaseRank:
+		m.rank = m.rankAmong(o.voters)
+		if m.rank < 0 {
+			return m.poll()
+		}
+		m.phase = phaseTurn
+		return exitAction{kind: actLook, leader: m.watched.leader, delay: time.Duration(m.rank) * m.stagger}
+
+	case phaseTurn:
+		if !m.stillLost(o) {
+			return m.standDown(exitAction{reason: standNotLost})
+		}
+		m.phase = phaseRaft
+		return exitAction{kind: actTimeRaft, leader: m.watched.leader}
+
+	case phaseRaft:
+		if o.err != nil {
+			return m.standDown(exitAction{reason: standUnreachable, err: o.err})
+		}
+		if o.wait > m.busy {
+			return m.standDown(exitAction{reason: standBusy, wait: o.wait})
+		}
+		// Raft answered after whatever request it had in hand at the
+		// last look. Had that been another survivor's vote request, raft
+		// had taken the candidate's term but not yet stored its vote; it
+		// has now: look again.
+		m.phase = phaseAgain
+		return exitAction{kind: actLook, leader: m.watched.leader}
+
+	case phaseAgain:
+		if !m.stillLost(o) {
+			return m.standDown(exitAction{reason: standElectionBegan})
+		}
+		m.phase = phaseActing
+		return exitAction{kind: actCampaign, leader: m.watched.leader, addr: m.addr, rank: m.rank}
+
+	case phaseActing:
+		return m.poll()
+	}
+	return m.poll()
+}
+
+// gone handles the watched leader's refused port: once per leader and the
+// term it was followed in. The watch keeps finding the port refused until
+// raft learns of a new leader, and a survivor that stood down because its
+// raft was busy would otherwise, once raft is free, run against the
+// survivor it has just voted for.
+func (m *exitMachine) gone() exitAction {
+	if m.handled == m.watched {
+		return m.poll()
+	}
+	m.handled = m.watched
+	m.phase = phaseRank
+	return exitAction{kind: actVoters, leader: m.watched.leader}
+}
+
+func (m *exitMachine) standDown(a exitAction) exitAction {
+	m.phase = phaseActing
+	a.kind, a.leader = actStandDown, m.watched.leader
+	return a
+}
+
+// rankAmong is this node's place among the voters other than the lost
+// leader, sorted by id, or -1 when it is not one of them.
+func (m *exitMachine) rankAmong(voters []raft.ServerID) int {
+	var ids []raft.ServerID
+	for _, id := range voters {
+		if id != m.watched.leader {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return slices.Index(ids, m.self)
+}
+
+// stillLost reports whether this node may still start an election for the
+// lost leader: it follows, no other leader has appeared, and it has not
+// voted for another survivor in its current term. That term may be past
+// the one it followed the lost leader in: another survivor's election has
+// reached it. If it voted there, that election can win: let it finish. If
+// it refused (its log is ahead of the candidate's), it runs itself, or the
+// cluster would wait for raft's heartbeat timeout.
+func (m *exitMachine) stillLost(o exitObs) bool {
+	if !o.follower {
+		return false
+	}
+	if o.leader != "" && o.leader != m.watched.leader {
+		return false
+	}
+	votedOther := o.voteTerm == o.term && o.voteFor != "" && o.voteFor != m.selfAddr && o.voteFor != m.addr
+	return !votedOther
+}
+
+// The I/O: exitWatch.run carries out the machine's actions.
 
 func (w *exitWatch) run() {
 	defer close(w.done)
 	tick := time.NewTicker(w.poll)
 	defer tick.Stop()
-	backoff := time.Duration(0)
+	var held *heldConn
+	defer func() { held.release() }()
+	act := w.m.poll()
 	for {
+		// A connection is held only while the machine says hold.
+		if act.kind != actHold && held != nil {
+			held.release()
+			held = nil
+			w.holding.Store("")
+		}
+		obs, ok := w.do(act, tick.C, &held)
+		if !ok {
+			return
+		}
+		act = w.m.step(obs)
+	}
+}
+
+// do carries out a and reports what it found; false when the watch stops.
+func (w *exitWatch) do(a exitAction, tick <-chan time.Time, held **heldConn) (exitObs, bool) {
+	switch a.kind {
+	case actPoll:
+		if !w.next(tick) {
+			return exitObs{}, false
+		}
+		return w.lookLeader(), true
+	case actBackoff:
+		if !w.sleep(a.delay) || !w.next(tick) {
+			return exitObs{}, false
+		}
+		return w.lookLeader(), true
+	case actDial:
+		c, err := w.dial(a.addr, exitWatchDialTimeout)
+		if err != nil {
+			return exitObs{kind: obsDialed, now: w.now(), dial: dialOutcome(err)}, true
+		}
+		*held = holdConn(c)
+		return exitObs{kind: obsDialed, now: w.now(), dial: dialAccepted}, true
+	case actHold:
+		w.holding.Store(string(a.leader))
+		if a.announce {
+			w.log.Info("watching the leader's peer port for its exit", "leader", string(a.leader), "addr", a.addr)
+		}
 		select {
 		case <-w.stop:
-			return
-		case <-tick.C:
+			return exitObs{}, false
+		case <-tick:
+			return w.lookLeader(), true
+		case <-(*held).closed:
+			return exitObs{kind: obsClosed, now: w.now()}, true
 		}
-		addr, id, term := w.leader()
-		if id == "" {
-			continue
-		}
-		c, err := w.dial(addr, exitWatchDialTimeout)
+	case actProbe:
+		c, err := w.dial(a.addr, exitWatchDialTimeout)
 		if err != nil {
-			if refused(err) {
-				w.gone(addr, id, term)
+			return exitObs{kind: obsProbed, now: w.now(), dial: dialOutcome(err)}, true
+		}
+		_ = c.Close()
+		return exitObs{kind: obsProbed, now: w.now(), dial: dialAccepted}, true
+	case actVoters:
+		o := exitObs{kind: obsVoters, now: w.now()}
+		if f := w.r.GetConfiguration(); f.Error() == nil {
+			for _, s := range f.Configuration().Servers {
+				if s.Suffrage == raft.Voter {
+					o.voters = append(o.voters, s.ID)
+				}
 			}
-			continue
 		}
-		held := time.Now()
-		if !w.hold(c, addr, id, term) || time.Since(held) > exitWatchMaxBackoff {
-			backoff = 0
-			continue
+		return o, true
+	case actLook:
+		if a.delay > 0 && !w.sleep(a.delay) {
+			return exitObs{}, false
 		}
-		// The connection was closed at once although the port still
-		// accepts: something accepts and drops it. Back off.
-		backoff = min(max(2*backoff, w.poll), exitWatchMaxBackoff)
-		if !w.sleep(backoff) {
-			return
+		return w.look(), true
+	case actTimeRaft:
+		return w.timeRaft(), true
+	case actCampaign:
+		w.log.Warn("the leader's peer port refuses connections: its process has exited; starting an election now",
+			"leader", string(a.leader), "addr", a.addr, "rank", a.rank)
+		var resp raft.TimeoutNowResponse
+		if err := w.trans.TimeoutNow(w.selfID(), w.selfAddr, &raft.TimeoutNowRequest{RPCHeader: w.header()}, &resp); err != nil {
+			w.log.Warn("could not start the election; raft's heartbeat timeout will", "error", err)
 		}
+		return exitObs{kind: obsDone, now: w.now()}, true
+	case actStandDown:
+		switch a.reason {
+		case standUnreachable:
+			w.log.Warn("could not reach this node's raft; leaving the election to raft's heartbeat timeout", "error", a.err)
+		case standBusy:
+			w.log.Info("the leader's process has exited, but this node's raft is busy; leaving the election to the other voters",
+				"leader", string(a.leader), "raft_wait", a.wait.Round(time.Millisecond))
+		case standElectionBegan:
+			w.log.Debug("an election began while this node looked; leaving it to finish", "leader", string(a.leader))
+		}
+		return exitObs{kind: obsDone, now: w.now()}, true
+	}
+	return exitObs{}, false
+}
+
+func (w *exitWatch) selfID() raft.ServerID { return w.m.self }
+
+func (w *exitWatch) header() raft.RPCHeader {
+	return raft.RPCHeader{
+		ProtocolVersion: raft.ProtocolVersionMax,
+		ID:              []byte(w.m.self),
+		Addr:            w.trans.EncodePeer(w.m.self, w.selfAddr),
+	}
+}
+
+// next waits for the next poll; false when the watch stops.
+func (w *exitWatch) next(tick <-chan time.Time) bool {
+	select {
+	case <-w.stop:
+		return false
+	case <-tick:
+		return true
 	}
 }
 
@@ -167,168 +605,45 @@ func (w *exitWatch) sleep(d time.Duration) bool {
 	}
 }
 
-// hold keeps c open until the leader's end closes it, the leader changes
-// or the watch stops. A close followed by a refused dial means the leader
-// has exited. It reports whether the connection was dropped while the
-// port still accepts.
-func (w *exitWatch) hold(c net.Conn, addr string, id raft.ServerID, term uint64) (dropped bool) {
-	// Say what the connection is for, or the leader's transport closes it
-	// for its silence. A failed write leaves the connection closed: the
-	// reader below returns at once and the port is probed as for a drop.
-	_ = c.SetWriteDeadline(time.Now().Add(exitWatchDialTimeout))
-	if _, err := c.Write([]byte{raft.WatchMarker}); err != nil {
-		_ = c.Close()
-	}
-	_ = c.SetWriteDeadline(time.Time{})
-	closed := make(chan struct{})
-	go func() {
-		defer close(closed)
-		var b [64]byte
-		for {
-			// Nothing is ever sent on this connection; a read returns
-			// only when it is closed.
-			if _, err := c.Read(b[:]); err != nil {
-				return
-			}
-		}
-	}()
-	w.holding.Store(string(id))
-	if w.announced != id {
-		w.announced = id
-		w.log.Info("watching the leader's peer port for its exit", "leader", string(id), "addr", addr)
-	}
-	defer func() {
-		w.holding.Store("")
-		_ = c.Close()
-		<-closed
-	}()
-	tick := time.NewTicker(w.poll)
-	defer tick.Stop()
-	for {
-		select {
-		case <-w.stop:
-			return false
-		case <-tick.C:
-			if _, cur, _ := w.leader(); cur != id {
-				return false
-			}
-		case <-closed:
-			probe, err := w.dial(addr, exitWatchDialTimeout)
-			if err == nil {
-				_ = probe.Close()
-				return true
-			}
-			if refused(err) {
-				w.gone(addr, id, term)
-			}
-			return false
-		}
-	}
+// lookLeader reads whom raft follows, the term first (see exitObs).
+func (w *exitWatch) lookLeader() exitObs {
+	o := exitObs{kind: obsLeader, term: w.r.CurrentTerm()}
+	o.follower = w.r.State() == raft.Follower
+	addr, id := w.r.LeaderWithID()
+	o.leader, o.addr, o.now = id, string(addr), w.now()
+	return o
 }
 
-type exitKey struct {
-	leader raft.ServerID
-	term   uint64
-}
-
-// rank is this node's place among the voters other than the lost leader,
-// sorted by id, or -1 when it is not one of them.
-func (w *exitWatch) rank(lost raft.ServerID) int {
-	f := w.r.GetConfiguration()
-	if f.Error() != nil {
-		return -1
-	}
-	var ids []string
-	for _, s := range f.Configuration().Servers {
-		if s.Suffrage == raft.Voter && s.ID != lost {
-			ids = append(ids, string(s.ID))
+// look reads raft's state and its last vote, as stored before raft
+// answers a vote request.
+func (w *exitWatch) look() exitObs {
+	o := exitObs{kind: obsLooked, follower: w.r.State() == raft.Follower}
+	addr, id := w.r.LeaderWithID()
+	o.leader, o.addr = id, string(addr)
+	o.term = w.r.CurrentTerm()
+	if t, err := w.stable.GetUint64(keyLastVoteTerm); err == nil {
+		if cand, err := w.stable.Get(keyLastVoteCand); err == nil && len(cand) > 0 {
+			o.voteTerm, o.voteFor = t, string(w.trans.DecodePeer(cand))
 		}
 	}
-	slices.Sort(ids)
-	return slices.Index(ids, string(w.self))
+	o.now = w.now()
+	return o
 }
 
-// gone starts an election after this node's turn, unless meanwhile a
-// leader other than the lost one has appeared, this node has voted for
-// another survivor, or its raft is busy. It acts once per lost leader and
-// the term it followed that leader in: the watch keeps finding the port
-// refused until raft learns of a new leader, and a survivor that stood
-// down because its raft was busy would otherwise, once raft is free, run
-// against the survivor it has just voted for.
-func (w *exitWatch) gone(addr string, id raft.ServerID, term uint64) {
-	key := exitKey{id, term}
-	if w.handled == key {
-		return
-	}
-	w.handled = key
-	rank := w.rank(id)
-	if rank < 0 {
-		return
-	}
-	if rank > 0 && !w.sleep(time.Duration(rank)*w.stagger) {
-		return
-	}
-	if !w.stillLost(id, addr) {
-		return
-	}
-	// Pooled connections may lead to processes that are gone (a voter
-	// restarted since this node last used them): a vote request on one
-	// fails at once and the election would wait out its timeout.
+// timeRaft drops pooled connections, which may lead to processes that are
+// gone (a voter restarted since this node last used them: a vote request
+// on one would fail at once and the election wait out its timeout), and
+// times a request raft answers at once and that changes nothing (an
+// AppendEntries of term 0). Raft handles requests one at a time: a node
+// still working through a backlog would start its election late, possibly
+// after another survivor has won, and without a pre-vote unseat it.
+func (w *exitWatch) timeRaft() exitObs {
 	w.trans.CloseStreams()
-	hdr := raft.RPCHeader{
-		ProtocolVersion: raft.ProtocolVersionMax,
-		ID:              []byte(w.self),
-		Addr:            w.trans.EncodePeer(w.self, w.selfAddr),
-	}
-	// Raft handles requests one at a time. A node still working through a
-	// backlog (catching up after a restart) would start its election late,
-	// possibly after another survivor has won, and without a pre-vote its
-	// candidacy would unseat that new leader. So first time a request
-	// that raft answers at once and changes nothing (an AppendEntries of
-	// term 0): if it waits, leave the election to the others.
-	start := time.Now()
-	var aresp raft.AppendEntriesResponse
-	if err := w.trans.AppendEntries(w.self, w.selfAddr, &raft.AppendEntriesRequest{RPCHeader: hdr}, &aresp); err != nil {
-		w.log.Warn("could not reach this node's raft; leaving the election to raft's heartbeat timeout", "error", err)
-		return
-	}
-	if wait := time.Since(start); wait > w.busy {
-		w.log.Info("the leader's process has exited, but this node's raft is busy; leaving the election to the other voters",
-			"leader", string(id), "raft_wait", wait.Round(time.Millisecond))
-		return
-	}
-	// Raft answered the probe after whatever request it had in hand when
-	// this node looked above. Had that been another survivor's vote
-	// request, raft had taken the candidate's term but not yet stored its
-	// vote; it has now: look again, or this node would run against the
-	// survivor it has just voted for.
-	if !w.stillLost(id, addr) {
-		w.log.Debug("an election began while this node looked; leaving it to finish", "leader", string(id))
-		return
-	}
-	w.log.Warn("the leader's peer port refuses connections: its process has exited; starting an election now",
-		"leader", string(id), "addr", addr, "rank", rank)
-	var resp raft.TimeoutNowResponse
-	if err := w.trans.TimeoutNow(w.self, w.selfAddr, &raft.TimeoutNowRequest{RPCHeader: hdr}, &resp); err != nil {
-		w.log.Warn("could not start the election; raft's heartbeat timeout will", "error", err)
-	}
-}
-
-// stillLost reports whether this node may still start an election for the
-// lost leader: it follows, no other leader has appeared, and it has not
-// voted for another survivor in its current term. That term may be past
-// the one it followed the lost leader in: another survivor's election has
-// reached it. If it voted there, that election can win: let it finish. If
-// it refused (its log is ahead of the candidate's), it runs itself, or the
-// cluster would wait for raft's heartbeat timeout.
-func (w *exitWatch) stillLost(id raft.ServerID, addr string) bool {
-	if w.r.State() != raft.Follower {
-		return false
-	}
-	if _, cur := w.r.LeaderWithID(); cur != "" && cur != id {
-		return false
-	}
-	return !w.votedForOther(w.r.CurrentTerm(), id, addr)
+	start := w.now()
+	var resp raft.AppendEntriesResponse
+	err := w.trans.AppendEntries(w.selfID(), w.selfAddr, &raft.AppendEntriesRequest{RPCHeader: w.header()}, &resp)
+	now := w.now()
+	return exitObs{kind: obsAnswered, now: now, wait: now.Sub(start), err: err}
 }
 
 // raft's own stable-store keys for its vote (hashicorp/raft persists them
@@ -338,25 +653,49 @@ var (
 	keyLastVoteCand = []byte("LastVoteCand")
 )
 
-// votedForOther reports whether this node has voted, in term, for a
-// candidate other than itself and the lost leader (which it may have
-// elected in this very term).
-func (w *exitWatch) votedForOther(term uint64, lost raft.ServerID, lostAddr string) bool {
-	return votedFor(w.stable, term,
-		w.trans.EncodePeer(w.self, w.selfAddr), w.trans.EncodePeer(lost, raft.ServerAddress(lostAddr)))
-}
-
-// votedFor reports whether raft's stable store holds a vote in term for a
-// candidate that is neither self nor lost.
-func votedFor(stable raft.StableStore, term uint64, self, lost []byte) bool {
-	t, err := stable.GetUint64(keyLastVoteTerm)
-	if err != nil || t != term {
-		return false
+func dialOutcome(err error) dialResult {
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return dialRefused
 	}
-	cand, err := stable.Get(keyLastVoteCand)
-	return err == nil && len(cand) > 0 && !bytes.Equal(cand, self) && !bytes.Equal(cand, lost)
+	return dialFailed
 }
 
-func refused(err error) bool {
-	return errors.Is(err, syscall.ECONNREFUSED)
+// heldConn is the watch's connection to the leader: it announces itself
+// with raft.WatchMarker and is read until it closes.
+type heldConn struct {
+	c      net.Conn
+	closed chan struct{}
+}
+
+// holdConn says what c is for, or the leader's transport closes it for its
+// silence, and reads it until it closes. A failed write leaves it closed:
+// the reader returns at once and the port is probed as for a drop.
+func holdConn(c net.Conn) *heldConn {
+	_ = c.SetWriteDeadline(time.Now().Add(exitWatchDialTimeout))
+	if _, err := c.Write([]byte{raft.WatchMarker}); err != nil {
+		_ = c.Close()
+	}
+	_ = c.SetWriteDeadline(time.Time{})
+	h := &heldConn{c: c, closed: make(chan struct{})}
+	go func() {
+		defer close(h.closed)
+		var b [64]byte
+		for {
+			// Nothing is ever sent on this connection; a read returns
+			// only when it is closed.
+			if _, err := c.Read(b[:]); err != nil {
+				return
+			}
+		}
+	}()
+	return h
+}
+
+// release closes the connection and waits for its reader.
+func (h *heldConn) release() {
+	if h == nil {
+		return
+	}
+	_ = h.c.Close()
+	<-h.closed
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/xce/xce/internal/testutil"
 	"github.com/xce/xce/netio"
 	"github.com/xce/xce/persist"
 )
@@ -90,18 +91,16 @@ func TestStartRaftCampaignAllowed(t *testing.T) {
 		}
 	})
 	term := r.View().Term
-	if err := pollUntil(10*time.Second, func() bool {
+	testutil.Eventually(t, 10*time.Second, "raft asks the gate", func() bool {
 		if v := r.View(); v.State != StateFollower || v.Term != term {
 			t.Fatalf("view %+v while campaigning was refused (term was %d)", v, term)
 		}
 		return asked.Load() >= 5
-	}); err != nil {
-		t.Fatalf("raft did not ask the gate: %v", err)
-	}
+	})
 	refuse.Store(false)
-	if err := pollUntil(10*time.Second, func() bool { return r.View().State == StateLeader }); err != nil {
-		t.Fatalf("no leader once campaigning was allowed: %+v", r.View())
-	}
+	testutil.Eventually(t, 10*time.Second, "a leader once campaigning was allowed", func() bool {
+		return r.View().State == StateLeader
+	})
 }
 
 // The peer-port limits of RaftConfig reach the transport.
@@ -126,7 +125,7 @@ func TestStartRaftPeerLimits(t *testing.T) {
 	if took := time.Since(start); took > 5*time.Second {
 		t.Errorf("silent connection closed after %s, idle timeout 1s", took)
 	}
-	if err := pollUntil(5*time.Second, func() bool { return r.trans.TransportStats().Idle == 1 }); err != nil {
-		t.Errorf("stats %+v", r.trans.TransportStats())
-	}
+	testutil.Eventually(t, 5*time.Second, "the silent connection counted as idle", func() bool {
+		return r.trans.TransportStats().Idle == 1
+	})
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/xce/xce/internal/testutil"
 	"github.com/xce/xce/persist"
 )
 
@@ -70,7 +71,12 @@ func TestRaftMetricsExported(t *testing.T) {
 		"xce_raft_follower_log_store_seconds", "xce_raft_fsm_apply_seconds", "xce_raft_replication_seconds/n1",
 		"xce_raft_replication_seconds/n2", "xce_raft_replication_seconds/n3"}
 	// Followers report their own writes a moment after the leader commits.
-	err := pollUntil(5*time.Second, func() bool {
+	defer func() {
+		if t.Failed() {
+			t.Logf("raft's timings: %v", got)
+		}
+	}()
+	testutil.Eventually(t, 5*time.Second, "raft's timings all arrive", func() bool {
 		got = histogramCounts(t, reg)
 		for name, c := range before {
 			got[name] -= c
@@ -84,9 +90,6 @@ func TestRaftMetricsExported(t *testing.T) {
 		// Two of the three peers are the leader's followers.
 		return n >= len(want)-1 && got["xce_raft_commit_seconds"] >= 20
 	})
-	if err != nil {
-		t.Fatalf("raft's timings did not all arrive: %v", got)
-	}
 	// A second registry cannot take the process-wide reports over.
 	if err := ExportRaftMetrics(prometheus.NewRegistry()); err != nil {
 		t.Errorf("second call: %v", err)
@@ -130,9 +133,7 @@ func TestPeerRefusalsExported(t *testing.T) {
 		}
 	}
 	r, addr := startOne(t, nil)
-	if err := pollUntil(10*time.Second, func() bool { return r.View().State == StateLeader }); err != nil {
-		t.Fatal("no leader")
-	}
+	testutil.Eventually(t, 10*time.Second, "a leader", func() bool { return r.View().State == StateLeader })
 	intruder, err := raft.NewTCPTransport("127.0.0.1:0", nil, 1, 2*time.Second, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -158,10 +159,13 @@ func TestPeerRefusalsExported(t *testing.T) {
 		t.Error("the oversized request was answered")
 	}
 	var got map[string]float64
-	if err := pollUntil(5*time.Second, func() bool {
+	defer func() {
+		if t.Failed() {
+			t.Logf("refusals before %v, after %v", before, got)
+		}
+	}()
+	testutil.Eventually(t, 5*time.Second, "the refusals exported", func() bool {
 		got = refusedCounts(t, reg)
 		return got["bad_term"] >= before["bad_term"]+1 && got["too_large"] >= before["too_large"]+1
-	}); err != nil {
-		t.Errorf("refusals not exported: before %v, after %v", before, got)
-	}
+	})
 }

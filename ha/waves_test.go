@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/xce/xce/internal/testutil"
 	"github.com/xce/xce/persist"
 )
 
@@ -117,9 +118,9 @@ func TestWavesSkipCallersThatGaveUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Every node applies in log order; wait until this one has "after".
-	if err := pollUntil(10*time.Second, func() bool { return fsm.count("after") == 1 }); err != nil {
-		t.Fatal("the later command was not applied on every node")
-	}
+	testutil.Eventually(t, 10*time.Second, "the later command applied on every node", func() bool {
+		return fsm.count("after") == 1
+	})
 	for i := range 50 {
 		if n := fsm.count(fmt.Sprintf("gave-up-%d", i)); n != 0 {
 			t.Errorf("gave-up-%d applied %d times", i, n)
@@ -140,18 +141,6 @@ func TestWavesAfterShutdown(t *testing.T) {
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("apply after shutdown took %v", d)
 	}
-}
-
-func pollUntil(d time.Duration, cond func() bool) error {
-	deadline := time.Now().Add(d)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for ; time.Now().Before(deadline); <-tick.C {
-		if cond() {
-			return nil
-		}
-	}
-	return errors.New("timed out")
 }
 
 // fakeRaft commits every command a fixed time after Apply and records
@@ -347,20 +336,24 @@ func TestWavesBatchEntries(t *testing.T) {
 	}
 
 	want := writers*each - writers/8
-	if err := pollUntil(10*time.Second, func() bool {
-		for _, f := range fsms {
-			if _, v := f.AllTasks(); f.AppliedIndex() < leader.AppliedIndex() || v != uint64(want) {
-				return false
+	func() {
+		defer func() {
+			if t.Failed() {
+				for _, f := range fsms {
+					ts, _ := f.AllTasks()
+					t.Logf("node: %d tasks, applied %d", len(ts), f.AppliedIndex())
+				}
 			}
-		}
-		return true
-	}); err != nil {
-		for _, f := range fsms {
-			ts, _ := f.AllTasks()
-			t.Logf("node: %d tasks, applied %d", len(ts), f.AppliedIndex())
-		}
-		t.Fatalf("not every node holds the %d tasks", want)
-	}
+		}()
+		testutil.Eventually(t, 10*time.Second, fmt.Sprintf("every node holds the %d tasks", want), func() bool {
+			for _, f := range fsms {
+				if _, v := f.AllTasks(); f.AppliedIndex() < leader.AppliedIndex() || v != uint64(want) {
+					return false
+				}
+			}
+			return true
+		})
+	}()
 	for _, f := range fsms {
 		evs := f.EventsAfter(0, 1<<20)
 		if len(evs) != want {
