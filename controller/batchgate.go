@@ -23,6 +23,26 @@ func (n *Node) batcher() (batcher, bool) {
 	return b, ok
 }
 
+// batchGate is the leader-only service that runs the gate for a term (the
+// first of the term's services) and turns batch entries off when the term
+// ends.
+type batchGate struct{ n *Node }
+
+func (batchGate) Name() string { return "batch-gate" }
+
+// Run runs the gate, then holds batch entries on until ctx ends. A backend
+// without batch entries (the Kafka backend) has nothing to gate.
+func (g batchGate) Run(ctx context.Context, _ uint64) error {
+	b, ok := g.n.batcher()
+	if !ok {
+		return nil
+	}
+	defer b.SetBatches(false)
+	g.n.runBatchGate(ctx, b)
+	<-ctx.Done()
+	return nil
+}
+
 // batchGatePoll is how often the gate asks the voters again until all of
 // them apply batch entries.
 const batchGatePoll = time.Second
@@ -33,7 +53,7 @@ const batchGatePoll = time.Second
 // them keeps writing entries its old nodes can apply. A voter that does not
 // answer counts as old until this node has applied a batch entry. The gate
 // asks until they all agree or ctx ends (the term's leadership ends);
-// revoke turns batches off. Downgrading a node below log format 2 once
+// batchGate.Run turns batches off when the term ends. Downgrading a node below log format 2 once
 // batches were written is not supported: the log it catches up from may
 // hold them.
 func (n *Node) runBatchGate(ctx context.Context, b batcher) {

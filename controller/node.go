@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/xce/xce/configs"
 	"github.com/xce/xce/delaymgr"
@@ -39,14 +40,27 @@ const (
 )
 
 // LeaderService is a leader-only service (outbox publisher, assignor loop,
-// worker sessions): started when the node enters PRIMARY, stopped when it
-// leaves, like Nomad's establishLeadership / revokeLeadership.
+// worker sessions, batch gate): it runs while the node is PRIMARY in a term
+// (docs/design.md, "Roles and the event loop", leader-only services).
 type LeaderService interface {
 	Name() string
-	// Establish starts the service for the term. An error hands leadership on.
-	Establish(ctx context.Context, term uint64) error
-	// Revoke stops it and returns once it has stopped.
-	Revoke()
+	// Run serves term until ctx ends, then returns nil or ctx's error. The
+	// node runs every service of a term in one group and cancels it when
+	// it leaves PRIMARY; revoking waits for every Run to return. A Run
+	// that returns early with nil is done for the term; one that returns
+	// another error hands leadership on.
+	Run(ctx context.Context, term uint64) error
+}
+
+// A Starter is a LeaderService with a first step that must be done before
+// the node serves as PRIMARY (the assignor opens the term's sessions, so
+// that a worker registering right after the role change is served). The
+// node calls Start on its event loop, in list order, just before it starts
+// that service's Run; the view says PRIMARY only once every Start has
+// returned. Start must not wait for I/O. An error hands leadership on; that
+// service's Run and the services after it are not started.
+type Starter interface {
+	Start(term uint64) error
 }
 
 // Options are what a node needs besides its config.
@@ -66,7 +80,8 @@ type Options struct {
 	CheckDB func(path string) error
 	// FSM is the replicated state machine; nil makes a new one.
 	FSM *persist.FSM
-	// Services are the leader-only services, started in order.
+	// Services are the leader-only services of each term, started in
+	// order after the batch gate.
 	Services []LeaderService
 	// Pprof serves /debug/pprof on the client port (XCE_PPROF=1).
 	Pprof bool
@@ -123,7 +138,15 @@ type Node struct {
 	// primaryTerm is the last term this node was PRIMARY in.
 	primaryTerm uint64
 	quorumChk   *delaymgr.Handle
-	leaderCtx   context.CancelFunc
+	// leader is the running term's services, nil when none run.
+	leader *leaderTerm
+}
+
+// leaderTerm is one term's leader-only services, run in one group.
+type leaderTerm struct {
+	cancel context.CancelFunc
+	// done is closed once every service's Run has returned.
+	done chan struct{}
 }
 
 // internal events of the loop, besides ha.Event
@@ -584,31 +607,50 @@ func (n *Node) beginTerm(term uint64) {
 	})
 }
 
+// establish starts the term's leader-only services in one group derived
+// from the term's context: the batch gate, then Options.Services, in order.
+// A Starter's Start runs here, on the loop, before its Run begins, so the
+// view turns PRIMARY only once every Start is done.
 func (n *Node) establish(term uint64) {
 	ctx, cancel := context.WithCancel(context.Background())
-	n.leaderCtx = cancel
-	if b, ok := n.batcher(); ok {
-		n.wg.Go(func() { n.runBatchGate(ctx, b) })
-	}
-	for _, s := range n.opts.Services {
-		if err := s.Establish(ctx, term); err != nil {
-			n.wg.Go(func() { n.post(serviceFail{term: term, err: fmt.Errorf("%s: %w", s.Name(), err)}) })
-			return
+	g, gctx := errgroup.WithContext(ctx)
+	lt := &leaderTerm{cancel: cancel, done: make(chan struct{})}
+	n.leader = lt
+	services := append([]LeaderService{batchGate{n}}, n.opts.Services...)
+	for _, s := range services {
+		if st, ok := s.(Starter); ok {
+			if err := st.Start(term); err != nil {
+				n.wg.Go(func() { n.post(serviceFail{term: term, err: fmt.Errorf("%s: %w", s.Name(), err)}) })
+				break
+			}
 		}
+		g.Go(func() error {
+			if err := s.Run(gctx, term); err != nil && gctx.Err() == nil {
+				return fmt.Errorf("%s: %w", s.Name(), err)
+			}
+			return nil
+		})
 	}
+	n.wg.Go(func() {
+		err := g.Wait()
+		close(lt.done)
+		// A service that failed while the term runs hands leadership on;
+		// errors after the node revoked the term are its own doing.
+		if err != nil && ctx.Err() == nil {
+			n.post(serviceFail{term: term, err: err})
+		}
+	})
 }
 
+// revoke cancels the running term's services and waits for them to stop.
 func (n *Node) revoke() {
-	if n.leaderCtx != nil {
-		n.leaderCtx()
-		n.leaderCtx = nil
+	lt := n.leader
+	if lt == nil {
+		return
 	}
-	if b, ok := n.batcher(); ok {
-		b.SetBatches(false)
-	}
-	for i := len(n.opts.Services) - 1; i >= 0; i-- {
-		n.opts.Services[i].Revoke()
-	}
+	n.leader = nil
+	lt.cancel()
+	<-lt.done
 }
 
 // publish derives the client-visible View from the machine and the quorum

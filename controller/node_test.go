@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/xce/xce/configs"
 	"github.com/xce/xce/ha"
+	"github.com/xce/xce/internal/testutil"
 	"github.com/xce/xce/persist"
 )
 
@@ -40,29 +42,40 @@ func singleConfig(t *testing.T, dir string) *configs.Config {
 	return cfg
 }
 
+// recorder is a leader service that records its terms: the role the node
+// showed when Start ran, the term Run began, and Run's return.
 type recorder struct {
+	node                 *Node
+	started              chan ha.Role
 	established, revoked chan uint64
 }
 
+func newRecorder() *recorder {
+	return &recorder{started: make(chan ha.Role, 4), established: make(chan uint64, 4), revoked: make(chan uint64, 4)}
+}
+
 func (r *recorder) Name() string { return "recorder" }
-func (r *recorder) Establish(ctx context.Context, term uint64) error {
-	r.established <- term
+func (r *recorder) Start(uint64) error {
+	r.started <- r.node.View().Role
 	return nil
 }
-func (r *recorder) Revoke() { r.revoked <- 0 }
+func (r *recorder) Run(ctx context.Context, term uint64) error {
+	r.established <- term
+	<-ctx.Done()
+	r.revoked <- term
+	return nil
+}
 
-// waitFor polls cond every 5 ms until it holds, failing after d.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.After(d)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline:
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		case <-tick.C:
-		}
+// failing is a leader service whose Run fails after a while in each term.
+type failing struct{ after time.Duration }
+
+func (failing) Name() string { return "failing" }
+func (f failing) Run(ctx context.Context, _ uint64) error {
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-time.After(f.after):
+		return errors.New("lost its resource")
 	}
 }
 
@@ -73,13 +86,14 @@ func TestSingleNodeLifecycle(t *testing.T) {
 	before := runtime.NumGoroutine()
 	dir := t.TempDir()
 	cfg := singleConfig(t, dir)
-	rec := &recorder{established: make(chan uint64, 4), revoked: make(chan uint64, 4)}
+	rec := newRecorder()
 	phase2 := make(chan ha.Role, 4)
 	n, err := New(Options{Config: cfg, Logger: zerolog.Nop(), Services: []LeaderService{rec},
 		Phase2: []func(ha.Role){func(r ha.Role) { phase2 <- r }}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	rec.node = n
 	if r := n.View().Role; r != ha.RoleInit {
 		t.Fatalf("before Run: %s", r)
 	}
@@ -87,7 +101,10 @@ func TestSingleNodeLifecycle(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- n.Run(ctx, nil) }()
 
-	waitFor(t, 5*time.Second, "PRIMARY", func() bool { return n.View().Serving() })
+	testutil.Eventually(t, 5*time.Second, "PRIMARY", func() bool { return n.View().Serving() })
+	if r := <-rec.started; r == ha.RolePrimary {
+		t.Fatal("Start ran after the node served as PRIMARY")
+	}
 	if term := <-rec.established; term == 0 {
 		t.Fatal("established in term 0")
 	}
@@ -122,7 +139,7 @@ func TestSingleNodeLifecycle(t *testing.T) {
 	if len(phase2) != 0 {
 		t.Fatal("phase 2 ran more than once")
 	}
-	waitFor(t, 5*time.Second, "goroutines to end", func() bool { return runtime.NumGoroutine() <= before+1 })
+	testutil.Eventually(t, 5*time.Second, "goroutines to end", func() bool { return runtime.NumGoroutine() <= before+1 })
 }
 
 // TestRestartDoesNotBootstrapAgain restarts a node on its data: it keeps its
@@ -138,7 +155,7 @@ func TestRestartKeepsStateAndTermGrows(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- n.Run(ctx, nil) }()
-		waitFor(t, 5*time.Second, "PRIMARY", func() bool { return n.View().Serving() })
+		testutil.Eventually(t, 5*time.Second, "PRIMARY", func() bool { return n.View().Serving() })
 		cmd := persist.Command{Type: persist.CmdSubmitTask, ClientID: "c", RequestID: fmt.Sprint(time.Now().UnixNano()), Task: persist.Task{ID: fmt.Sprint("t", time.Now().UnixNano())}}
 		if _, err := n.Apply(context.Background(), cmd.Encode()); err != nil {
 			t.Fatal(err)
@@ -203,11 +220,11 @@ func TestFenceLeavesPrimaryForTheTerm(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	waitFor(t, 5*time.Second, "PRIMARY", func() bool { return n.View().Serving() })
+	testutil.Eventually(t, 5*time.Second, "PRIMARY", func() bool { return n.View().Serving() })
 	term := n.View().Term
 	n.Fence(term, "a newer producer owns the epoch")
 	n.Fence(term, "reported twice") // never blocks
-	waitFor(t, 2*time.Second, "leaving PRIMARY", func() bool { return n.View().Role != ha.RolePrimary })
+	testutil.Eventually(t, 2*time.Second, "leaving PRIMARY", func() bool { return n.View().Role != ha.RolePrimary })
 	if v := n.View(); v.Term == term && !strings.Contains(v.Reason, "fenced") {
 		t.Errorf("reason %q after the fence", v.Reason)
 	}
@@ -225,5 +242,46 @@ func TestFenceLeavesPrimaryForTheTerm(t *testing.T) {
 		case <-window:
 			return
 		}
+	}
+}
+
+// TestFailedServiceHandsLeadershipOn: a service whose Run fails while the
+// node is PRIMARY ends the term's services and makes the node leave PRIMARY
+// for the rest of the term, as a fencing does.
+func TestFailedServiceHandsLeadershipOn(t *testing.T) {
+	dir := t.TempDir()
+	cfg := singleConfig(t, dir)
+	rec := newRecorder()
+	logs := &testutil.SyncBuffer{}
+	n, err := New(Options{Config: cfg, Logger: zerolog.New(logs), Services: []LeaderService{rec, failing{after: 100 * time.Millisecond}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.node = n
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- n.Run(ctx, nil) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	testutil.Eventually(t, 5*time.Second, "PRIMARY", func() bool { return n.View().Serving() })
+	term := <-rec.established
+	select {
+	case got := <-rec.revoked:
+		if got != term {
+			t.Fatalf("revoked term %d, ran %d", got, term)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the other services of the term still run after one failed")
+	}
+	testutil.Eventually(t, 2*time.Second, "leaving PRIMARY", func() bool { return n.View().Role != ha.RolePrimary })
+	if v := n.View(); v.Term == term && !strings.Contains(v.Reason, "failing: lost its resource") {
+		t.Errorf("reason %q after the failure", v.Reason)
+	}
+	if !strings.Contains(logs.String(), "a leader service failed to start; handing leadership on") {
+		t.Errorf("no log line for the failure:\n%s", logs.String())
 	}
 }

@@ -2,8 +2,6 @@ package fence
 
 import (
 	"context"
-	"errors"
-	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -19,10 +17,6 @@ type Discarder struct {
 	apply func(ctx context.Context, cmd []byte) error
 	every time.Duration
 	log   zerolog.Logger
-
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
 }
 
 // NewDiscarder returns a discarder that trims every interval.
@@ -33,49 +27,27 @@ func NewDiscarder(src Source, apply func(ctx context.Context, cmd []byte) error,
 // Name implements controller.LeaderService.
 func (d *Discarder) Name() string { return "outbox-discarder" }
 
-// Establish starts trimming.
-func (d *Discarder) Establish(_ context.Context, _ uint64) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.cancel != nil {
-		return errors.New("discarder already running")
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	d.cancel, d.done = cancel, make(chan struct{})
-	go func(done chan struct{}) {
-		defer close(done)
-		t := time.NewTicker(d.every)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			evs := d.src.EventsAfter(0, 1<<30)
-			if len(evs) == 0 {
-				continue
-			}
-			actx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			err := d.apply(actx, (&persist.Command{Type: persist.CmdTrimOutbox, UpTo: evs[len(evs)-1].Index}).Encode())
-			cancel()
-			if err != nil && ctx.Err() == nil {
-				d.log.Debug().Err(err).Msg("outbox trim not replicated; will retry")
-			}
+// Run trims the outbox every interval until ctx ends (the node leaves
+// PRIMARY), then returns nil.
+func (d *Discarder) Run(ctx context.Context, _ uint64) error {
+	t := time.NewTicker(d.every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
 		}
-	}(d.done)
-	return nil
-}
-
-// Revoke stops trimming.
-func (d *Discarder) Revoke() {
-	d.mu.Lock()
-	cancel, done := d.cancel, d.done
-	d.cancel, d.done = nil, nil
-	d.mu.Unlock()
-	if cancel != nil {
+		evs := d.src.EventsAfter(0, 1<<30)
+		if len(evs) == 0 {
+			continue
+		}
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := d.apply(actx, (&persist.Command{Type: persist.CmdTrimOutbox, UpTo: evs[len(evs)-1].Index}).Encode())
 		cancel()
-		<-done
+		if err != nil && ctx.Err() == nil {
+			d.log.Debug().Err(err).Msg("outbox trim not replicated; will retry")
+		}
 	}
 }
 

@@ -1,7 +1,6 @@
 package fence_test
 
 import (
-	"context"
 	"runtime"
 	"testing"
 	"time"
@@ -9,12 +8,12 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/xce/xce/fence"
+	"github.com/xce/xce/internal/testutil"
 	"github.com/xce/xce/persist"
 )
 
 func newDiscarder(t *testing.T, n *node) *fence.Discarder {
 	d := fence.NewDiscarder(n.fsm, n.hooks("discarder").Apply, 10*time.Millisecond, zerolog.New(zerolog.NewTestWriter(t)))
-	t.Cleanup(d.Revoke)
 	return d
 }
 
@@ -25,13 +24,11 @@ func TestDiscarderTrimsEverything(t *testing.T) {
 	if epoch, lag, st := d.Status(); epoch != 0 || lag != 2 || st != fence.StateDisabled {
 		t.Fatalf("Status %d %d %q", epoch, lag, st)
 	}
-	if err := d.Establish(context.Background(), 1); err != nil {
-		t.Fatal(err)
-	}
+	term := establish(t, d, 1)
 	for _, more := range [][]string{nil, {"c"}, {"d", "e"}} {
 		n.submit(more...)
 		last := n.allEvents()[len(n.allEvents())-1].Index
-		eventually(t, 5*time.Second, "outbox not trimmed", func() bool {
+		testutil.Eventually(t, 5*time.Second, "outbox not trimmed", func() bool {
 			published, held, _ := n.fsm.Outbox(0)
 			return published == last && held == 0
 		})
@@ -40,22 +37,21 @@ func TestDiscarderTrimsEverything(t *testing.T) {
 		t.Fatalf("lag %d after trimming", lag)
 	}
 	before := len(n.trims())
-	d.Revoke()
-	d.Revoke()
+	term.revoke()
+	term.revoke()
 	n.apply(persist.Command{Type: persist.CmdSubmitTask, ClientID: "cl", RequestID: "z", Task: persist.Task{ID: "z"}})
 	if _, held, _ := n.fsm.Outbox(0); held != 1 || len(n.trims()) != before {
-		t.Fatalf("trimmed after Revoke: held %d, trims %d then %d", held, before, len(n.trims()))
+		t.Fatalf("trimmed after the term: held %d, trims %d then %d", held, before, len(n.trims()))
 	}
 }
 
-// TestDiscarderEstablishTwice: a second Establish without Revoke must not
-// leave the first trimming goroutine running after Revoke.
-func TestDiscarderEstablishTwice(t *testing.T) {
+// TestDiscarderTermsLeaveNoGoroutine: each term's Run returns when its
+// context ends; nothing outlives it.
+func TestDiscarderTermsLeaveNoGoroutine(t *testing.T) {
 	before := runtime.NumGoroutine()
 	n := newNode(t, 1)
 	d := newDiscarder(t, n)
-	_ = d.Establish(context.Background(), 1)
-	_ = d.Establish(context.Background(), 1) // refused or replaces: either way one goroutine
-	d.Revoke()
+	establish(t, d, 1).revoke()
+	establish(t, d, 2).revoke()
 	checkNoLeak(t, before)
 }

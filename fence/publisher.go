@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/xce/xce/internal/backoff"
 	"github.com/xce/xce/persist"
 )
 
@@ -61,10 +62,6 @@ type Publisher struct {
 	hooks Hooks
 	log   zerolog.Logger
 	m     *metrics
-
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
 
 	epoch     atomic.Int64 // -1: none this term
 	published atomic.Uint64
@@ -147,36 +144,18 @@ func (p *Publisher) Lag() int {
 	return pending
 }
 
-// Establish starts publishing for the term. It returns at once: Kafka being
-// down must not keep the node from serving as PRIMARY.
-func (p *Publisher) Establish(_ context.Context, term uint64) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cancel != nil {
-		return errors.New("publisher already running")
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	p.cancel, p.done = cancel, make(chan struct{})
-	go func(done chan struct{}) {
-		defer close(done)
-		p.run(ctx, term)
-	}(p.done)
-	return nil
-}
-
-// Revoke stops publishing and returns once the publisher has stopped.
-func (p *Publisher) Revoke() {
-	p.mu.Lock()
-	cancel, done := p.cancel, p.done
-	p.cancel, p.done = nil, nil
-	p.mu.Unlock()
-	if cancel == nil {
-		return
-	}
-	cancel()
-	<-done
+// Run publishes for term until ctx ends (the node leaves PRIMARY), then
+// returns ctx's error. Kafka being down never keeps the node from serving:
+// Run waits for it inside the term. When publishing stops early (fenced, or
+// no Kafka client), Run waits for the term to end, so that Status says why
+// until then; a fencing is reported through Hooks.Fenced, which hands
+// leadership on. The node runs one term at a time.
+func (p *Publisher) Run(ctx context.Context, term uint64) error {
+	p.run(ctx, term)
+	<-ctx.Done()
 	p.epoch.Store(-1)
 	p.setState(StateStandby)
+	return ctx.Err()
 }
 
 // IsFenced reports whether err means that a newer producer owns the
@@ -205,16 +184,9 @@ func (p *Publisher) newClient() (*kgo.Client, error) {
 	)
 }
 
-// backoff waits d or until ctx ends; it reports whether to go on.
-func backoff(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
+// retryBackoff spaces the publisher's retries of one step.
+func retryBackoff() backoff.Backoff {
+	return backoff.Backoff{Min: 100 * time.Millisecond, Max: 2 * time.Second}
 }
 
 func (p *Publisher) run(ctx context.Context, term uint64) {
@@ -231,7 +203,8 @@ func (p *Publisher) run(ctx context.Context, term uint64) {
 	// any transaction the previous primary left open and rejects its late
 	// writes. Once per term: the client keeps it for the whole term.
 	var epoch int16
-	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+	bo := retryBackoff()
+	for {
 		start := time.Now()
 		_, e, err := cl.ProducerID(ctx)
 		if err == nil {
@@ -247,8 +220,9 @@ func (p *Publisher) run(ctx context.Context, term uint64) {
 			p.fenced(log, term, epoch, err)
 			return
 		}
+		wait := bo.Next()
 		log.Warn().Err(err).Dur("retry_in", wait).Msg("cannot acquire the producer epoch; the outbox keeps events until kafka answers")
-		if !backoff(ctx, wait) {
+		if !backoff.Sleep(ctx, wait) {
 			return
 		}
 	}
@@ -267,7 +241,8 @@ func (p *Publisher) run(ctx context.Context, term uint64) {
 	defer trim.Stop()
 	trimmed, _, _ := p.src.Outbox(0)
 	p.setState(StatePublishing)
-	for wait := 100 * time.Millisecond; ; {
+	bo = retryBackoff()
+	for {
 		applied := p.src.AppliedCh()
 		evs := p.src.EventsAfter(last, p.cfg.BatchMax)
 		if len(evs) == 0 {
@@ -289,7 +264,7 @@ func (p *Publisher) run(ctx context.Context, term uint64) {
 			p.m.events.Add(float64(len(evs)))
 			p.m.txns.Inc()
 			p.m.txnSeconds.Observe(time.Since(start).Seconds())
-			wait = 100 * time.Millisecond
+			bo.Reset()
 			select {
 			case <-trim.C:
 				trimmed = p.trim(ctx, log, last, trimmed)
@@ -306,6 +281,7 @@ func (p *Publisher) run(ctx context.Context, term uint64) {
 		}
 		p.m.errors.Inc()
 		p.setState(StateRetrying)
+		wait := bo.Next()
 		log.Warn().Err(err).Int("events", len(evs)).Uint64("first_index", evs[0].Index).Dur("retry_in", wait).
 			Msg("publishing failed; aborting the transaction and retrying")
 		if err := p.abandon(ctx, log, cl); err != nil {
@@ -314,10 +290,9 @@ func (p *Publisher) run(ctx context.Context, term uint64) {
 			}
 			return
 		}
-		if !backoff(ctx, wait) {
+		if !backoff.Sleep(ctx, wait) {
 			return
 		}
-		wait = min(2*wait, 2*time.Second)
 		// The commit's outcome may be unknown: read the tail again.
 		if last, ok = p.resumePoint(ctx, log); !ok {
 			return
@@ -332,7 +307,8 @@ func (p *Publisher) run(ctx context.Context, term uint64) {
 // ends first, or the fencing error when a newer producer owns the
 // transactional id.
 func (p *Publisher) abandon(ctx context.Context, log zerolog.Logger, cl *kgo.Client) error {
-	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+	bo := retryBackoff()
+	for {
 		// Buffered records fail first. A record whose produce request got
 		// no answer cannot: the client must learn whether the broker took
 		// it, so this waits for Kafka to answer. Ending the transaction
@@ -359,8 +335,9 @@ func (p *Publisher) abandon(ctx context.Context, log zerolog.Logger, cl *kgo.Cli
 		if IsFenced(err) {
 			return err
 		}
+		wait := bo.Next()
 		log.Warn().Err(err).Dur("retry_in", wait).Msg("cannot abort the transaction yet; nothing more is published until it is")
-		if !backoff(ctx, wait) {
+		if !backoff.Sleep(ctx, wait) {
 			return ctx.Err()
 		}
 	}
@@ -369,7 +346,8 @@ func (p *Publisher) abandon(ctx context.Context, log zerolog.Logger, cl *kgo.Cli
 // resumePoint reads the last committed event's index, retrying until Kafka
 // answers or ctx ends.
 func (p *Publisher) resumePoint(ctx context.Context, log zerolog.Logger) (uint64, bool) {
-	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+	bo := retryBackoff()
+	for {
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		last, err := LastPublished(rctx, p.cfg.Brokers, p.cfg.Topic)
 		cancel()
@@ -385,8 +363,9 @@ func (p *Publisher) resumePoint(ctx context.Context, log zerolog.Logger) (uint64
 		if ctx.Err() != nil {
 			return 0, false
 		}
+		wait := bo.Next()
 		log.Warn().Err(err).Dur("retry_in", wait).Msg("cannot read the events topic's tail")
-		if !backoff(ctx, wait) {
+		if !backoff.Sleep(ctx, wait) {
 			return 0, false
 		}
 	}

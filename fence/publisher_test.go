@@ -26,6 +26,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/xce/xce/fence"
+	"github.com/xce/xce/internal/testutil"
 	"github.com/xce/xce/persist"
 )
 
@@ -33,20 +34,6 @@ const (
 	topic = "xce.events"
 	txnID = "xce.c1.primary"
 )
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %s", d, what)
-		}
-		<-tick.C
-	}
-}
 
 func newCluster(t testing.TB) *kfake.Cluster {
 	t.Helper()
@@ -183,21 +170,43 @@ func newPublisher(t testing.TB, brokers []string, n *node, name string, reg prom
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(p.Revoke)
 	return p
 }
 
-func establish(t testing.TB, p *fence.Publisher, term uint64) {
+// running is one term of a service as the node runs it: Run in its own
+// goroutine until the term's context is cancelled.
+type running struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// revoke ends the term and returns once Run has returned.
+func (r *running) revoke() {
+	r.cancel()
+	<-r.done
+}
+
+// establish runs s for term until the test ends or revoke is called.
+func establish(t testing.TB, s interface {
+	Run(context.Context, uint64) error
+}, term uint64) *running {
 	t.Helper()
-	if err := p.Establish(context.Background(), term); err != nil {
-		t.Fatal(err)
-	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		if err := s.Run(ctx, term); err != nil && ctx.Err() == nil {
+			t.Errorf("Run of term %d: %v", term, err)
+		}
+	}()
+	t.Cleanup(r.revoke)
+	return r
 }
 
 // waitDrained waits until p has published every event of the outbox.
 func waitDrained(t testing.TB, p *fence.Publisher) {
 	t.Helper()
-	eventually(t, 10*time.Second, "publisher did not drain the outbox", func() bool {
+	testutil.Eventually(t, 10*time.Second, "publisher did not drain the outbox", func() bool {
 		_, lag, st := p.Status()
 		return st == fence.StatePublishing && lag == 0
 	})
@@ -429,12 +438,9 @@ func TestPublishesEveryEventInOrderExactlyOnce(t *testing.T) {
 
 	p := newPublisher(t, brokers, n, "p", nil)
 	if epoch, lag, st := p.Status(); st != fence.StateStandby || epoch != 0 || lag != 5 || p.Epoch() != -1 {
-		t.Fatalf("before Establish: Status %d %d %q, Epoch %d", epoch, lag, st, p.Epoch())
+		t.Fatalf("before Run: Status %d %d %q, Epoch %d", epoch, lag, st, p.Epoch())
 	}
 	establish(t, p, 3)
-	if err := p.Establish(context.Background(), 3); err == nil {
-		t.Fatal("a second Establish without Revoke succeeded")
-	}
 	waitDrained(t, p)
 	if got := commits.get(txnID + "/commit"); got != 1 {
 		t.Fatalf("%d transactions committed for the 5 queued events, want 1", got)
@@ -651,7 +657,7 @@ func TestTrimsPublishedWatermark(t *testing.T) {
 		t.Helper()
 		evs := n.allEvents()
 		last := evs[len(evs)-1].Index
-		eventually(t, 5*time.Second, fmt.Sprintf("outbox not trimmed up to %d (trims %v)", last, n.trims()), func() bool {
+		testutil.Eventually(t, 5*time.Second, fmt.Sprintf("outbox not trimmed up to %d (trims %v)", last, n.trims()), func() bool {
 			published, held, _ := n.fsm.Outbox(0)
 			return published == last && held == 0
 		})
@@ -693,7 +699,7 @@ func TestFencedByNewerProducer(t *testing.T) {
 			n := newNode(t, 3)
 			n.submit("a", "b")
 			a := newPublisher(t, brokers, n, "a", nil)
-			establish(t, a, 3)
+			termA := establish(t, a, 3)
 			waitDrained(t, a)
 			epochA := a.Epoch()
 			if got := inits.get(txnID); got != 1 {
@@ -750,7 +756,7 @@ func TestFencedByNewerProducer(t *testing.T) {
 
 			// The next event: the old publisher tries and is fenced.
 			n.submit("c")
-			eventually(t, 10*time.Second, "old publisher not fenced", func() bool {
+			testutil.Eventually(t, 10*time.Second, "old publisher not fenced", func() bool {
 				return len(n.fencedCalls("a")) > 0
 			})
 			_, _, st := a.Status()
@@ -768,11 +774,11 @@ func TestFencedByNewerProducer(t *testing.T) {
 				waitDrained(t, b)
 			}
 			revoked := make(chan struct{})
-			go func() { a.Revoke(); close(revoked) }()
+			go func() { termA.revoke(); close(revoked) }()
 			select {
 			case <-revoked:
 			case <-time.After(5 * time.Second):
-				t.Fatal("Revoke of the fenced publisher does not return")
+				t.Fatal("the fenced publisher's Run does not return when its term ends")
 			}
 			if f := n.fencedCalls("a"); len(f) != 1 || !strings.HasPrefix(f[0], "term 3: ") {
 				t.Fatalf("Fenced calls: %q, want one for term 3", f)
@@ -1028,23 +1034,23 @@ func checkNoLeak(t *testing.T, before int) {
 	}
 }
 
-func revokeWithin(t *testing.T, p *fence.Publisher, d time.Duration) {
+func revokeWithin(t *testing.T, p *fence.Publisher, r *running, d time.Duration) {
 	t.Helper()
 	start := time.Now()
 	done := make(chan struct{})
-	go func() { p.Revoke(); close(done) }()
+	go func() { r.revoke(); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(d):
-		t.Fatalf("Revoke did not return within %v", d)
+		t.Fatalf("Run did not return within %v of the term's end", d)
 	}
-	t.Logf("Revoke took %v", time.Since(start))
+	t.Logf("Run returned %v after the term's end", time.Since(start))
 	if epoch, _, st := p.Status(); st != fence.StateStandby || epoch != 0 || p.Epoch() != -1 {
-		t.Fatalf("after Revoke: Status epoch %d state %q, Epoch %d", epoch, st, p.Epoch())
+		t.Fatalf("after the term: Status epoch %d state %q, Epoch %d", epoch, st, p.Epoch())
 	}
 }
 
-func TestRevokeStopsPromptlyWithoutLeaks(t *testing.T) {
+func TestTermEndStopsPromptlyWithoutLeaks(t *testing.T) {
 	t.Run("publishing", func(t *testing.T) {
 		before := runtime.NumGoroutine()
 		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topic))
@@ -1055,11 +1061,10 @@ func TestRevokeStopsPromptlyWithoutLeaks(t *testing.T) {
 		n := newNode(t, 1)
 		n.submit("a")
 		p := newPublisher(t, c.ListenAddrs(), n, "p", nil)
-		p.Revoke() // not established: nothing to do
-		establish(t, p, 1)
+		term := establish(t, p, 1)
 		waitDrained(t, p)
-		revokeWithin(t, p, 2*time.Second)
-		p.Revoke()
+		revokeWithin(t, p, term, 2*time.Second)
+		term.revoke()
 
 		// Events while revoked stay in the outbox; the next term publishes
 		// them.
@@ -1067,10 +1072,10 @@ func TestRevokeStopsPromptlyWithoutLeaks(t *testing.T) {
 		if _, lag, _ := p.Status(); lag == 0 {
 			t.Fatal("no lag while revoked")
 		}
-		establish(t, p, 2)
+		term = establish(t, p, 2)
 		waitDrained(t, p)
 		checkExactlyOnce(t, published(t, readTopic(t, c.ListenAddrs())), n.allEvents())
-		revokeWithin(t, p, 2*time.Second)
+		revokeWithin(t, p, term, 2*time.Second)
 		c.Close()
 		checkNoLeak(t, before)
 	})
@@ -1086,12 +1091,12 @@ func TestRevokeStopsPromptlyWithoutLeaks(t *testing.T) {
 		n := newNode(t, 1)
 		n.submit("a")
 		p := newPublisher(t, []string{addr}, n, "p", nil)
-		establish(t, p, 1)
-		eventually(t, 5*time.Second, "publisher not acquiring", func() bool {
+		term := establish(t, p, 1)
+		testutil.Eventually(t, 5*time.Second, "publisher not acquiring", func() bool {
 			_, _, st := p.Status()
 			return st == fence.StateAcquiring
 		})
-		revokeWithin(t, p, 2*time.Second)
+		revokeWithin(t, p, term, 2*time.Second)
 		checkNoLeak(t, before)
 	})
 
@@ -1106,12 +1111,12 @@ func TestRevokeStopsPromptlyWithoutLeaks(t *testing.T) {
 		n := newNode(t, 1)
 		n.submit("a")
 		p := newPublisher(t, c.ListenAddrs(), n, "p", nil)
-		establish(t, p, 1)
-		eventually(t, 5*time.Second, "publisher not retrying", func() bool {
+		term := establish(t, p, 1)
+		testutil.Eventually(t, 5*time.Second, "publisher not retrying", func() bool {
 			_, _, st := p.Status()
 			return st == fence.StateRetrying
 		})
-		revokeWithin(t, p, 2*time.Second)
+		revokeWithin(t, p, term, 2*time.Second)
 		c.Close()
 		checkNoLeak(t, before)
 	})
@@ -1235,7 +1240,7 @@ func TestBrokerRestartAfterTransactionTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "the first produce request of the burst was not written", func() bool {
+	testutil.Eventually(t, 10*time.Second, "the first produce request of the burst was not written", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		offs, err := kadm.NewClient(adm).ListEndOffsets(ctx, topic)
@@ -1259,7 +1264,7 @@ func TestBrokerRestartAfterTransactionTimeout(t *testing.T) {
 	// A wide margin: the client reconnects, hears back for the records it
 	// had sent, aborts, then publishes several MB again (under -race on a
 	// busy machine).
-	eventually(t, 30*time.Second, "publisher did not drain the outbox after the broker came back", func() bool {
+	testutil.Eventually(t, 30*time.Second, "publisher did not drain the outbox after the broker came back", func() bool {
 		_, lag, st := p.Status()
 		return st == fence.StatePublishing && lag == 0
 	})

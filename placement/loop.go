@@ -2,6 +2,7 @@ package placement
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"time"
@@ -18,19 +19,62 @@ const applyTimeout = 5 * time.Second
 // retryAfter spaces plans after a failed write.
 const retryAfter = time.Second
 
-// run is the term's loop: it expires sessions, notices task-set changes,
-// and plans when something changed, at most once per Tick.
-func (s *Service) run(ts *termState) {
-	defer close(ts.done)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		select {
-		case <-ts.stop:
-			cancel()
-		case <-ctx.Done():
-		}
+// Start opens the term's sessions before the node serves as PRIMARY, so
+// that a worker's Register right after the role change is served; Run then
+// runs the term (controller.Starter).
+func (s *Service) Start(term uint64) error {
+	now := time.Now()
+	ts := &termState{
+		term:        term,
+		started:     now,
+		settleUntil: now.Add(s.cfg.Settle),
+		workers:     make(map[string]*session),
+		kick:        make(chan struct{}, 1),
+		delays:      delaymgr.New(delaymgr.RealClock()),
+	}
+	if gen, _ := s.fsm.AssignmentGeneration(); gen == 0 {
+		// Nothing placed yet: there is no placement a hasty plan could
+		// disturb, so plan as soon as workers come.
+		ts.settleUntil = now
+	}
+	s.mu.Lock()
+	old := s.term
+	if old == nil {
+		s.term = ts
+	}
+	s.mu.Unlock()
+	if old != nil {
+		ts.delays.Stop()
+		return fmt.Errorf("term %d is still running", old.term)
+	}
+	s.log.Info().Uint64("term", term).Time("settle_until", ts.settleUntil).Msg("assignor started; waiting for workers to report before planning")
+	return nil
+}
+
+// Run is the term's loop, after Start: it expires sessions, notices
+// task-set changes, and plans when something changed, at most once per
+// Tick. When ctx ends (the node leaves PRIMARY) it forgets the term's
+// sessions and returns nil.
+func (s *Service) Run(ctx context.Context, term uint64) error {
+	s.mu.Lock()
+	ts := s.term
+	s.mu.Unlock()
+	if ts == nil || ts.term != term {
+		return fmt.Errorf("term %d was not started", term)
+	}
+	defer func() {
+		s.mu.Lock()
+		s.term = nil
+		s.mu.Unlock()
+		ts.delays.Stop()
+		s.log.Info().Uint64("term", term).Msg("assignor stopped")
 	}()
+	s.loop(ctx, ts)
+	return nil
+}
+
+// loop plans until ctx ends.
+func (s *Service) loop(ctx context.Context, ts *termState) {
 	tick := time.NewTicker(s.cfg.Tick)
 	defer tick.Stop()
 
@@ -83,7 +127,7 @@ func (s *Service) run(ts *termState) {
 			}
 		}
 		select {
-		case <-ts.stop:
+		case <-ctx.Done():
 			return
 		case <-ts.kick:
 			dirty = true

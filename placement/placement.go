@@ -4,8 +4,8 @@
 // the assignor loop that turns those facts into committed assignment
 // generations (docs/design.md, "The assignor").
 //
-// The Service is a leader-only service: Establish starts a term's state
-// and its loop, Revoke stops both. Sessions are never replicated; a new
+// The Service is a leader-only service: Start opens a term's sessions, Run
+// runs its loop until the term ends and then forgets them. Sessions are never replicated; a new
 // primary starts with none and waits one session timeout (the settle
 // period) for workers to register again before it plans, so that a
 // controller failover never moves a task. Only the plan's result, the
@@ -204,59 +204,9 @@ type termState struct {
 	settleUntil time.Time
 	workers     map[string]*session
 	kick        chan struct{}
-	stop        chan struct{}
-	done        chan struct{}
 	delays      *delaymgr.Manager
 	// Written by the loop only, read under Service.mu.
 	followup bool
-}
-
-// Establish starts the term's sessions and loop.
-func (s *Service) Establish(_ context.Context, term uint64) error {
-	now := time.Now()
-	ts := &termState{
-		term:        term,
-		started:     now,
-		settleUntil: now.Add(s.cfg.Settle),
-		workers:     make(map[string]*session),
-		kick:        make(chan struct{}, 1),
-		stop:        make(chan struct{}),
-		done:        make(chan struct{}),
-		delays:      delaymgr.New(delaymgr.RealClock()),
-	}
-	if gen, _ := s.fsm.AssignmentGeneration(); gen == 0 {
-		// Nothing placed yet: there is no placement a hasty plan could
-		// disturb, so plan as soon as workers come.
-		ts.settleUntil = now
-	}
-	s.mu.Lock()
-	old := s.term
-	s.term = ts
-	s.mu.Unlock()
-	if old != nil {
-		s.stopTerm(old)
-	}
-	s.log.Info().Uint64("term", term).Time("settle_until", ts.settleUntil).Msg("assignor started; waiting for workers to report before planning")
-	go s.run(ts)
-	return nil
-}
-
-// Revoke stops the term's loop and forgets its sessions.
-func (s *Service) Revoke() {
-	s.mu.Lock()
-	ts := s.term
-	s.term = nil
-	s.mu.Unlock()
-	if ts != nil {
-		s.stopTerm(ts)
-		s.log.Info().Uint64("term", ts.term).Msg("assignor stopped")
-	}
-}
-
-func (s *Service) stopTerm(ts *termState) {
-	close(ts.stop)
-	<-ts.done
-	ts.delays.Stop()
 }
 
 func kick(ts *termState) {

@@ -148,6 +148,24 @@ func (r *rig) placement(task string) persist.Placement {
 	return a[task]
 }
 
+// establish starts a term as the node does (Start, then Run until the term
+// ends) and returns what ends it: cancel, then wait for Run.
+func (r *rig) establish(term uint64) (revoke func()) {
+	r.t.Helper()
+	if err := r.svc.Start(term); err != nil {
+		r.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.svc.Run(ctx, term) }()
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			r.t.Errorf("Run of term %d: %v", term, err)
+		}
+	}
+}
+
 func (r *rig) gen() uint64 {
 	g, _ := r.fsm.AssignmentGeneration()
 	return g
@@ -163,10 +181,7 @@ func TestFirstPlanNeedsNoSettle(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRig(t, 1)
 		r.submit("t0", "t1", "t2", "t3")
-		if err := r.svc.Establish(context.Background(), 1); err != nil {
-			t.Fatal(err)
-		}
-		defer r.svc.Revoke()
+		defer r.establish(1)()
 		r.register("w1", 1)
 		r.register("w2", 1)
 		settle(200 * time.Millisecond)
@@ -202,10 +217,7 @@ func TestFailoverSettlesAndMovesNothing(t *testing.T) {
 		})
 		_, before := r.fsm.Assignment()
 		writes := r.assignmentWrites()
-		if err := r.svc.Establish(context.Background(), 2); err != nil {
-			t.Fatal(err)
-		}
-		defer r.svc.Revoke()
+		defer r.establish(2)()
 		caught := map[string]int64{"t0": 0, "t1": 0, "t2": 0, "t3": 0}
 		// Only w1 has reported when half the settle period has passed: a
 		// hasty plan would move w2's tasks.
@@ -252,10 +264,7 @@ func TestSilentWorkerExpiresAndStandbysTakeOver(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRig(t, 1)
 		r.submit("t0", "t1", "t2", "t3", "t4", "t5")
-		if err := r.svc.Establish(context.Background(), 1); err != nil {
-			t.Fatal(err)
-		}
-		defer r.svc.Revoke()
+		defer r.establish(1)()
 		for _, w := range []string{"w1", "w2", "w3"} {
 			r.register(w, 1)
 		}
@@ -340,10 +349,7 @@ func TestCaughtUpWarmupTakesOverAtOnce(t *testing.T) {
 			"t0": {Active: "w1"}, "t1": {Active: "w1"}, "t2": {Active: "w2"}, "t3": {Active: "w2"},
 		})
 		r.svc.cfg.Settle = time.Millisecond
-		if err := r.svc.Establish(context.Background(), 1); err != nil {
-			t.Fatal(err)
-		}
-		defer r.svc.Revoke()
+		defer r.establish(1)()
 		r.register("w1", 1)
 		r.register("w2", 1)
 		r.register("w3", 1)
@@ -382,10 +388,7 @@ func TestProbingRebalanceRepeatsThePlan(t *testing.T) {
 			"t0": {Active: "w1"}, "t1": {Active: "w1"}, "t2": {Active: "w2"}, "t3": {Active: "w2"},
 		})
 		r.svc.cfg.Settle = time.Millisecond
-		if err := r.svc.Establish(context.Background(), 1); err != nil {
-			t.Fatal(err)
-		}
-		defer r.svc.Revoke()
+		defer r.establish(1)()
 		for _, w := range []string{"w1", "w2", "w3"} {
 			r.register(w, 1)
 		}
@@ -423,10 +426,7 @@ func TestFailedWriteIsRetried(t *testing.T) {
 		r := newRig(t, 0)
 		r.submit("t0", "t1")
 		r.setFailing(true)
-		if err := r.svc.Establish(context.Background(), 1); err != nil {
-			t.Fatal(err)
-		}
-		defer r.svc.Revoke()
+		defer r.establish(1)()
 		r.register("w1", 1)
 		settle(500 * time.Millisecond)
 		if r.gen() != 0 {
@@ -445,10 +445,7 @@ func TestFailedWriteIsRetried(t *testing.T) {
 func TestTaskSetChangesArePlanned(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRig(t, 0)
-		if err := r.svc.Establish(context.Background(), 1); err != nil {
-			t.Fatal(err)
-		}
-		defer r.svc.Revoke()
+		defer r.establish(1)()
 		r.register("w1", 1)
 		settle(200 * time.Millisecond)
 		plans := r.svc.plansForTest()
@@ -475,10 +472,7 @@ func TestTaskSetChangesArePlanned(t *testing.T) {
 func TestNoWorkersNoWrites(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRig(t, 0)
-		if err := r.svc.Establish(context.Background(), 1); err != nil {
-			t.Fatal(err)
-		}
-		defer r.svc.Revoke()
+		defer r.establish(1)()
 		for i := range 10 {
 			r.submit(fmt.Sprintf("t%d", i))
 			settle(300 * time.Millisecond)
@@ -502,17 +496,15 @@ func TestRequestsOffThePrimaryAndBadInput(t *testing.T) {
 		r := newRig(t, 0)
 		r.submit("t0")
 		if _, err := r.svc.Register("w1", 1, ""); !errors.Is(err, ErrNotServing) {
-			t.Fatalf("Register before Establish: %v", err)
+			t.Fatalf("Register before Start: %v", err)
 		}
 		if _, err := r.svc.Heartbeat("w1", nil, nil); !errors.Is(err, ErrNotServing) {
-			t.Fatalf("Heartbeat before Establish: %v", err)
+			t.Fatalf("Heartbeat before Start: %v", err)
 		}
 		if _, _, err := r.svc.Workers(); !errors.Is(err, ErrNotServing) {
-			t.Fatalf("Workers before Establish: %v", err)
+			t.Fatalf("Workers before Start: %v", err)
 		}
-		if err := r.svc.Establish(context.Background(), 1); err != nil {
-			t.Fatal(err)
-		}
+		revoke := r.establish(1)
 		if _, err := r.svc.Heartbeat("w1", nil, nil); !errors.Is(err, ErrUnknownWorker) {
 			t.Fatalf("heartbeat without registration: %v", err)
 		}
@@ -552,15 +544,12 @@ func TestRequestsOffThePrimaryAndBadInput(t *testing.T) {
 		if ws, _, _ := r.svc.Workers(); ws[0].Notice != "hello" {
 			t.Fatalf("notice %q", ws[0].Notice)
 		}
-		r.svc.Revoke()
+		revoke()
 		if _, err := r.svc.Heartbeat("w1", nil, nil); !errors.Is(err, ErrNotServing) {
-			t.Fatalf("Heartbeat after Revoke: %v", err)
+			t.Fatalf("Heartbeat after the term: %v", err)
 		}
 		// A new term starts with no sessions.
-		if err := r.svc.Establish(context.Background(), 2); err != nil {
-			t.Fatal(err)
-		}
-		defer r.svc.Revoke()
+		defer r.establish(2)()
 		if _, err := r.svc.Heartbeat("w1", nil, nil); !errors.Is(err, ErrUnknownWorker) {
 			t.Fatalf("heartbeat in a new term: %v", err)
 		}
@@ -570,10 +559,7 @@ func TestRequestsOffThePrimaryAndBadInput(t *testing.T) {
 func TestTooManyWorkers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRig(t, 0)
-		if err := r.svc.Establish(context.Background(), 1); err != nil {
-			t.Fatal(err)
-		}
-		defer r.svc.Revoke()
+		defer r.establish(1)()
 		for i := range MaxWorkers {
 			if _, err := r.svc.Register(fmt.Sprintf("w%d", i), 1, ""); err != nil {
 				t.Fatal(err)
@@ -589,3 +575,24 @@ func TestTooManyWorkers(t *testing.T) {
 }
 
 func (s *Service) plansForTest() uint64 { return s.plans.Load() }
+
+// The node runs one term at a time: Start while a term runs fails, and Run
+// serves only the term that was started.
+func TestOneTermAtATime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, 0)
+		if err := r.svc.Run(context.Background(), 1); err == nil {
+			t.Fatal("Run without Start succeeded")
+		}
+		revoke := r.establish(1)
+		if err := r.svc.Start(2); err == nil {
+			t.Fatal("Start while term 1 runs succeeded")
+		}
+		r.register("w1", 1)
+		revoke()
+		if _, err := r.svc.Heartbeat("w1", nil, nil); !errors.Is(err, ErrNotServing) {
+			t.Fatalf("Heartbeat after the term: %v", err)
+		}
+		defer r.establish(2)()
+	})
+}
