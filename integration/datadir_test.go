@@ -25,9 +25,11 @@ import (
 // a node only writes after 16 MiB of log; the persist unit tests cover it.)
 func TestDataDirDamage(t *testing.T) {
 	// A snapshot partway, so a log that lost its end could fall back on
-	// it, as in the reports this test comes from.
+	// it, as in the reports this test comes from. Exactly one: the first
+	// comes after 50 of the ~62 entries of the first 60 tasks, and a second
+	// would need 50 more, so the last 20 tasks stay after it.
 	c := newCluster(t, 1, WithLogLevel("info"),
-		WithExtra("raft: {snapshot_interval: 50ms, snapshot_threshold: 40, trailing_logs: 8}\n"))
+		WithExtra("raft: {snapshot_interval: 50ms, snapshot_threshold: 50, trailing_logs: 8}\n"))
 	c.Start(0)
 	c.WaitRoles(raceSlack(15 * time.Second))
 	cl := c.Client()

@@ -383,7 +383,39 @@ func openLog(dir string, m meta, bolt *raftboltdb.BoltStore, st stableState, sna
 		logger.Warn(fmt.Sprintf("raft log: cut %d bytes after entry %d at the end of %s: the tail of a write a crash interrupted, or damage to entries after the durable mark %d",
 			rec.TornBytes, rec.TornAfter, rec.TornFile, st.mark.durable))
 	}
+	if err := dropLogBehindSnapshot(log, snap, logger); err != nil {
+		log.Close()
+		return nil, fmt.Errorf("data dir %s: %w", dir, err)
+	}
 	return log, nil
+}
+
+// dropLogBehindSnapshot empties a log that ends before the newest snapshot.
+// Raft would append the entry after the snapshot to it, leaving a gap the
+// log refuses; every entry up to the snapshot is in the snapshot, so the
+// log starts again after it. (The durable mark is at or below the log's end
+// here, or the snapshot covers it: raftlog.Open refused otherwise.)
+func dropLogBehindSnapshot(log *raftlog.Store, snap *raft.SnapshotMeta, logger hclog.Logger) error {
+	if snap == nil {
+		return nil
+	}
+	first, err := log.FirstIndex()
+	if err != nil {
+		return err
+	}
+	last, err := log.LastIndex()
+	if err != nil {
+		return err
+	}
+	if last == 0 || last >= snap.Index {
+		return nil
+	}
+	logger.Warn(fmt.Sprintf("raft log: ends at entry %d, before the newest snapshot at %d: the snapshot holds every entry up to %d, so the log starts again after it",
+		last, snap.Index, snap.Index))
+	if err := log.DeleteRange(first, last); err != nil {
+		return fmt.Errorf("emptying the raft log behind snapshot %d: %w", snap.Index, err)
+	}
+	return nil
 }
 
 func moveLog(dir string, m meta, bolt *raftboltdb.BoltStore, first, last uint64, logger hclog.Logger) error {
