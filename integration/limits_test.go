@@ -744,8 +744,12 @@ func TestLimitsPeerPortUnderAttack(t *testing.T) {
 	}
 
 	acked := p.finish()
+	// Still a member that serves its role. On a loaded machine the two
+	// may have swapped roles in an election (the prober's writes were
+	// acknowledged throughout, which checkAcked proves); a node the
+	// attacks had wedged would answer neither.
 	s, err := c.Status(a)
-	if err != nil || s.Role != xcev1.Role_ROLE_STANDBY {
+	if err != nil || s.Role != xcev1.Role_ROLE_STANDBY && s.Role != xcev1.Role_ROLE_PRIMARY {
 		t.Errorf("attacked follower after the attacks: %v %v", s, err)
 	}
 	c.Start(b)
