@@ -14,7 +14,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
@@ -457,7 +456,7 @@ func (n *Node) post(ev any) {
 func (n *Node) loop(ctx context.Context) error {
 	tick := time.NewTicker(observeEvery)
 	defer tick.Stop()
-	var obs <-chan raft.Observation
+	var signals <-chan ha.Signal
 	for {
 		select {
 		case <-ctx.Done():
@@ -466,7 +465,7 @@ func (n *Node) loop(ctx context.Context) error {
 			switch ev := ev.(type) {
 			case raftStarted:
 				n.backend.Store(&backendBox{ev.b})
-				obs = ev.b.Observations()
+				signals = ev.b.Signals()
 				n.step(ha.Started{})
 				n.step(ev.b.View())
 			case raftFailed:
@@ -490,8 +489,8 @@ func (n *Node) loop(ctx context.Context) error {
 			}
 		case f := <-n.fenced:
 			n.step(f)
-		case o := <-obs:
-			n.observation(o)
+		case sig := <-signals:
+			n.signal(sig)
 		case <-tick.C:
 			if b := n.backend.Load(); b != nil {
 				n.step(b.View())
@@ -500,13 +499,13 @@ func (n *Node) loop(ctx context.Context) error {
 	}
 }
 
-func (n *Node) observation(o raft.Observation) {
-	switch d := o.Data.(type) {
-	case raft.FailedHeartbeatObservation:
-		n.quorum.Failed(string(d.PeerID), d.LastContact)
+func (n *Node) signal(sig ha.Signal) {
+	switch {
+	case sig.Peer != "" && sig.Resumed:
+		n.quorum.Resumed(sig.Peer, time.Now())
 		n.publish()
-	case raft.ResumedHeartbeatObservation:
-		n.quorum.Resumed(string(d.PeerID), time.Now())
+	case sig.Peer != "":
+		n.quorum.Failed(sig.Peer, sig.LastContact)
 		n.publish()
 	}
 	if b := n.backend.Load(); b != nil {

@@ -108,7 +108,7 @@ type Raft struct {
 	r        *raft.Raft
 	trans    *raft.NetworkTransport
 	observer *raft.Observer
-	obs      chan raft.Observation
+	signals  chan Signal
 	watch    *exitWatch // nil unless DetectLeaderExit
 	waves    *waves
 }
@@ -180,11 +180,15 @@ func StartRaft(cfg RaftConfig, fsm raft.FSM, store *persist.Store, stream raft.S
 		trans.Close()
 		return nil, fmt.Errorf("start raft: %w", err)
 	}
-	b := &Raft{r: r, trans: trans, obs: make(chan raft.Observation, 256), waves: newWaves(r)}
-	b.observer = raft.NewObserver(b.obs, false, func(o *raft.Observation) bool {
-		switch o.Data.(type) {
-		case raft.LeaderObservation, raft.RaftState, raft.FailedHeartbeatObservation, raft.ResumedHeartbeatObservation:
-			return true
+	b := &Raft{r: r, trans: trans, signals: make(chan Signal, 256), waves: newWaves(r)}
+	// The filter turns raft's observations into signals and forwards them
+	// itself, without blocking; raft's own channel is never used.
+	b.observer = raft.NewObserver(nil, false, func(o *raft.Observation) bool {
+		if sig, ok := signalOf(o); ok {
+			select {
+			case b.signals <- sig:
+			default:
+			}
 		}
 		return false
 	})
@@ -196,9 +200,21 @@ func StartRaft(cfg RaftConfig, fsm raft.FSM, store *persist.Store, stream raft.S
 	return b, nil
 }
 
-// Observations delivers raft's signals. It drops when full: readers treat a
-// signal as "look again" and re-read View.
-func (b *Raft) Observations() <-chan raft.Observation { return b.obs }
+// Signals delivers raft's wake-ups (see Backend).
+func (b *Raft) Signals() <-chan Signal { return b.signals }
+
+// signalOf is the signal an observation makes, if any.
+func signalOf(o *raft.Observation) (Signal, bool) {
+	switch d := o.Data.(type) {
+	case raft.LeaderObservation, raft.RaftState:
+		return Signal{}, true
+	case raft.FailedHeartbeatObservation:
+		return Signal{Peer: string(d.PeerID), LastContact: d.LastContact}, true
+	case raft.ResumedHeartbeatObservation:
+		return Signal{Peer: string(d.PeerID), Resumed: true}, true
+	}
+	return Signal{}, false
+}
 
 // View reads raft's current state.
 func (b *Raft) View() Observed {
@@ -288,13 +304,23 @@ func mapErr(err error) error {
 	return err
 }
 
+// Signal is a wake-up from an election backend: the controller re-reads
+// View on each (and periodically). A signal that names a Peer also says
+// that the leader's heartbeats to that voter failed (with its last contact)
+// or resumed, which is what write quorum needs.
+type Signal struct {
+	Peer string
+	// Resumed: heartbeats to Peer succeed again; otherwise they fail.
+	Resumed     bool
+	LastContact time.Time
+}
+
 // Backend is an election backend, as the controller drives it: Raft (the
-// default) or the Kafka-coordinated one. Observations are wake-ups: the
-// controller re-reads View on each (and periodically); only
-// raft.FailedHeartbeatObservation and raft.ResumedHeartbeatObservation
-// carry data it uses (write quorum).
+// default) or the Kafka-coordinated one.
 type Backend interface {
-	Observations() <-chan raft.Observation
+	// Signals delivers wake-ups. It drops when full: readers treat a
+	// signal as "look again" and re-read View.
+	Signals() <-chan Signal
 	View() Observed
 	CommitIndex() uint64
 	AppliedIndex() uint64

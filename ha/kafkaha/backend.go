@@ -120,7 +120,7 @@ type Backend struct {
 	log   zerolog.Logger
 	fsm   *persist.FSM
 	snaps raft.SnapshotStore
-	obs   chan raft.Observation
+	obs   chan ha.Signal
 	plain *kgo.Client
 
 	stop     chan struct{}
@@ -177,7 +177,7 @@ func Start(cfg Config, fsm *persist.FSM, snaps raft.SnapshotStore) (*Backend, er
 	}
 	b := &Backend{
 		cfg: cfg, log: cfg.Logger.With().Str("component", "kafka-ha").Logger(),
-		fsm: fsm, snaps: snaps, obs: make(chan raft.Observation, 16), plain: plain,
+		fsm: fsm, snaps: snaps, obs: make(chan ha.Signal, 16), plain: plain,
 		stop: make(chan struct{}), kick: make(chan struct{}, 1), posts: make(chan any, 16),
 		view: ha.Observed{State: ha.StateFollower}, folded: -1, yields: make(chan int64, 4),
 	}
@@ -197,13 +197,13 @@ func (b *Backend) nowMillis() int64 { return time.Now().UnixMilli() }
 
 func (b *Backend) notify() {
 	select {
-	case b.obs <- raft.Observation{}:
+	case b.obs <- ha.Signal{}:
 	default:
 	}
 }
 
 // Observations implements ha.Backend.
-func (b *Backend) Observations() <-chan raft.Observation { return b.obs }
+func (b *Backend) Signals() <-chan ha.Signal { return b.obs }
 
 // View implements ha.Backend.
 func (b *Backend) View() ha.Observed {
