@@ -9,7 +9,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/xce/xce/fence"
-	"github.com/xce/xce/persist"
+	"github.com/xce/xce/state"
 )
 
 func newDiscarder(t *testing.T, n *node) *fence.Discarder {
@@ -42,7 +42,7 @@ func TestDiscarderTrimsEverything(t *testing.T) {
 	before := len(n.trims())
 	d.Revoke()
 	d.Revoke()
-	n.apply(persist.Command{Type: persist.CmdSubmitTask, ClientID: "cl", RequestID: "z", Task: persist.Task{ID: "z"}})
+	n.apply(state.Command{Type: state.CmdSubmitTask, ClientID: "cl", RequestID: "z", Task: state.Task{ID: "z"}})
 	if _, held, _ := n.fsm.Outbox(0); held != 1 || len(n.trims()) != before {
 		t.Fatalf("trimmed after Revoke: held %d, trims %d then %d", held, before, len(n.trims()))
 	}

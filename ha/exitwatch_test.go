@@ -18,6 +18,7 @@ import (
 
 	"github.com/xce/xce/netio"
 	"github.com/xce/xce/persist"
+	"github.com/xce/xce/state"
 )
 
 // trackingListener remembers the connections it accepted so a test can
@@ -128,7 +129,7 @@ func startWatchClusterWith(t *testing.T, wrap func(n *watchNode, store *persist.
 			mutate(&cfg)
 		}
 		logger := hclog.New(&hclog.LoggerOptions{Name: n.id, Output: logs, Level: hclog.Debug})
-		r, err := StartRaft(cfg, persist.NewFSM("w"), store, stream, logger)
+		r, err := StartRaft(cfg, state.NewFSM("w"), store, stream, logger)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -355,7 +356,7 @@ func TestExitWatchBusySurvivorStandsDown(t *testing.T) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_, _, _ = old.r.Apply(ctx, (&persist.Command{Type: persist.CmdNoop}).Encode())
+		_, _, _ = old.r.Apply(ctx, (&state.Command{Type: state.CmdNoop}).Encode())
 	}()
 	select {
 	case <-stall.stalled:
@@ -535,7 +536,7 @@ func TestExitWatchRunsAfterRefusingABehindCandidate(t *testing.T) {
 	f := fails[first.id]
 	f.armed.Store(true)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	_, _, err := old.r.Apply(ctx, (&persist.Command{Type: persist.CmdNoop}).Encode())
+	_, _, err := old.r.Apply(ctx, (&state.Command{Type: state.CmdNoop}).Encode())
 	cancel()
 	if err != nil {
 		t.Fatalf("write with one follower: %v", err)
