@@ -89,7 +89,7 @@ type PeerLimits struct {
 	// MaxMessageBytes caps one Raft message (an AppendEntries with its
 	// entries; snapshot data that follows an InstallSnapshot is not part of
 	// it). It must fit the largest entry the node writes: one
-	// CmdSetAssignment of up to persist.MaxAssignmentBytes.
+	// CmdSetAssignment of up to state.MaxAssignmentBytes.
 	MaxMessageBytes int `yaml:"max_message_bytes"` // default 33554432 (32 MiB)
 	// FirstByteTimeout: a new connection must start its first message
 	// within this. Raft writes as soon as it dials, so only a connection

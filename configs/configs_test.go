@@ -13,7 +13,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/xce/xce/persist"
+	"github.com/xce/xce/state"
 )
 
 const minimal = `node_id: n1
@@ -551,9 +551,9 @@ func TestPeerTimeoutsFollowRaft(t *testing.T) {
 // A follower must be able to take a message carrying the largest entry
 // the node writes.
 func TestPeerMessageFloorFitsTheLargestEntry(t *testing.T) {
-	if minPeerMessageBytes <= persist.MaxAssignmentBytes || minPeerMessageBytes <= persist.MaxBatchBytes {
-		t.Fatalf("minPeerMessageBytes %d does not exceed persist.MaxAssignmentBytes %d and persist.MaxBatchBytes %d",
-			minPeerMessageBytes, persist.MaxAssignmentBytes, persist.MaxBatchBytes)
+	if minPeerMessageBytes <= state.MaxAssignmentBytes || minPeerMessageBytes <= state.MaxBatchBytes {
+		t.Fatalf("minPeerMessageBytes %d does not exceed state.MaxAssignmentBytes %d and state.MaxBatchBytes %d",
+			minPeerMessageBytes, state.MaxAssignmentBytes, state.MaxBatchBytes)
 	}
 	if d := Default().Limits.Peer.MaxMessageBytes; d < minPeerMessageBytes {
 		t.Fatalf("default max_message_bytes %d is below the floor %d", d, minPeerMessageBytes)

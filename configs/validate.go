@@ -208,7 +208,7 @@ const (
 	// and pipeline connections, a snapshot, and a leader-exit probe.
 	peerConnsPerVoter = 8
 	// minPeerMessageBytes fits an AppendEntries that carries one entry of
-	// the largest kind, a CmdSetAssignment of persist.MaxAssignmentBytes
+	// the largest kind, a CmdSetAssignment of state.MaxAssignmentBytes
 	// (16 MiB), with room for the message around it. A smaller cap would
 	// leave a follower unable ever to take that entry.
 	minPeerMessageBytes = 17 << 20

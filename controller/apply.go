@@ -6,23 +6,23 @@ import (
 	"sync"
 
 	"github.com/xce/xce/ha"
-	"github.com/xce/xce/persist"
+	"github.com/xce/xce/state"
 )
 
 // Apply replicates an encoded command through raft and returns the FSM's
 // result. The caller (the gate) has checked the role; raft checks it again.
-func (n *Node) Apply(ctx context.Context, cmd []byte) (persist.Result, error) {
+func (n *Node) Apply(ctx context.Context, cmd []byte) (state.Result, error) {
 	b := n.backend.Load()
 	if b == nil {
-		return persist.Result{}, ha.ErrNotLeader
+		return state.Result{}, ha.ErrNotLeader
 	}
 	resp, _, err := b.Apply(ctx, cmd)
 	if err != nil {
-		return persist.Result{}, err
+		return state.Result{}, err
 	}
-	r, ok := resp.(persist.Result)
+	r, ok := resp.(state.Result)
 	if !ok {
-		return persist.Result{}, fmt.Errorf("unexpected FSM response %T", resp)
+		return state.Result{}, fmt.Errorf("unexpected FSM response %T", resp)
 	}
 	return r, nil
 }

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/xce/xce/client"
-	"github.com/xce/xce/persist"
+	"github.com/xce/xce/state"
 )
 
 // batcher is a backend that can write batch entries (the raft backend).
@@ -108,7 +108,7 @@ func (n *Node) votersWithoutBatches(ctx context.Context, cl *client.Client, addr
 		switch {
 		case err != nil:
 			silent = append(silent, fmt.Sprintf("%s (no answer: %v)", addr, err))
-		case s.LogFormat < persist.LogFormatBatch:
+		case s.LogFormat < state.LogFormatBatch:
 			old = append(old, fmt.Sprintf("%s %s (log format %d, version %q)", s.NodeId, addr, s.LogFormat, s.Version))
 		}
 	}

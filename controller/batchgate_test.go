@@ -12,13 +12,12 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"github.com/hashicorp/raft"
 	"github.com/rs/zerolog"
 
 	"github.com/xce/xce/configs"
-	"github.com/xce/xce/persist"
 	xcev1 "github.com/xce/xce/proto/xce/v1"
 	"github.com/xce/xce/proto/xce/v1/xcev1connect"
+	"github.com/xce/xce/state"
 )
 
 // fakePeer answers Status with its current log format.
@@ -154,11 +153,11 @@ func TestBatchGateSilentVoter(t *testing.T) {
 		t.Fatalf("SetBatches calls %v with a silent voter", got)
 	}
 
-	batch := (&persist.Command{Type: persist.CmdBatch, Batch: []persist.Command{
-		{Type: persist.CmdSubmitTask, Task: persist.Task{ID: "a"}},
-		{Type: persist.CmdSubmitTask, Task: persist.Task{ID: "b"}},
+	batch := (&state.Command{Type: state.CmdBatch, Batch: []state.Command{
+		{Type: state.CmdSubmitTask, Task: state.Task{ID: "a"}},
+		{Type: state.CmdSubmitTask, Task: state.Task{ID: "b"}},
 	}}).Encode()
-	n.fsm.Apply(&raft.Log{Type: raft.LogCommand, Index: 1, Term: 1, Data: batch})
+	n.fsm.Apply(1, 1, batch)
 	_, done = runGate(t, n, sw)
 	waitDone(t, done, 5*batchGatePoll, "silent voter, log holding a batch entry")
 	if got := sw.calls(); len(got) != 1 || !got[0] {

@@ -24,6 +24,7 @@ import (
 	"github.com/xce/xce/logging"
 	"github.com/xce/xce/netio"
 	"github.com/xce/xce/persist"
+	"github.com/xce/xce/state"
 )
 
 // Timings of the lifecycle that are not in the config.
@@ -78,7 +79,7 @@ type Options struct {
 	// (persist.Options.CheckBolt).
 	CheckDB func(path string) error
 	// FSM is the replicated state machine; nil makes a new one.
-	FSM *persist.FSM
+	FSM *state.FSM
 	// Services are the leader-only services of each term, started in
 	// order after the batch gate.
 	Services []LeaderService
@@ -112,7 +113,7 @@ type Node struct {
 	opts    Options
 	metrics *metrics
 
-	fsm   *persist.FSM
+	fsm   *state.FSM
 	delay *delaymgr.Manager
 
 	view    atomic.Pointer[ha.View]
@@ -190,7 +191,7 @@ func New(opts Options) (*Node, error) {
 		quorum:  ha.NewQuorum(cfg.NodeID, voters, cfg.Raft.LeaderLeaseTimeout.Duration),
 	}
 	if n.fsm == nil {
-		n.fsm = persist.NewFSM(cfg.ClusterID)
+		n.fsm = state.NewFSM(cfg.ClusterID)
 	}
 	n.metrics = newMetrics(opts.Registry, n)
 	n.view.Store(ha.NewView(ha.View{Role: ha.RoleInit, Reason: "starting"}))
@@ -201,7 +202,7 @@ func New(opts Options) (*Node, error) {
 func (n *Node) View() *ha.View { return n.view.Load() }
 
 // FSM is the node's replicated state machine (read side).
-func (n *Node) FSM() *persist.FSM { return n.fsm }
+func (n *Node) FSM() *state.FSM { return n.fsm }
 
 // Config is the node's config.
 func (n *Node) Config() *configs.Config { return n.cfg }
@@ -591,7 +592,7 @@ func (n *Node) beginTerm(term uint64) {
 			// the next write, and linearizable reads (ReadBarrier waits for
 			// the FSM to reach the commit index) would block until then. A
 			// CmdNoop command brings the FSM to the end of the log.
-			_, _, err = b.Apply(ctx, (&persist.Command{Type: persist.CmdNoop}).Encode())
+			_, _, err = b.Apply(ctx, (&state.Command{Type: state.CmdNoop}).Encode())
 		}
 		cancel()
 		select {

@@ -18,6 +18,7 @@ import (
 	"github.com/xce/xce/ha"
 	"github.com/xce/xce/internal/testutil"
 	"github.com/xce/xce/persist"
+	"github.com/xce/xce/state"
 )
 
 func freeAddr(t *testing.T) string {
@@ -111,9 +112,9 @@ func TestSingleNodeLifecycle(t *testing.T) {
 	if r := <-phase2; r != ha.RolePrimary {
 		t.Fatalf("phase 2 ran with %s", r)
 	}
-	cmd := persist.Command{Type: persist.CmdSubmitTask, ClientID: "c", RequestID: "r", Task: persist.Task{ID: "a"}}
+	cmd := state.Command{Type: state.CmdSubmitTask, ClientID: "c", RequestID: "r", Task: state.Task{ID: "a"}}
 	res, err := n.Apply(context.Background(), cmd.Encode())
-	if err != nil || res.Code != persist.CodeOK {
+	if err != nil || res.Code != state.CodeOK {
 		t.Fatalf("apply: %+v %v", res, err)
 	}
 	if err := n.ReadBarrier(context.Background()); err != nil {
@@ -156,7 +157,7 @@ func TestRestartKeepsStateAndTermGrows(t *testing.T) {
 		done := make(chan error, 1)
 		go func() { done <- n.Run(ctx, nil) }()
 		testutil.Eventually(t, 5*time.Second, "PRIMARY", func() bool { return n.View().Serving() })
-		cmd := persist.Command{Type: persist.CmdSubmitTask, ClientID: "c", RequestID: fmt.Sprint(time.Now().UnixNano()), Task: persist.Task{ID: fmt.Sprint("t", time.Now().UnixNano())}}
+		cmd := state.Command{Type: state.CmdSubmitTask, ClientID: "c", RequestID: fmt.Sprint(time.Now().UnixNano()), Task: state.Task{ID: fmt.Sprint("t", time.Now().UnixNano())}}
 		if _, err := n.Apply(context.Background(), cmd.Encode()); err != nil {
 			t.Fatal(err)
 		}

@@ -14,21 +14,21 @@ import (
 
 	"github.com/xce/xce/configs"
 	"github.com/xce/xce/ha"
-	"github.com/xce/xce/persist"
 	xcev1 "github.com/xce/xce/proto/xce/v1"
 	"github.com/xce/xce/proto/xce/v1/xcev1connect"
+	"github.com/xce/xce/state"
 )
 
 // Node is what the handlers need from the controller.
 type Node interface {
 	View() *ha.View
-	FSM() *persist.FSM
+	FSM() *state.FSM
 	Indexes() (commit, applied uint64)
 	Config() *configs.Config
 	Started() time.Time
 	Version() string
 	// Apply replicates cmd and returns the FSM's result.
-	Apply(ctx context.Context, cmd []byte) (persist.Result, error)
+	Apply(ctx context.Context, cmd []byte) (state.Result, error)
 	// ReadBarrier returns once a read of the FSM is linearizable.
 	ReadBarrier(ctx context.Context) error
 	// Outbox reports the producer epoch, the outbox lag and the
@@ -217,7 +217,7 @@ func (s *Service) status(v *ha.View) *xcev1.StatusResponse {
 		Reason:       v.Reason,
 		UptimeMs:     time.Since(s.node.Started()).Milliseconds(),
 		Tasks:        uint64(s.node.FSM().NumTasks()),
-		LogFormat:    persist.LogFormat,
+		LogFormat:    state.LogFormat,
 	}
 	var info *ha.RoleInfo
 	st.Backend, info = s.node.Backend()
@@ -268,7 +268,7 @@ func (s *Service) applyErr(err error) error {
 	return s.notReady(v, d)
 }
 
-func (s *Service) apply(ctx context.Context, c *persist.Command) (persist.Result, error) {
+func (s *Service) apply(ctx context.Context, c *state.Command) (state.Result, error) {
 	start := time.Now()
 	r, err := s.node.Apply(ctx, c.Encode())
 	s.m.applyLatency.Observe(time.Since(start).Seconds())
@@ -301,16 +301,16 @@ func (s *Service) SubmitTask(ctx context.Context, req *connect.Request[xcev1.Sub
 	if err := validRequest(m.ClientId, m.RequestId); err != nil {
 		return nil, err
 	}
-	r, err := s.apply(ctx, &persist.Command{
-		Type: persist.CmdSubmitTask, ClientID: m.ClientId, RequestID: m.RequestId,
-		Task: persist.Task{ID: m.TaskId, Stateful: m.Stateful, StandbyReplicas: m.StandbyReplicas},
+	r, err := s.apply(ctx, &state.Command{
+		Type: state.CmdSubmitTask, ClientID: m.ClientId, RequestID: m.RequestId,
+		Task: state.Task{ID: m.TaskId, Stateful: m.Stateful, StandbyReplicas: m.StandbyReplicas},
 	})
 	if err != nil {
 		return nil, err
 	}
 	switch r.Code {
-	case persist.CodeOK:
-	case persist.CodeAlreadyExists:
+	case state.CodeOK:
+	case state.CodeAlreadyExists:
 		return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("task %q exists (created at index %d)", m.TaskId, r.Task.CreatedIndex))
 	default:
 		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("submit: %s", r.Err))
@@ -327,13 +327,13 @@ func (s *Service) DeleteTask(ctx context.Context, req *connect.Request[xcev1.Del
 	if err := validRequest(m.ClientId, m.RequestId); err != nil {
 		return nil, err
 	}
-	r, err := s.apply(ctx, &persist.Command{Type: persist.CmdDeleteTask, ClientID: m.ClientId, RequestID: m.RequestId, Task: persist.Task{ID: m.TaskId}})
+	r, err := s.apply(ctx, &state.Command{Type: state.CmdDeleteTask, ClientID: m.ClientId, RequestID: m.RequestId, Task: state.Task{ID: m.TaskId}})
 	if err != nil {
 		return nil, err
 	}
 	switch r.Code {
-	case persist.CodeOK:
-	case persist.CodeNotFound:
+	case state.CodeOK:
+	case state.CodeNotFound:
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("task %q not found", m.TaskId))
 	default:
 		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("delete: %s", r.Err))
@@ -397,7 +397,7 @@ func (s *Service) ListTasks(ctx context.Context, req *connect.Request[xcev1.List
 	return connect.NewResponse(resp), nil
 }
 
-func taskPB(t persist.Task) *xcev1.Task {
+func taskPB(t state.Task) *xcev1.Task {
 	return &xcev1.Task{
 		TaskId: t.ID, Stateful: t.Stateful, StandbyReplicas: t.StandbyReplicas,
 		CreatedIndex: t.CreatedIndex, State: t.State, PendingReason: t.PendingReason,

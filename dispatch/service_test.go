@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 
@@ -23,9 +22,9 @@ import (
 	"github.com/xce/xce/dispatch"
 	"github.com/xce/xce/ha"
 	"github.com/xce/xce/netio"
-	"github.com/xce/xce/persist"
 	xcev1 "github.com/xce/xce/proto/xce/v1"
 	"github.com/xce/xce/proto/xce/v1/xcev1connect"
+	"github.com/xce/xce/state"
 )
 
 // Retry-after hints the gate derives from configs.Default(): election
@@ -39,7 +38,7 @@ const (
 // every command locally at the next index.
 type fakeNode struct {
 	view    atomic.Pointer[ha.View]
-	fsm     *persist.FSM
+	fsm     *state.FSM
 	cfg     *configs.Config
 	started time.Time
 
@@ -59,7 +58,7 @@ func newFakeNode(nodeID string, v ha.View) *fakeNode {
 	cfg := configs.Default()
 	cfg.NodeID = nodeID
 	cfg.DataDir = "data/" + nodeID
-	n := &fakeNode{fsm: persist.NewFSM(cfg.ClusterID), cfg: &cfg, started: time.Now()}
+	n := &fakeNode{fsm: state.NewFSM(cfg.ClusterID), cfg: &cfg, started: time.Now()}
 	n.setView(v)
 	return n
 }
@@ -86,7 +85,7 @@ func (n *fakeNode) failBarrier(err error) {
 }
 
 func (n *fakeNode) View() *ha.View          { return n.view.Load() }
-func (n *fakeNode) FSM() *persist.FSM       { return n.fsm }
+func (n *fakeNode) FSM() *state.FSM         { return n.fsm }
 func (n *fakeNode) Config() *configs.Config { return n.cfg }
 func (n *fakeNode) Started() time.Time      { return n.started }
 func (n *fakeNode) Version() string         { return "test" }
@@ -96,7 +95,7 @@ func (n *fakeNode) Indexes() (commit, applied uint64) {
 	return a, a
 }
 
-func (n *fakeNode) Apply(ctx context.Context, cmd []byte) (persist.Result, error) {
+func (n *fakeNode) Apply(ctx context.Context, cmd []byte) (state.Result, error) {
 	n.applies.Add(1)
 	n.errMu.Lock()
 	err := n.applyErr
@@ -110,15 +109,15 @@ func (n *fakeNode) Apply(ctx context.Context, cmd []byte) (persist.Result, error
 	}
 	n.errMu.Unlock()
 	if err != nil {
-		return persist.Result{}, err
+		return state.Result{}, err
 	}
 	n.applyMu.Lock()
 	defer n.applyMu.Unlock()
 	n.index++
-	out := n.fsm.Apply(&raft.Log{Type: raft.LogCommand, Index: n.index, Data: cmd})
-	r, ok := out.(persist.Result)
+	out := n.fsm.Apply(n.index, 0, cmd)
+	r, ok := out.(state.Result)
 	if !ok {
-		return persist.Result{}, fmt.Errorf("fsm returned %T", out)
+		return state.Result{}, fmt.Errorf("fsm returned %T", out)
 	}
 	return r, nil
 }
@@ -137,8 +136,8 @@ func (n *fakeNode) Outbox() (epoch, lag uint64, state string) { return 7, 3, "pu
 // seed applies a submit directly through the fake raft (not via the API).
 func (n *fakeNode) seed(t *testing.T, id string) {
 	t.Helper()
-	c := persist.Command{Type: persist.CmdSubmitTask, Task: persist.Task{ID: id}}
-	if r, err := n.Apply(context.Background(), c.Encode()); err != nil || r.Code != persist.CodeOK {
+	c := state.Command{Type: state.CmdSubmitTask, Task: state.Task{ID: id}}
+	if r, err := n.Apply(context.Background(), c.Encode()); err != nil || r.Code != state.CodeOK {
 		t.Fatalf("seed %s: %+v %v", id, r, err)
 	}
 }
@@ -288,7 +287,7 @@ func TestGateOverTheWire(t *testing.T) {
 				LeaderId: tc.v.LeaderID, LeaderAddr: tc.v.LeaderAddr, WriteQuorum: tc.v.Serving(),
 				CommitIndex: 1, AppliedIndex: 1, Pid: int64(os.Getpid()), Version: "test",
 				Reason: tc.v.Reason, Tasks: 1, Backend: "raft",
-				KafkaEpoch: 7, OutboxLag: 3, KafkaState: "publishing", LogFormat: persist.LogFormat,
+				KafkaEpoch: 7, OutboxLag: 3, KafkaState: "publishing", LogFormat: state.LogFormat,
 			}
 			gotSt := proto.Clone(st.Msg).(*xcev1.StatusResponse)
 			if gotSt.UptimeMs < 0 {
@@ -350,7 +349,7 @@ func TestGateOverTheWire(t *testing.T) {
 					if err != nil {
 						t.Fatalf("%s: %v", what, err)
 					}
-					if r.Msg.Task.GetTaskId() != "seeded" || r.Msg.Task.GetState() != persist.TaskStatePending || r.Msg.AppliedIndex != node.fsm.AppliedIndex() {
+					if r.Msg.Task.GetTaskId() != "seeded" || r.Msg.Task.GetState() != state.TaskStatePending || r.Msg.AppliedIndex != node.fsm.AppliedIndex() {
 						t.Errorf("%s: %v", what, r.Msg)
 					}
 					if rc.c != xcev1.Consistency_CONSISTENCY_STALE {
@@ -416,7 +415,7 @@ func TestSubmitDedupAndErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &xcev1.Task{TaskId: "job-1", Stateful: true, StandbyReplicas: 2, CreatedIndex: 1, State: persist.TaskStatePending, PendingReason: "no worker assigned"}
+	want := &xcev1.Task{TaskId: "job-1", Stateful: true, StandbyReplicas: 2, CreatedIndex: 1, State: state.TaskStatePending, PendingReason: "no worker assigned"}
 	if !proto.Equal(first.Msg.Task, want) || first.Msg.Index != 1 {
 		t.Fatalf("first submit: %v", first.Msg)
 	}

@@ -10,9 +10,9 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/xce/xce/ha"
-	"github.com/xce/xce/persist"
 	"github.com/xce/xce/placement"
 	xcev1 "github.com/xce/xce/proto/xce/v1"
+	"github.com/xce/xce/state"
 )
 
 // Workers is the primary's worker sessions and assignor (placement.Service).
@@ -122,7 +122,7 @@ func (s *Service) GetAssignment(ctx context.Context, req *connect.Request[xcev1.
 	fsm := s.node.FSM()
 	gen, a := fsm.Assignment()
 	tasks, _ := fsm.AllTasks()
-	slices.SortFunc(tasks, func(x, y persist.Task) int { return strings.Compare(x.ID, y.ID) })
+	slices.SortFunc(tasks, func(x, y state.Task) int { return strings.Compare(x.ID, y.ID) })
 	var (
 		soft               map[string]placement.TaskSoft
 		settling, followup bool

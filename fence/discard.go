@@ -6,7 +6,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/xce/xce/persist"
+	"github.com/xce/xce/state"
 )
 
 // Discarder is the leader-only service that stands in for the publisher
@@ -43,7 +43,7 @@ func (d *Discarder) Run(ctx context.Context, _ uint64) error {
 			continue
 		}
 		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := d.apply(actx, (&persist.Command{Type: persist.CmdTrimOutbox, UpTo: evs[len(evs)-1].Index}).Encode())
+		err := d.apply(actx, (&state.Command{Type: state.CmdTrimOutbox, UpTo: evs[len(evs)-1].Index}).Encode())
 		cancel()
 		if err != nil && ctx.Err() == nil {
 			d.log.Debug().Err(err).Msg("outbox trim not replicated; will retry")

@@ -9,7 +9,7 @@ import (
 
 	"github.com/xce/xce/fence"
 	"github.com/xce/xce/internal/testutil"
-	"github.com/xce/xce/persist"
+	"github.com/xce/xce/state"
 )
 
 func newDiscarder(t *testing.T, n *node) *fence.Discarder {
@@ -39,7 +39,7 @@ func TestDiscarderTrimsEverything(t *testing.T) {
 	before := len(n.trims())
 	term.revoke()
 	term.revoke()
-	n.apply(persist.Command{Type: persist.CmdSubmitTask, ClientID: "cl", RequestID: "z", Task: persist.Task{ID: "z"}})
+	n.apply(state.Command{Type: state.CmdSubmitTask, ClientID: "cl", RequestID: "z", Task: state.Task{ID: "z"}})
 	if _, held, _ := n.fsm.Outbox(0); held != 1 || len(n.trims()) != before {
 		t.Fatalf("trimmed after the term: held %d, trims %d then %d", held, before, len(n.trims()))
 	}

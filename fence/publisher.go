@@ -14,7 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/xce/xce/internal/backoff"
-	"github.com/xce/xce/persist"
+	"github.com/xce/xce/state"
 )
 
 // Config configures a Publisher.
@@ -37,7 +37,7 @@ type Config struct {
 
 // Source is the outbox as the publisher reads it: the FSM.
 type Source interface {
-	EventsAfter(after uint64, limit int) []persist.Event
+	EventsAfter(after uint64, limit int) []state.Event
 	Outbox(after uint64) (published uint64, held, pending int)
 	// AppliedCh is closed at the next apply.
 	AppliedCh() <-chan struct{}
@@ -383,7 +383,7 @@ const slowTxn = 2 * time.Second
 // back after the timeout has aborted the transaction: records written before
 // it went away are gone, and the client, still waiting, would add the rest
 // to a new transaction and report the commit of only those as a success.
-func (p *Publisher) publish(parent context.Context, cl *kgo.Client, epoch int16, evs []persist.Event) (rerr error) {
+func (p *Publisher) publish(parent context.Context, cl *kgo.Client, epoch int16, evs []state.Event) (rerr error) {
 	budget := p.cfg.TxnTimeout / 2
 	ctx, cancel := context.WithTimeout(parent, budget)
 	defer cancel()
@@ -460,7 +460,7 @@ func (p *Publisher) trim(ctx context.Context, log zerolog.Logger, last, trimmed 
 	}
 	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if err := p.hooks.Apply(actx, (&persist.Command{Type: persist.CmdTrimOutbox, UpTo: last}).Encode()); err != nil {
+	if err := p.hooks.Apply(actx, (&state.Command{Type: state.CmdTrimOutbox, UpTo: last}).Encode()); err != nil {
 		if ctx.Err() == nil {
 			log.Debug().Err(err).Msg("published watermark not replicated; will retry")
 		}

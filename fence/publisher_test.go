@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -27,7 +26,7 @@ import (
 
 	"github.com/xce/xce/fence"
 	"github.com/xce/xce/internal/testutil"
-	"github.com/xce/xce/persist"
+	"github.com/xce/xce/state"
 )
 
 const (
@@ -49,39 +48,39 @@ func newCluster(t testing.TB) *kfake.Cluster {
 // one term, whose Apply hook appends to the same log.
 type node struct {
 	t   testing.TB
-	fsm *persist.FSM
+	fsm *state.FSM
 
 	mu     sync.Mutex
 	index  uint64
 	term   uint64
-	events []persist.Event   // every event the log created, in order
-	hooked []persist.Command // commands replicated through Hooks.Apply
+	events []state.Event   // every event the log created, in order
+	hooked []state.Command // commands replicated through Hooks.Apply
 	fenced map[string][]string
 }
 
 func newNode(t testing.TB, term uint64) *node {
-	return &node{t: t, fsm: persist.NewFSM("c1"), term: term, fenced: map[string][]string{}}
+	return &node{t: t, fsm: state.NewFSM("c1"), term: term, fenced: map[string][]string{}}
 }
 
 // apply appends c to the log and returns the event it created, if any.
-func (n *node) apply(c persist.Command) (persist.Event, bool) {
+func (n *node) apply(c state.Command) (state.Event, bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.applyLocked(c)
 }
 
-func (n *node) applyLocked(c persist.Command) (persist.Event, bool) {
+func (n *node) applyLocked(c state.Command) (state.Event, bool) {
 	n.index++
-	r, ok := n.fsm.Apply(&raft.Log{Type: raft.LogCommand, Index: n.index, Term: n.term, Data: c.Encode()}).(persist.Result)
-	if !ok || r.Code == persist.CodeInvalid {
+	r, ok := n.fsm.Apply(n.index, n.term, c.Encode()).(state.Result)
+	if !ok || r.Code == state.CodeInvalid {
 		n.t.Errorf("apply %+v at %d: %+v", c, n.index, r)
-		return persist.Event{}, false
+		return state.Event{}, false
 	}
 	// A new event is the last one held, at this index (nothing can be
 	// trimmed meanwhile: trims go through n.mu too).
 	evs := n.fsm.EventsAfter(n.index-1, 1)
 	if len(evs) == 0 {
-		return persist.Event{}, false
+		return state.Event{}, false
 	}
 	n.events = append(n.events, evs[0])
 	return evs[0], true
@@ -89,19 +88,19 @@ func (n *node) applyLocked(c persist.Command) (persist.Event, bool) {
 
 func (n *node) submit(ids ...string) {
 	for _, id := range ids {
-		if _, ok := n.apply(persist.Command{Type: persist.CmdSubmitTask, ClientID: "cl", RequestID: "s-" + id, Task: persist.Task{ID: id}}); !ok {
+		if _, ok := n.apply(state.Command{Type: state.CmdSubmitTask, ClientID: "cl", RequestID: "s-" + id, Task: state.Task{ID: id}}); !ok {
 			n.t.Fatalf("submit %s created no event", id)
 		}
 	}
 }
 
 func (n *node) del(id string) {
-	if _, ok := n.apply(persist.Command{Type: persist.CmdDeleteTask, ClientID: "cl", RequestID: "d-" + id, Task: persist.Task{ID: id}}); !ok {
+	if _, ok := n.apply(state.Command{Type: state.CmdDeleteTask, ClientID: "cl", RequestID: "d-" + id, Task: state.Task{ID: id}}); !ok {
 		n.t.Fatalf("delete %s created no event", id)
 	}
 }
 
-func (n *node) allEvents() []persist.Event {
+func (n *node) allEvents() []state.Event {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return slices.Clone(n.events)
@@ -112,7 +111,7 @@ func (n *node) trims() []uint64 {
 	defer n.mu.Unlock()
 	var out []uint64
 	for _, c := range n.hooked {
-		if c.Type == persist.CmdTrimOutbox {
+		if c.Type == state.CmdTrimOutbox {
 			out = append(out, c.UpTo)
 		}
 	}
@@ -129,7 +128,7 @@ func (n *node) fencedCalls(name string) []string {
 func (n *node) hooks(name string) fence.Hooks {
 	return fence.Hooks{
 		Apply: func(ctx context.Context, b []byte) error {
-			c, err := persist.DecodeCommand(b)
+			c, err := state.DecodeCommand(b)
 			if err != nil {
 				n.t.Errorf("publisher %s replicated a bad command: %v", name, err)
 				return err
@@ -289,7 +288,7 @@ func published(t testing.TB, recs []*kgo.Record) []fence.Published {
 
 // checkExactlyOnce checks that pubs are want, in order, each once, with
 // consistent headers and keys.
-func checkExactlyOnce(t testing.TB, pubs []fence.Published, want []persist.Event) {
+func checkExactlyOnce(t testing.TB, pubs []fence.Published, want []state.Event) {
 	t.Helper()
 	var got []uint64
 	for _, p := range pubs {
@@ -358,7 +357,7 @@ func (tp *txnProducer) txn(commit bool, recs ...*kgo.Record) {
 	}
 }
 
-func (tp *txnProducer) events(commit bool, evs ...persist.Event) {
+func (tp *txnProducer) events(commit bool, evs ...state.Event) {
 	tp.t.Helper()
 	var recs []*kgo.Record
 	for _, e := range evs {
@@ -427,9 +426,9 @@ func TestPublishesEveryEventInOrderExactlyOnce(t *testing.T) {
 
 	// Queued before the publisher starts: one transaction.
 	n.submit("a", "b", "c")
-	n.apply(persist.Command{Type: persist.CmdSubmitTask, ClientID: "cl", RequestID: "x", Task: persist.Task{ID: "a"}}) // exists: no event
+	n.apply(state.Command{Type: state.CmdSubmitTask, ClientID: "cl", RequestID: "x", Task: state.Task{ID: "a"}}) // exists: no event
 	n.del("b")
-	n.apply(persist.Command{Type: persist.CmdNoop})
+	n.apply(state.Command{Type: state.CmdNoop})
 	n.submit("d")
 	queued := len(n.allEvents())
 	if queued != 5 {
@@ -572,12 +571,12 @@ func TestLastPublished(t *testing.T) {
 	}
 	cancel()
 
-	ev := func(i uint64) persist.Event {
+	ev := func(i uint64) state.Event {
 		id := fmt.Sprint("t", i)
-		return persist.Event{Index: i, Term: 1, Kind: persist.EventTaskSubmitted, TaskID: id, Task: persist.Task{ID: id, CreatedIndex: i}}
+		return state.Event{Index: i, Term: 1, Kind: state.EventTaskSubmitted, TaskID: id, Task: state.Task{ID: id, CreatedIndex: i}}
 	}
-	evs := func(from, to uint64) []persist.Event {
-		var out []persist.Event
+	evs := func(from, to uint64) []state.Event {
+		var out []state.Event
 		for i := from; i <= to; i++ {
 			out = append(out, ev(i))
 		}

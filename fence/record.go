@@ -17,7 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/xce/xce/persist"
+	"github.com/xce/xce/state"
 )
 
 // Record headers carried by every published event.
@@ -39,14 +39,14 @@ type Published struct {
 	Index  uint64
 	Seq    uint32
 	Epoch  int64
-	Event  persist.Event
+	Event  state.Event
 }
 
 // ErrNotEvent is returned for a record that is not an xce event.
 var ErrNotEvent = errors.New("not an xce event record")
 
 // Encode builds the Kafka record of an event published under epoch.
-func Encode(ev persist.Event, epoch int16) *kgo.Record {
+func Encode(ev state.Event, epoch int16) *kgo.Record {
 	v, _ := json.Marshal(ev) // an Event always marshals
 	return &kgo.Record{
 		Key:       []byte(cmp.Or(ev.Key, ev.TaskID)),

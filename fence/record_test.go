@@ -10,17 +10,17 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/xce/xce/fence"
-	"github.com/xce/xce/persist"
+	"github.com/xce/xce/state"
 )
 
-func sampleEvents() []persist.Event {
-	return []persist.Event{
-		{Index: 1, Term: 1, Kind: persist.EventTaskSubmitted, TaskID: "a",
-			Task: persist.Task{ID: "a", Stateful: true, StandbyReplicas: 2, CreatedIndex: 1, State: persist.TaskStatePending, PendingReason: "no worker assigned"}},
-		{Index: 42, Term: 7, Kind: persist.EventTaskDeleted, TaskID: "tâche/ünïcode ✓",
-			Task: persist.Task{ID: "tâche/ünïcode ✓", CreatedIndex: 40}},
-		{Index: 43, Seq: 5, Term: 7, Kind: persist.EventTaskSubmitted, TaskID: "b", Task: persist.Task{ID: "b", CreatedIndex: 43}},
-		{Index: math.MaxUint64, Seq: math.MaxUint32, Term: math.MaxUint64, Kind: persist.EventTaskSubmitted, TaskID: ""},
+func sampleEvents() []state.Event {
+	return []state.Event{
+		{Index: 1, Term: 1, Kind: state.EventTaskSubmitted, TaskID: "a",
+			Task: state.Task{ID: "a", Stateful: true, StandbyReplicas: 2, CreatedIndex: 1, State: state.TaskStatePending, PendingReason: "no worker assigned"}},
+		{Index: 42, Term: 7, Kind: state.EventTaskDeleted, TaskID: "tâche/ünïcode ✓",
+			Task: state.Task{ID: "tâche/ünïcode ✓", CreatedIndex: 40}},
+		{Index: 43, Seq: 5, Term: 7, Kind: state.EventTaskSubmitted, TaskID: "b", Task: state.Task{ID: "b", CreatedIndex: 43}},
+		{Index: math.MaxUint64, Seq: math.MaxUint32, Term: math.MaxUint64, Kind: state.EventTaskSubmitted, TaskID: ""},
 		{},
 	}
 }

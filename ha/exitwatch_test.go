@@ -17,6 +17,7 @@ import (
 	"github.com/xce/xce/internal/testutil/script"
 	"github.com/xce/xce/netio"
 	"github.com/xce/xce/persist"
+	"github.com/xce/xce/state"
 )
 
 // The exit watch's decisions are tested by the scripts in
@@ -101,7 +102,7 @@ func startWatchCluster(t *testing.T, mutate func(*RaftConfig)) []*watchNode {
 			mutate(&cfg)
 		}
 		logger := hclog.New(&hclog.LoggerOptions{Name: n.id, Output: logs, Level: hclog.Debug})
-		r, err := StartRaft(cfg, persist.NewFSM("w"), store, stream, logger)
+		r, err := StartRaft(cfg, state.NewFSM("w"), store, stream, logger)
 		if err != nil {
 			t.Fatal(err)
 		}

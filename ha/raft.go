@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/xce/xce/persist"
+	"github.com/xce/xce/state"
 )
 
 // Errors of the Raft backend.
@@ -53,7 +54,7 @@ type RaftConfig struct {
 	// the default noted; see checkPeerLimits for what is refused.
 	//
 	// MaxRPCSize bounds one encoded RPC (InstallSnapshot's data aside);
-	// default 2 × persist.MaxAssignmentBytes. It must hold the largest
+	// default 2 × state.MaxAssignmentBytes. It must hold the largest
 	// entry: at least minMaxRPCSize.
 	MaxRPCSize int64
 	// RPCTimeout bounds reading an RPC once it has begun and writing its
@@ -76,7 +77,7 @@ type RaftConfig struct {
 // minMaxRPCSize is the smallest MaxRPCSize that carries the largest entry
 // xce writes (a CmdSetAssignment) with the room the leader keeps for the
 // rest of an AppendEntries.
-const minMaxRPCSize = persist.MaxAssignmentBytes + 128<<10
+const minMaxRPCSize = state.MaxAssignmentBytes + 128<<10
 
 // connsPerPeer is how many connections a peer may hold to this node at
 // once: heartbeats, the replication pipeline, its connection pool, a
@@ -88,7 +89,7 @@ const connsPerPeer = 8
 func peerLimits(cfg RaftConfig) (maxRPC int64, idle time.Duration, conns int, err error) {
 	maxRPC, idle, conns = cfg.MaxRPCSize, cfg.IdleTimeout, cfg.MaxInboundConns
 	if maxRPC == 0 {
-		maxRPC = 2 * persist.MaxAssignmentBytes
+		maxRPC = 2 * state.MaxAssignmentBytes
 	}
 	if maxRPC > 0 && maxRPC < minMaxRPCSize {
 		return 0, 0, 0, fmt.Errorf("raft max RPC size %d is below %d, which the largest entry needs", maxRPC, minMaxRPCSize)
@@ -115,8 +116,14 @@ type Raft struct {
 
 // StartRaft bootstraps a fresh data dir from the peer list (never one with
 // state) and starts raft. It blocks while raft restores its snapshot and log,
-// so the controller calls it off its event loop.
-func StartRaft(cfg RaftConfig, fsm raft.FSM, store *persist.Store, stream raft.StreamLayer, logger hclog.Logger) (*Raft, error) {
+// so the controller calls it off its event loop. Raft drives fsm through
+// a RaftFSM.
+func StartRaft(cfg RaftConfig, fsm *state.FSM, store *persist.Store, stream raft.StreamLayer, logger hclog.Logger) (*Raft, error) {
+	return startRaft(cfg, NewRaftFSM(fsm), store, stream, logger)
+}
+
+// startRaft is StartRaft with any raft.FSM.
+func startRaft(cfg RaftConfig, fsm raft.FSM, store *persist.Store, stream raft.StreamLayer, logger hclog.Logger) (*Raft, error) {
 	conf := raft.DefaultConfig()
 	conf.LocalID = raft.ServerID(cfg.NodeID)
 	conf.HeartbeatTimeout = cfg.HeartbeatTimeout

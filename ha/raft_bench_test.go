@@ -14,13 +14,14 @@ import (
 
 	"github.com/xce/xce/netio"
 	"github.com/xce/xce/persist"
+	"github.com/xce/xce/state"
 )
 
 // startCluster runs n raft nodes in process over loopback TCP, with real
 // bolt stores (fsync on), and returns the leader.
 func startCluster(tb testing.TB, n int) (*Raft, func()) {
 	tb.Helper()
-	return startClusterFSM(tb, n, func() raft.FSM { return persist.NewFSM("b") })
+	return startClusterFSM(tb, n, func() raft.FSM { return NewRaftFSM(state.NewFSM("b")) })
 }
 
 // startClusterFSM is startCluster with the FSM of each node from newFSM.
@@ -50,7 +51,7 @@ func startClusterFSM(tb testing.TB, n int, newFSM func() raft.FSM) (*Raft, func(
 		cfg := RaftConfig{NodeID: peers[i].ID, Peers: peers, HeartbeatTimeout: 200 * time.Millisecond,
 			ElectionTimeout: 200 * time.Millisecond, LeaderLeaseTimeout: 150 * time.Millisecond,
 			CommitTimeout: 10 * time.Millisecond, SnapshotInterval: time.Hour, SnapshotThreshold: 1 << 30, TrailingLogs: 10240}
-		r, err := StartRaft(cfg, newFSM(), store, stream, hclog.NewNullLogger())
+		r, err := startRaft(cfg, newFSM(), store, stream, hclog.NewNullLogger())
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -93,7 +94,7 @@ func BenchmarkRaftApply(b *testing.B) {
 				var seq atomic.Uint64
 				next := func() []byte {
 					id := fmt.Sprint("t", seq.Add(1))
-					return (&persist.Command{Type: persist.CmdSubmitTask, ClientID: "b", RequestID: id, Task: persist.Task{ID: id}}).Encode()
+					return (&state.Command{Type: state.CmdSubmitTask, ClientID: "b", RequestID: id, Task: state.Task{ID: id}}).Encode()
 				}
 				apply := func() error {
 					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -12,6 +12,7 @@ import (
 	"github.com/xce/xce/internal/testutil"
 	"github.com/xce/xce/netio"
 	"github.com/xce/xce/persist"
+	"github.com/xce/xce/state"
 )
 
 func TestPeerLimits(t *testing.T) {
@@ -20,11 +21,11 @@ func TestPeerLimits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if maxRPC != 2*persist.MaxAssignmentBytes || idle != 0 || conns != 0 {
+	if maxRPC != 2*state.MaxAssignmentBytes || idle != 0 || conns != 0 {
 		t.Errorf("defaults: max RPC %d, idle %s, conns %d", maxRPC, idle, conns)
 	}
 	for name, mutate := range map[string]func(*RaftConfig){
-		"max RPC below the largest entry": func(c *RaftConfig) { c.MaxRPCSize = persist.MaxAssignmentBytes },
+		"max RPC below the largest entry": func(c *RaftConfig) { c.MaxRPCSize = state.MaxAssignmentBytes },
 		"idle near the heartbeat":         func(c *RaftConfig) { c.IdleTimeout = 2 * time.Second },
 		"too few connections":             func(c *RaftConfig) { c.MaxInboundConns = 10 },
 	} {
@@ -63,7 +64,7 @@ func startOne(t *testing.T, mutate func(*RaftConfig)) (*Raft, string) {
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	r, err := StartRaft(cfg, persist.NewFSM("t"), store, stream, hclog.NewNullLogger())
+	r, err := StartRaft(cfg, state.NewFSM("t"), store, stream, hclog.NewNullLogger())
 	if err != nil {
 		store.Close()
 		t.Fatal(err)

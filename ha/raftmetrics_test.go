@@ -13,7 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/xce/xce/internal/testutil"
-	"github.com/xce/xce/persist"
+	"github.com/xce/xce/state"
 )
 
 // histogramCounts returns the observation count of every histogram series
@@ -57,7 +57,7 @@ func TestRaftMetricsExported(t *testing.T) {
 	before := histogramCounts(t, reg)
 	leader, stop := startCluster(t, 3)
 	defer stop()
-	cmd := (&persist.Command{Type: persist.CmdNoop}).Encode()
+	cmd := (&state.Command{Type: state.CmdNoop}).Encode()
 	for range 20 {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_, _, err := leader.Apply(ctx, cmd)

@@ -10,13 +10,13 @@ import (
 
 	"github.com/hashicorp/raft"
 
-	"github.com/xce/xce/persist"
+	"github.com/xce/xce/state"
 )
 
 // maxWave bounds one wave; raft takes at most MaxAppendEntries commands
 // off its apply channel per log write, and a batch entry holds at most
-// persist.MaxBatch.
-const maxWave = persist.MaxBatch
+// state.MaxBatch.
+const maxWave = state.MaxBatch
 
 // maxGather bounds how long a wave waits for the callers of the previous
 // one (see waves.gather), whatever the previous wave took.
@@ -81,7 +81,7 @@ func (q *applyReq) outcome() applyResp {
 	if !q.batched {
 		return applyResp{val: q.f.Response(), index: q.f.Index()}
 	}
-	rs, ok := q.f.Response().(persist.BatchResult)
+	rs, ok := q.f.Response().(state.BatchResult)
 	if !ok || q.pos >= len(rs) {
 		return applyResp{err: fmt.Errorf("%w: %v", errBatchResult, q.f.Response())}
 	}
@@ -130,7 +130,7 @@ func (w *waves) apply(ctx context.Context, cmd []byte) (any, uint64, error) {
 }
 
 // setBatches turns batch entries on or off for the waves that follow. On
-// only when every voter's binary applies CmdBatch (persist.LogFormat 2).
+// only when every voter's binary applies CmdBatch (state.LogFormat 2).
 func (w *waves) setBatches(on bool) { w.batches.Store(on) }
 
 // close stops the loop once its current wave is answered; raft must be
@@ -178,7 +178,7 @@ func (w *waves) run() {
 
 // applyWave hands raft the wave's commands whose callers still wait: with
 // batches, its submits and deletes as one CmdBatch entry (a wave of
-// persist.MaxBatch of the largest fits its byte limit: persist's
+// state.MaxBatch of the largest fits its byte limit: persist's
 // TestBatchLimits) and the others one by one; without, each one by one.
 // Reordering is harmless: the commands of one wave were all in flight at
 // once.
@@ -187,7 +187,7 @@ func (w *waves) applyWave(batch []*applyReq, batches bool) {
 	for _, q := range batch {
 		switch {
 		case q.ctx.Err() != nil:
-		case batches && persist.Batchable(q.cmd):
+		case batches && state.Batchable(q.cmd):
 			group = append(group, q)
 		default:
 			q.f = w.r.Apply(q.cmd, timeoutOf(q.ctx))
@@ -206,7 +206,7 @@ func (w *waves) applyWave(batch []*applyReq, batches bool) {
 				timeout = d
 			}
 		}
-		f := w.r.Apply(persist.EncodeBatch(cmds), timeout)
+		f := w.r.Apply(state.EncodeBatch(cmds), timeout)
 		for i, q := range group {
 			q.f, q.batched, q.pos = f, true, i
 		}

@@ -13,7 +13,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/xce/xce/internal/testutil"
-	"github.com/xce/xce/persist"
+	"github.com/xce/xce/state"
 )
 
 // echoFSM answers each command with its own bytes and remembers them.
@@ -278,13 +278,13 @@ func TestWavesCallersThatLeave(t *testing.T) {
 // non-batchable command in the same flow keeps an entry of its own.
 func TestWavesBatchEntries(t *testing.T) {
 	var mu sync.Mutex
-	var fsms []*persist.FSM
+	var fsms []*state.FSM
 	leader, stop := startClusterFSM(t, 3, func() raft.FSM {
-		f := persist.NewFSM("c")
+		f := state.NewFSM("c")
 		mu.Lock()
 		fsms = append(fsms, f)
 		mu.Unlock()
-		return f
+		return NewRaftFSM(f)
 	})
 	defer stop()
 	leader.SetBatches(true)
@@ -297,9 +297,9 @@ func TestWavesBatchEntries(t *testing.T) {
 		wg.Go(func() {
 			for i := range each {
 				id := fmt.Sprintf("t%d-%d", w, i)
-				cmd := (&persist.Command{Type: persist.CmdSubmitTask, ClientID: "c", RequestID: id, Task: persist.Task{ID: id}}).Encode()
+				cmd := (&state.Command{Type: state.CmdSubmitTask, ClientID: "c", RequestID: id, Task: state.Task{ID: id}}).Encode()
 				if i == each/2 && w%8 == 0 {
-					cmd = (&persist.Command{Type: persist.CmdNoop}).Encode()
+					cmd = (&state.Command{Type: state.CmdNoop}).Encode()
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				v, idx, err := leader.Apply(ctx, cmd)
@@ -308,11 +308,11 @@ func TestWavesBatchEntries(t *testing.T) {
 					t.Error(err)
 					return
 				}
-				r, ok := v.(persist.Result)
+				r, ok := v.(state.Result)
 				switch {
 				case !ok:
-					t.Errorf("%s: answer %T %+v, want a persist.Result", id, v, v)
-				case r.Code != persist.CodeOK || r.Index != idx:
+					t.Errorf("%s: answer %T %+v, want a state.Result", id, v, v)
+				case r.Code != state.CodeOK || r.Index != idx:
 					t.Errorf("%s: result %+v at index %d", id, r, idx)
 				case r.Task.ID != "" && r.Task.ID != id:
 					t.Errorf("%s got the result of %s", id, r.Task.ID)

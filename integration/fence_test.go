@@ -19,8 +19,8 @@ import (
 
 	"github.com/xce/xce/bench"
 	"github.com/xce/xce/fence"
-	"github.com/xce/xce/persist"
 	xcev1 "github.com/xce/xce/proto/xce/v1"
+	"github.com/xce/xce/state"
 )
 
 // The epoch fence end to end (docs/design.md, "Downstream writes and the epoch
@@ -292,7 +292,7 @@ func caughtUp(ops []bench.Op, final map[string]bool) func([]consumed) error {
 		ids := map[string]bool{}
 		for _, r := range recs {
 			idx[atIndex{r.Index, r.Event.TaskID}] = true
-			if r.Event.Kind == persist.EventTaskSubmitted {
+			if r.Event.Kind == state.EventTaskSubmitted {
 				ids[r.Event.TaskID] = true
 			}
 		}
@@ -396,7 +396,7 @@ func checkExactlyOnce(t *testing.T, ec *eventConsumer, recs []consumed, ops []be
 		byChange[change{r.Index, r.Seq}] = append(byChange[change{r.Index, r.Seq}], r)
 		byIndex[r.Index] = append(byIndex[r.Index], r)
 		epochs[r.Epoch]++
-		if r.Event.Kind == persist.EventTaskSubmitted {
+		if r.Event.Kind == state.EventTaskSubmitted {
 			submitted[r.Event.TaskID]++
 		}
 		if r.Event.Index != r.Index || r.Event.Seq != r.Seq || r.Event.Term != r.Term {
@@ -440,7 +440,7 @@ func checkExactlyOnce(t *testing.T, ec *eventConsumer, recs []consumed, ops []be
 			acked++
 			rs := byIndex[op.Index]
 			mine := slices.ContainsFunc(rs, func(r consumed) bool {
-				return r.Event.TaskID == op.TaskID && r.Event.Kind == persist.EventTaskSubmitted
+				return r.Event.TaskID == op.TaskID && r.Event.Kind == state.EventTaskSubmitted
 			})
 			switch {
 			case len(rs) == 0:

@@ -1,7 +1,8 @@
-// Package persist holds what a node keeps on disk: the Raft log (segment
-// files, package raftlog), the stable store (bbolt through raft-boltdb), the
-// snapshot store, and the replicated state machine with its versioned
-// snapshot format.
+// Package persist holds what a node keeps on disk: the data dir and its
+// lock, the Raft log (segment files, package raftlog), the stable store
+// (bbolt through raft-boltdb), the snapshot store, the storage health and
+// the durable mark. What the snapshots and log entries hold is package
+// state's (docs/design.md, "The data dir and durability").
 package persist
 
 import (

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/xce/xce/state"
 )
 
 var testOpts = Options{NodeID: "n1", ClusterID: "c1"}
@@ -129,7 +131,7 @@ func TestLogsPersistAndHasState(t *testing.T) {
 	s := openT(t, dir, testOpts)
 	setTerm(t, s, 2)
 	logs := []*raft.Log{
-		{Index: 1, Term: 1, Type: raft.LogCommand, Data: enc(submitCmd("c", "r", "t"))},
+		{Index: 1, Term: 1, Type: raft.LogCommand, Data: submitTask("t")},
 		{Index: 2, Term: 1, Type: raft.LogNoop},
 		{Index: 3, Term: 2, Type: raft.LogCommand, Data: []byte("x")},
 	}
@@ -211,11 +213,17 @@ func TestSnapshotStorePersists(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	snap, err := buildFSM(t, "c1").Snapshot()
-	if err != nil {
+	f := state.NewFSM("c1")
+	f.Apply(1, 1, submitTask("a"))
+	f.Apply(2, 1, submitTask("b"))
+	var want bytes.Buffer
+	if err := f.Snapshot().Write(&want); err != nil {
 		t.Fatal(err)
 	}
-	if err := snap.Persist(sink); err != nil {
+	if _, err := sink.Write(want.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	if err := sink.Close(); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
@@ -233,11 +241,23 @@ func TestSnapshotStorePersists(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := NewFSM("c1")
-	if err := f.Restore(rc); err != nil {
+	defer rc.Close()
+	g := state.NewFSM("c1")
+	if err := g.Restore(rc); err != nil {
 		t.Fatal(err)
 	}
-	checkBuiltState(t, f)
+	var got bytes.Buffer
+	if err := g.Snapshot().Write(&got); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got.Bytes(), want.Bytes()) || g.NumTasks() != 2 {
+		t.Fatalf("restored %d tasks; snapshot\n%s\nwant\n%s", g.NumTasks(), got.Bytes(), want.Bytes())
+	}
+}
+
+// submitTask is the encoded command that creates task id.
+func submitTask(id string) []byte {
+	return (&state.Command{Type: state.CmdSubmitTask, Task: state.Task{ID: id}}).Encode()
 }
 
 func TestSecondOpenFailsFast(t *testing.T) {

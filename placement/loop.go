@@ -9,7 +9,7 @@ import (
 
 	"github.com/xce/xce/assign"
 	"github.com/xce/xce/delaymgr"
-	"github.com/xce/xce/persist"
+	"github.com/xce/xce/state"
 )
 
 // applyTimeout bounds one assignment write; a write that times out is
@@ -203,14 +203,14 @@ func (s *Service) plan(ctx context.Context, ts *termState) (followup, retry bool
 	ts.followup = res.Followup
 	s.mu.Unlock()
 
-	delta := persist.AssignmentDelta{Base: gen, Generation: gen + 1}
+	delta := state.AssignmentDelta{Base: gen, Generation: gen + 1}
 	for _, id := range slices.Sorted(maps.Keys(res.Assignment)) {
 		np := res.Assignment[id]
 		op, had := prev[id]
 		if had && op.Active == np.Active && slices.Equal(op.Standbys, np.Standbys) && slices.Equal(op.Warmups, np.Warmups) {
 			continue
 		}
-		delta.Set = append(delta.Set, persist.Placement{Task: id, Active: np.Active, Standbys: np.Standbys, Warmups: np.Warmups})
+		delta.Set = append(delta.Set, state.Placement{Task: id, Active: np.Active, Standbys: np.Standbys, Warmups: np.Warmups})
 	}
 	for _, id := range slices.Sorted(maps.Keys(prev)) {
 		if _, ok := res.Assignment[id]; !ok {
@@ -220,11 +220,11 @@ func (s *Service) plan(ctx context.Context, ts *termState) (followup, retry bool
 	if len(delta.Set) == 0 && len(delta.Removed) == 0 {
 		return res.Followup, false
 	}
-	cmd := persist.Command{Type: persist.CmdSetAssignment, Assign: delta}
+	cmd := state.Command{Type: state.CmdSetAssignment, Assign: delta}
 	b := cmd.Encode()
-	if len(b) > persist.MaxAssignmentBytes {
+	if len(b) > state.MaxAssignmentBytes {
 		// Retrying would produce the same delta: wait for the next trigger.
-		s.log.Error().Int("bytes", len(b)).Int("limit", persist.MaxAssignmentBytes).Int("changed", len(delta.Set)).
+		s.log.Error().Int("bytes", len(b)).Int("limit", state.MaxAssignmentBytes).Int("changed", len(delta.Set)).
 			Msg("the assignment delta is too large for one log entry; not written")
 		return res.Followup, false
 	}
@@ -237,10 +237,10 @@ func (s *Service) plan(ctx context.Context, ts *termState) (followup, retry bool
 			s.log.Warn().Err(err).Uint64("generation", delta.Generation).Msg("writing the assignment failed; planning again shortly")
 		}
 		return res.Followup, true
-	case r.Code == persist.CodeConflict:
+	case r.Code == state.CodeConflict:
 		s.log.Info().Str("why", r.Err).Msg("assignment changed under the plan; planning again")
 		return res.Followup, true
-	case r.Code != persist.CodeOK:
+	case r.Code != state.CodeOK:
 		s.log.Error().Str("err", r.Err).Msg("the log refused the assignment")
 		return res.Followup, true
 	}
@@ -256,7 +256,7 @@ func (s *Service) plan(ctx context.Context, ts *termState) (followup, retry bool
 }
 
 // anyCopy reports whether an assignment places any copy on a worker.
-func anyCopy(a map[string]persist.Placement) bool {
+func anyCopy(a map[string]state.Placement) bool {
 	for _, p := range a {
 		if p.Active != "" || len(p.Standbys) > 0 || len(p.Warmups) > 0 {
 			return true

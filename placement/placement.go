@@ -33,7 +33,7 @@ import (
 
 	"github.com/xce/xce/assign"
 	"github.com/xce/xce/delaymgr"
-	"github.com/xce/xce/persist"
+	"github.com/xce/xce/state"
 )
 
 // Limits on soft state, so that misbehaving workers cannot grow the
@@ -85,15 +85,15 @@ type Config struct {
 
 // FSM is what the Service reads of the replicated state.
 type FSM interface {
-	Assignment() (uint64, map[string]persist.Placement)
+	Assignment() (uint64, map[string]state.Placement)
 	AssignmentGeneration() (gen, version uint64)
-	AllTasks() ([]persist.Task, uint64)
+	AllTasks() ([]state.Task, uint64)
 	TaskVersion() uint64
-	Task(id string) (persist.Task, bool)
+	Task(id string) (state.Task, bool)
 }
 
 // ApplyFunc replicates a command and returns the FSM's result.
-type ApplyFunc func(ctx context.Context, cmd []byte) (persist.Result, error)
+type ApplyFunc func(ctx context.Context, cmd []byte) (state.Result, error)
 
 // Fact kinds a heartbeat carries.
 const (

@@ -11,18 +11,17 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/hashicorp/raft"
 	"github.com/rs/zerolog"
 
 	"github.com/xce/xce/assign"
-	"github.com/xce/xce/persist"
+	"github.com/xce/xce/state"
 )
 
 // rig is a Service over a real FSM; "replication" applies each command as
 // the next log entry.
 type rig struct {
 	t      *testing.T
-	fsm    *persist.FSM
+	fsm    *state.FSM
 	copies atomic.Int64 // AllTasks calls by the service
 	svc    *Service
 
@@ -38,7 +37,7 @@ const (
 )
 
 func newRig(t *testing.T, standbys int) *rig {
-	r := &rig{t: t, fsm: persist.NewFSM("c")}
+	r := &rig{t: t, fsm: state.NewFSM("c")}
 	cfg := Config{
 		Assign: assign.Config{AcceptableRecoveryLag: acc, MaxWarmupReplicas: 2, NumStandbyReplicas: standbys,
 			ProbingRebalanceInterval: time.Minute},
@@ -54,30 +53,30 @@ func newRig(t *testing.T, standbys int) *rig {
 
 // countingFSM counts how often the service copies the task set.
 type countingFSM struct {
-	*persist.FSM
+	*state.FSM
 	copies *atomic.Int64
 }
 
-func (c countingFSM) AllTasks() ([]persist.Task, uint64) {
+func (c countingFSM) AllTasks() ([]state.Task, uint64) {
 	c.copies.Add(1)
 	return c.FSM.AllTasks()
 }
 
-func (r *rig) apply(_ context.Context, b []byte) (persist.Result, error) {
+func (r *rig) apply(_ context.Context, b []byte) (state.Result, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.failing {
-		return persist.Result{}, errors.New("leadership lost")
+		return state.Result{}, errors.New("leadership lost")
 	}
-	c, err := persist.DecodeCommand(b)
+	c, err := state.DecodeCommand(b)
 	if err != nil {
 		r.t.Errorf("the service wrote a bad command: %v", err)
 	}
-	if c.Type == persist.CmdSetAssignment {
+	if c.Type == state.CmdSetAssignment {
 		r.writes++
 	}
 	r.index++
-	res, _ := r.fsm.Apply(&raft.Log{Index: r.index, Term: 1, Type: raft.LogCommand, Data: b}).(persist.Result)
+	res, _ := r.fsm.Apply(r.index, 1, b).(state.Result)
 	return res, nil
 }
 
@@ -95,7 +94,7 @@ func (r *rig) assignmentWrites() int {
 
 func (r *rig) submit(ids ...string) {
 	for _, id := range ids {
-		c := persist.Command{Type: persist.CmdSubmitTask, Task: persist.Task{ID: id, Stateful: true}}
+		c := state.Command{Type: state.CmdSubmitTask, Task: state.Task{ID: id, Stateful: true}}
 		if _, err := r.apply(context.Background(), c.Encode()); err != nil {
 			r.t.Fatal(err)
 		}
@@ -103,16 +102,16 @@ func (r *rig) submit(ids ...string) {
 }
 
 // commit writes an assignment directly, as a previous primary would have.
-func (r *rig) commit(a map[string]persist.Placement) {
+func (r *rig) commit(a map[string]state.Placement) {
 	gen, _ := r.fsm.AssignmentGeneration()
-	d := persist.AssignmentDelta{Base: gen, Generation: gen + 1}
+	d := state.AssignmentDelta{Base: gen, Generation: gen + 1}
 	for _, id := range slices.Sorted(mapsKeys(a)) {
 		p := a[id]
 		p.Task = id
 		d.Set = append(d.Set, p)
 	}
-	c := persist.Command{Type: persist.CmdSetAssignment, Assign: d}
-	if res, err := r.apply(context.Background(), c.Encode()); err != nil || res.Code != persist.CodeOK {
+	c := state.Command{Type: state.CmdSetAssignment, Assign: d}
+	if res, err := r.apply(context.Background(), c.Encode()); err != nil || res.Code != state.CodeOK {
 		r.t.Fatalf("commit: %v %+v", err, res)
 	}
 }
@@ -143,7 +142,7 @@ func (r *rig) beat(id string, lags map[string]int64, facts ...Fact) Copies {
 	return c
 }
 
-func (r *rig) placement(task string) persist.Placement {
+func (r *rig) placement(task string) state.Placement {
 	_, a := r.fsm.Assignment()
 	return a[task]
 }
@@ -193,7 +192,7 @@ func TestFirstPlanNeedsNoSettle(t *testing.T) {
 			if p.Active == "" || len(p.Standbys) != 1 || p.Standbys[0] == p.Active {
 				t.Fatalf("%s placed %+v, want an active and one standby elsewhere", id, p)
 			}
-			if task, _ := r.fsm.Task(id); task.State != persist.TaskStateAssigned {
+			if task, _ := r.fsm.Task(id); task.State != state.TaskStateAssigned {
 				t.Fatalf("%s state %q after assignment", id, task.State)
 			}
 		}
@@ -211,7 +210,7 @@ func TestFailoverSettlesAndMovesNothing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRig(t, 1)
 		r.submit("t0", "t1", "t2", "t3")
-		r.commit(map[string]persist.Placement{
+		r.commit(map[string]state.Placement{
 			"t0": {Active: "w1", Standbys: []string{"w2"}}, "t1": {Active: "w1", Standbys: []string{"w2"}},
 			"t2": {Active: "w2", Standbys: []string{"w1"}}, "t3": {Active: "w2", Standbys: []string{"w1"}},
 		})
@@ -245,7 +244,7 @@ func TestFailoverSettlesAndMovesNothing(t *testing.T) {
 	})
 }
 
-func equalAssignments(a, b map[string]persist.Placement) bool {
+func equalAssignments(a, b map[string]state.Placement) bool {
 	if len(a) != len(b) {
 		return false
 	}
@@ -337,7 +336,7 @@ func TestSilentWorkerExpiresAndStandbysTakeOver(t *testing.T) {
 	})
 }
 
-func (r *rig) placementOf(task string) persist.Placement { return r.placement(task) }
+func (r *rig) placementOf(task string) state.Placement { return r.placement(task) }
 
 // A warm-up whose lag crosses the acceptable recovery lag takes over at the
 // next heartbeat, not at the probing interval.
@@ -345,7 +344,7 @@ func TestCaughtUpWarmupTakesOverAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRig(t, 0)
 		r.submit("t0", "t1", "t2", "t3")
-		r.commit(map[string]persist.Placement{
+		r.commit(map[string]state.Placement{
 			"t0": {Active: "w1"}, "t1": {Active: "w1"}, "t2": {Active: "w2"}, "t3": {Active: "w2"},
 		})
 		r.svc.cfg.Settle = time.Millisecond
@@ -384,7 +383,7 @@ func TestProbingRebalanceRepeatsThePlan(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRig(t, 0)
 		r.submit("t0", "t1", "t2", "t3")
-		r.commit(map[string]persist.Placement{
+		r.commit(map[string]state.Placement{
 			"t0": {Active: "w1"}, "t1": {Active: "w1"}, "t2": {Active: "w2"}, "t3": {Active: "w2"},
 		})
 		r.svc.cfg.Settle = time.Millisecond

@@ -25,6 +25,7 @@ import (
 	"github.com/xce/xce/logging"
 	"github.com/xce/xce/persist"
 	"github.com/xce/xce/placement"
+	"github.com/xce/xce/state"
 )
 
 // forceExitAfter bounds a graceful stop; past it the process exits 1.
@@ -87,7 +88,7 @@ func runServer(cfgPath, pidFile string) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.ClientAddr, err)
 	}
-	fsm := persist.NewFSM(cfg.ClusterID)
+	fsm := state.NewFSM(cfg.ClusterID)
 	var peerLn net.Listener
 	var startBackend func(*persist.Store) (ha.Backend, error)
 	if cfg.HA.Backend == configs.BackendKafka {
@@ -159,7 +160,7 @@ func runServer(cfgPath, pidFile string) error {
 		},
 		SessionTimeout:    a.SessionTimeout.Duration,
 		HeartbeatInterval: a.HeartbeatInterval.Duration,
-	}, fsm, func(ctx context.Context, cmd []byte) (persist.Result, error) { return node.Apply(ctx, cmd) }, log)
+	}, fsm, func(ctx context.Context, cmd []byte) (state.Result, error) { return node.Apply(ctx, cmd) }, log)
 	if err != nil {
 		return err
 	}

@@ -53,7 +53,7 @@ import (
 	"github.com/xce/xce/fence"
 	"github.com/xce/xce/ha"
 	"github.com/xce/xce/ha/succession"
-	"github.com/xce/xce/persist"
+	"github.com/xce/xce/state"
 )
 
 // Config configures one member.
@@ -118,7 +118,7 @@ type RosterEntry = ha.RosterEntry
 type Backend struct {
 	cfg   Config
 	log   zerolog.Logger
-	fsm   *persist.FSM
+	fsm   *state.FSM
 	snaps raft.SnapshotStore
 	obs   chan ha.Signal
 	plain *kgo.Client
@@ -162,7 +162,7 @@ var _ ha.Backend = (*Backend)(nil)
 // Start restores the latest snapshot and starts the member. It does not
 // wait for Kafka: registration, topic creation and the election retry in
 // the background until the brokers answer.
-func Start(cfg Config, fsm *persist.FSM, snaps raft.SnapshotStore) (*Backend, error) {
+func Start(cfg Config, fsm *state.FSM, snaps raft.SnapshotStore) (*Backend, error) {
 	if err := cfg.Lease.Validate(); err != nil {
 		return nil, err
 	}
@@ -271,7 +271,7 @@ func (b *Backend) Barrier(ctx context.Context) error {
 	if h.isReady() {
 		return nil
 	}
-	idx, err := h.barrier(ctx, (&persist.Command{Type: persist.CmdNoop}).Encode())
+	idx, err := h.barrier(ctx, (&state.Command{Type: state.CmdNoop}).Encode())
 	if err != nil {
 		return err
 	}

@@ -19,12 +19,12 @@ import (
 	"github.com/xce/xce/ha"
 	"github.com/xce/xce/ha/succession"
 	"github.com/xce/xce/internal/testutil"
-	"github.com/xce/xce/persist"
+	"github.com/xce/xce/state"
 )
 
 type member struct {
 	id  string
-	fsm *persist.FSM
+	fsm *state.FSM
 	b   *Backend
 	dir string
 }
@@ -65,7 +65,7 @@ func startMemberWith(t *testing.T, brokers []string, id, dir string, stagger int
 	if err != nil {
 		t.Fatal(err)
 	}
-	fsm := persist.NewFSM("t")
+	fsm := state.NewFSM("t")
 	cfg := testConfig(brokers, id, stagger)
 	if mod != nil {
 		mod(&cfg)
@@ -106,12 +106,12 @@ func submit(t *testing.T, m *member, id string) uint64 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c := persist.Command{Type: persist.CmdSubmitTask, ClientID: "c", RequestID: id, Task: persist.Task{ID: id}}
+	c := state.Command{Type: state.CmdSubmitTask, ClientID: "c", RequestID: id, Task: state.Task{ID: id}}
 	resp, idx, err := m.b.Apply(ctx, c.Encode())
 	if err != nil {
 		t.Fatalf("%s apply %s: %v", m.id, id, err)
 	}
-	if r, ok := resp.(persist.Result); !ok || r.Code != persist.CodeOK {
+	if r, ok := resp.(state.Result); !ok || r.Code != state.CodeOK {
 		t.Fatalf("%s apply %s: %+v", m.id, id, resp)
 	}
 	return idx
@@ -269,7 +269,8 @@ func snapshotTasks(t *testing.T, dir string) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fsm := persist.NewFSM("t")
+	defer rc.Close()
+	fsm := state.NewFSM("t")
 	if err := fsm.Restore(rc); err != nil {
 		t.Fatal(err)
 	}

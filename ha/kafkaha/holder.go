@@ -8,10 +8,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/raft"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/xce/xce/ha/succession"
+	"github.com/xce/xce/state"
 )
 
 // maxBatch bounds the writes of one transaction.
@@ -392,17 +392,17 @@ func (h *holder) commit(batch []*op, lease bool) error {
 		h.mu.Unlock()
 	}
 	if len(writes) > 0 {
-		logs := make([]*raft.Log, len(writes))
+		entries := make([]state.Entry, len(writes))
 		for i := range writes {
-			logs[i] = &raft.Log{Index: uint64(recs[i].Offset) + 1, Term: h.term, Type: raft.LogCommand, Data: writes[i].cmd}
+			entries[i] = state.Entry{Index: uint64(recs[i].Offset) + 1, Term: h.term, Data: writes[i].cmd}
 		}
 		b.applyMu.Lock()
-		resps := b.fsm.ApplyBatch(logs)
+		resps := b.fsm.ApplyBatch(entries)
 		b.next = recs[nWrites-1].Offset + 1
 		b.sinceSnap += uint64(len(writes))
 		b.applyMu.Unlock()
 		for i, o := range writes {
-			o.done <- opResult{resp: resps[i], index: logs[i].Index}
+			o.done <- opResult{resp: resps[i], index: entries[i].Index}
 		}
 	}
 	for i, o := range barriers {

@@ -16,7 +16,7 @@ import (
 
 	"github.com/xce/xce/ha/succession"
 	"github.com/xce/xce/internal/testutil"
-	"github.com/xce/xce/persist"
+	"github.com/xce/xce/state"
 )
 
 // TestOpAfterWriterExitFails: a write, barrier or release that reaches a
@@ -29,7 +29,7 @@ func TestOpAfterWriterExitFails(t *testing.T) {
 	becomePrimary(t, a)
 	h := a.b.currentHolder()
 	a.b.lose(h, "test: the holder leaves")
-	noop := (&persist.Command{Type: persist.CmdNoop}).Encode()
+	noop := (&state.Command{Type: state.CmdNoop}).Encode()
 	for i := range 20 {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		start := time.Now()
@@ -127,7 +127,7 @@ func TestPausedHolderIsFenced(t *testing.T) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		c := persist.Command{Type: persist.CmdSubmitTask, ClientID: "c", RequestID: "stale", Task: persist.Task{ID: "stale"}}
+		c := state.Command{Type: state.CmdSubmitTask, ClientID: "c", RequestID: "stale", Task: state.Task{ID: "stale"}}
 		_, _, err := a.b.Apply(ctx, c.Encode())
 		stale <- err
 	}()
@@ -160,7 +160,7 @@ func TestPausedHolderIsFenced(t *testing.T) {
 	}
 	ta, va := a.fsm.AllTasks()
 	tb, vb := b.fsm.AllTasks()
-	byID := func(x, y persist.Task) int { return strings.Compare(x.ID, y.ID) }
+	byID := func(x, y state.Task) int { return strings.Compare(x.ID, y.ID) }
 	slices.SortFunc(ta, byID)
 	slices.SortFunc(tb, byID)
 	if len(ta) != 11 || va != vb || !slices.Equal(ta, tb) {

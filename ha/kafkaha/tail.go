@@ -10,6 +10,8 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/xce/xce/state"
 )
 
 // tailer applies the state topic's committed records while this member
@@ -108,18 +110,18 @@ func (b *Backend) runTailer(ctx context.Context, from int64) {
 			}
 			b.applyMu.Lock()
 			defer b.applyMu.Unlock()
-			logs := make([]*raft.Log, 0, len(p.Records))
+			entries := make([]state.Entry, 0, len(p.Records))
 			for _, r := range p.Records {
 				if r.Offset < b.next {
 					continue
 				}
-				logs = append(logs, &raft.Log{Index: uint64(r.Offset) + 1, Term: termOf(r), Type: raft.LogCommand, Data: r.Value})
+				entries = append(entries, state.Entry{Index: uint64(r.Offset) + 1, Term: termOf(r), Data: r.Value})
 				b.next = r.Offset + 1
 			}
-			if len(logs) > 0 {
-				b.fsm.ApplyBatch(logs)
-				b.sinceSnap += uint64(len(logs))
-				b.lastTerm = logs[len(logs)-1].Term
+			if len(entries) > 0 {
+				b.fsm.ApplyBatch(entries)
+				b.sinceSnap += uint64(len(entries))
+				b.lastTerm = entries[len(entries)-1].Term
 			}
 		})
 	}
@@ -149,7 +151,9 @@ func (b *Backend) restore() error {
 	if err != nil {
 		return fmt.Errorf("opening snapshot %s: %w", metas[0].ID, err)
 	}
-	if err := b.fsm.Restore(rc); err != nil {
+	err = b.fsm.Restore(rc)
+	rc.Close()
+	if err != nil {
 		return fmt.Errorf("restoring snapshot %s: %w", meta.ID, err)
 	}
 	b.next, b.lastTerm = int64(meta.Index), meta.Term
@@ -165,24 +169,24 @@ func (b *Backend) snapshot(force bool) {
 		b.applyMu.Unlock()
 		return
 	}
-	snap, err := b.fsm.Snapshot()
+	snap := b.fsm.Snapshot()
 	next, term := b.next, b.lastTerm
 	b.sinceSnap = 0
 	b.applyMu.Unlock()
-	if err != nil {
-		b.log.Error().Err(err).Msg("snapshot")
-		return
-	}
 	sink, err := b.snaps.Create(raft.SnapshotVersionMax, uint64(next), term, raft.Configuration{}, 0, nil)
 	if err != nil {
 		b.log.Error().Err(err).Msg("snapshot")
 		return
 	}
-	if err := snap.Persist(sink); err != nil {
+	if err := snap.Write(sink); err != nil {
+		sink.Cancel()
 		b.log.Error().Err(err).Msg("snapshot")
 		return
 	}
-	snap.Release()
+	if err := sink.Close(); err != nil {
+		b.log.Error().Err(err).Msg("snapshot")
+		return
+	}
 	b.log.Info().Int64("next_offset", next).Msg("snapshot written")
 }
 

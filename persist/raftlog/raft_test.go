@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
+	"github.com/xce/xce/internal/testutil"
 	"github.com/xce/xce/persist/raftlog"
 )
 
@@ -69,20 +71,6 @@ func (s sumSnap) Persist(sink raft.SnapshotSink) error {
 }
 
 func (sumSnap) Release() {}
-
-// eventually polls cond every 5 ms until it holds or within has passed,
-// and reports whether it held.
-func eventually(within time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(within)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for ; time.Now().Before(deadline); <-tick.C {
-		if cond() {
-			return true
-		}
-	}
-	return cond()
-}
 
 type node struct {
 	id    raft.ServerID
@@ -180,7 +168,7 @@ func TestRaftCompactsAndInstallsSnapshots(t *testing.T) {
 	leader := func(except *node) *node {
 		t.Helper()
 		var l *node
-		if !eventually(10*time.Second, func() bool {
+		testutil.Eventually(t, 10*time.Second, "a leader", func() bool {
 			for _, n := range nodes {
 				if n != except && n.r != nil && n.r.State() == raft.Leader {
 					l = n
@@ -188,9 +176,7 @@ func TestRaftCompactsAndInstallsSnapshots(t *testing.T) {
 				}
 			}
 			return false
-		}) {
-			t.Fatal("no leader within 10s")
-		}
+		})
 		return l
 	}
 	var want, count uint64
@@ -215,21 +201,25 @@ func TestRaftCompactsAndInstallsSnapshots(t *testing.T) {
 	}
 	converged := func(ns ...*node) {
 		t.Helper()
-		if eventually(10*time.Second, func() bool {
+		var last []string
+		defer func() {
+			if t.Failed() {
+				t.Log(strings.Join(last, "; "))
+			}
+		}()
+		testutil.Eventually(t, 10*time.Second, fmt.Sprintf("FSMs reach sum %d of %d entries", want, count), func() bool {
+			last = last[:0]
+			for _, n := range ns {
+				s, c := n.fsm.state()
+				last = append(last, fmt.Sprintf("%s: sum %d of %d entries", n.id, s, c))
+			}
 			for _, n := range ns {
 				if s, c := n.fsm.state(); s != want || c != count {
 					return false
 				}
 			}
 			return true
-		}) {
-			return
-		}
-		for _, n := range ns {
-			s, c := n.fsm.state()
-			t.Logf("%s: sum %d of %d entries", n.id, s, c)
-		}
-		t.Fatalf("FSMs did not reach sum %d of %d entries", want, count)
+		})
 	}
 
 	write(50, nil)
@@ -244,13 +234,11 @@ func TestRaftCompactsAndInstallsSnapshots(t *testing.T) {
 	write(300, lag)
 	converged(nodes[0], nodes[1])
 	var first, lagLast uint64
-	if !eventually(10*time.Second, func() bool {
+	testutil.Eventually(t, 10*time.Second, "the leader compacts its log past the follower's end", func() bool {
 		first, _ = leader(lag).logs.FirstIndex()
 		lagLast, _ = lag.logs.LastIndex()
 		return first > lagLast+1
-	}) {
-		t.Fatalf("leader's log still starts at %d, follower's ends at %d: no compaction", first, lagLast)
-	}
+	})
 
 	// Back: it can only catch up from a snapshot.
 	for _, n := range nodes[:2] {

@@ -1,4 +1,4 @@
-package persist
+package state
 
 import (
 	"bytes"
@@ -8,19 +8,17 @@ import (
 	"reflect"
 	"slices"
 	"testing"
-
-	"github.com/hashicorp/raft"
 )
 
 // termLog is a command entry of the given term.
-func termLog(index, term uint64, c Command) *raft.Log {
-	return &raft.Log{Type: raft.LogCommand, Index: index, Term: term, Data: c.Encode()}
+func termLog(index, term uint64, c Command) Entry {
+	return Entry{Index: index, Term: term, Data: c.Encode()}
 }
 
 // applyTerm applies c at index in term and returns its Result.
 func applyTerm(t testing.TB, f *FSM, index, term uint64, c Command) Result {
 	t.Helper()
-	r, ok := f.Apply(termLog(index, term, c)).(Result)
+	r, ok := applyEntry(f, termLog(index, term, c)).(Result)
 	if !ok {
 		t.Fatalf("Apply(%d, %+v) did not return a Result", index, c)
 	}
@@ -108,10 +106,10 @@ func TestOutboxEventsOfCommands(t *testing.T) {
 		t.Fatalf("retried submit: %+v, %d hits", r, f.DedupHits())
 	}
 	applyTerm(t, f, 4, 3, Command{Type: CmdNoop})
-	f.Apply(&raft.Log{Type: raft.LogNoop, Index: 5, Term: 3})
-	f.Apply(&raft.Log{Type: raft.LogConfiguration, Index: 6, Term: 3})
-	f.Apply(&raft.Log{Type: raft.LogCommand, Index: 7, Term: 3, Data: []byte{1, 2}}) // truncated submit
-	f.StoreConfiguration(8, raft.Configuration{})
+	applyEntry(f, Entry{NoCommand: true, Index: 5, Term: 3})
+	applyEntry(f, Entry{NoCommand: true, Index: 6, Term: 3})
+	applyEntry(f, Entry{Index: 7, Term: 3, Data: []byte{1, 2}}) // truncated submit
+	f.Advance(8)
 	if r := applyTerm(t, f, 9, 3, deleteCmd("c", "r3", "missing")); r.Code != CodeNotFound {
 		t.Fatalf("delete missing: %+v", r)
 	}
@@ -473,7 +471,7 @@ func TestSnapshotGoldenV2(t *testing.T) {
 
 // randomOutboxLog is randomLog with trims (some behind the watermark) and
 // terms that grow.
-func randomOutboxLog(seed uint64, n int) []*raft.Log {
+func randomOutboxLog(seed uint64, n int) []Entry {
 	r := rand.New(rand.NewPCG(seed, 99))
 	logs := randomLog(seed, n)
 	term := uint64(1)
@@ -483,7 +481,7 @@ func randomOutboxLog(seed uint64, n int) []*raft.Log {
 		}
 		if r.IntN(6) == 0 {
 			idx := uint64(i + 1)
-			logs[i] = &raft.Log{Type: raft.LogCommand, Index: idx, Data: enc(trimCmd(r.Uint64N(idx)))}
+			logs[i] = Entry{Index: idx, Data: enc(trimCmd(r.Uint64N(idx)))}
 		}
 		logs[i].Term = term
 	}
@@ -511,10 +509,10 @@ func TestOutboxDeterministic(t *testing.T) {
 			var watermark uint64
 			trims, events, batchEvents := 0, 0, 0
 			for _, l := range logs {
-				out := one.Apply(l)
+				out := applyEntry(one, l)
 				res, _ := out.(Result)
 				c, err := DecodeCommand(l.Data)
-				if l.Type != raft.LogCommand || err != nil {
+				if l.NoCommand || err != nil {
 					continue
 				}
 				event := func(c Command, res Result, seq uint32) {
@@ -562,7 +560,7 @@ func TestOutboxDeterministic(t *testing.T) {
 			for _, cut := range []int{len(logs) / 3, len(logs) / 2, len(logs) - 1} {
 				part := newFSM()
 				for _, l := range logs[:cut] {
-					part.Apply(l)
+					applyEntry(part, l)
 				}
 				restored = NewFSM("c")
 				if err := restoreBytes(restored, persistSnapshot(t, part)); err != nil {
@@ -605,7 +603,7 @@ func TestBatchEntry(t *testing.T) {
 		deleteCmd("c3", "r7", "t0"),
 		submitCmd("c3", "r8", "t2"), // exists
 	}}
-	out, ok := f.Apply(termLog(2, 3, b)).(BatchResult)
+	out, ok := applyEntry(f, termLog(2, 3, b)).(BatchResult)
 	if !ok || len(out) != len(b.Batch) {
 		t.Fatalf("Apply(batch) = %+v, want a BatchResult of %d", out, len(b.Batch))
 	}
@@ -656,8 +654,8 @@ func TestBatchEntry(t *testing.T) {
 	// The events' numbers survive a snapshot.
 	f2 := NewFSM("c")
 	f = NewFSM("c")
-	f.Apply(termLog(1, 1, submitCmd("c1", "r0", "t0")))
-	f.Apply(termLog(2, 3, b))
+	applyEntry(f, termLog(1, 1, submitCmd("c1", "r0", "t0")))
+	applyEntry(f, termLog(2, 3, b))
 	if err := restoreBytes(f2, persistSnapshot(t, f)); err != nil {
 		t.Fatal(err)
 	}

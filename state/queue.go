@@ -1,4 +1,4 @@
-package persist
+package state
 
 // queueChunk is the number of elements in one chunk of a queue.
 const queueChunk = 1024

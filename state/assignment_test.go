@@ -1,4 +1,4 @@
-package persist
+package state
 
 import (
 	"bytes"
@@ -14,8 +14,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/hashicorp/raft"
 )
 
 // assignCmd is a CmdSetAssignment taking the assignment from base to base+1.
@@ -983,7 +981,7 @@ func TestOldSnapshotsHaveNoAssignment(t *testing.T) {
 // delta and each worker once in a placement, as DecodeCommand requires; a
 // few deltas from the current generation break one of those rules (or have
 // no generation after their base) and must be refused as invalid.
-func randomAssignLog(seed uint64, n int) []*raft.Log {
+func randomAssignLog(seed uint64, n int) []Entry {
 	r := rand.New(rand.NewPCG(seed, 5))
 	logs := randomOutboxLog(seed, n)
 	const tasks, workers = 17, 6
@@ -1031,7 +1029,7 @@ func randomAssignLog(seed uint64, n int) []*raft.Log {
 		if invalid {
 			breakDelta(r, &c.Assign)
 		}
-		logs[i] = &raft.Log{Type: raft.LogCommand, Index: l.Index, Term: l.Term, Data: enc(c)}
+		logs[i] = Entry{Index: l.Index, Term: l.Term, Data: enc(c)}
 	}
 	return logs
 }
@@ -1129,9 +1127,9 @@ func TestAssignmentDeterministic(t *testing.T) {
 					}
 				}
 				before := assignOf(t, one)
-				out := one.Apply(l)
+				out := applyEntry(one, l)
 				single = append(single, out)
-				if l.Type != raft.LogCommand {
+				if l.NoCommand {
 					continue
 				}
 				if err == nil && c.Type == CmdBatch {
@@ -1235,7 +1233,7 @@ func TestAssignmentDeterministic(t *testing.T) {
 			for _, cut := range cuts {
 				part := newFSM()
 				for _, l := range logs[:cut] {
-					part.Apply(l)
+					applyEntry(part, l)
 				}
 				restored := NewFSM("c")
 				if err := restoreBytes(restored, persistSnapshot(t, part)); err != nil {
@@ -1245,7 +1243,7 @@ func TestAssignmentDeterministic(t *testing.T) {
 					t.Fatalf("restored at %d: state differs from the snapshotted FSM:\n%+v\n%+v", cut, a, b)
 				}
 				for i, l := range logs[cut:] {
-					if got := restored.Apply(l); !reflect.DeepEqual(got, single[cut+i]) {
+					if got := applyEntry(restored, l); !reflect.DeepEqual(got, single[cut+i]) {
 						t.Fatalf("restored at %d: entry %d gave %+v, want %+v", cut, cut+i+1, got, single[cut+i])
 					}
 				}
@@ -1269,20 +1267,17 @@ func TestSnapshotKeepsTaskStatesOfItsIndex(t *testing.T) {
 	applyTerm(t, f, 2, 1, submitCmd("", "", "b"))
 	applyTerm(t, f, 3, 1, assignCmd(0, []Placement{{Task: "a", Active: "w1"}}))
 	before := persistSnapshot(t, f)
-	snap, err := f.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	snap := f.Snapshot()
 	applyTerm(t, f, 4, 1, assignCmd(1, []Placement{{Task: "b", Active: "w1"}}, "a"))
 	applyTerm(t, f, 5, 1, deleteCmd("", "", "b"))
 	if got, _ := f.Task("a"); got.State != TaskStatePending {
 		t.Fatalf("task a after its removal: %+v", got)
 	}
-	sink := &memSink{}
-	if err := snap.Persist(sink); err != nil {
+	var buf bytes.Buffer
+	if err := snap.Write(&buf); err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(sink.buf.Bytes(), before) {
-		t.Fatalf("snapshot taken at index 3 persisted later state:\n%s\nwant\n%s", sink.buf.Bytes(), before)
+	if !bytes.Equal(buf.Bytes(), before) {
+		t.Fatalf("snapshot taken at index 3 wrote later state:\n%s\nwant\n%s", buf.Bytes(), before)
 	}
 }

@@ -1,4 +1,4 @@
-package persist
+package state
 
 import (
 	"bytes"
@@ -13,69 +13,27 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-
-	"github.com/hashicorp/raft"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 
-// memSink is an in-memory raft.SnapshotSink.
-type memSink struct {
-	buf      bytes.Buffer
-	closed   int
-	canceled int
-	// failWrites makes every Write fail.
-	failWrites bool
-}
+// failWriter fails every Write.
+type failWriter struct{}
 
-var _ raft.SnapshotSink = (*memSink)(nil)
-
-func (s *memSink) Write(p []byte) (int, error) {
-	if s.failWrites {
-		return 0, errors.New("disk full")
-	}
-	if s.closed > 0 || s.canceled > 0 {
-		return 0, errors.New("write after close")
-	}
-	return s.buf.Write(p)
-}
-func (s *memSink) Close() error  { s.closed++; return nil }
-func (s *memSink) ID() string    { return "mem-snapshot" }
-func (s *memSink) Cancel() error { s.canceled++; return nil }
+func (failWriter) Write([]byte) (int, error) { return 0, errors.New("disk full") }
 
 // persistSnapshot takes a snapshot of f and returns its bytes.
 func persistSnapshot(t testing.TB, f *FSM) []byte {
 	t.Helper()
-	snap, err := f.Snapshot()
-	if err != nil {
+	var buf bytes.Buffer
+	if err := f.Snapshot().Write(&buf); err != nil {
 		t.Fatal(err)
 	}
-	defer snap.Release()
-	sink := &memSink{}
-	if err := snap.Persist(sink); err != nil {
-		t.Fatal(err)
-	}
-	if sink.closed != 1 || sink.canceled != 0 {
-		t.Fatalf("Persist: sink closed %d times, canceled %d times", sink.closed, sink.canceled)
-	}
-	return sink.buf.Bytes()
+	return buf.Bytes()
 }
-
-// trackedReader records whether Restore closed it.
-type trackedReader struct {
-	io.Reader
-	closed bool
-}
-
-func (r *trackedReader) Close() error { r.closed = true; return nil }
 
 func restoreBytes(f *FSM, b []byte) error {
-	rc := &trackedReader{Reader: bytes.NewReader(b)}
-	err := f.Restore(rc)
-	if !rc.closed {
-		return errors.New("Restore did not close its reader")
-	}
-	return err
+	return f.Restore(bytes.NewReader(b))
 }
 
 // buildFSM applies a small history with every kind of result.
@@ -92,8 +50,8 @@ func buildFSM(t testing.TB, cluster string) *FSM {
 	apply(t, f, 4, submitCmd("cB", "r2", "alpha")) // AlreadyExists
 	apply(t, f, 5, deleteCmd("cA", "r3", "beta"))  // OK
 	apply(t, f, 6, deleteCmd("cA", "r4", "nope"))  // NotFound
-	f.Apply(&raft.Log{Type: raft.LogConfiguration, Index: 7})
-	f.Apply(&raft.Log{Type: raft.LogCommand, Index: 8, Data: []byte{1, 200}}) // Invalid
+	applyEntry(f, Entry{NoCommand: true, Index: 7})
+	applyEntry(f, Entry{Index: 8, Data: []byte{1, 200}}) // Invalid
 	apply(t, f, 9, submitCmd("", "", "delta"))
 	apply(t, f, 10, Command{Type: CmdNoop})
 	return f
@@ -215,38 +173,26 @@ func TestRestoreReplacesState(t *testing.T) {
 }
 
 // TestSnapshotIsAPointInTimeCopy: entries applied after Snapshot and before
-// Persist are not in the snapshot.
+// Write are not in the snapshot.
 func TestSnapshotIsAPointInTimeCopy(t *testing.T) {
 	f := buildFSM(t, "c1")
-	snap, err := f.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	snap := f.Snapshot()
 	apply(t, f, 11, submitCmd("cZ", "rZ", "zeta"))
 	apply(t, f, 12, deleteCmd("cZ", "rY", "alpha"))
-	sink := &memSink{}
-	if err := snap.Persist(sink); err != nil {
+	var buf bytes.Buffer
+	if err := snap.Write(&buf); err != nil {
 		t.Fatal(err)
 	}
-	snap.Release()
 	g := NewFSM("c1")
-	if err := restoreBytes(g, sink.buf.Bytes()); err != nil {
+	if err := restoreBytes(g, buf.Bytes()); err != nil {
 		t.Fatal(err)
 	}
 	checkBuiltState(t, g)
 }
 
-func TestPersistCancelsOnWriteError(t *testing.T) {
-	snap, err := buildFSM(t, "c1").Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sink := &memSink{failWrites: true}
-	if err := snap.Persist(sink); err == nil {
-		t.Fatal("Persist into a failing sink succeeded")
-	}
-	if sink.canceled != 1 || sink.closed != 0 {
-		t.Fatalf("failing sink: canceled %d, closed %d; want canceled once, never closed", sink.canceled, sink.closed)
+func TestSnapshotWriteError(t *testing.T) {
+	if err := buildFSM(t, "c1").Snapshot().Write(failWriter{}); err == nil {
+		t.Fatal("Write into a failing writer succeeded")
 	}
 }
 
@@ -331,10 +277,9 @@ func TestRestoreRefusesBadSnapshots(t *testing.T) {
 func TestRestoreReadErrorIsBadSnapshot(t *testing.T) {
 	good := persistSnapshot(t, buildFSM(t, "c1"))
 	f := NewFSM("c1")
-	rc := &trackedReader{Reader: io.MultiReader(bytes.NewReader(good[:len(good)/2]), iotestErrReader{})}
-	err := f.Restore(rc)
-	if !errors.Is(err, ErrBadSnapshot) || !rc.closed {
-		t.Fatalf("read error: %v (closed %v)", err, rc.closed)
+	err := f.Restore(io.MultiReader(bytes.NewReader(good[:len(good)/2]), iotestErrReader{}))
+	if !errors.Is(err, ErrBadSnapshot) {
+		t.Fatalf("read error: %v", err)
 	}
 	if f.NumTasks() != 0 || f.AppliedIndex() != 0 {
 		t.Fatal("failed Restore changed state")

@@ -1,4 +1,9 @@
-package persist
+// Package state is the replicated state machine: tasks, the committed
+// assignment, the outbox, the dedup table, the commands that change them
+// and the versioned snapshot format. It applies committed entries as
+// (index, term, data) whatever log carries them (docs/design.md, "Tasks,
+// workers, assignments").
+package state
 
 import (
 	"bufio"
@@ -13,8 +18,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-
-	"github.com/hashicorp/raft"
 )
 
 // Task is a unit of work the controller places on workers.
@@ -46,7 +49,7 @@ type Placement struct {
 }
 
 // Event is a committed change that goes downstream through the outbox,
-// keyed by its Raft index and, within a CmdBatch entry, by its position
+// keyed by its log index and, within a CmdBatch entry, by its position
 // (docs/design.md, "Downstream writes and the epoch fence").
 type Event struct {
 	Index uint64 `json:"index"`
@@ -114,8 +117,9 @@ type dedupEntry struct {
 	Result  Result `json:"result"`
 }
 
-// FSM is the replicated state machine: tasks and the dedup table. Raft calls
-// Apply from one goroutine; readers take the read lock.
+// FSM is the replicated state machine: tasks, the assignment, the outbox
+// and the dedup table. One goroutine applies entries, in log order (Apply,
+// ApplyBatch, Advance); readers take the read lock.
 type FSM struct {
 	clusterID  string
 	window     uint64
@@ -222,29 +226,51 @@ func (f *FSM) AppliedBatch() bool { return f.sawBatch.Load() }
 // DedupHits counts retried writes answered from the dedup table.
 func (f *FSM) DedupHits() uint64 { return f.dedupHits.Load() }
 
-// Apply implements raft.FSM.
-func (f *FSM) Apply(l *raft.Log) any {
-	f.mu.Lock()
-	defer f.signalApplied()
-	defer f.mu.Unlock()
-	return f.applyLocked(l)
+// Entry is one committed log entry as the state machine applies it.
+type Entry struct {
+	Index uint64
+	Term  uint64
+	// Data is the encoded command (see DecodeCommand).
+	Data []byte
+	// NoCommand marks an entry of the log's own (a membership change, a
+	// leader's no-op): it carries no command and only advances the
+	// applied index.
+	NoCommand bool
 }
 
-// ApplyBatch implements raft.BatchingFSM: one lock for a whole batch.
-func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
-	out := make([]any, len(logs))
+// Apply applies the command data committed at index in term and returns
+// its Result (a BatchResult for a CmdBatch entry).
+func (f *FSM) Apply(index, term uint64, data []byte) any {
 	f.mu.Lock()
 	defer f.signalApplied()
 	defer f.mu.Unlock()
-	for i, l := range logs {
-		out[i] = f.applyLocked(l)
+	return f.applyLocked(Entry{Index: index, Term: term, Data: data})
+}
+
+// ApplyBatch applies entries in order under one lock and returns one
+// response per entry (nil for a NoCommand entry).
+func (f *FSM) ApplyBatch(entries []Entry) []any {
+	out := make([]any, len(entries))
+	f.mu.Lock()
+	defer f.signalApplied()
+	defer f.mu.Unlock()
+	for i, e := range entries {
+		out[i] = f.applyLocked(e)
 	}
 	return out
 }
 
-func (f *FSM) applyLocked(l *raft.Log) any {
+// Advance counts the entry at index, which carries no command (a
+// membership change), as applied, so the applied index keeps pace with
+// every entry of the log.
+func (f *FSM) Advance(index uint64) {
+	f.applied.Store(index)
+	f.signalApplied()
+}
+
+func (f *FSM) applyLocked(l Entry) any {
 	defer f.applied.Store(l.Index)
-	if l.Type != raft.LogCommand {
+	if l.NoCommand {
 		return nil
 	}
 	f.expireLocked(l.Index)
@@ -269,7 +295,7 @@ type BatchResult []Result
 
 // applyCommandLocked applies one command of entry l; seq is its position
 // in a CmdBatch (0 otherwise), which numbers its event within the entry.
-func (f *FSM) applyCommandLocked(l *raft.Log, seq uint32, c *Command) Result {
+func (f *FSM) applyCommandLocked(l Entry, seq uint32, c *Command) Result {
 	key := dedupKey{c.ClientID, c.RequestID}
 	if c.RequestID != "" {
 		if r, ok := f.dedup[key]; ok {
@@ -331,7 +357,7 @@ func (f *FSM) deleteLocked(index uint64, id string) Result {
 
 // assignLocked applies an assignment delta. Placements of tasks deleted
 // since the plan are skipped; every replica skips the same ones.
-func (f *FSM) assignLocked(l *raft.Log, d *AssignmentDelta) Result {
+func (f *FSM) assignLocked(l Entry, d *AssignmentDelta) Result {
 	if d.Base != f.assignGen {
 		return Result{Index: l.Index, Code: CodeConflict, Err: fmt.Sprintf("assignment delta from generation %d, current is %d", d.Base, f.assignGen)}
 	}
@@ -422,14 +448,6 @@ func (f *FSM) expireLocked(index uint64) {
 func (f *FSM) popLocked() {
 	e := f.order.pop()
 	delete(f.dedup, dedupKey{e.Client, e.Request})
-}
-
-// StoreConfiguration implements raft.ConfigurationStore. Membership lives in
-// raft; the FSM only counts the entry as applied, so its applied index keeps
-// pace with every entry raft hands it.
-func (f *FSM) StoreConfiguration(index uint64, _ raft.Configuration) {
-	f.applied.Store(index)
-	f.signalApplied()
 }
 
 // trimLocked drops the events up to upTo, which are published downstream.
@@ -579,16 +597,16 @@ type snapshotV3 struct {
 	Assignment           []Placement `json:"assignment"`
 }
 
-// fsmSnapshot holds the state as of one index: tasks are shared with the
+// Snapshot holds the state as of one index: tasks are shared with the
 // FSM (never modified in place), the rest is copied.
-type fsmSnapshot struct {
+type Snapshot struct {
 	s     snapshotV3
 	tasks []*Task
 }
 
-// Snapshot implements raft.FSM: it copies the state under the read lock; the
-// copy is written out by Persist without holding it.
-func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+// Snapshot copies the state under the read lock; the copy is written out
+// by Write without holding it.
+func (f *FSM) Snapshot() *Snapshot {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	s := snapshotV3{snapshotV2: snapshotV2{snapshotV1: snapshotV1{
@@ -611,27 +629,22 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	for _, p := range f.assignment {
 		s.Assignment = append(s.Assignment, p)
 	}
-	// Sorting (for a deterministic file) happens in Persist, off the lock
+	// Sorting (for a deterministic file) happens in Write, off the lock
 	// that Apply waits for.
-	return &fsmSnapshot{s: s, tasks: tasks}, nil
+	return &Snapshot{s: s, tasks: tasks}
 }
 
-func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+// Write writes the snapshot to w in the current format. A caller that
+// gets an error discards what was written.
+func (s *Snapshot) Write(w io.Writer) error {
 	slices.SortFunc(s.tasks, func(a, b *Task) int { return strings.Compare(a.ID, b.ID) })
 	slices.SortFunc(s.s.Assignment, func(a, b Placement) int { return strings.Compare(a.Task, b.Task) })
-	w := bufio.NewWriterSize(sink, 1<<20)
-	if err := writeSnapshot(w, &s.s, s.tasks); err != nil {
-		sink.Cancel()
+	bw := bufio.NewWriterSize(w, 1<<20)
+	if err := writeSnapshot(bw, &s.s, s.tasks); err != nil {
 		return err
 	}
-	if err := w.Flush(); err != nil {
-		sink.Cancel()
-		return err
-	}
-	return sink.Close()
+	return bw.Flush()
 }
-
-func (s *fsmSnapshot) Release() {}
 
 // writeSnapshot writes s with tasks in place of s.Tasks.
 func writeSnapshot(w io.Writer, s *snapshotV3, tasks []*Task) error {
@@ -763,10 +776,10 @@ func readSnapshot(r io.Reader) (*snapshotV3, error) {
 	}
 }
 
-// Restore implements raft.FSM. A snapshot of another cluster is refused.
-func (f *FSM) Restore(rc io.ReadCloser) error {
-	defer rc.Close()
-	s, err := readSnapshot(bufio.NewReader(rc))
+// Restore replaces the state with the snapshot read from r. A snapshot of
+// another cluster is refused, and a failed Restore changes nothing.
+func (f *FSM) Restore(r io.Reader) error {
+	s, err := readSnapshot(bufio.NewReader(r))
 	if err != nil {
 		return err
 	}

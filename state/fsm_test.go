@@ -1,4 +1,4 @@
-package persist
+package state
 
 import (
 	"errors"
@@ -10,15 +10,16 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/hashicorp/raft"
 )
 
-// Compile-time checks: the FSM is what raft expects.
-var (
-	_ raft.FSM         = (*FSM)(nil)
-	_ raft.BatchingFSM = (*FSM)(nil)
-)
+// applyEntry applies one entry alone: a command with Apply, any other
+// entry as a batch of one.
+func applyEntry(f *FSM, e Entry) any {
+	if e.NoCommand {
+		return f.ApplyBatch([]Entry{e})[0]
+	}
+	return f.Apply(e.Index, e.Term, e.Data)
+}
 
 func submitCmd(client, request, id string) Command {
 	return Command{Type: CmdSubmitTask, ClientID: client, RequestID: request, Task: Task{ID: id}}
@@ -30,14 +31,14 @@ func deleteCmd(client, request, id string) Command {
 
 func enc(c Command) []byte { return c.Encode() }
 
-func cmdLog(index uint64, c Command) *raft.Log {
-	return &raft.Log{Type: raft.LogCommand, Index: index, Term: 1, Data: c.Encode()}
+func cmdLog(index uint64, c Command) Entry {
+	return Entry{Index: index, Term: 1, Data: c.Encode()}
 }
 
 // apply applies c at index and returns its Result.
 func apply(t testing.TB, f *FSM, index uint64, c Command) Result {
 	t.Helper()
-	out := f.Apply(cmdLog(index, c))
+	out := applyEntry(f, cmdLog(index, c))
 	r, ok := out.(Result)
 	if !ok {
 		t.Fatalf("Apply(%d, %+v) returned %T %v, want Result", index, c, out, out)
@@ -283,11 +284,11 @@ func TestDedupExpiresByIndex(t *testing.T) {
 			f.SetDedupLimits(window, 1000)
 			apply(t, f, 1, submitCmd("c", "r1", "t1"))
 			apply(t, f, 3, submitCmd("c", "r3", "t3"))
-			f.Apply(&raft.Log{Type: raft.LogCommand, Index: 1 + window - 1, Data: c.data})
+			applyEntry(f, Entry{Index: 1 + window - 1, Data: c.data})
 			if f.DedupLen() < 2 {
 				t.Fatalf("DedupLen %d at index %d: expired too early", f.DedupLen(), window)
 			}
-			f.Apply(&raft.Log{Type: raft.LogCommand, Index: 1 + window, Data: c.data})
+			applyEntry(f, Entry{Index: 1 + window, Data: c.data})
 			f.mu.RLock()
 			_, has1 := f.dedup[dedupKey{"c", "r1"}]
 			_, has3 := f.dedup[dedupKey{"c", "r3"}]
@@ -366,7 +367,7 @@ func TestMalformedEntryIsInvalidAndChangesNothing(t *testing.T) {
 	before := stateOf(t, f)
 	for i, data := range [][]byte{nil, {1}, {2, 1}, {1, 99}, append(enc(submitCmd("c", "r1", "t1")), 0)} {
 		index := uint64(2 + i)
-		out := f.Apply(&raft.Log{Type: raft.LogCommand, Index: index, Data: data})
+		out := applyEntry(f, Entry{Index: index, Data: data})
 		r, ok := out.(Result)
 		if !ok || r.Code != CodeInvalid || r.Index != index || !strings.Contains(r.Err, ErrBadCommand.Error()) || r.Task != (Task{}) {
 			t.Fatalf("malformed % x: got %#v", data, out)
@@ -385,21 +386,24 @@ func TestNonCommandLogsAdvanceAppliedIndex(t *testing.T) {
 	f := NewFSM("c")
 	apply(t, f, 1, submitCmd("c", "r1", "t1"))
 	before := stateOf(t, f)
-	for i, typ := range []raft.LogType{raft.LogNoop, raft.LogConfiguration, raft.LogBarrier, raft.LogAddPeerDeprecated, raft.LogRemovePeerDeprecated} {
-		index := uint64(10 + i)
-		// Data that would be a valid command must still be ignored.
-		if out := f.Apply(&raft.Log{Type: typ, Index: index, Data: enc(submitCmd("c", "r2", "t2"))}); out != nil {
-			t.Fatalf("log type %v: Apply returned %v, want nil", typ, out)
-		}
+	check := func(what string, index uint64) {
+		t.Helper()
 		if f.AppliedIndex() != index {
-			t.Fatalf("log type %v: AppliedIndex %d, want %d", typ, f.AppliedIndex(), index)
+			t.Fatalf("%s: AppliedIndex %d, want %d", what, f.AppliedIndex(), index)
 		}
 		before.Applied = index
 		if after := stateOf(t, f); !reflect.DeepEqual(before, after) {
-			t.Fatalf("log type %v changed state", typ)
+			t.Fatalf("%s changed state", what)
 		}
 	}
-	out := f.ApplyBatch([]*raft.Log{{Type: raft.LogConfiguration, Index: 20}, cmdLog(21, submitCmd("c", "r1", "t1"))})
+	// Data that would be a valid command must still be ignored.
+	if out := applyEntry(f, Entry{NoCommand: true, Index: 10, Data: enc(submitCmd("c", "r2", "t2"))}); out != nil {
+		t.Fatalf("NoCommand entry: Apply returned %v, want nil", out)
+	}
+	check("NoCommand entry", 10)
+	f.Advance(11)
+	check("Advance", 11)
+	out := f.ApplyBatch([]Entry{{NoCommand: true, Index: 20}, cmdLog(21, submitCmd("c", "r1", "t1"))})
 	if out[0] != nil || out[1].(Result).Index != 1 || f.AppliedIndex() != 21 {
 		t.Fatalf("batch: %v, applied %d", out, f.AppliedIndex())
 	}
@@ -407,19 +411,19 @@ func TestNonCommandLogsAdvanceAppliedIndex(t *testing.T) {
 
 // randomLog is a log with retries, deletes, batches, malformed and
 // non-command entries, from a fixed seed.
-func randomLog(seed uint64, n int) []*raft.Log {
+func randomLog(seed uint64, n int) []Entry {
 	r := rand.New(rand.NewPCG(seed, 42))
-	logs := make([]*raft.Log, 0, n)
+	logs := make([]Entry, 0, n)
 	for i := 1; i <= n; i++ {
 		idx := uint64(i)
-		var l *raft.Log
+		var l Entry
 		switch k := r.IntN(20); {
 		case k == 0:
-			l = &raft.Log{Type: raft.LogNoop, Index: idx}
+			l = Entry{NoCommand: true, Index: idx}
 		case k == 1:
-			l = &raft.Log{Type: raft.LogConfiguration, Index: idx, Data: []byte{1, 2, 3}}
+			l = Entry{NoCommand: true, Index: idx, Data: []byte{1, 2, 3}}
 		case k == 2:
-			l = &raft.Log{Type: raft.LogCommand, Index: idx, Data: []byte{1, byte(r.IntN(256)), byte(r.IntN(256))}}
+			l = Entry{Index: idx, Data: []byte{1, byte(r.IntN(256)), byte(r.IntN(256))}}
 		case k == 3:
 			l = cmdLog(idx, Command{Type: CmdNoop})
 		case k <= 6:
@@ -478,7 +482,7 @@ func TestDeterministic(t *testing.T) {
 
 			var single []any
 			for _, l := range logs {
-				single = append(single, one.Apply(l))
+				single = append(single, applyEntry(one, l))
 			}
 
 			r := rand.New(rand.NewPCG(seed, 7))
@@ -502,7 +506,7 @@ func TestDeterministic(t *testing.T) {
 
 			half := len(logs) / 2
 			for _, l := range logs[:half] {
-				restored.Apply(l)
+				applyEntry(restored, l)
 			}
 			snap := persistSnapshot(t, restored)
 			restored = NewFSM("c") // default limits: the snapshot brings its own
@@ -510,7 +514,7 @@ func TestDeterministic(t *testing.T) {
 				t.Fatal(err)
 			}
 			for i, l := range logs[half:] {
-				if got := restored.Apply(l); !reflect.DeepEqual(got, single[half+i]) {
+				if got := applyEntry(restored, l); !reflect.DeepEqual(got, single[half+i]) {
 					t.Fatalf("entry %d after restore: got %+v, want %+v", half+i+1, got, single[half+i])
 				}
 			}
@@ -543,14 +547,14 @@ func TestWaitApplied(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- f.WaitApplied(stop, 3) }()
 	apply(t, f, 1, submitCmd("c", "r1", "t1"))
-	f.ApplyBatch([]*raft.Log{cmdLog(2, submitCmd("c", "r2", "t2"))})
+	f.ApplyBatch([]Entry{cmdLog(2, submitCmd("c", "r2", "t2"))})
 	select {
 	case err := <-done:
 		t.Fatalf("WaitApplied(3) returned %v at applied index 2", err)
 	default:
 	}
 	// A non-command entry counts.
-	f.Apply(&raft.Log{Type: raft.LogConfiguration, Index: 3})
+	applyEntry(f, Entry{NoCommand: true, Index: 3})
 	select {
 	case err := <-done:
 		if err != nil {
@@ -627,12 +631,7 @@ func TestConcurrentReadersAndWaiters(t *testing.T) {
 				}
 				f.NumTasks()
 				f.DedupLen()
-				s, err := f.Snapshot()
-				if err != nil {
-					errs <- err
-					return
-				}
-				s.Release()
+				f.Snapshot()
 			}
 		})
 	}

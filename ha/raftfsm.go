@@ -1,0 +1,80 @@
+package ha
+
+import (
+	"io"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/xce/xce/state"
+)
+
+// RaftFSM serves the state machine to raft: raft hands it log entries,
+// membership changes, snapshots to take and snapshots to restore
+// (docs/design.md, "Tasks, workers, assignments").
+type RaftFSM struct {
+	fsm *state.FSM
+}
+
+var (
+	_ raft.FSM                = (*RaftFSM)(nil)
+	_ raft.BatchingFSM        = (*RaftFSM)(nil)
+	_ raft.ConfigurationStore = (*RaftFSM)(nil)
+)
+
+// NewRaftFSM returns the adapter that lets raft drive fsm.
+func NewRaftFSM(fsm *state.FSM) *RaftFSM { return &RaftFSM{fsm: fsm} }
+
+// entry is l as the state machine sees it: entries other than commands
+// only advance its applied index.
+func entry(l *raft.Log) state.Entry {
+	return state.Entry{Index: l.Index, Term: l.Term, Data: l.Data, NoCommand: l.Type != raft.LogCommand}
+}
+
+// Apply implements raft.FSM.
+func (r *RaftFSM) Apply(l *raft.Log) any {
+	if l.Type == raft.LogCommand {
+		return r.fsm.Apply(l.Index, l.Term, l.Data)
+	}
+	return r.fsm.ApplyBatch([]state.Entry{entry(l)})[0]
+}
+
+// ApplyBatch implements raft.BatchingFSM: one lock for a whole batch.
+func (r *RaftFSM) ApplyBatch(logs []*raft.Log) []any {
+	entries := make([]state.Entry, len(logs))
+	for i, l := range logs {
+		entries[i] = entry(l)
+	}
+	return r.fsm.ApplyBatch(entries)
+}
+
+// StoreConfiguration implements raft.ConfigurationStore. Membership lives in
+// raft; the FSM only counts the entry as applied, so its applied index keeps
+// pace with every entry raft hands it.
+func (r *RaftFSM) StoreConfiguration(index uint64, _ raft.Configuration) {
+	r.fsm.Advance(index)
+}
+
+// Snapshot implements raft.FSM: it copies the state; Persist writes the
+// copy out without holding the FSM.
+func (r *RaftFSM) Snapshot() (raft.FSMSnapshot, error) {
+	return raftSnapshot{r.fsm.Snapshot()}, nil
+}
+
+// Restore implements raft.FSM.
+func (r *RaftFSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	return r.fsm.Restore(rc)
+}
+
+type raftSnapshot struct{ s *state.Snapshot }
+
+// Persist writes the snapshot to sink, and cancels the sink when that fails.
+func (s raftSnapshot) Persist(sink raft.SnapshotSink) error {
+	if err := s.s.Write(sink); err != nil {
+		sink.Cancel()
+		return err
+	}
+	return sink.Close()
+}
+
+func (raftSnapshot) Release() {}
