@@ -96,8 +96,10 @@ func New(o Options) (*Cluster, error) {
 	if o.LogDir == "" {
 		o.LogDir = o.Dir
 	}
-	if err := os.MkdirAll(o.LogDir, 0o755); err != nil {
-		return nil, err
+	for _, d := range []string{o.Dir, o.LogDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
+		}
 	}
 	var clientPort, peerPort func(i int) int
 	if o.BasePort > 0 {
