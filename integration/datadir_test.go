@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/xce/xce/client"
+	"github.com/xce/xce/configs"
 	"github.com/xce/xce/internal/testutil"
 )
 
@@ -27,7 +28,10 @@ func TestDataDirDamage(t *testing.T) {
 	// A snapshot partway, so a log that lost its end could fall back on
 	// it, as in the reports this test comes from.
 	c := newCluster(t, 1, WithLogLevel("info"),
-		WithExtra("raft: {snapshot_interval: 50ms, snapshot_threshold: 40, trailing_logs: 8}\n"))
+		WithConfig(func(cfg *configs.Config) {
+			cfg.Raft.SnapshotInterval = configs.Duration{Duration: 50 * time.Millisecond}
+			cfg.Raft.SnapshotThreshold, cfg.Raft.TrailingLogs = 40, 8
+		}))
 	c.Start(0)
 	c.WaitRoles(raceSlack(15 * time.Second))
 	cl := c.Client()

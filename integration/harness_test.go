@@ -85,7 +85,7 @@ type Option func(*clusterOptions)
 type clusterOptions struct {
 	raft      *raftSpec
 	logLevel  string
-	extra     string
+	changes   []func(*configs.Config)
 	ownBinary bool
 }
 
@@ -106,10 +106,9 @@ func WithRaft(heartbeat, election, lease time.Duration) Option {
 	return func(o *clusterOptions) { o.raft = &raftSpec{heartbeat, election, lease} }
 }
 
-// WithExtra appends YAML (whole top-level sections the harness does not
-// set) to every node's config.
-func WithExtra(yaml string) Option {
-	return func(o *clusterOptions) { o.extra += yaml }
+// WithConfig changes every node's config.
+func WithConfig(change func(*configs.Config)) Option {
+	return func(o *clusterOptions) { o.changes = append(o.changes, change) }
 }
 
 // WithLogLevel sets log.level (default debug).
@@ -170,19 +169,15 @@ func newCluster(t testing.TB, n int, opts ...Option) *Cluster {
 				cfg.Raft.LeaderLeaseTimeout = configs.Duration{Duration: r.LeaderLeaseTimeout}
 			}
 			cfg.Log.Level = c.opts.logLevel
+			for _, change := range c.opts.changes {
+				change(cfg)
+			}
 		},
 	})
 	if err != nil {
 		t.Fatalf("cluster: %v", err)
 	}
 	c.lc, c.nodes = lc, lc.Nodes
-	if c.opts.extra != "" {
-		for i := range c.nodes {
-			if err := os.WriteFile(c.nodes[i].ConfigPath, []byte(c.ConfigSpec(i).YAML()), 0o644); err != nil {
-				t.Fatalf("write config: %v", err)
-			}
-		}
-	}
 	st, err := client.New(lc.ClientAddrs(), client.Options{})
 	if err != nil {
 		t.Fatalf("status client: %v", err)
@@ -215,7 +210,7 @@ type ConfigSpec struct {
 
 // ConfigSpec returns the config the harness writes for node i.
 func (c *Cluster) ConfigSpec(i int) ConfigSpec {
-	return ConfigSpec{Config: c.lc.Config(i), Extra: c.opts.extra}
+	return ConfigSpec{Config: c.lc.Config(i)}
 }
 
 // YAML renders the config.
