@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/xce/xce/client"
+	"github.com/xce/xce/configs"
 	"github.com/xce/xce/internal/testutil"
 )
 
@@ -29,7 +30,10 @@ func TestDataDirDamage(t *testing.T) {
 	// comes after 50 of the ~62 entries of the first 60 tasks, and a second
 	// would need 50 more, so the last 20 tasks stay after it.
 	c := newCluster(t, 1, WithLogLevel("info"),
-		WithExtra("raft: {snapshot_interval: 50ms, snapshot_threshold: 50, trailing_logs: 8}\n"))
+		WithConfig(func(cfg *configs.Config) {
+			cfg.Raft.SnapshotInterval = configs.Duration{Duration: 50 * time.Millisecond}
+			cfg.Raft.SnapshotThreshold, cfg.Raft.TrailingLogs = 50, 8
+		}))
 	c.Start(0)
 	c.WaitRoles(raceSlack(15 * time.Second))
 	cl := c.Client()

@@ -10,12 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xce/xce/configs"
 	xcev1 "github.com/xce/xce/proto/xce/v1"
 )
 
 // smallSegments makes the raft log roll to a new segment every MiB, so a
 // full disk shows within a few thousand writes.
-const smallSegments = "raft: {log_segment_size: 1048576}\n"
+func smallSegments(cfg *configs.Config) { cfg.Raft.LogSegmentSize = 1 << 20 }
 
 // mountTmpfs mounts a tmpfs of size bytes on dir (created if missing) for
 // the rest of the test. It needs root; without it the test is skipped.
@@ -129,7 +130,7 @@ func termStaysAt(t *testing.T, c *Cluster, idx []int, term uint64, d time.Durati
 // space returns it serves again without a restart and with every
 // acknowledged write.
 func TestDiskFullSingleNode(t *testing.T) {
-	c := newCluster(t, 1, WithLogLevel("info"), WithExtra(smallSegments))
+	c := newCluster(t, 1, WithLogLevel("info"), WithConfig(smallSegments))
 	mountTmpfs(t, c, c.Node(0).DataDir, 24<<20)
 	c.Start(0)
 	c.WaitRoles(raceSlack(10 * time.Second))
@@ -161,7 +162,7 @@ func TestDiskFullSingleNode(t *testing.T) {
 // healthy node takes over, the term stops moving, the full node says why,
 // and once space returns it follows again and nothing acknowledged is lost.
 func TestDiskFullPrimaryOfThree(t *testing.T) {
-	c := newCluster(t, 3, WithLogLevel("info"), WithExtra(smallSegments))
+	c := newCluster(t, 3, WithLogLevel("info"), WithConfig(smallSegments))
 	for i := range c.N() {
 		mountTmpfs(t, c, c.Node(i).DataDir, 24<<20)
 	}

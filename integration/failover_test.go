@@ -178,7 +178,7 @@ func partitionedCluster(t *testing.T, n int) (*Cluster, *faultnet.Net) {
 			t.Fatalf("proxy for %s: %v", nd.ID, err)
 		}
 		spec := c.ConfigSpec(i)
-		spec.Extra = fmt.Sprintf("peer_listen_addr: %q\n", listen)
+		spec.PeerListenAddr = listen
 		if err := os.WriteFile(nd.ConfigPath, []byte(spec.YAML()), 0o644); err != nil {
 			t.Fatal(err)
 		}

@@ -164,7 +164,7 @@ func kafkaCluster(t *testing.T, n int, broker string) *Cluster {
 	c := newCluster(t, n, WithLogLevel("info"))
 	for i := range n {
 		spec := c.ConfigSpec(i)
-		spec.Extra = fmt.Sprintf("kafka: {brokers: [%q]}\n", broker)
+		spec.Kafka.Brokers = []string{broker}
 		if err := os.WriteFile(c.Node(i).ConfigPath, []byte(spec.YAML()), 0o644); err != nil {
 			t.Fatal(err)
 		}

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -15,12 +14,13 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/xce/xce/client"
+	"github.com/xce/xce/configs"
+	"github.com/xce/xce/internal/localcluster"
 	xcev1 "github.com/xce/xce/proto/xce/v1"
 )
 
@@ -85,7 +85,7 @@ type Option func(*clusterOptions)
 type clusterOptions struct {
 	raft      *raftSpec
 	logLevel  string
-	extra     string
+	changes   []func(*configs.Config)
 	ownBinary bool
 }
 
@@ -101,14 +101,14 @@ type raftSpec struct {
 
 // WithRaft sets raft: {heartbeat_timeout, election_timeout,
 // leader_lease_timeout} in every node's config (default: the product's
-// defaults, i.e. no raft section).
+// defaults).
 func WithRaft(heartbeat, election, lease time.Duration) Option {
 	return func(o *clusterOptions) { o.raft = &raftSpec{heartbeat, election, lease} }
 }
 
-// WithExtra appends YAML (whole top-level sections) to every node's config.
-func WithExtra(yaml string) Option {
-	return func(o *clusterOptions) { o.extra += yaml }
+// WithConfig changes every node's config.
+func WithConfig(change func(*configs.Config)) Option {
+	return func(o *clusterOptions) { o.changes = append(o.changes, change) }
 }
 
 // WithLogLevel sets log.level (default debug).
@@ -117,12 +117,13 @@ func WithLogLevel(level string) Option {
 }
 
 // Cluster is n xce server processes on loopback with their configs, data
-// dirs and logs in a test temp dir. Node indexes are 0-based; node i has id
-// "n<i+1>".
+// dirs and logs in a test temp dir, run by the local-cluster launcher.
+// Node indexes are 0-based; node i has id "n<i+1>".
 type Cluster struct {
 	t      testing.TB
 	dir    string
 	opts   clusterOptions
+	lc     *localcluster.Cluster
 	nodes  []*Node
 	bin    string         // the binary servers start from
 	status *client.Client // for Status only: one endpoint per call
@@ -130,46 +131,14 @@ type Cluster struct {
 }
 
 // Node is one server of a Cluster.
-type Node struct {
-	Index      int
-	ID         string
-	ClientAddr string
-	PeerAddr   string
-	DataDir    string
-	ConfigPath string
-	LogPath    string
+type Node = localcluster.Node
 
-	PidFile string
-
-	mu sync.Mutex
-	// proc is the current (or last) process: the one the harness started,
-	// or the one that took over in an upgrade (see Adopt).
-	proc      *os.Process
-	done      chan struct{} // closed when the current process has exited
-	exitCode  int
-	startedAt time.Time
-	logOffset int64 // size of the log file when the current run started
-	runs      int
-}
-
-// freePorts returns n distinct free loopback ports. All listeners are held
-// until every port is chosen, so the ports differ from each other.
+// freePorts returns n distinct free loopback ports.
 func freePorts(t testing.TB, n int) []int {
 	t.Helper()
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	ports := make([]int, n)
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatalf("free port: %v", err)
-		}
-		ls = append(ls, l)
-		ports[i] = l.Addr().(*net.TCPAddr).Port
+	ports, err := localcluster.FreePorts(n)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return ports
 }
@@ -191,30 +160,25 @@ func newCluster(t testing.TB, n int, opts ...Option) *Cluster {
 		}
 		c.InstallBinary(xceBin)
 	}
-	ports := freePorts(t, 2*n)
-	var eps []string
-	for i := range n {
-		id := fmt.Sprintf("n%d", i+1)
-		nd := &Node{
-			Index:      i,
-			ID:         id,
-			ClientAddr: fmt.Sprintf("127.0.0.1:%d", ports[2*i]),
-			PeerAddr:   fmt.Sprintf("127.0.0.1:%d", ports[2*i+1]),
-			DataDir:    filepath.Join(c.dir, "data", id),
-			ConfigPath: filepath.Join(c.dir, id+".yaml"),
-			PidFile:    filepath.Join(c.dir, id+".pid"),
-			LogPath:    filepath.Join(c.dir, id+".log"),
-			exitCode:   -1,
-		}
-		c.nodes = append(c.nodes, nd)
-		eps = append(eps, nd.ClientAddr)
+	lc, err := localcluster.New(localcluster.Options{
+		Exe: c.bin, Dir: c.dir, N: n, ClusterID: "it", PidFiles: true, MarkStarts: true,
+		Configure: func(cfg *configs.Config) {
+			if r := c.opts.raft; r != nil {
+				cfg.Raft.HeartbeatTimeout = configs.Duration{Duration: r.HeartbeatTimeout}
+				cfg.Raft.ElectionTimeout = configs.Duration{Duration: r.ElectionTimeout}
+				cfg.Raft.LeaderLeaseTimeout = configs.Duration{Duration: r.LeaderLeaseTimeout}
+			}
+			cfg.Log.Level = c.opts.logLevel
+			for _, change := range c.opts.changes {
+				change(cfg)
+			}
+		},
+	})
+	if err != nil {
+		t.Fatalf("cluster: %v", err)
 	}
-	for i := range c.nodes {
-		if err := os.WriteFile(c.nodes[i].ConfigPath, []byte(c.ConfigSpec(i).YAML()), 0o644); err != nil {
-			t.Fatalf("write config: %v", err)
-		}
-	}
-	st, err := client.New(eps, client.Options{})
+	c.lc, c.nodes = lc, lc.Nodes
+	st, err := client.New(lc.ClientAddrs(), client.Options{})
 	if err != nil {
 		t.Fatalf("status client: %v", err)
 	}
@@ -232,58 +196,30 @@ func (c *Cluster) N() int { return len(c.nodes) }
 func (c *Cluster) Node(i int) *Node { return c.nodes[i] }
 
 // Addrs are the client addresses of every node.
-func (c *Cluster) Addrs() []string {
-	var a []string
-	for _, n := range c.nodes {
-		a = append(a, n.ClientAddr)
-	}
-	return a
-}
+func (c *Cluster) Addrs() []string { return c.lc.ClientAddrs() }
 
 // ---------------------------------------------------------------------------
 // Configs
 
-// ConfigSpec is one node's YAML config, as the harness writes it.
+// ConfigSpec is one node's config, as the harness writes it.
 type ConfigSpec struct {
-	NodeID, ClusterID, DataDir, ClientAddr, PeerAddr string
-	Peers                                            []PeerSpec
-	Raft                                             *raftSpec
-	LogLevel, LogFormat                              string
+	configs.Config
 	// Extra is appended verbatim (e.g. an unknown key).
 	Extra string
 }
 
-// PeerSpec is one entry of peers.
-type PeerSpec struct{ ID, PeerAddr, ClientAddr string }
-
 // ConfigSpec returns the config the harness writes for node i.
 func (c *Cluster) ConfigSpec(i int) ConfigSpec {
-	n := c.nodes[i]
-	s := ConfigSpec{
-		NodeID: n.ID, ClusterID: "it", DataDir: n.DataDir, ClientAddr: n.ClientAddr, PeerAddr: n.PeerAddr,
-		Raft: c.opts.raft, LogLevel: c.opts.logLevel, LogFormat: "json", Extra: c.opts.extra,
-	}
-	for _, p := range c.nodes {
-		s.Peers = append(s.Peers, PeerSpec{ID: p.ID, PeerAddr: p.PeerAddr, ClientAddr: p.ClientAddr})
-	}
-	return s
+	return ConfigSpec{Config: c.lc.Config(i)}
 }
 
 // YAML renders the config.
 func (s ConfigSpec) YAML() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "node_id: %s\ncluster_id: %s\ndata_dir: %q\n", s.NodeID, s.ClusterID, s.DataDir)
-	fmt.Fprintf(&b, "client_addr: %q\npeer_addr: %q\npeers:\n", s.ClientAddr, s.PeerAddr)
-	for _, p := range s.Peers {
-		fmt.Fprintf(&b, "  - {id: %s, peer_addr: %q, client_addr: %q}\n", p.ID, p.PeerAddr, p.ClientAddr)
+	b, err := configs.Marshal(&s.Config)
+	if err != nil {
+		panic(err) // a Config of plain values always marshals
 	}
-	if r := s.Raft; r != nil {
-		fmt.Fprintf(&b, "raft: {heartbeat_timeout: %s, election_timeout: %s, leader_lease_timeout: %s}\n",
-			r.HeartbeatTimeout, r.ElectionTimeout, r.LeaderLeaseTimeout)
-	}
-	fmt.Fprintf(&b, "log: {level: %s, format: %s}\n", s.LogLevel, s.LogFormat)
-	b.WriteString(s.Extra)
-	return b.String()
+	return string(b) + s.Extra
 }
 
 // writeFile writes content to a new file in the cluster's dir and returns its path.
@@ -302,39 +238,9 @@ func (c *Cluster) writeFile(name, content string) string {
 // Start starts node i's server. Its stdout and stderr are appended to its log.
 func (c *Cluster) Start(i int) {
 	c.t.Helper()
-	n := c.nodes[i]
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.proc != nil && !isClosed(n.done) {
-		c.t.Fatalf("start %s: already running (pid %d)", n.ID, n.proc.Pid)
+	if err := c.lc.Start(i); err != nil {
+		c.t.Fatal(err)
 	}
-	f, err := os.OpenFile(n.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		c.t.Fatalf("start %s: %v", n.ID, err)
-	}
-	defer f.Close()
-	n.runs++
-	fmt.Fprintf(f, "=== harness: start %s (run %d) at %s\n", n.ID, n.runs, time.Now().Format(time.RFC3339Nano))
-	if st, err := f.Stat(); err == nil {
-		n.logOffset = st.Size()
-	}
-	cmd := exec.Command(c.bin, "server", "--config", n.ConfigPath, "--pid-file", n.PidFile)
-	cmd.Stdout, cmd.Stderr = f, f
-	n.startedAt = time.Now()
-	if err := cmd.Start(); err != nil {
-		c.t.Fatalf("start %s: %v", n.ID, err)
-	}
-	done := make(chan struct{})
-	n.proc, n.done, n.exitCode = cmd.Process, done, -1
-	go func() {
-		_ = cmd.Wait()
-		n.mu.Lock()
-		if n.done == done {
-			n.exitCode = cmd.ProcessState.ExitCode()
-		}
-		n.mu.Unlock()
-		close(done)
-	}()
 }
 
 // StartAll starts every node.
@@ -345,22 +251,8 @@ func (c *Cluster) StartAll() {
 	}
 }
 
-func isClosed(ch chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
-}
-
 // Running reports whether node i's process is running.
-func (c *Cluster) Running(i int) bool {
-	n := c.nodes[i]
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.proc != nil && !isClosed(n.done)
-}
+func (c *Cluster) Running(i int) bool { return c.lc.Running(i) }
 
 // Live returns the indexes of the running nodes.
 func (c *Cluster) Live() []int {
@@ -374,15 +266,7 @@ func (c *Cluster) Live() []int {
 }
 
 // Pid is the pid of node i's current (or last) process.
-func (c *Cluster) Pid(i int) int {
-	n := c.nodes[i]
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.proc == nil {
-		return 0
-	}
-	return n.proc.Pid
-}
+func (c *Cluster) Pid(i int) int { return c.lc.Pid(i) }
 
 // InstallBinary replaces the cluster's own binary (WithOwnBinary) with a
 // copy of src, atomically: running servers keep their old image, an
@@ -402,64 +286,24 @@ func (c *Cluster) InstallBinary(src string) {
 	}
 }
 
-func readPidFile(path string) int {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		return 0
-	}
-	return pid
-}
-
 // Adopt makes the process named by node i's pid file its current process,
 // once the previous one has exited after an upgrade. The test binary is a
 // child subreaper (see testMain), so the orphaned successor is its child
 // and can be waited for like the processes it started.
 func (c *Cluster) Adopt(i int) int {
 	c.t.Helper()
-	n := c.nodes[i]
-	if _, ok := c.waitExit(i, stopWait); !ok {
-		c.t.Fatalf("%s: the old process did not exit after the upgrade", n.ID)
-	}
-	pid := readPidFile(n.PidFile)
-	if pid <= 0 {
-		c.t.Fatalf("%s: no pid in %s after the upgrade", n.ID, n.PidFile)
-	}
-	proc, err := os.FindProcess(pid)
+	pid, err := c.lc.Adopt(i, stopWait)
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	done := make(chan struct{})
-	n.mu.Lock()
-	n.proc, n.done, n.exitCode = proc, done, -1
-	n.mu.Unlock()
-	go func() {
-		st, err := proc.Wait()
-		n.mu.Lock()
-		if n.done == done && err == nil {
-			n.exitCode = st.ExitCode()
-		}
-		n.mu.Unlock()
-		close(done)
-	}()
 	return pid
 }
 
 // Signal sends sig to node i's process.
 func (c *Cluster) Signal(i int, sig syscall.Signal) {
 	c.t.Helper()
-	n := c.nodes[i]
-	n.mu.Lock()
-	proc := n.proc
-	n.mu.Unlock()
-	if proc == nil {
-		c.t.Fatalf("signal %s: never started", n.ID)
-	}
-	if err := proc.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		c.t.Fatalf("signal %v to %s: %v", sig, n.ID, err)
+	if err := c.lc.Signal(i, sig); err != nil {
+		c.t.Fatalf("signal %v to %s: %v", sig, c.nodes[i].ID, err)
 	}
 }
 
@@ -482,10 +326,9 @@ func (c *Cluster) Stop(i int) int {
 // Kill sends SIGKILL to node i and returns its exit code (-1: killed by a signal).
 func (c *Cluster) Kill(i int) int {
 	c.t.Helper()
-	c.Signal(i, syscall.SIGKILL)
-	code, ok := c.waitExit(i, 10*time.Second)
-	if !ok {
-		c.t.Fatalf("%s did not die within 10s of SIGKILL", c.nodes[i].ID)
+	code, err := c.lc.Kill(i)
+	if err != nil {
+		c.t.Fatal(err)
 	}
 	return code
 }
@@ -501,62 +344,18 @@ func (c *Cluster) Wait(i int) int {
 }
 
 func (c *Cluster) waitExit(i int, d time.Duration) (int, bool) {
-	n := c.nodes[i]
-	n.mu.Lock()
-	done := n.done
-	n.mu.Unlock()
-	if done == nil {
-		c.t.Fatalf("%s was never started", n.ID)
+	p := c.lc.Process(i)
+	if p == nil {
+		c.t.Fatalf("%s was never started", c.nodes[i].ID)
 	}
-	select {
-	case <-done:
-	case <-time.After(d):
-		return 0, false
-	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.exitCode, true
+	return p.Wait(d)
 }
 
-// killAll kills every process still running (cleanup; also after t.Fatal).
-// All are signalled first, then waited for: a -race process takes about a
-// second to exit.
+// killAll kills every process still running (cleanup; also after t.Fatal),
+// and one that took over in an upgrade the test did not adopt.
 func (c *Cluster) killAll() {
-	type victim struct {
-		n    *Node
-		proc *os.Process
-		done chan struct{}
-	}
-	var vs []victim
-	for _, n := range c.nodes {
-		n.mu.Lock()
-		proc, done := n.proc, n.done
-		n.mu.Unlock()
-		if proc == nil || isClosed(done) {
-			continue
-		}
-		_ = proc.Kill()
-		vs = append(vs, victim{n, proc, done})
-	}
-	// A process that took over in an upgrade the test did not adopt.
-	for _, n := range c.nodes {
-		n.mu.Lock()
-		cur := 0
-		if n.proc != nil {
-			cur = n.proc.Pid
-		}
-		n.mu.Unlock()
-		if pid := readPidFile(n.PidFile); pid > 0 && pid != cur {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-	}
-	deadline := time.After(10 * time.Second)
-	for _, v := range vs {
-		select {
-		case <-v.done:
-		case <-deadline:
-			c.t.Errorf("%s (pid %d) did not die on SIGKILL", v.n.ID, v.proc.Pid)
-		}
+	if err := c.lc.KillAll(10 * time.Second); err != nil {
+		c.t.Error(err)
 	}
 }
 
@@ -600,9 +399,7 @@ func tailLines(path string, n, maxLen int) string {
 // RunLog returns what node i logged since its current (or last) start.
 func (c *Cluster) RunLog(i int) string {
 	n := c.nodes[i]
-	n.mu.Lock()
-	off := n.logOffset
-	n.mu.Unlock()
+	off := c.lc.LogOffset(i)
 	b, err := os.ReadFile(n.LogPath)
 	if err != nil {
 		c.t.Fatalf("read log of %s: %v", n.ID, err)
@@ -848,4 +645,13 @@ func nonEmptyLines(s string) []string {
 		}
 	}
 	return out
+}
+
+func isClosed(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }

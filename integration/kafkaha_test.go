@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/xce/xce/bench"
+	"github.com/xce/xce/configs"
 	xcev1 "github.com/xce/xce/proto/xce/v1"
 )
 
@@ -40,8 +41,11 @@ func envDuration(name string, def time.Duration) time.Duration {
 func kafkaHACluster(t *testing.T, n int, stagger time.Duration) (*Cluster, *kafkaDev) {
 	t.Helper()
 	k := startKafkaDev(t, false)
-	c := newCluster(t, n, WithLogLevel("info"), WithExtra(fmt.Sprintf(
-		"ha: {backend: kafka, lease: %s, renew: %s, stagger: %s}\nkafka: {brokers: [%q]}\n", khaLease, khaLease*3/10, stagger, k.Addr)))
+	c := newCluster(t, n, WithLogLevel("info"), WithConfig(func(cfg *configs.Config) {
+		cfg.HA = configs.HA{Backend: configs.BackendKafka, Lease: configs.Duration{Duration: khaLease},
+			Renew: configs.Duration{Duration: khaLease * 3 / 10}, Stagger: configs.Duration{Duration: stagger}}
+		cfg.Kafka.Brokers = []string{k.Addr}
+	}))
 	return c, k
 }
 

@@ -29,6 +29,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/xce/xce/client"
+	"github.com/xce/xce/configs"
 	xcev1 "github.com/xce/xce/proto/xce/v1"
 )
 
@@ -46,9 +47,13 @@ const (
 	testReadTimeout   = 2 * time.Second
 )
 
-var clientLimitsYAML = fmt.Sprintf(`limits:
-  client: {max_connections: %d, health_reserve: %d, read_header_timeout: %s, read_timeout: %s, write_timeout: 2s}
-`, testMaxConns, testHealthReserve, testHeaderTimeout, testReadTimeout)
+func clientLimits(cfg *configs.Config) {
+	l := &cfg.Limits.Client
+	l.MaxConnections, l.HealthReserve = testMaxConns, testHealthReserve
+	l.ReadHeaderTimeout = configs.Duration{Duration: testHeaderTimeout}
+	l.ReadTimeout = configs.Duration{Duration: testReadTimeout}
+	l.WriteTimeout = configs.Duration{Duration: 2 * time.Second}
+}
 
 // ---------------------------------------------------------------------------
 // The prober: what a client sees while the node is attacked.
@@ -470,7 +475,7 @@ func restartAndCheck(t *testing.T, c *Cluster, acked []string) {
 // within a second; nothing acknowledged is lost, and the refusals show in
 // /metrics.
 func TestLimitsClientPortUnderAttack(t *testing.T) {
-	c := newCluster(t, 1, WithExtra(clientLimitsYAML), WithLogLevel("info"))
+	c := newCluster(t, 1, WithConfig(clientLimits), WithLogLevel("info"))
 	c.StartAll()
 	c.WaitRoles(raceSlack(10 * time.Second))
 	addr := c.Node(0).ClientAddr
@@ -549,7 +554,10 @@ func TestLimitsClientPortUnderAttack(t *testing.T) {
 // With RLIMIT_NOFILE at 512 the node lowers the default cap (with a
 // warning) and a flood of 600 connections never makes accept fail.
 func TestLimitsClientPortLowFDLimit(t *testing.T) {
-	c := newCluster(t, 1, WithOwnBinary(), WithLogLevel("info"), WithExtra("limits:\n  client: {read_header_timeout: 1s, read_timeout: 2s}\n"))
+	c := newCluster(t, 1, WithOwnBinary(), WithLogLevel("info"), WithConfig(func(cfg *configs.Config) {
+		cfg.Limits.Client.ReadHeaderTimeout = configs.Duration{Duration: time.Second}
+		cfg.Limits.Client.ReadTimeout = configs.Duration{Duration: 2 * time.Second}
+	}))
 	// The harness starts the cluster's binary: make it a shell that
 	// lowers the limit (soft and hard) and execs xce, keeping the pid.
 	wrapper := filepath.Join(t.TempDir(), "xce-ulimit")
@@ -631,9 +639,12 @@ const (
 	testPeerRead      = 2 * time.Second
 )
 
-var peerLimitsYAML = fmt.Sprintf(`limits:
-  peer: {max_connections: %d, first_byte_timeout: %s, read_timeout: %s}
-`, testPeerMaxConns, testPeerFirstByte, testPeerRead)
+func peerLimits(cfg *configs.Config) {
+	l := &cfg.Limits.Peer
+	l.MaxConnections = testPeerMaxConns
+	l.FirstByteTimeout = configs.Duration{Duration: testPeerFirstByte}
+	l.ReadTimeout = configs.Duration{Duration: testPeerRead}
+}
 
 // rpcAppendEntries is the first byte of an AppendEntries on raft's
 // network transport.
@@ -688,7 +699,7 @@ func (a *attack) sendAndWatch(t *testing.T, addr string, msg []byte, until time.
 // keeps serving through it, the follower's RSS stays bounded, and the
 // connections are refused or cut off in bounded time.
 func TestLimitsPeerPortUnderAttack(t *testing.T) {
-	c := newCluster(t, 3, WithExtra(peerLimitsYAML), WithLogLevel("info"))
+	c := newCluster(t, 3, WithConfig(peerLimits), WithLogLevel("info"))
 	c.StartAll()
 	pri := c.WaitRoles(raceSlack(10 * time.Second))
 	a, b := (pri+1)%3, (pri+2)%3

@@ -19,6 +19,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/xce/xce/client"
+	"github.com/xce/xce/configs"
 	xcev1 "github.com/xce/xce/proto/xce/v1"
 	"github.com/xce/xce/proto/xce/v1/xcev1connect"
 )
@@ -28,9 +29,15 @@ import (
 // (initial lag 40000 at 20000 records/s; caught up below 10000).
 const (
 	itSessionTimeout = 3 * time.Second
-	itAssignor       = `assignor: {num_standby_replicas: 1, session_timeout: 3s, heartbeat_interval: 300ms, acceptable_recovery_lag: 10000}
-`
 )
+
+// itAssignor: one standby each, and a short worker session.
+func itAssignor(cfg *configs.Config) {
+	a := &cfg.Assignor
+	a.NumStandbyReplicas, a.AcceptableRecoveryLag = 1, 10000
+	a.SessionTimeout = configs.Duration{Duration: itSessionTimeout}
+	a.HeartbeatInterval = configs.Duration{Duration: 300 * time.Millisecond}
+}
 
 // workerProc is one `xce worker` process of a test.
 type workerProc struct {
@@ -182,7 +189,7 @@ func settledPlacement(t *testing.T, c *Cluster, tasks int, workers []string, tim
 // w1..w3, and submits n stateful tasks t00...
 func placementCluster(t *testing.T, n int) (*Cluster, *workers) {
 	t.Helper()
-	c := newCluster(t, 3, WithLogLevel("info"), WithExtra(itAssignor))
+	c := newCluster(t, 3, WithLogLevel("info"), WithConfig(itAssignor))
 	c.StartAll()
 	c.WaitRoles(raceSlack(15 * time.Second))
 	ws := newWorkers(t, c)

@@ -231,11 +231,9 @@ func TestUpgradeBadConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bad := strings.Replace(string(good), "log: {level: info", "log: {level: loud", 1)
-	if bad == string(good) {
-		t.Fatal("could not break the config")
-	}
-	c.writeFile(filepath.Base(c.nodes[0].ConfigPath), bad)
+	bad := c.ConfigSpec(0)
+	bad.Log.Level = "loud"
+	c.writeFile(filepath.Base(c.nodes[0].ConfigPath), bad.YAML())
 	pid := c.Pid(0)
 	r := runXCE(t, raceSlack(30*time.Second), "upgrade", "--pid-file", c.nodes[0].PidFile)
 	if r.Code == 0 || !strings.Contains(r.Stderr, "log.level") {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
@@ -14,6 +13,10 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/xce/xce/configs"
+	"github.com/xce/xce/internal/backoff"
+	"github.com/xce/xce/internal/localcluster"
 )
 
 func devCmd() *cobra.Command {
@@ -54,22 +57,6 @@ func devCmd() *cobra.Command {
 	return cmd
 }
 
-// devConfig writes node i's config for an n-node loopback cluster.
-func devConfig(dir string, i, n, base int, kafkaAddr string) (string, error) {
-	var b strings.Builder
-	fmt.Fprintf(&b, "node_id: n%d\ncluster_id: dev\ndata_dir: %s\n", i, filepath.Join(dir, "data", fmt.Sprintf("n%d", i)))
-	fmt.Fprintf(&b, "client_addr: 127.0.0.1:%d\npeer_addr: 127.0.0.1:%d\npeers:\n", base+i, base+100+i)
-	for j := 1; j <= n; j++ {
-		fmt.Fprintf(&b, "  - {id: n%d, peer_addr: 127.0.0.1:%d, client_addr: 127.0.0.1:%d}\n", j, base+100+j, base+j)
-	}
-	if kafkaAddr != "" {
-		fmt.Fprintf(&b, "kafka: {brokers: [%q]}\n", kafkaAddr)
-	}
-	b.WriteString("log: {level: info, format: json}\n")
-	path := filepath.Join(dir, fmt.Sprintf("n%d.yaml", i))
-	return path, os.WriteFile(path, []byte(b.String()), 0o644)
-}
-
 // devWorkers are the reference workers `xce dev` runs.
 type devWorkers struct {
 	n           int
@@ -88,88 +75,86 @@ func runDev(dir string, n, base int, fresh bool, kafkaAddr string, workers devWo
 			}
 		}
 	}
-	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o755); err != nil {
+	logDir := filepath.Join(dir, "logs")
+	cluster, err := localcluster.New(localcluster.Options{
+		Exe: exe, Dir: dir, LogDir: logDir, N: n, ClusterID: "dev", BasePort: base,
+		Configure: func(c *configs.Config) {
+			if kafkaAddr != "" {
+				c.Kafka.Brokers = []string{kafkaAddr}
+			}
+		},
+	})
+	if err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	// The children by kind, in stop order: workers first (they would only
-	// complain about the servers going), then the servers, the broker
-	// last, so the primary's publisher does not lose its broker mid-stop.
-	const (
-		kindWorker = iota
-		kindServer
-		kindKafka
-		kinds
-	)
-	var procs [kinds][]*exec.Cmd
-	var dones [kinds][]chan struct{}
-	var addrs []string
+	// The children in stop order: workers first (they would only complain
+	// about the servers going), then the servers, the broker last, so the
+	// primary's publisher does not lose its broker mid-stop.
+	var workerProcs, kafkaProcs []*localcluster.Process
 	exited := make(chan string, n+workers.n+1)
+	quit := make(chan struct{})
 	defer func() {
-		for k := range kinds {
-			stopProcs(procs[k], dones[k])
-		}
+		close(quit)
+		localcluster.StopAll(devStopGrace, workerProcs...)
+		cluster.Stop(devStopGrace)
+		localcluster.StopAll(devStopGrace, kafkaProcs...)
 		fmt.Println("dev cluster stopped")
 	}()
+	// watch reports the child's exit on exited, until runDev returns.
+	watch := func(name string, p *localcluster.Process) {
+		go func() {
+			select {
+			case <-p.Done():
+				exited <- name
+			case <-quit:
+			}
+		}()
+	}
 	// start runs one child process with its output in logs/<name>.log.
-	start := func(kind int, name string, args ...string) (string, *exec.Cmd, error) {
-		logPath := filepath.Join(dir, "logs", name+".log")
-		logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	start := func(name string, args ...string) (string, *localcluster.Process, error) {
+		logPath := filepath.Join(logDir, name+".log")
+		p, err := localcluster.StartProcess(exe, logPath, false, args...)
 		if err != nil {
-			return "", nil, err
-		}
-		defer logf.Close()
-		p := exec.Command(exe, args...)
-		p.Stdout, p.Stderr = logf, logf
-		if err := p.Start(); err != nil {
 			return "", nil, fmt.Errorf("start %s: %w", name, err)
 		}
-		done := make(chan struct{})
-		procs[kind], dones[kind] = append(procs[kind], p), append(dones[kind], done)
-		go func() {
-			_ = p.Wait()
-			close(done)
-			exited <- name
-		}()
+		watch(name, p)
 		return logPath, p, nil
 	}
 	if kafkaAddr != "" {
-		logPath, p, err := start(kindKafka, "kafka", "kafka-dev", "--addr", kafkaAddr, "--data-dir", filepath.Join(dir, "kafka"))
+		logPath, p, err := start("kafka", "kafka-dev", "--addr", kafkaAddr, "--data-dir", filepath.Join(dir, "kafka"))
 		if err != nil {
 			return err
 		}
-		if err := waitListening(kafkaAddr, 10*time.Second); err != nil {
+		kafkaProcs = append(kafkaProcs, p)
+		if err := waitListening(ctx, kafkaAddr, 10*time.Second); err != nil {
 			return fmt.Errorf("kafka-dev: %w; see %s", err, logPath)
 		}
-		fmt.Printf("kafka  %s  (kfake, log in %s)  log %s  pid %d\n", kafkaAddr, filepath.Join(dir, "kafka"), logPath, p.Process.Pid)
+		fmt.Printf("kafka  %s  (kfake, log in %s)  log %s  pid %d\n", kafkaAddr, filepath.Join(dir, "kafka"), logPath, p.Pid())
 	}
-	for i := 1; i <= n; i++ {
-		cfg, err := devConfig(dir, i, n, base, kafkaAddr)
-		if err != nil {
+	for i, nd := range cluster.Nodes {
+		if err := cluster.Start(i); err != nil {
 			return err
 		}
-		logPath, p, err := start(kindServer, fmt.Sprintf("n%d", i), "server", "--config", cfg)
-		if err != nil {
-			return err
-		}
-		addr := fmt.Sprintf("127.0.0.1:%d", base+i)
-		addrs = append(addrs, addr)
-		fmt.Printf("n%d  api http://%s  peer 127.0.0.1:%d  config %s  log %s  pid %d\n", i, addr, base+100+i, cfg, logPath, p.Process.Pid)
+		watch(nd.ID, cluster.Process(i))
+		fmt.Printf("%s  api http://%s  peer %s  config %s  log %s  pid %d\n", nd.ID, nd.ClientAddr, nd.PeerAddr, nd.ConfigPath, nd.LogPath, cluster.Pid(i))
 	}
+	addrs := cluster.ClientAddrs()
 	all := strings.Join(addrs, ",")
 	if workers.n > 0 {
 		fmt.Println()
 	}
 	for i := 1; i <= workers.n; i++ {
 		id := fmt.Sprintf("w%d", i)
-		logPath, p, err := start(kindWorker, id, "worker", "--id", id, "--controllers", all, "--capacity", "1",
+		logPath, p, err := start(id, "worker", "--id", id, "--controllers", all, "--capacity", "1",
 			"--restore-rate", strconv.FormatFloat(workers.restoreRate, 'g', -1, 64), "--log-format", "json")
 		if err != nil {
 			return err
 		}
-		fmt.Printf("%s  worker, capacity 1, restore rate %g/s  log %s  pid %d\n", id, workers.restoreRate, logPath, p.Process.Pid)
+		workerProcs = append(workerProcs, p)
+		fmt.Printf("%s  worker, capacity 1, restore rate %g/s  log %s  pid %d\n", id, workers.restoreRate, logPath, p.Pid())
 	}
 	fmt.Printf("\ntry:  xce status --addr %s\n      xce submit my-task --addr %s\n      curl -s -H 'Content-Type: application/json' -d '{\"taskId\":\"t1\"}' http://%s/xce.v1.ControllerService/SubmitTask\n",
 		addrs[0], all, addrs[0])
@@ -192,38 +177,26 @@ func runDev(dir string, n, base int, fresh bool, kafkaAddr string, workers devWo
 			return nil
 		case <-time.After(200 * time.Millisecond):
 		}
-		return fmt.Errorf("%s exited; see %s", name, filepath.Join(dir, "logs", name+".log"))
+		return fmt.Errorf("%s exited; see %s", name, filepath.Join(logDir, name+".log"))
 	}
 }
 
-// waitListening polls until addr accepts TCP connections.
-func waitListening(addr string, d time.Duration) error {
-	deadline := time.Now().Add(d)
+// devStopGrace is how long a child may take to stop on SIGTERM.
+const devStopGrace = 10 * time.Second
+
+// waitListening polls until addr accepts TCP connections, for at most d.
+func waitListening(ctx context.Context, addr string, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	b := backoff.Backoff{Min: 10 * time.Millisecond, Max: 100 * time.Millisecond}
 	for {
 		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
 		if err == nil {
 			c.Close()
 			return nil
 		}
-		if time.Now().After(deadline) {
+		if !b.Wait(ctx) {
 			return err
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// stopProcs sends SIGTERM to every process, then waits for each, killing
-// one that takes longer than 10 s.
-func stopProcs(ps []*exec.Cmd, dones []chan struct{}) {
-	for _, p := range ps {
-		_ = p.Process.Signal(syscall.SIGTERM)
-	}
-	for i, p := range ps {
-		select {
-		case <-dones[i]:
-		case <-time.After(10 * time.Second):
-			_ = p.Process.Kill()
-			<-dones[i]
 		}
 	}
 }

@@ -2,30 +2,17 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"net"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
-	"github.com/cloudflare/tableflip"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
-	"github.com/xce/xce/assign"
 	"github.com/xce/xce/configs"
-	"github.com/xce/xce/controller"
-	"github.com/xce/xce/dispatch"
-	"github.com/xce/xce/fence"
-	"github.com/xce/xce/ha"
-	"github.com/xce/xce/ha/kafkaha"
-	"github.com/xce/xce/ha/succession"
 	"github.com/xce/xce/logging"
-	"github.com/xce/xce/persist"
-	"github.com/xce/xce/placement"
-	"github.com/xce/xce/state"
+	"github.com/xce/xce/server"
+	"github.com/xce/xce/upgrade"
 )
 
 // forceExitAfter bounds a graceful stop; past it the process exits 1.
@@ -62,123 +49,20 @@ func runServer(cfgPath, pidFile string) error {
 	if err != nil {
 		return err
 	}
-	if len(cfg.Peers)%2 == 0 {
-		log.Warn().Int("voters", len(cfg.Peers)).Msg("an even number of voters tolerates no more failures than one fewer")
-	}
-	// tableflip hands the listeners over on upgrade and writes the pid file
-	// once this process serves (see upgrade.go).
-	upg, err := tableflip.New(tableflip.Options{PIDFile: pidFile, UpgradeTimeout: upgradeTimeout})
-	if err != nil {
-		return fmt.Errorf("upgrader: %w", err)
-	}
-	defer upg.Stop()
-	if pidFile != "" {
-		defer func() {
-			// After an upgrade the file names the new process: leave it.
-			if readPid(pidFile) == os.Getpid() {
-				os.Remove(pidFile)
-			}
-		}()
-	}
-	peerListen := cfg.PeerAddr
-	if cfg.PeerListenAddr != "" {
-		peerListen = cfg.PeerListenAddr
-	}
-	clientLn, err := upg.Listen("tcp", cfg.ClientAddr)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.ClientAddr, err)
-	}
-	fsm := state.NewFSM(cfg.ClusterID)
-	var peerLn net.Listener
-	var startBackend func(*persist.Store) (ha.Backend, error)
-	if cfg.HA.Backend == configs.BackendKafka {
-		// Kafka coordinates the role and holds the log: no peer port.
-		coord, state, txn := kafkaha.Names(cfg.Kafka.TransactionalIDPrefix, cfg.ClusterID)
-		log.Info().Str("coordination_topic", coord).Str("state_topic", state).Str("transactional_id", txn).
-			Dur("lease", cfg.HA.Lease.Duration).Dur("renew", cfg.HA.Renew.Duration).Dur("stagger", cfg.HA.Stagger.Duration).
-			Msg("ha.backend kafka: the role is coordinated through Kafka")
-		startBackend = func(store *persist.Store) (ha.Backend, error) {
-			return kafkaha.Start(kafkaha.Config{
-				Brokers: cfg.Kafka.Brokers, Member: cfg.NodeID, Role: "primary",
-				CoordTopic: coord, StateTopic: state, TransactionalID: txn,
-				Lease: succession.LeaseConfig{
-					LeaseMillis: cfg.HA.Lease.Milliseconds(), RenewMillis: cfg.HA.Renew.Milliseconds(),
-					StaggerMillis: cfg.HA.Stagger.Milliseconds(),
-				},
-				SnapshotInterval: cfg.Raft.SnapshotInterval.Duration, SnapshotThreshold: cfg.Raft.SnapshotThreshold,
-				Logger: log,
-			}, fsm, store.Snaps)
-		}
-	} else if peerLn, err = upg.Listen("tcp", peerListen); err != nil {
-		clientLn.Close()
-		return fmt.Errorf("listen on %s: %w", peerListen, err)
-	}
-	lockWait := time.Duration(0)
-	if upg.HasParent() {
-		// The old process holds the data dir until it has drained.
-		lockWait = inheritedLockWait
-		log.Info().Msg("upgrade 5/5: started with inherited listeners; answering NOT_READY until the old process releases the data dir")
-	}
-	reg := prometheus.NewRegistry()
-	if err := ha.ExportRaftMetrics(reg); err != nil {
-		return fmt.Errorf("raft metrics: %w", err)
-	}
-	var node *controller.Node
-	apply := func(ctx context.Context, cmd []byte) error {
-		_, err := node.Apply(ctx, cmd)
-		return err
-	}
-	var outbox interface {
-		controller.LeaderService
-		controller.OutboxStatus
-	}
-	if len(cfg.Kafka.Brokers) == 0 {
-		log.Warn().Msg("kafka.brokers is empty: publishing to Kafka is disabled; the outbox is trimmed without being published")
-		outbox = fence.NewDiscarder(fsm, apply, 5*time.Second, log)
-	} else {
-		pub, err := fence.New(fence.Config{
-			Brokers:         cfg.Kafka.Brokers,
-			Topic:           cfg.Kafka.Topic,
-			TransactionalID: cfg.Kafka.TransactionalIDPrefix + "." + cfg.ClusterID + ".primary",
-			Logger:          log,
-		}, fsm, fence.Hooks{
-			Apply:  apply,
-			Fenced: func(term uint64, reason string) { node.Fence(term, reason) },
-		}, reg)
-		if err != nil {
-			return err
-		}
-		outbox = pub
-	}
-	a := cfg.Assignor
-	assignor, err := placement.New(placement.Config{
-		Assign: assign.Config{
-			AcceptableRecoveryLag:    a.AcceptableRecoveryLag,
-			MaxWarmupReplicas:        a.MaxWarmupReplicas,
-			NumStandbyReplicas:       a.NumStandbyReplicas,
-			ProbingRebalanceInterval: a.ProbingRebalanceInterval.Duration,
-		},
-		SessionTimeout:    a.SessionTimeout.Duration,
-		HeartbeatInterval: a.HeartbeatInterval.Duration,
-	}, fsm, func(ctx context.Context, cmd []byte) (state.Result, error) { return node.Apply(ctx, cmd) }, log)
+	// The upgrader hands the listeners over on upgrade and writes the pid
+	// file once this process serves.
+	up, err := upgrade.New(upgrade.Options{ConfigPath: cfgPath, PidFile: pidFile, Log: log})
 	if err != nil {
 		return err
 	}
-	node, err = controller.New(controller.Options{
-		Config: cfg, Logger: log, Version: versionString(), Pprof: os.Getenv("XCE_PPROF") == "1",
-		Registry: reg, FSM: fsm, Services: []controller.LeaderService{outbox, assignor}, Outbox: outbox,
-		ClientListener: clientLn, PeerListener: peerLn, LockWait: lockWait, StartBackend: startBackend,
-		CheckDB: checkDBInChild,
-		Serving: func() {
-			if err := upg.Ready(); err != nil {
-				log.Warn().Err(err).Msg("reporting ready to the upgrader")
-			}
-		},
+	defer up.Close()
+	srv, err := server.New(cfg, server.Options{
+		Logger: log, Version: versionString(), Listen: up.Listen, LockWait: up.LockWait(),
+		Serving: up.Ready, CheckDB: checkDBInChild, Pprof: os.Getenv("XCE_PPROF") == "1",
 	})
 	if err != nil {
 		return err
 	}
-	_, api := dispatch.New(node, node.Registry(), assignor)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -190,13 +74,12 @@ func runServer(cfgPath, pidFile string) error {
 	defer signal.Stop(hups)
 	done := make(chan struct{})
 	defer close(done)
-	up := &upgrader{upg: upg, cfgPath: cfgPath, pidFile: pidFile, log: log}
 	go func() {
 		for {
 			select {
 			case <-hups:
 				log.Info().Msg("SIGHUP: upgrading in place")
-				up.start(node, cancel)
+				up.Start(srv, cancel)
 			case <-done:
 				return
 			}
@@ -220,9 +103,5 @@ func runServer(cfgPath, pidFile string) error {
 		case <-done:
 		}
 	}()
-	err = node.Run(ctx, api)
-	if err != nil && !errors.Is(err, context.Canceled) {
-		return err
-	}
-	return nil
+	return srv.Run(ctx)
 }

@@ -1,4 +1,4 @@
-package main
+package upgrade
 
 import (
 	"os"
@@ -10,10 +10,10 @@ import (
 
 // The upgrade status file is readable by its owner only, whatever a
 // leftover status or temporary file had, and reads back.
-func TestUpgradeStatusFileIsPrivate(t *testing.T) {
+func TestStatusFileIsPrivate(t *testing.T) {
 	dir := t.TempDir()
 	pid := filepath.Join(dir, "xce.pid")
-	status := statusPath(pid)
+	status := StatusPath(pid)
 	for _, p := range []string{status, status + ".tmp"} {
 		if err := os.WriteFile(p, []byte("old\n"), 0o644); err != nil {
 			t.Fatal(err)
@@ -22,9 +22,9 @@ func TestUpgradeStatusFileIsPrivate(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	u := &upgrader{pidFile: pid, log: zerolog.Nop()}
+	u := &Upgrader{opts: Options{PidFile: pid, Log: zerolog.Nop()}}
 	for _, state := range []string{"started", "failed"} {
-		u.writeStatus(upgradeStatus{State: state, Error: "boom"})
+		u.writeStatus(Status{State: state, Error: "boom"})
 		fi, err := os.Stat(status)
 		if err != nil {
 			t.Fatal(err)
@@ -32,7 +32,7 @@ func TestUpgradeStatusFileIsPrivate(t *testing.T) {
 		if m := fi.Mode().Perm(); m != 0o600 {
 			t.Errorf("%s: status file mode %#o, want 0600", state, m)
 		}
-		s, ok := readStatus(pid)
+		s, ok := ReadStatus(pid)
 		if !ok || s.State != state || s.Pid != os.Getpid() || s.Error != "boom" {
 			t.Errorf("%s: read back %+v %v", state, s, ok)
 		}

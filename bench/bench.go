@@ -1,0 +1,316 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"time"
+
+	"github.com/xce/xce/client"
+	"github.com/xce/xce/internal/localcluster"
+)
+
+// Options configure one `xce bench` run.
+type Options struct {
+	// Endpoints of a running cluster; or Local nodes of a cluster of Exe
+	// started for the run, with the Profile's timings.
+	Endpoints []string
+	Local     int
+	Exe       string
+	Profile   Profile
+
+	Clients  int
+	Duration time.Duration
+	Ops      int64
+	Reads    float64
+	// KillPrimary SIGKILLs the primary of the local cluster this many
+	// times, evenly over the run.
+	KillPrimary int
+	// Keep keeps the run's directory (it is kept anyway on a failure).
+	Keep bool
+	// HistoryPath is where the history visualisation goes on a violation
+	// (default: in the run's directory).
+	HistoryPath string
+	// CPUProfile, when set, receives the load generator's own CPU profile.
+	CPUProfile string
+	// Nice, when set, lowers the load generator's priority once the
+	// servers run (see Yield).
+	Nice int
+	// Log receives the progress lines.
+	Log io.Writer
+}
+
+// Report is the outcome of a run; `xce bench --json` prints it.
+type Report struct {
+	Clients         int                `json:"clients"`
+	Nodes           int                `json:"nodes,omitempty"`
+	Profile         string             `json:"profile,omitempty"`
+	DurationS       float64            `json:"duration_s"`
+	Ops             int64              `json:"ops"`
+	OpsPerSec       float64            `json:"ops_per_sec"`
+	Errors          int64              `json:"errors"`
+	NotReadyRetries int64              `json:"not_ready_retries"`
+	LatencyMs       map[string]float64 `json:"latency_ms"`
+	FsyncP50Ms      float64            `json:"fsync_p50_ms"`
+	// TermStart and TermEnd bracket the run: without kills, any growth is
+	// a spurious election.
+	TermStart    uint64    `json:"term_start"`
+	TermEnd      uint64    `json:"term_end"`
+	FailoversMs  []float64 `json:"failovers_ms,omitempty"`
+	Linearizable bool      `json:"linearizable"`
+	CheckResult  string    `json:"check_result"`
+	Acked        int       `json:"acked"`
+	Lost         int       `json:"lost"`
+	Duplicates   int       `json:"duplicates"`
+	HistoryFile  string    `json:"history_file,omitempty"`
+	Dir          string    `json:"dir,omitempty"`
+
+	violation bool
+}
+
+// Err is the history check's failure, nil when the history holds no
+// violation.
+func (r *Report) Err() error {
+	if !r.violation {
+		return nil
+	}
+	return fmt.Errorf("history check failed: linearizable=%v (%s) lost=%d duplicates=%d; history in %s",
+		r.Linearizable, r.CheckResult, r.Lost, r.Duplicates, r.Dir)
+}
+
+// Bench runs one bench: it starts the local cluster (if any), drives the
+// load (killing the primary as asked), reads the final state and checks
+// the whole history. ctx ending stops the load early; the local cluster
+// is stopped before Bench returns.
+func Bench(ctx context.Context, o Options) (*Report, error) {
+	dir, err := os.MkdirTemp("", "xce-bench-")
+	if err != nil {
+		return nil, err
+	}
+	keep := o.Keep
+	defer func() {
+		if !keep {
+			os.RemoveAll(dir)
+		}
+	}()
+	fsync, err := FsyncLatency(dir, 200)
+	if err != nil {
+		return nil, fmt.Errorf("measure fsync: %w", err)
+	}
+	fmt.Fprintf(o.Log, "xce bench: %d clients, %v, reads %.2f; disk fsync p50 %.3f ms (bounds a write's latency)\n",
+		o.Clients, o.Duration, o.Reads, ms(fsync))
+
+	ctl, err := client.New([]string{"127.0.0.1:1"}, client.Options{})
+	if err != nil {
+		return nil, err
+	}
+	var cluster *localcluster.Cluster
+	endpoints := o.Endpoints
+	if o.Local > 0 {
+		cluster, err = startLocal(o.Exe, dir, o.Local, o.Profile)
+		if err != nil {
+			return nil, err
+		}
+		defer cluster.Stop(stopGrace)
+		endpoints = cluster.ClientAddrs()
+		wctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		_, err = cluster.WaitPrimary(wctx, ctl, o.Local-1)
+		cancel()
+		if err != nil {
+			keep = true
+			return nil, fmt.Errorf("local cluster did not elect: %w (logs in %s)", err, dir)
+		}
+		fmt.Fprintf(o.Log, "local cluster of %d (%s timings) up in %s\n", o.Local, o.Profile.Name, dir)
+	}
+
+	// The servers are started: from here on the load generator may yield
+	// the CPU to them. By default it does not, like etcd's benchmark tool,
+	// so that figures compare.
+	if o.Nice > 0 {
+		Yield(o.Nice)
+	}
+
+	var hist History
+	load := Load{
+		Endpoints: endpoints, Clients: o.Clients, Duration: o.Duration, Ops: o.Ops, Reads: o.Reads,
+		Progress: func(p Progress) {
+			fmt.Fprintf(o.Log, "%6.1fs  ops %d  %.0f/s  retries %d  errors %d\n",
+				p.Elapsed.Seconds(), p.Ops, float64(p.Ops)/p.Elapsed.Seconds(), p.Retries, p.Errors)
+		},
+	}
+	termStart := maxTerm(ctx, ctl, endpoints)
+	killErr := make(chan error, 1)
+	var kills []time.Time
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	defer stopLoad()
+	if o.KillPrimary > 0 {
+		// The load runs for Duration and, should the kills take longer
+		// (each waits for a caught-up cluster), until the last kill's
+		// failover is behind it, so every kill gets its figure.
+		killDone := make(chan struct{})
+		go func() {
+			defer close(killDone)
+			killErr <- killLoop(ctx, o, cluster, ctl, &kills)
+		}()
+		if o.Ops == 0 {
+			load.Duration = 0
+			go func() {
+				select {
+				case <-time.After(o.Duration):
+				case <-loadCtx.Done():
+					return
+				}
+				select {
+				case <-killDone:
+				case <-loadCtx.Done():
+				}
+				stopLoad()
+			}()
+		}
+	} else {
+		killErr <- nil
+	}
+	if o.CPUProfile != "" {
+		pf, err := os.Create(o.CPUProfile)
+		if err != nil {
+			return nil, err
+		}
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			return nil, err
+		}
+		defer pf.Close()
+	}
+	res, err := Run(loadCtx, load, &hist)
+	if o.CPUProfile != "" {
+		pprof.StopCPUProfile()
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := <-killErr; err != nil {
+		keep = true
+		return nil, fmt.Errorf("kill loop: %w (logs in %s)", err, dir)
+	}
+
+	// The final state, read linearizably.
+	fctx, fcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer fcancel()
+	lc, err := client.New(endpoints, client.Options{})
+	if err != nil {
+		return nil, err
+	}
+	tasks, err := lc.List(fctx, false)
+	if err != nil {
+		keep = true
+		return nil, fmt.Errorf("final read of every task: %w", err)
+	}
+	final := make(map[string]bool, len(tasks))
+	for _, t := range tasks {
+		final[t.TaskId] = true
+	}
+	htmlPath := o.HistoryPath
+	if htmlPath == "" {
+		htmlPath = filepath.Join(dir, "history.html")
+	}
+	ops := hist.Ops()
+	verdict, err := Check(ops, final, time.Minute, htmlPath)
+	if err != nil {
+		return nil, err
+	}
+	out := &Report{
+		Clients: o.Clients, Nodes: o.Local, DurationS: res.Elapsed.Seconds(), Ops: res.Ops,
+		OpsPerSec: float64(res.Ops) / res.Elapsed.Seconds(), Errors: res.Errors, NotReadyRetries: res.Retries,
+		LatencyMs: map[string]float64{
+			"p50": ms(res.Percentile(50)), "p95": ms(res.Percentile(95)), "p99": ms(res.Percentile(99)), "max": ms(res.Percentile(100)),
+		},
+		FsyncP50Ms: ms(fsync), Linearizable: verdict.Linearizable, CheckResult: verdict.CheckResult,
+		Acked: verdict.Acked, Lost: verdict.Lost, Duplicates: verdict.Duplicates, HistoryFile: verdict.HistoryFile,
+	}
+	out.TermStart, out.TermEnd = termStart, maxTerm(context.Background(), ctl, endpoints)
+	if o.Local > 0 {
+		out.Profile = o.Profile.Name
+	}
+	for _, k := range kills {
+		if d, ok := FailoverAfter(ops, k); ok {
+			out.FailoversMs = append(out.FailoversMs, ms(d))
+		} else {
+			out.FailoversMs = append(out.FailoversMs, -1)
+		}
+	}
+	if !verdict.OK() {
+		keep = true
+		out.Dir = dir
+		out.violation = true
+	}
+	return out, nil
+}
+
+// maxTerm is the highest term any endpoint reports.
+func maxTerm(ctx context.Context, cl *client.Client, endpoints []string) uint64 {
+	var t uint64
+	for _, ep := range endpoints {
+		sctx, cancel := context.WithTimeout(ctx, time.Second)
+		if s, err := cl.Status(sctx, ep); err == nil {
+			t = max(t, s.Term)
+		}
+		cancel()
+	}
+	return t
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// killLoop SIGKILLs the primary o.KillPrimary times, evenly over the run,
+// restarting each killed node and waiting for a full, caught-up cluster
+// before the next.
+func killLoop(ctx context.Context, o Options, c *localcluster.Cluster, ctl *client.Client, kills *[]time.Time) error {
+	interval := o.Duration / time.Duration(o.KillPrimary+1)
+	start := time.Now()
+	n := c.N()
+	for k := 1; k <= o.KillPrimary; k++ {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Until(start.Add(time.Duration(k) * interval))):
+		}
+		wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		p, err := c.WaitPrimary(wctx, ctl, n-1)
+		var lag uint64
+		if err == nil {
+			lag, err = waitCaughtUp(wctx, c, ctl, 5*time.Second)
+		}
+		cancel()
+		if err != nil {
+			return err
+		}
+		if lag > MaxKillLag {
+			fmt.Fprintf(o.Log, "kill %d: a STANDBY still trails the PRIMARY by %d entries (the machine is saturated); this failover includes its catch-up\n", k, lag)
+		}
+		t := time.Now()
+		if _, err := c.Kill(p); err != nil {
+			return err
+		}
+		*kills = append(*kills, t)
+		wctx, cancel = context.WithTimeout(ctx, 15*time.Second)
+		np, err := c.WaitPrimary(wctx, ctl, n-2)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("after killing n%d: %w", p+1, err)
+		}
+		fmt.Fprintf(o.Log, "kill %d: SIGKILLed n%d; n%d PRIMARY after %v (status poll)\n", k, p+1, np+1, time.Since(t).Round(time.Millisecond))
+		if err := c.Start(p); err != nil {
+			return err
+		}
+		wctx, cancel = context.WithTimeout(ctx, 15*time.Second)
+		_, err = c.WaitPrimary(wctx, ctl, n-1)
+		cancel()
+		if err != nil && !errors.Is(err, context.Canceled) {
+			return fmt.Errorf("after restarting n%d: %w", p+1, err)
+		}
+	}
+	return nil
+}
