@@ -70,4 +70,3 @@ func (c Config) Validate() error {
 	}
 	return errors.Join(errs...)
 }
-
