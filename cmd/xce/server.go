@@ -14,14 +14,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
-	"github.com/xce/xce/assign"
 	"github.com/xce/xce/configs"
 	"github.com/xce/xce/controller"
 	"github.com/xce/xce/dispatch"
 	"github.com/xce/xce/fence"
 	"github.com/xce/xce/ha"
 	"github.com/xce/xce/ha/kafkaha"
-	"github.com/xce/xce/ha/succession"
 	"github.com/xce/xce/logging"
 	"github.com/xce/xce/persist"
 	"github.com/xce/xce/placement"
@@ -97,16 +95,9 @@ func runServer(cfgPath, pidFile string) error {
 			Dur("lease", cfg.HA.Lease.Duration).Dur("renew", cfg.HA.Renew.Duration).Dur("stagger", cfg.HA.Stagger.Duration).
 			Msg("ha.backend kafka: the role is coordinated through Kafka")
 		startBackend = func(store *persist.Store) (ha.Backend, error) {
-			return kafkaha.Start(kafkaha.Config{
-				Brokers: cfg.Kafka.Brokers, Member: cfg.NodeID, Role: "primary",
-				CoordTopic: coord, StateTopic: state, TransactionalID: txn,
-				Lease: succession.LeaseConfig{
-					LeaseMillis: cfg.HA.Lease.Milliseconds(), RenewMillis: cfg.HA.Renew.Milliseconds(),
-					StaggerMillis: cfg.HA.Stagger.Milliseconds(),
-				},
-				SnapshotInterval: cfg.Raft.SnapshotInterval.Duration, SnapshotThreshold: cfg.Raft.SnapshotThreshold,
-				Logger: log,
-			}, fsm, store.Snaps)
+			kc := cfg.KafkaHAConfig()
+			kc.Logger = log
+			return kafkaha.Start(kc, fsm, store.Snaps)
 		}
 	} else if peerLn, err = upg.Listen("tcp", peerListen); err != nil {
 		clientLn.Close()
@@ -135,12 +126,9 @@ func runServer(cfgPath, pidFile string) error {
 		log.Warn().Msg("kafka.brokers is empty: publishing to Kafka is disabled; the outbox is trimmed without being published")
 		outbox = fence.NewDiscarder(fsm, apply, 5*time.Second, log)
 	} else {
-		pub, err := fence.New(fence.Config{
-			Brokers:         cfg.Kafka.Brokers,
-			Topic:           cfg.Kafka.Topic,
-			TransactionalID: cfg.Kafka.TransactionalIDPrefix + "." + cfg.ClusterID + ".primary",
-			Logger:          log,
-		}, fsm, fence.Hooks{
+		fc := cfg.FenceConfig()
+		fc.Logger = log
+		pub, err := fence.New(fc, fsm, fence.Hooks{
 			Apply:  apply,
 			Fenced: func(term uint64, reason string) { node.Fence(term, reason) },
 		}, reg)
@@ -149,17 +137,7 @@ func runServer(cfgPath, pidFile string) error {
 		}
 		outbox = pub
 	}
-	a := cfg.Assignor
-	assignor, err := placement.New(placement.Config{
-		Assign: assign.Config{
-			AcceptableRecoveryLag:    a.AcceptableRecoveryLag,
-			MaxWarmupReplicas:        a.MaxWarmupReplicas,
-			NumStandbyReplicas:       a.NumStandbyReplicas,
-			ProbingRebalanceInterval: a.ProbingRebalanceInterval.Duration,
-		},
-		SessionTimeout:    a.SessionTimeout.Duration,
-		HeartbeatInterval: a.HeartbeatInterval.Duration,
-	}, fsm, func(ctx context.Context, cmd []byte) (persist.Result, error) { return node.Apply(ctx, cmd) }, log)
+	assignor, err := placement.New(cfg.AssignorConfig(), fsm, func(ctx context.Context, cmd []byte) (persist.Result, error) { return node.Apply(ctx, cmd) }, log)
 	if err != nil {
 		return err
 	}
