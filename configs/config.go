@@ -26,6 +26,7 @@ import (
 	"github.com/xce/xce/fence"
 	"github.com/xce/xce/ha"
 	"github.com/xce/xce/ha/succession"
+	"github.com/xce/xce/netio"
 	"github.com/xce/xce/persist/raftlog"
 	"github.com/xce/xce/placement"
 )
@@ -217,6 +218,7 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 // settings a package uses are that package's (see convert.go).
 func Default() Config {
 	r, a, f, l := ha.DefaultRaftConfig(), placement.DefaultConfig(), fence.DefaultConfig(), succession.DefaultLeaseConfig()
+	n := netio.DefaultLimits()
 	return Config{
 		ClusterID: "local",
 		HA: HA{Backend: BackendRaft, Lease: millis(l.LeaseMillis), Renew: millis(l.RenewMillis),
@@ -243,13 +245,13 @@ func Default() Config {
 		},
 		Limits: Limits{
 			Client: ClientLimits{
-				MaxConnections:    1024,
-				HealthReserve:     8,
-				ReadHeaderTimeout: Duration{5 * time.Second},
-				ReadTimeout:       Duration{10 * time.Second},
-				WriteTimeout:      Duration{10 * time.Second},
-				IdleTimeout:       Duration{2 * time.Minute},
-				MaxHeaderBytes:    64 << 10,
+				MaxConnections:    n.MaxConnections,
+				HealthReserve:     n.HealthReserve,
+				ReadHeaderTimeout: Duration{n.ReadHeaderTimeout},
+				ReadTimeout:       Duration{n.ReadTimeout},
+				WriteTimeout:      Duration{n.WriteTimeout},
+				IdleTimeout:       Duration{n.IdleTimeout},
+				MaxHeaderBytes:    n.MaxHeaderBytes,
 			},
 			Peer: PeerLimits{
 				MaxConnections:   r.MaxInboundConns,

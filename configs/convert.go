@@ -10,6 +10,7 @@ import (
 	"github.com/xce/xce/ha"
 	"github.com/xce/xce/ha/kafkaha"
 	"github.com/xce/xce/ha/succession"
+	"github.com/xce/xce/netio"
 	"github.com/xce/xce/placement"
 )
 
@@ -104,6 +105,33 @@ func (c *Config) FenceConfig() fence.Config {
 // names them.
 var fenceKeys = map[string]string{
 	"topic": "kafka.topic",
+}
+
+// ClientLimits returns the client port's limits from limits.client; the
+// descriptors kept for everything else count limits.peer.max_connections.
+func (c *Config) ClientLimits() netio.Limits {
+	l, cl := netio.DefaultLimits(), c.Limits.Client
+	l.MaxConnections = cl.MaxConnections
+	l.HealthReserve = cl.HealthReserve
+	l.FDHeadroom = netio.FDHeadroom(c.Limits.Peer.MaxConnections)
+	l.ReadHeaderTimeout = cl.ReadHeaderTimeout.Duration
+	l.ReadTimeout = cl.ReadTimeout.Duration
+	l.WriteTimeout = cl.WriteTimeout.Duration
+	l.IdleTimeout = cl.IdleTimeout.Duration
+	l.MaxHeaderBytes = cl.MaxHeaderBytes
+	return l
+}
+
+// clientKeys are the YAML keys of netio.Limits' fields, as its Validate
+// names them.
+var clientKeys = map[string]string{
+	"max_connections":     "limits.client.max_connections",
+	"health_reserve":      "limits.client.health_reserve",
+	"read_header_timeout": "limits.client.read_header_timeout",
+	"read_timeout":        "limits.client.read_timeout",
+	"write_timeout":       "limits.client.write_timeout",
+	"idle_timeout":        "limits.client.idle_timeout",
+	"max_header_bytes":    "limits.client.max_header_bytes",
 }
 
 // KafkaLease returns the Kafka backend's lease timing from the ha section.

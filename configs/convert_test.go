@@ -11,6 +11,7 @@ import (
 	"github.com/xce/xce/fence"
 	"github.com/xce/xce/ha"
 	"github.com/xce/xce/ha/succession"
+	"github.com/xce/xce/netio"
 	"github.com/xce/xce/persist/raftlog"
 	"github.com/xce/xce/placement"
 )
@@ -64,6 +65,7 @@ func TestDefaultsAreThePackages(t *testing.T) {
 	sameFields(t, "placement.Config", c.AssignorConfig(), placement.DefaultConfig())
 	sameFields(t, "fence.Config", c.FenceConfig(), fence.DefaultConfig(), "Brokers", "TransactionalID", "Logger")
 	sameFields(t, "succession.LeaseConfig", c.KafkaLease(), succession.DefaultLeaseConfig())
+	sameFields(t, "netio.Limits", c.ClientLimits(), netio.DefaultLimits())
 	sameFields(t, "kafkaha.Config.Lease", c.KafkaHAConfig().Lease, succession.DefaultLeaseConfig())
 	if c.Raft.LogSegmentSize != raftlog.DefaultSegmentSize {
 		t.Errorf("raft.log_segment_size defaults to %d, the log's default is %d", c.Raft.LogSegmentSize, raftlog.DefaultSegmentSize)
@@ -85,7 +87,7 @@ raft: {heartbeat_timeout: 300ms, election_timeout: 400ms, leader_lease_timeout: 
 kafka: {brokers: ["k1:9092"], topic: events, transactional_id_prefix: tx}
 assignor: {acceptable_recovery_lag: 5, max_warmup_replicas: 3, num_standby_replicas: 1,
   probing_rebalance_interval: 2m, session_timeout: 4s, heartbeat_interval: 500ms}
-limits: {peer: {max_connections: 64, max_message_bytes: 20971520, first_byte_timeout: 2s, read_timeout: 3s, idle_timeout: 5m}}
+limits: {client: {max_connections: 10, read_timeout: 2s}, peer: {max_connections: 64, max_message_bytes: 20971520, first_byte_timeout: 2s, read_timeout: 3s, idle_timeout: 5m}}
 `)
 	r := c.RaftConfig()
 	want := ha.RaftConfig{NodeID: "n1", Peers: []ha.Peer{{ID: "n1", Addr: "127.0.0.1:7201"}, {ID: "n2", Addr: "127.0.0.1:7202"}, {ID: "n3", Addr: "127.0.0.1:7203"}},
@@ -94,6 +96,10 @@ limits: {peer: {max_connections: 64, max_message_bytes: 20971520, first_byte_tim
 		MaxRPCSize: 20 << 20, RPCTimeout: 3 * time.Second, IdleTimeout: 5 * time.Minute, FirstByteTimeout: 2 * time.Second, MaxInboundConns: 64}
 	if !reflect.DeepEqual(r, want) {
 		t.Errorf("RaftConfig\n%+v\nwant\n%+v", r, want)
+	}
+	if l := c.ClientLimits(); l.MaxConnections != 10 || l.ReadTimeout != 2*time.Second || l.FDHeadroom != netio.FDHeadroom(64) ||
+		l.HealthReserve != 8 {
+		t.Errorf("ClientLimits %+v", l)
 	}
 	a := c.AssignorConfig()
 	if a.Assign.AcceptableRecoveryLag != 5 || a.Assign.MaxWarmupReplicas != 3 || a.Assign.NumStandbyReplicas != 1 ||
@@ -148,6 +154,7 @@ func TestEveryPackageProblemHasAKey(t *testing.T) {
 		{placement.Config{SessionTimeout: time.Second, HeartbeatInterval: time.Second}.Validate(), assignorKeys},
 		{fence.Config{Topic: "..", TransactionalID: "x", BatchMax: 1, TrimEvery: 1, TxnTimeout: 1}.Validate(), fenceKeys},
 		{succession.LeaseConfig{StaggerMillis: -1}.Validate(), leaseKeys},
+		{netio.Limits{MaxConnections: -1, HealthReserve: -1, MaxHeaderBytes: -1}.Validate(), clientKeys},
 	} {
 		var p problems
 		p.from(tc.err, tc.keys)

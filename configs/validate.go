@@ -55,7 +55,7 @@ func (c *Config) Validate() error {
 	// that turning it on later needs no other change.
 	p.from(c.FenceConfig().Validate(), fenceKeys)
 	p.from(c.AssignorConfig().Validate(), assignorKeys)
-	c.Limits.Client.validate(&p)
+	p.from(c.ClientLimits().Validate(), clientKeys)
 	switch c.HA.Backend {
 	case BackendRaft:
 	case BackendKafka:
@@ -129,28 +129,6 @@ const (
 	minSegmentSize = 1 << 20
 	maxSegmentSize = 1 << 30
 )
-
-// Bounds of the limits.client section (netio.ClientLimits).
-const (
-	maxConnections   = 1 << 20
-	maxHealthReserve = 1024
-	minHeaderBytes   = 4 << 10
-	maxHeaderBytes   = 16 << 20
-	minLimitTimeout  = 100 * time.Millisecond
-	maxLimitTimeout  = time.Hour
-	minClientIdle    = time.Second
-	maxIdle          = 24 * time.Hour
-)
-
-func (c ClientLimits) validate(p *problems) {
-	p.intRange("limits.client.max_connections", c.MaxConnections, 1, maxConnections)
-	p.intRange("limits.client.health_reserve", c.HealthReserve, 0, maxHealthReserve)
-	p.durRange("limits.client.read_header_timeout", c.ReadHeaderTimeout.Duration, minLimitTimeout, maxLimitTimeout)
-	p.durRange("limits.client.read_timeout", c.ReadTimeout.Duration, minLimitTimeout, maxLimitTimeout)
-	p.durRange("limits.client.write_timeout", c.WriteTimeout.Duration, minLimitTimeout, maxLimitTimeout)
-	p.durRange("limits.client.idle_timeout", c.IdleTimeout.Duration, minClientIdle, maxIdle)
-	p.intRange("limits.client.max_header_bytes", c.MaxHeaderBytes, minHeaderBytes, maxHeaderBytes)
-}
 
 // problems collects "path: problem" messages.
 type problems []string

@@ -254,7 +254,7 @@ func (n *Node) Run(ctx context.Context, api http.Handler) (err error) {
 			pl.Close()
 		}
 	}
-	srv := netio.NewServer(n.routes(api), netio.ClientLimits(n.cfg.Limits), netio.WithLogger(n.log), netio.WithMetrics(n.metrics.conns))
+	srv := netio.NewServer(n.routes(api), n.cfg.ClientLimits(), netio.WithLogger(n.log), netio.WithMetrics(n.metrics.conns))
 	srvDone := make(chan error, 1)
 	n.clientLn.Store(&cl)
 	go func() { srvDone <- srv.Serve(cl) }()
