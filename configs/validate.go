@@ -7,7 +7,6 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
-	"time"
 )
 
 // ValidID reports whether s is a valid id: 1-64 characters of [A-Za-z0-9._-].
@@ -152,18 +151,6 @@ func (p *problems) id(path, s string) bool {
 		return true
 	}
 	return false
-}
-
-func (p *problems) intRange(path string, v, lo, hi int) {
-	if v < lo || v > hi {
-		p.add(path, "must be between %d and %d (got %d)", lo, hi, v)
-	}
-}
-
-func (p *problems) durRange(path string, d, lo, hi time.Duration) {
-	if d < lo || d > hi {
-		p.add(path, "must be between %s and %s (got %s)", lo, hi, d)
-	}
 }
 
 func (p *problems) oneOf(path, s string, allowed ...string) {
