@@ -101,24 +101,13 @@
 package assign
 
 import (
-	"errors"
 	"fmt"
 	"math"
-	"time"
 )
 
-// Defaults and limits of Config, exported so that config loaders and
-// operators' docs quote the same numbers as the assignor.
-const (
-	DefaultAcceptableRecoveryLag    int64         = 10000
-	DefaultMaxWarmupReplicas        int           = 2
-	DefaultNumStandbyReplicas       int           = 0
-	DefaultProbingRebalanceInterval time.Duration = 10 * time.Minute
-	MinProbingRebalanceInterval     time.Duration = time.Minute
-	// MaxCapacity bounds Worker.Capacity so that capacity arithmetic can never
-	// overflow; a relative weight never needs more.
-	MaxCapacity = 1 << 20
-)
+// MaxCapacity bounds Worker.Capacity so that capacity arithmetic can never
+// overflow; a relative weight never needs more.
+const MaxCapacity = 1 << 20
 
 // Move kinds, the values of Move.Kind.
 const (
@@ -126,56 +115,6 @@ const (
 	KindStandby = "standby"
 	KindWarmup  = "warmup"
 )
-
-// Config holds the cluster settings the assignor depends on; they are log
-// entries in the controller, so every node plans with the same values.
-type Config struct {
-	// AcceptableRecoveryLag is the largest lag at which a worker counts as
-	// caught up on a task (lag <= this); it decides whether an active may move
-	// to a worker at once or needs a warm-up first.
-	AcceptableRecoveryLag int64
-	// MaxWarmupReplicas bounds the warm-ups in the whole assignment, because
-	// every warm-up restores state and costs the cluster I/O; at least 1 so
-	// that an unbalanced cluster can always make progress.
-	MaxWarmupReplicas int
-	// NumStandbyReplicas is how many standbys each stateful task gets, so that
-	// a caught-up copy can take over when the active's worker dies.
-	NumStandbyReplicas int
-	// ProbingRebalanceInterval is how long the caller waits before planning
-	// again after a Result with Followup; Plan only validates it, since a
-	// pure function does not schedule anything.
-	ProbingRebalanceInterval time.Duration
-}
-
-// DefaultConfig returns the settings of the reference design (Kafka Streams'
-// defaults), so that callers only override what they mean to change.
-func DefaultConfig() Config {
-	return Config{
-		AcceptableRecoveryLag:    DefaultAcceptableRecoveryLag,
-		MaxWarmupReplicas:        DefaultMaxWarmupReplicas,
-		NumStandbyReplicas:       DefaultNumStandbyReplicas,
-		ProbingRebalanceInterval: DefaultProbingRebalanceInterval,
-	}
-}
-
-// Validate reports every invalid setting, each error naming its field in the
-// config file's spelling, so that an operator can fix the file at once.
-func (c Config) Validate() error {
-	var errs []error
-	if c.AcceptableRecoveryLag < 0 {
-		errs = append(errs, errors.New("acceptable_recovery_lag: must not be negative"))
-	}
-	if c.MaxWarmupReplicas < 1 {
-		errs = append(errs, errors.New("max_warmup_replicas: must be at least 1"))
-	}
-	if c.NumStandbyReplicas < 0 {
-		errs = append(errs, errors.New("num_standby_replicas: must not be negative"))
-	}
-	if c.ProbingRebalanceInterval < MinProbingRebalanceInterval {
-		errs = append(errs, fmt.Errorf("probing_rebalance_interval: must be at least %v", MinProbingRebalanceInterval))
-	}
-	return errors.Join(errs...)
-}
 
 // Task is a unit of work to place. Only stateful tasks have state to restore,
 // so only they get standbys and warm-ups and care about lags.

@@ -424,6 +424,7 @@ func TestConfigValidate(t *testing.T) {
 		{func(c *Config) { c.AcceptableRecoveryLag = -1 }, "acceptable_recovery_lag: must not be negative"},
 		{func(c *Config) { c.MaxWarmupReplicas = 0 }, "max_warmup_replicas: must be at least 1"},
 		{func(c *Config) { c.NumStandbyReplicas = -1 }, "num_standby_replicas: must not be negative"},
+		{func(c *Config) { c.NumStandbyReplicas = MaxStandbyReplicas + 1 }, "num_standby_replicas: must be at most 16"},
 		{func(c *Config) { c.ProbingRebalanceInterval = 59 * time.Second }, "probing_rebalance_interval: must be at least 1m0s"},
 	}
 	for _, tc := range cases {

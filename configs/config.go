@@ -22,6 +22,13 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/xce/xce/fence"
+	"github.com/xce/xce/ha"
+	"github.com/xce/xce/ha/succession"
+	"github.com/xce/xce/netio"
+	"github.com/xce/xce/persist/raftlog"
+	"github.com/xce/xce/placement"
 )
 
 // Config is one node's configuration.
@@ -84,7 +91,7 @@ type ClientLimits struct {
 // PeerLimits bound the Raft peer port.
 type PeerLimits struct {
 	// MaxConnections caps the inbound peer connections open at once. Each
-	// other voter may hold up to peerConnsPerVoter of them.
+	// other voter may hold up to 8 of them.
 	MaxConnections int `yaml:"max_connections"` // default 128
 	// MaxMessageBytes caps one Raft message (an AppendEntries with its
 	// entries; snapshot data that follows an InstallSnapshot is not part of
@@ -97,13 +104,12 @@ type PeerLimits struct {
 	FirstByteTimeout Duration `yaml:"first_byte_timeout"` // default 5s
 	// ReadTimeout: a message must arrive whole within this of its first
 	// byte (and its answer be written within this); never less than
-	// raft's own RPC timeout, 10 × raft.heartbeat_timeout and at least 1s
-	// (see Config.PeerReadTimeout).
+	// raft's own RPC timeout, 10 × raft.heartbeat_timeout and at least 1s.
 	ReadTimeout Duration `yaml:"read_timeout"` // default 10s
 	// IdleTimeout closes a connection that starts no message for this
 	// long. Raft's leader sends on its connections every heartbeat; what
 	// sits idle longer is a pooled connection nobody uses. Never less than
-	// 10 × raft.heartbeat_timeout (see Config.PeerIdleTimeout).
+	// 10 × raft.heartbeat_timeout.
 	IdleTimeout Duration `yaml:"idle_timeout"` // default 2m, at least 1m
 }
 
@@ -208,47 +214,51 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 }
 
 // Default returns a Config with every default filled and no node identity
-// (node_id, data_dir, addresses and peers are empty).
+// (node_id, data_dir, addresses and peers are empty). The defaults of the
+// settings a package uses are that package's (see convert.go).
 func Default() Config {
+	r, a, f, l := ha.DefaultRaftConfig(), placement.DefaultConfig(), fence.DefaultConfig(), succession.DefaultLeaseConfig()
+	n := netio.DefaultLimits()
 	return Config{
 		ClusterID: "local",
-		HA: HA{Backend: BackendRaft, Lease: Duration{3 * time.Second}, Renew: Duration{time.Second},
-			Stagger: Duration{500 * time.Millisecond}},
+		HA: HA{Backend: BackendRaft, Lease: millis(l.LeaseMillis), Renew: millis(l.RenewMillis),
+			Stagger: millis(l.StaggerMillis)},
 		Raft: Raft{
-			HeartbeatTimeout:   Duration{200 * time.Millisecond},
-			ElectionTimeout:    Duration{200 * time.Millisecond},
-			LeaderLeaseTimeout: Duration{150 * time.Millisecond},
-			CommitTimeout:      Duration{10 * time.Millisecond},
-			SnapshotInterval:   Duration{30 * time.Second},
-			SnapshotThreshold:  65536,
-			TrailingLogs:       10240,
-			DetectLeaderExit:   true,
-			LogSegmentSize:     16 << 20,
+			HeartbeatTimeout:   Duration{r.HeartbeatTimeout},
+			ElectionTimeout:    Duration{r.ElectionTimeout},
+			LeaderLeaseTimeout: Duration{r.LeaderLeaseTimeout},
+			CommitTimeout:      Duration{r.CommitTimeout},
+			SnapshotInterval:   Duration{r.SnapshotInterval},
+			SnapshotThreshold:  r.SnapshotThreshold,
+			TrailingLogs:       r.TrailingLogs,
+			DetectLeaderExit:   r.DetectLeaderExit,
+			LogSegmentSize:     raftlog.DefaultSegmentSize,
 		},
-		Kafka: Kafka{Topic: "xce.events", TransactionalIDPrefix: "xce"},
+		Kafka: Kafka{Topic: f.Topic, TransactionalIDPrefix: "xce"},
 		Assignor: Assignor{
-			AcceptableRecoveryLag:    10000,
-			MaxWarmupReplicas:        2,
-			ProbingRebalanceInterval: Duration{10 * time.Minute},
-			SessionTimeout:           Duration{10 * time.Second},
-			HeartbeatInterval:        Duration{time.Second},
+			AcceptableRecoveryLag:    a.Assign.AcceptableRecoveryLag,
+			MaxWarmupReplicas:        a.Assign.MaxWarmupReplicas,
+			NumStandbyReplicas:       a.Assign.NumStandbyReplicas,
+			ProbingRebalanceInterval: Duration{a.Assign.ProbingRebalanceInterval},
+			SessionTimeout:           Duration{a.SessionTimeout},
+			HeartbeatInterval:        Duration{a.HeartbeatInterval},
 		},
 		Limits: Limits{
 			Client: ClientLimits{
-				MaxConnections:    1024,
-				HealthReserve:     8,
-				ReadHeaderTimeout: Duration{5 * time.Second},
-				ReadTimeout:       Duration{10 * time.Second},
-				WriteTimeout:      Duration{10 * time.Second},
-				IdleTimeout:       Duration{2 * time.Minute},
-				MaxHeaderBytes:    64 << 10,
+				MaxConnections:    n.MaxConnections,
+				HealthReserve:     n.HealthReserve,
+				ReadHeaderTimeout: Duration{n.ReadHeaderTimeout},
+				ReadTimeout:       Duration{n.ReadTimeout},
+				WriteTimeout:      Duration{n.WriteTimeout},
+				IdleTimeout:       Duration{n.IdleTimeout},
+				MaxHeaderBytes:    n.MaxHeaderBytes,
 			},
 			Peer: PeerLimits{
-				MaxConnections:   128,
-				MaxMessageBytes:  32 << 20,
-				FirstByteTimeout: Duration{5 * time.Second},
-				ReadTimeout:      Duration{10 * time.Second},
-				IdleTimeout:      Duration{2 * time.Minute},
+				MaxConnections:   r.MaxInboundConns,
+				MaxMessageBytes:  int(r.MaxRPCSize),
+				FirstByteTimeout: Duration{r.FirstByteTimeout},
+				ReadTimeout:      Duration{r.RPCTimeout},
+				IdleTimeout:      Duration{r.IdleTimeout},
 			},
 		},
 		Log: Log{Level: "info", Format: "auto"},

@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
-
-	"github.com/xce/xce/state"
 )
 
 const minimal = `node_id: n1
@@ -523,39 +521,5 @@ func TestParseLimits(t *testing.T) {
 		if _, err := Parse([]byte(minimal + in)); err == nil || !strings.Contains(err.Error(), msg) {
 			t.Errorf("%q: error %v, want %q", in, err, msg)
 		}
-	}
-}
-
-// The peer timeouts in force are never shorter than raft's timings ask.
-func TestPeerTimeoutsFollowRaft(t *testing.T) {
-	for _, tc := range []struct {
-		heartbeat, read, idle time.Duration
-		wantRead, wantIdle    time.Duration
-	}{
-		{200 * time.Millisecond, 10 * time.Second, 2 * time.Minute, 10 * time.Second, 2 * time.Minute},
-		{200 * time.Millisecond, 500 * time.Millisecond, time.Minute, 2 * time.Second, time.Minute},
-		{50 * time.Millisecond, 500 * time.Millisecond, time.Minute, time.Second, time.Minute},
-		{3 * time.Second, 10 * time.Second, 2 * time.Minute, 30 * time.Second, 2 * time.Minute},
-		{30 * time.Second, 10 * time.Second, 2 * time.Minute, 5 * time.Minute, 5 * time.Minute},
-	} {
-		c := Default()
-		c.Raft.HeartbeatTimeout = Duration{tc.heartbeat}
-		c.Limits.Peer.ReadTimeout, c.Limits.Peer.IdleTimeout = Duration{tc.read}, Duration{tc.idle}
-		if r, i := c.PeerReadTimeout(), c.PeerIdleTimeout(); r != tc.wantRead || i != tc.wantIdle {
-			t.Errorf("heartbeat %v, read %v, idle %v: in force read %v idle %v, want %v and %v",
-				tc.heartbeat, tc.read, tc.idle, r, i, tc.wantRead, tc.wantIdle)
-		}
-	}
-}
-
-// A follower must be able to take a message carrying the largest entry
-// the node writes.
-func TestPeerMessageFloorFitsTheLargestEntry(t *testing.T) {
-	if minPeerMessageBytes <= state.MaxAssignmentBytes || minPeerMessageBytes <= state.MaxBatchBytes {
-		t.Fatalf("minPeerMessageBytes %d does not exceed state.MaxAssignmentBytes %d and state.MaxBatchBytes %d",
-			minPeerMessageBytes, state.MaxAssignmentBytes, state.MaxBatchBytes)
-	}
-	if d := Default().Limits.Peer.MaxMessageBytes; d < minPeerMessageBytes {
-		t.Fatalf("default max_message_bytes %d is below the floor %d", d, minPeerMessageBytes)
 	}
 }

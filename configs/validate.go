@@ -7,7 +7,6 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
-	"time"
 )
 
 // ValidID reports whether s is a valid id: 1-64 characters of [A-Za-z0-9._-].
@@ -42,38 +41,27 @@ func (c *Config) Validate() error {
 		p.add("client_addr", "must differ from peer_addr (both are %q)", c.PeerAddr)
 	}
 	c.validatePeers(&p)
-	c.Raft.validate(&p)
+	p.from(c.RaftConfig().Validate(), raftKeys)
+	if s := c.Raft.LogSegmentSize; s < minSegmentSize || s > maxSegmentSize {
+		p.add("raft.log_segment_size", "must be between %d (1 MiB) and %d (1 GiB) bytes (got %d)", minSegmentSize, maxSegmentSize, s)
+	}
 	k := c.Kafka
 	for i, b := range k.Brokers {
 		p.addr(fmt.Sprintf("kafka.brokers[%d]", i), b, true)
 	}
-	switch {
-	case k.Topic == "":
-		p.add("kafka.topic", "required")
-	case len(k.Topic) > 249 || !validChars(k.Topic):
-		p.add("kafka.topic", "must be 1-249 characters of [A-Za-z0-9._-]")
-	case k.Topic == "." || k.Topic == "..":
-		p.add("kafka.topic", `must not be "." or ".."`)
-	}
 	p.id("kafka.transactional_id_prefix", k.TransactionalIDPrefix)
-	c.Assignor.validate(&p)
-	c.Limits.validate(&p, len(c.Peers))
+	// The publisher's settings are checked with publishing off too, so
+	// that turning it on later needs no other change.
+	p.from(c.FenceConfig().Validate(), fenceKeys)
+	p.from(c.AssignorConfig().Validate(), assignorKeys)
+	p.from(c.ClientLimits().Validate(), clientKeys)
 	switch c.HA.Backend {
 	case BackendRaft:
 	case BackendKafka:
 		if len(c.Kafka.Brokers) == 0 {
 			p.add("ha.backend", "kafka needs kafka.brokers")
 		}
-		l, r, st := c.HA.Lease.Duration, c.HA.Renew.Duration, c.HA.Stagger.Duration
-		switch {
-		case l < 100*time.Millisecond:
-			p.add("ha.lease", "must be at least 100ms (got %s)", l)
-		case r <= 0 || r >= l:
-			p.add("ha.renew", "must be positive and less than ha.lease (got %s, lease %s)", r, l)
-		}
-		if st < 0 {
-			p.add("ha.stagger", "must not be negative (got %s)", st)
-		}
+		p.from(c.KafkaLease().Validate(), leaseKeys)
 	default:
 		p.add("ha.backend", "must be raft or kafka (got %q)", c.HA.Backend)
 	}
@@ -135,141 +123,11 @@ func (c *Config) validatePeers(p *problems) {
 	}
 }
 
-const minTimeout = 5 * time.Millisecond
-
-func (r Raft) validate(p *problems) {
-	ok := true
-	for _, d := range []struct {
-		field string
-		d     time.Duration
-	}{
-		{"heartbeat_timeout", r.HeartbeatTimeout.Duration},
-		{"election_timeout", r.ElectionTimeout.Duration},
-		{"leader_lease_timeout", r.LeaderLeaseTimeout.Duration},
-		{"commit_timeout", r.CommitTimeout.Duration},
-		{"snapshot_interval", r.SnapshotInterval.Duration},
-	} {
-		switch {
-		case d.d <= 0:
-			p.add("raft."+d.field, "must be positive (got %s)", d.d)
-			ok = false
-		case d.d < minTimeout:
-			p.add("raft."+d.field, "must be at least %s (got %s)", minTimeout, d.d)
-			ok = false
-		}
-	}
-	if hb := r.HeartbeatTimeout.Duration; ok {
-		if el := r.ElectionTimeout.Duration; el < hb {
-			p.add("raft.election_timeout", "must not be less than raft.heartbeat_timeout (%s < %s)", el, hb)
-		}
-		if l := r.LeaderLeaseTimeout.Duration; l > hb {
-			p.add("raft.leader_lease_timeout", "must not exceed raft.heartbeat_timeout (%s > %s)", l, hb)
-		}
-		if c := r.CommitTimeout.Duration; c > hb {
-			p.add("raft.commit_timeout", "must not exceed raft.heartbeat_timeout (%s > %s)", c, hb)
-		}
-	}
-	if r.SnapshotThreshold < 1 {
-		p.add("raft.snapshot_threshold", "must be at least 1")
-	}
-	if r.LogSegmentSize < 1<<20 || r.LogSegmentSize > 1<<30 {
-		p.add("raft.log_segment_size", "must be between %d (1 MiB) and %d (1 GiB) bytes (got %d)", 1<<20, 1<<30, r.LogSegmentSize)
-	}
-}
-
-func (a Assignor) validate(p *problems) {
-	if a.AcceptableRecoveryLag < 0 {
-		p.add("assignor.acceptable_recovery_lag", "must not be negative (got %d)", a.AcceptableRecoveryLag)
-	}
-	if a.MaxWarmupReplicas < 1 {
-		p.add("assignor.max_warmup_replicas", "must be at least 1 (got %d)", a.MaxWarmupReplicas)
-	}
-	if a.NumStandbyReplicas < 0 || a.NumStandbyReplicas > 16 {
-		p.add("assignor.num_standby_replicas", "must be between 0 and 16 (got %d)", a.NumStandbyReplicas)
-	}
-	if d := a.ProbingRebalanceInterval.Duration; d < time.Minute {
-		p.add("assignor.probing_rebalance_interval", "must be at least 1m (got %s)", d)
-	}
-	st, hb := a.SessionTimeout.Duration, a.HeartbeatInterval.Duration
-	switch {
-	case st < 500*time.Millisecond || st > time.Hour:
-		p.add("assignor.session_timeout", "must be between 500ms and 1h (got %s)", st)
-	case hb < 50*time.Millisecond:
-		p.add("assignor.heartbeat_interval", "must be at least 50ms (got %s)", hb)
-	case hb*2 > st:
-		p.add("assignor.heartbeat_interval", "must be at most half of assignor.session_timeout (%s > %s/2)", hb, st)
-	}
-}
-
-// Bounds of the limits section.
+// Bounds of raft.log_segment_size.
 const (
-	// peerConnsPerVoter is how many connections one other voter may hold
-	// to this node at once: raft's pool of RPC connections, its heartbeat
-	// and pipeline connections, a snapshot, and a leader-exit probe.
-	peerConnsPerVoter = 8
-	// minPeerMessageBytes fits an AppendEntries that carries one entry of
-	// the largest kind, a CmdSetAssignment of state.MaxAssignmentBytes
-	// (16 MiB), with room for the message around it. A smaller cap would
-	// leave a follower unable ever to take that entry.
-	minPeerMessageBytes = 17 << 20
-	maxPeerMessageBytes = 1 << 30
-	maxConnections      = 1 << 20
-	maxHealthReserve    = 1024
-	minHeaderBytes      = 4 << 10
-	maxHeaderBytes      = 16 << 20
-	minLimitTimeout     = 100 * time.Millisecond
-	maxLimitTimeout     = time.Hour
-	minClientIdle       = time.Second
-	maxIdle             = 24 * time.Hour
-	minPeerIdle         = time.Minute
+	minSegmentSize = 1 << 20
+	maxSegmentSize = 1 << 30
 )
-
-// peerRPCTimeout is how long raft's transport gives one RPC to a peer
-// (ha.StartRaft): ten heartbeat timeouts, at least a second.
-func peerRPCTimeout(heartbeat time.Duration) time.Duration {
-	return max(10*heartbeat, time.Second)
-}
-
-func (l Limits) validate(p *problems, voters int) {
-	c := l.Client
-	p.intRange("limits.client.max_connections", c.MaxConnections, 1, maxConnections)
-	p.intRange("limits.client.health_reserve", c.HealthReserve, 0, maxHealthReserve)
-	p.durRange("limits.client.read_header_timeout", c.ReadHeaderTimeout.Duration, minLimitTimeout, maxLimitTimeout)
-	p.durRange("limits.client.read_timeout", c.ReadTimeout.Duration, minLimitTimeout, maxLimitTimeout)
-	p.durRange("limits.client.write_timeout", c.WriteTimeout.Duration, minLimitTimeout, maxLimitTimeout)
-	p.durRange("limits.client.idle_timeout", c.IdleTimeout.Duration, minClientIdle, maxIdle)
-	p.intRange("limits.client.max_header_bytes", c.MaxHeaderBytes, minHeaderBytes, maxHeaderBytes)
-
-	pe := l.Peer
-	if need := peerConnsPerVoter * max(voters-1, 1); pe.MaxConnections < need {
-		p.add("limits.peer.max_connections", "must be at least %d, %d for each other voter (got %d)", need, peerConnsPerVoter, pe.MaxConnections)
-	} else {
-		p.intRange("limits.peer.max_connections", pe.MaxConnections, need, maxConnections)
-	}
-	if pe.MaxMessageBytes < minPeerMessageBytes {
-		p.add("limits.peer.max_message_bytes", "must be at least %d (got %d): a message carrying the largest entry, an assignment of up to 16 MiB, must fit",
-			minPeerMessageBytes, pe.MaxMessageBytes)
-	} else {
-		p.intRange("limits.peer.max_message_bytes", pe.MaxMessageBytes, minPeerMessageBytes, maxPeerMessageBytes)
-	}
-	p.durRange("limits.peer.first_byte_timeout", pe.FirstByteTimeout.Duration, minLimitTimeout, maxLimitTimeout)
-	p.durRange("limits.peer.read_timeout", pe.ReadTimeout.Duration, minLimitTimeout, maxLimitTimeout)
-	p.durRange("limits.peer.idle_timeout", pe.IdleTimeout.Duration, minPeerIdle, maxIdle)
-}
-
-// PeerReadTimeout is the time a peer has to send one message once its
-// first byte arrived: limits.peer.read_timeout, or raft's own RPC timeout
-// when that is longer, since raft gives its peers that long to send.
-func (c *Config) PeerReadTimeout() time.Duration {
-	return max(c.Limits.Peer.ReadTimeout.Duration, peerRPCTimeout(c.Raft.HeartbeatTimeout.Duration))
-}
-
-// PeerIdleTimeout is how long a peer connection may carry no message:
-// limits.peer.idle_timeout, and at least 10 × raft.heartbeat_timeout, so
-// that it stays well above the heartbeat timings.
-func (c *Config) PeerIdleTimeout() time.Duration {
-	return max(c.Limits.Peer.IdleTimeout.Duration, 10*c.Raft.HeartbeatTimeout.Duration)
-}
 
 // problems collects "path: problem" messages.
 type problems []string
@@ -293,18 +151,6 @@ func (p *problems) id(path, s string) bool {
 		return true
 	}
 	return false
-}
-
-func (p *problems) intRange(path string, v, lo, hi int) {
-	if v < lo || v > hi {
-		p.add(path, "must be between %d and %d (got %d)", lo, hi, v)
-	}
-}
-
-func (p *problems) durRange(path string, d, lo, hi time.Duration) {
-	if d < lo || d > hi {
-		p.add(path, "must be between %s and %s (got %s)", lo, hi, d)
-	}
 }
 
 func (p *problems) oneOf(path, s string, allowed ...string) {

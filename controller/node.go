@@ -277,7 +277,7 @@ func (n *Node) Run(ctx context.Context, api http.Handler) (err error) {
 			pl.Close()
 		}
 	}
-	srv := netio.NewServer(n.routes(api), netio.ClientLimits(n.cfg.Limits), netio.WithLogger(n.log), netio.WithMetrics(n.metrics.conns))
+	srv := netio.NewServer(n.routes(api), n.cfg.ClientLimits(), netio.WithLogger(n.log), netio.WithMetrics(n.metrics.conns))
 	srvDone := make(chan error, 1)
 	n.clientLn.Store(&cl)
 	go func() { srvDone <- srv.Serve(cl) }()
@@ -405,29 +405,10 @@ func (n *Node) Drain() {
 }
 
 func (n *Node) raftConfig(store *persist.Store) ha.RaftConfig {
-	c := n.cfg.Raft
-	rc := ha.RaftConfig{
-		// A node whose storage fails would win an election only to fail
-		// its first write and step down again, churning terms.
-		CampaignAllowed:    func() error { return store.Health().Err },
-		NodeID:             n.cfg.NodeID,
-		HeartbeatTimeout:   c.HeartbeatTimeout.Duration,
-		ElectionTimeout:    c.ElectionTimeout.Duration,
-		LeaderLeaseTimeout: c.LeaderLeaseTimeout.Duration,
-		CommitTimeout:      c.CommitTimeout.Duration,
-		SnapshotInterval:   c.SnapshotInterval.Duration,
-		SnapshotThreshold:  c.SnapshotThreshold,
-		TrailingLogs:       c.TrailingLogs,
-		DetectLeaderExit:   c.DetectLeaderExit,
-		MaxRPCSize:         int64(n.cfg.Limits.Peer.MaxMessageBytes),
-		RPCTimeout:         n.cfg.PeerReadTimeout(),
-		IdleTimeout:        n.cfg.PeerIdleTimeout(),
-		MaxInboundConns:    n.cfg.Limits.Peer.MaxConnections,
-		FirstByteTimeout:   n.cfg.Limits.Peer.FirstByteTimeout.Duration,
-	}
-	for _, p := range n.cfg.Peers {
-		rc.Peers = append(rc.Peers, ha.Peer{ID: p.ID, Addr: p.PeerAddr})
-	}
+	rc := n.cfg.RaftConfig()
+	// A node whose storage fails would win an election only to fail
+	// its first write and step down again, churning terms.
+	rc.CampaignAllowed = func() error { return store.Health().Err }
 	return rc
 }
 

@@ -17,24 +17,6 @@ import (
 	"github.com/xce/xce/state"
 )
 
-// Config configures a Publisher.
-type Config struct {
-	Brokers []string
-	Topic   string
-	// TransactionalID names the cluster's primary role:
-	// <prefix>.<cluster_id>.primary.
-	TransactionalID string
-	// BatchMax caps the events of one transaction. Default 500.
-	BatchMax int
-	// TrimEvery is how often the published watermark goes back through the
-	// log. Default 1s.
-	TrimEvery time.Duration
-	// TxnTimeout is the transaction timeout given to the coordinator.
-	// Default 10s.
-	TxnTimeout time.Duration
-	Logger     zerolog.Logger
-}
-
 // Source is the outbox as the publisher reads it: the FSM.
 type Source interface {
 	EventsAfter(after uint64, limit int) []state.Event
@@ -113,17 +95,9 @@ func New(cfg Config, src Source, hooks Hooks, reg prometheus.Registerer) (*Publi
 	if len(cfg.Brokers) == 0 {
 		return nil, errors.New("fence: no brokers")
 	}
-	if cfg.Topic == "" || cfg.TransactionalID == "" {
-		return nil, errors.New("fence: topic and transactional id are required")
-	}
-	if cfg.BatchMax <= 0 {
-		cfg.BatchMax = 500
-	}
-	if cfg.TrimEvery <= 0 {
-		cfg.TrimEvery = time.Second
-	}
-	if cfg.TxnTimeout <= 0 {
-		cfg.TxnTimeout = 10 * time.Second
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("fence: %w", err)
 	}
 	p := &Publisher{cfg: cfg, src: src, hooks: hooks, log: cfg.Logger.With().Str("component", "publisher").Logger()}
 	p.epoch.Store(-1)

@@ -28,81 +28,6 @@ type Peer struct {
 	ID, Addr string
 }
 
-// RaftConfig is what the Raft backend needs from the node's config.
-type RaftConfig struct {
-	NodeID             string
-	Peers              []Peer
-	HeartbeatTimeout   time.Duration
-	ElectionTimeout    time.Duration
-	LeaderLeaseTimeout time.Duration
-	CommitTimeout      time.Duration
-	SnapshotInterval   time.Duration
-	SnapshotThreshold  uint64
-	TrailingLogs       uint64
-	// DetectLeaderExit starts an election as soon as the leader's peer port
-	// refuses connections (its process has exited) instead of after the
-	// heartbeat timeout; see exitWatch.
-	DetectLeaderExit bool
-	// CampaignAllowed, if set, is asked before this node stands for
-	// election (raft's Config.CampaignAllowed). While it returns an error
-	// the node starts no election, refuses a leadership transfer to it, and
-	// a candidate steps back. Raft calls it on its main goroutine: it must
-	// be quick.
-	CampaignAllowed func() error
-
-	// Bounds on the peer port (raft's NetworkTransportConfig). Zero takes
-	// the default noted; see checkPeerLimits for what is refused.
-	//
-	// MaxRPCSize bounds one encoded RPC (InstallSnapshot's data aside);
-	// default 2 × state.MaxAssignmentBytes. It must hold the largest
-	// entry: at least minMaxRPCSize.
-	MaxRPCSize int64
-	// RPCTimeout bounds reading an RPC once it has begun and writing its
-	// answer; default the larger of the transport timeout and raft's
-	// DefaultRPCTimeout.
-	RPCTimeout time.Duration
-	// IdleTimeout closes an inbound peer connection that starts no RPC for
-	// this long; default raft's DefaultIdleTimeout. At least
-	// 4 × HeartbeatTimeout.
-	IdleTimeout time.Duration
-	// FirstByteTimeout closes an inbound peer connection that begins no
-	// RPC this long after it was accepted (the exit watch's connection is
-	// exempt); default raft's DefaultFirstByteTimeout.
-	FirstByteTimeout time.Duration
-	// MaxInboundConns caps the inbound peer connections; default raft's
-	// DefaultMaxInboundConns. At least connsPerPeer per other voter.
-	MaxInboundConns int
-}
-
-// minMaxRPCSize is the smallest MaxRPCSize that carries the largest entry
-// xce writes (a CmdSetAssignment) with the room the leader keeps for the
-// rest of an AppendEntries.
-const minMaxRPCSize = state.MaxAssignmentBytes + 128<<10
-
-// connsPerPeer is how many connections a peer may hold to this node at
-// once: heartbeats, the replication pipeline, its connection pool, a
-// snapshot and the exit watch.
-const connsPerPeer = 8
-
-// peerLimits returns the transport's bounds from cfg, with xce's defaults,
-// or an error for a bound that would refuse healthy peers.
-func peerLimits(cfg RaftConfig) (maxRPC int64, idle time.Duration, conns int, err error) {
-	maxRPC, idle, conns = cfg.MaxRPCSize, cfg.IdleTimeout, cfg.MaxInboundConns
-	if maxRPC == 0 {
-		maxRPC = 2 * state.MaxAssignmentBytes
-	}
-	if maxRPC > 0 && maxRPC < minMaxRPCSize {
-		return 0, 0, 0, fmt.Errorf("raft max RPC size %d is below %d, which the largest entry needs", maxRPC, minMaxRPCSize)
-	}
-	if idle > 0 && idle < 4*cfg.HeartbeatTimeout {
-		return 0, 0, 0, fmt.Errorf("raft peer idle timeout %s must be at least 4 × the heartbeat timeout (%s)", idle, cfg.HeartbeatTimeout)
-	}
-	if others := len(cfg.Peers) - 1; conns > 0 && conns < connsPerPeer*others {
-		return 0, 0, 0, fmt.Errorf("raft max inbound connections %d is below %d per other voter (%d others)", conns, connsPerPeer, others)
-	}
-	return maxRPC, idle, conns, nil
-}
-
 // Raft is the Raft election backend: hashicorp/raft with prevote over a
 // stream layer the caller owns.
 type Raft struct {
@@ -145,26 +70,20 @@ func startRaft(cfg RaftConfig, fsm raft.FSM, store *persist.Store, stream raft.S
 	if err := raft.ValidateConfig(conf); err != nil {
 		return nil, fmt.Errorf("raft config: %w", err)
 	}
-	maxRPC, idle, conns, err := peerLimits(cfg)
-	if err != nil {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("raft config: %w", err)
-	}
-	// The transport timeout bounds one RPC on a stalled peer link; raft's own
-	// lease check steps a cut-off leader down sooner.
-	timeout := 10 * cfg.HeartbeatTimeout
-	if timeout < time.Second {
-		timeout = time.Second
 	}
 	trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:           stream,
 		MaxPool:          4,
-		Timeout:          timeout,
+		Timeout:          transportTimeout(cfg.HeartbeatTimeout),
 		Logger:           logger.Named("transport"),
-		MaxRPCSize:       maxRPC,
-		RPCTimeout:       cfg.RPCTimeout,
-		IdleTimeout:      idle,
+		MaxRPCSize:       cfg.MaxRPCSize,
+		RPCTimeout:       cfg.rpcTimeout(),
+		IdleTimeout:      cfg.idleTimeout(),
 		FirstByteTimeout: cfg.FirstByteTimeout,
-		MaxInboundConns:  conns,
+		MaxInboundConns:  cfg.MaxInboundConns,
 	})
 	has, err := store.HasState()
 	if err != nil {

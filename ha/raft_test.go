@@ -3,44 +3,19 @@ package ha
 import (
 	"errors"
 	"net"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
 
 	"github.com/xce/xce/internal/testutil"
 	"github.com/xce/xce/netio"
 	"github.com/xce/xce/persist"
 	"github.com/xce/xce/state"
 )
-
-func TestPeerLimits(t *testing.T) {
-	base := RaftConfig{HeartbeatTimeout: time.Second, Peers: []Peer{{ID: "a"}, {ID: "b"}, {ID: "c"}}}
-	maxRPC, idle, conns, err := peerLimits(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if maxRPC != 2*state.MaxAssignmentBytes || idle != 0 || conns != 0 {
-		t.Errorf("defaults: max RPC %d, idle %s, conns %d", maxRPC, idle, conns)
-	}
-	for name, mutate := range map[string]func(*RaftConfig){
-		"max RPC below the largest entry": func(c *RaftConfig) { c.MaxRPCSize = state.MaxAssignmentBytes },
-		"idle near the heartbeat":         func(c *RaftConfig) { c.IdleTimeout = 2 * time.Second },
-		"too few connections":             func(c *RaftConfig) { c.MaxInboundConns = 10 },
-	} {
-		c := base
-		mutate(&c)
-		if _, _, _, err := peerLimits(c); err == nil {
-			t.Errorf("%s: accepted", name)
-		}
-	}
-	c := base
-	c.MaxRPCSize, c.IdleTimeout, c.MaxInboundConns = -1, 10*time.Second, 64
-	if maxRPC, idle, conns, err := peerLimits(c); err != nil || maxRPC != -1 || idle != 10*time.Second || conns != 64 {
-		t.Errorf("explicit limits: %d %s %d %v", maxRPC, idle, conns, err)
-	}
-}
 
 // startOne starts a one-node Raft backend on a fresh data dir.
 func startOne(t *testing.T, mutate func(*RaftConfig)) (*Raft, string) {
@@ -108,7 +83,7 @@ func TestStartRaftCampaignAllowed(t *testing.T) {
 func TestStartRaftPeerLimits(t *testing.T) {
 	r, _ := startOne(t, func(c *RaftConfig) {
 		c.MaxRPCSize = minMaxRPCSize
-		c.IdleTimeout = time.Second
+		c.FirstByteTimeout = time.Second
 	})
 	if got := r.trans.MaxRPCSize(); got != minMaxRPCSize {
 		t.Errorf("transport max RPC size %d, want %d", got, minMaxRPCSize)
@@ -124,9 +99,95 @@ func TestStartRaftPeerLimits(t *testing.T) {
 		t.Fatal("read data from a silent connection")
 	}
 	if took := time.Since(start); took > 5*time.Second {
-		t.Errorf("silent connection closed after %s, idle timeout 1s", took)
+		t.Errorf("silent connection closed after %s, first-byte timeout 1s", took)
 	}
-	testutil.Eventually(t, 5*time.Second, "the silent connection counted as idle", func() bool {
-		return r.trans.TransportStats().Idle == 1
+	testutil.Eventually(t, 5*time.Second, "the transport counts one first-byte timeout", func() bool {
+		return r.trans.TransportStats().FirstByte == 1
 	})
+}
+
+// Validate names each setting out of range, and the defaults pass.
+func TestRaftConfigValidate(t *testing.T) {
+	three := []Peer{{ID: "a"}, {ID: "b"}, {ID: "c"}}
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	for _, tc := range []struct {
+		name string
+		edit func(c *RaftConfig)
+		want string // "" for valid
+	}{
+		{"defaults", func(c *RaftConfig) {}, ""},
+		{"heartbeat zero", func(c *RaftConfig) { c.HeartbeatTimeout = 0 }, "heartbeat_timeout: must be positive (got 0s)"},
+		{"commit below 5ms", func(c *RaftConfig) { c.CommitTimeout = ms(1) }, "commit_timeout: must be at least 5ms (got 1ms)"},
+		{"election below heartbeat", func(c *RaftConfig) { c.HeartbeatTimeout = ms(300) }, "election_timeout: must not be less than heartbeat_timeout (200ms < 300ms)"},
+		{"lease above heartbeat", func(c *RaftConfig) { c.HeartbeatTimeout = ms(100) }, "leader_lease_timeout: must not exceed heartbeat_timeout (150ms > 100ms)"},
+		{"snapshot_threshold zero", func(c *RaftConfig) { c.SnapshotThreshold = 0 }, "snapshot_threshold: must be at least 1"},
+		{"too few connections", func(c *RaftConfig) { c.MaxInboundConns = 15 }, "max_inbound_conns: must be at least 16, 8 for each other voter (got 15)"},
+		{"one voter needs 8", func(c *RaftConfig) { c.Peers = three[:1]; c.MaxInboundConns = 7 }, "max_inbound_conns: must be at least 8"},
+		{"one voter, 8 connections", func(c *RaftConfig) { c.Peers = three[:1]; c.MaxInboundConns = 8 }, ""},
+		{"max RPC below the largest entry", func(c *RaftConfig) { c.MaxRPCSize = state.MaxAssignmentBytes }, "max_rpc_size: must be at least 17825792 (got 16777216)"},
+		{"max RPC at the floor", func(c *RaftConfig) { c.MaxRPCSize = minMaxRPCSize }, ""},
+		{"max RPC too big", func(c *RaftConfig) { c.MaxRPCSize = 2 << 30 }, "max_rpc_size: must be between 17825792 and 1073741824"},
+		{"first byte zero", func(c *RaftConfig) { c.FirstByteTimeout = 0 }, "first_byte_timeout: must be between 100ms and 1h0m0s (got 0s)"},
+		{"rpc timeout short", func(c *RaftConfig) { c.RPCTimeout = ms(50) }, "rpc_timeout: must be between 100ms and 1h0m0s (got 50ms)"},
+		{"idle below a minute", func(c *RaftConfig) { c.IdleTimeout = 30 * time.Second }, "idle_timeout: must be between 1m0s and 24h0m0s (got 30s)"},
+	} {
+		c := DefaultRaftConfig()
+		c.Peers = three
+		tc.edit(&c)
+		err := c.Validate()
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: error %v, want %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// A bound left zero takes the default, which raft's transport would also
+// take, so that a caller that sets none gets raft's own limits.
+func TestRaftConfigZeroBoundsTakeTheDefaults(t *testing.T) {
+	c := RaftConfig{HeartbeatTimeout: time.Second}.withDefaults()
+	d := DefaultRaftConfig()
+	if c.MaxRPCSize != d.MaxRPCSize || c.RPCTimeout != d.RPCTimeout || c.IdleTimeout != d.IdleTimeout ||
+		c.FirstByteTimeout != d.FirstByteTimeout || c.MaxInboundConns != d.MaxInboundConns {
+		t.Fatalf("withDefaults %+v, want the bounds of %+v", c, d)
+	}
+	if d.MaxRPCSize != raft.DefaultMaxRPCSize || d.RPCTimeout != raft.DefaultRPCTimeout || d.IdleTimeout != raft.DefaultIdleTimeout ||
+		d.FirstByteTimeout != raft.DefaultFirstByteTimeout || d.MaxInboundConns != raft.DefaultMaxInboundConns {
+		t.Fatalf("defaults %+v differ from raft's transport defaults", d)
+	}
+}
+
+// The peer timeouts in force are never shorter than raft's timings ask.
+func TestPeerTimeoutsFollowRaft(t *testing.T) {
+	for _, tc := range []struct {
+		heartbeat, read, idle time.Duration
+		wantRead, wantIdle    time.Duration
+	}{
+		{200 * time.Millisecond, 10 * time.Second, 2 * time.Minute, 10 * time.Second, 2 * time.Minute},
+		{200 * time.Millisecond, 500 * time.Millisecond, time.Minute, 2 * time.Second, time.Minute},
+		{50 * time.Millisecond, 500 * time.Millisecond, time.Minute, time.Second, time.Minute},
+		{3 * time.Second, 10 * time.Second, 2 * time.Minute, 30 * time.Second, 2 * time.Minute},
+		{30 * time.Second, 10 * time.Second, 2 * time.Minute, 5 * time.Minute, 5 * time.Minute},
+	} {
+		c := DefaultRaftConfig()
+		c.HeartbeatTimeout, c.RPCTimeout, c.IdleTimeout = tc.heartbeat, tc.read, tc.idle
+		if r, i := c.rpcTimeout(), c.idleTimeout(); r != tc.wantRead || i != tc.wantIdle {
+			t.Errorf("heartbeat %v, read %v, idle %v: in force read %v idle %v, want %v and %v",
+				tc.heartbeat, tc.read, tc.idle, r, i, tc.wantRead, tc.wantIdle)
+		}
+	}
+}
+
+// A follower must be able to take a message carrying the largest entry
+// the node writes.
+func TestMaxRPCFloorFitsTheLargestEntry(t *testing.T) {
+	if minMaxRPCSize <= state.MaxAssignmentBytes || minMaxRPCSize <= state.MaxBatchBytes {
+		t.Fatalf("minMaxRPCSize %d does not exceed state.MaxAssignmentBytes %d and state.MaxBatchBytes %d",
+			minMaxRPCSize, state.MaxAssignmentBytes, state.MaxBatchBytes)
+	}
+	if d := DefaultRaftConfig().MaxRPCSize; d < minMaxRPCSize {
+		t.Fatalf("default max RPC size %d is below the floor %d", d, minMaxRPCSize)
+	}
 }

@@ -6,8 +6,6 @@ import (
 	"net/netip"
 	"strings"
 	"time"
-
-	"github.com/xce/xce/configs"
 )
 
 // Limits bound what clients can make the API server hold.
@@ -45,35 +43,6 @@ type Limits struct {
 	// MaxConcurrentStreams caps HTTP/2 streams per connection.
 	MaxConcurrentStreams int
 }
-
-// fdsForOthers is what ClientLimits keeps, besides the peer port's
-// connections, for descriptors that are neither: storage files,
-// listeners, outbound peer and Kafka connections.
-const fdsForOthers = 128
-
-// maxConcurrentStreams caps the HTTP/2 streams of one client connection.
-const maxConcurrentStreams = 256
-
-// ClientLimits returns the client port's limits from the config's limits
-// section.
-func ClientLimits(l configs.Limits) Limits {
-	c := l.Client
-	return Limits{
-		MaxConnections:       c.MaxConnections,
-		HealthReserve:        c.HealthReserve,
-		FDHeadroom:           l.Peer.MaxConnections + fdsForOthers,
-		ReadHeaderTimeout:    c.ReadHeaderTimeout.Duration,
-		ReadTimeout:          c.ReadTimeout.Duration,
-		WriteTimeout:         c.WriteTimeout.Duration,
-		IdleTimeout:          c.IdleTimeout.Duration,
-		MaxHeaderBytes:       c.MaxHeaderBytes,
-		MaxConcurrentStreams: maxConcurrentStreams,
-	}
-}
-
-// DefaultLimits are the API server's limits unless configured otherwise:
-// those of the config's defaults.
-func DefaultLimits() Limits { return ClientLimits(configs.Default().Limits) }
 
 // fitFDs lowers the connection caps so that general + reserve + headroom
 // fit in limit file descriptors. The reserve keeps its size while it is at

@@ -17,7 +17,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/xce/xce/configs"
 	"github.com/xce/xce/internal/testutil"
 )
 
@@ -694,18 +693,26 @@ func TestIsLoopback(t *testing.T) {
 	}
 }
 
-// The config's limits map onto the server's, and the config's defaults
-// are the defaults.
-func TestClientLimitsFromConfig(t *testing.T) {
-	d := configs.Default().Limits
-	got := ClientLimits(d)
-	want := Limits{
-		MaxConnections: 1024, HealthReserve: 8, FDHeadroom: 128 + fdsForOthers,
-		ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second,
-		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10, MaxConcurrentStreams: maxConcurrentStreams,
+// The defaults pass Validate, and each limit out of range is named.
+func TestLimitsValidate(t *testing.T) {
+	if err := DefaultLimits().Validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
 	}
-	if got != want || DefaultLimits() != want {
-		t.Errorf("ClientLimits(defaults) = %+v\nwant %+v", got, want)
+	for _, tc := range []struct {
+		edit func(l *Limits)
+		want string
+	}{
+		{func(l *Limits) { l.MaxConnections = 0 }, "max_connections: must be between 1 and 1048576 (got 0)"},
+		{func(l *Limits) { l.HealthReserve = -1 }, "health_reserve: must be between 0 and 1024 (got -1)"},
+		{func(l *Limits) { l.ReadHeaderTimeout = 50 * time.Millisecond }, "read_header_timeout: must be between 100ms and 1h0m0s (got 50ms)"},
+		{func(l *Limits) { l.IdleTimeout = 500 * time.Millisecond }, "idle_timeout: must be between 1s and 24h0m0s (got 500ms)"},
+		{func(l *Limits) { l.MaxHeaderBytes = 1000 }, "max_header_bytes: must be between 4096 and 16777216 (got 1000)"},
+	} {
+		l := DefaultLimits()
+		tc.edit(&l)
+		if err := l.Validate(); err == nil || err.Error() != tc.want {
+			t.Errorf("got %v, want %q", err, tc.want)
+		}
 	}
 }
 

@@ -63,26 +63,6 @@ var (
 	ErrTooManyWorkers = errors.New("too many workers")
 )
 
-// Config tunes the Service.
-type Config struct {
-	Assign assign.Config
-	// SessionTimeout: a worker that sends nothing for this long is gone.
-	SessionTimeout time.Duration
-	// HeartbeatInterval is what workers are told to use.
-	HeartbeatInterval time.Duration
-	// Settle is how long a new primary waits for workers before it plans;
-	// zero means SessionTimeout. A cluster without any assignment yet has
-	// nothing to preserve and plans at once.
-	Settle time.Duration
-	// Tick is the loop's period for session expiry and task-set checks;
-	// it also spaces plans apart (zero means 100ms).
-	Tick time.Duration
-	// TaskReplan spaces plans caused only by task-set changes (zero means
-	// 1s): planning costs O(tasks), and a submit storm must not make the
-	// primary re-plan every tick.
-	TaskReplan time.Duration
-}
-
 // FSM is what the Service reads of the replicated state.
 type FSM interface {
 	Assignment() (uint64, map[string]state.Placement)
@@ -164,20 +144,9 @@ type Service struct {
 
 // New returns a stopped Service.
 func New(cfg Config, fsm FSM, apply ApplyFunc, log zerolog.Logger) (*Service, error) {
-	if err := cfg.Assign.Validate(); err != nil {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("placement: %w", err)
-	}
-	if cfg.SessionTimeout <= 0 || cfg.HeartbeatInterval <= 0 {
-		return nil, errors.New("placement: session timeout and heartbeat interval must be positive")
-	}
-	if cfg.Settle == 0 {
-		cfg.Settle = cfg.SessionTimeout
-	}
-	if cfg.Tick <= 0 {
-		cfg.Tick = 100 * time.Millisecond
-	}
-	if cfg.TaskReplan <= 0 {
-		cfg.TaskReplan = time.Second
 	}
 	return &Service{cfg: cfg, fsm: fsm, apply: apply, log: log.With().Str("component", "assignor").Logger()}, nil
 }

@@ -1,51 +1,9 @@
 package succession
 
 import (
-	"errors"
 	"fmt"
 	"math"
 )
-
-// ErrInvalidLeaseConfig is wrapped by every error LeaseConfig.Validate returns.
-var ErrInvalidLeaseConfig = errors.New("invalid lease config")
-
-// LeaseConfig sets the timing of a role's lease. All members of a role must use
-// the same values, or their anchors differ.
-type LeaseConfig struct {
-	// LeaseMillis is how long a granted or renewed lease lasts.
-	LeaseMillis int64
-	// RenewMillis is how long after a grant the holder renews; the margin
-	// LeaseMillis - RenewMillis absorbs a slow or retried renewal.
-	RenewMillis int64
-	// StaggerMillis separates consecutive ranks' challenges. It only saves
-	// epoch churn; 0 lets every challenger go at once.
-	StaggerMillis int64
-}
-
-// DefaultLeaseConfig is a 10 s lease renewed every 3 s (leaving 7 s for slow
-// renewals before anyone challenges) with challengers 1 s apart.
-func DefaultLeaseConfig() LeaseConfig {
-	return LeaseConfig{LeaseMillis: 10_000, RenewMillis: 3_000, StaggerMillis: 1_000}
-}
-
-// Validate reports every field that is out of range; each error wraps
-// ErrInvalidLeaseConfig.
-func (c LeaseConfig) Validate() error {
-	var errs []error
-	if c.LeaseMillis <= 0 {
-		errs = append(errs, fmt.Errorf("%w: LeaseMillis: must be > 0, got %d", ErrInvalidLeaseConfig, c.LeaseMillis))
-	}
-	if c.RenewMillis <= 0 {
-		errs = append(errs, fmt.Errorf("%w: RenewMillis: must be > 0, got %d", ErrInvalidLeaseConfig, c.RenewMillis))
-	} else if c.RenewMillis >= c.LeaseMillis {
-		errs = append(errs, fmt.Errorf("%w: RenewMillis: must be < LeaseMillis (%d), got %d",
-			ErrInvalidLeaseConfig, c.LeaseMillis, c.RenewMillis))
-	}
-	if c.StaggerMillis < 0 {
-		errs = append(errs, fmt.Errorf("%w: StaggerMillis: must be >= 0, got %d", ErrInvalidLeaseConfig, c.StaggerMillis))
-	}
-	return errors.Join(errs...)
-}
 
 // Grant is the lease holder obtains by writing (or renewing) at nowMillis.
 func (c LeaseConfig) Grant(holder MemberID, nowMillis int64) Lease {

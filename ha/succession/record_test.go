@@ -2,6 +2,7 @@ package succession
 
 import (
 	"errors"
+	"math"
 	"reflect"
 	"slices"
 	"strings"
@@ -271,14 +272,16 @@ func TestLeaseConfigValidate(t *testing.T) {
 		want string // "" for valid
 	}{
 		{DefaultLeaseConfig(), ""},
-		{LeaseConfig{LeaseMillis: 2, RenewMillis: 1}, ""},
+		{LeaseConfig{LeaseMillis: MinLeaseMillis, RenewMillis: 1}, ""},
 		{LeaseConfig{LeaseMillis: 1000, RenewMillis: 300, StaggerMillis: 0}, ""},
-		{LeaseConfig{LeaseMillis: 0, RenewMillis: 300}, "invalid lease config: LeaseMillis: must be > 0, got 0\n" +
-			"invalid lease config: RenewMillis: must be < LeaseMillis (0), got 300"},
-		{LeaseConfig{LeaseMillis: 1000, RenewMillis: 0}, "invalid lease config: RenewMillis: must be > 0, got 0"},
-		{LeaseConfig{LeaseMillis: 1000, RenewMillis: -1}, "invalid lease config: RenewMillis: must be > 0, got -1"},
-		{LeaseConfig{LeaseMillis: 1000, RenewMillis: 1000}, "invalid lease config: RenewMillis: must be < LeaseMillis (1000), got 1000"},
-		{LeaseConfig{LeaseMillis: 1000, RenewMillis: 300, StaggerMillis: -1}, "invalid lease config: StaggerMillis: must be >= 0, got -1"},
+		{LeaseConfig{LeaseMillis: 99, RenewMillis: 1}, "invalid lease config: LeaseMillis: must be at least 100ms, got 99ms"},
+		{LeaseConfig{LeaseMillis: 0, RenewMillis: 300}, "invalid lease config: LeaseMillis: must be at least 100ms, got 0s\n" +
+			"invalid lease config: RenewMillis: must be positive and less than LeaseMillis (0s), got 300ms"},
+		{LeaseConfig{LeaseMillis: 1000, RenewMillis: 0}, "invalid lease config: RenewMillis: must be positive and less than LeaseMillis (1s), got 0s"},
+		{LeaseConfig{LeaseMillis: 1000, RenewMillis: -1}, "invalid lease config: RenewMillis: must be positive and less than LeaseMillis (1s), got -1ms"},
+		{LeaseConfig{LeaseMillis: 1000, RenewMillis: 1000}, "invalid lease config: RenewMillis: must be positive and less than LeaseMillis (1s), got 1s"},
+		{LeaseConfig{LeaseMillis: 1000, RenewMillis: 300, StaggerMillis: -1}, "invalid lease config: StaggerMillis: must not be negative, got -1ms"},
+		{LeaseConfig{LeaseMillis: math.MaxInt64, RenewMillis: math.MaxInt64}, "invalid lease config: RenewMillis: must be positive and less than LeaseMillis (9223372036854775807ms), got 9223372036854775807ms"},
 	} {
 		err := tc.cfg.Validate()
 		switch {

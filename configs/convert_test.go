@@ -1,0 +1,184 @@
+package configs
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/xce/xce/fence"
+	"github.com/xce/xce/ha"
+	"github.com/xce/xce/ha/succession"
+	"github.com/xce/xce/netio"
+	"github.com/xce/xce/persist/raftlog"
+	"github.com/xce/xce/placement"
+)
+
+// sameFields reports every field in which got differs from want, skipping
+// the fields named in skip (a node's identity, which has no default).
+func sameFields(t *testing.T, what string, got, want any, skip ...string) {
+	t.Helper()
+	g, w := reflect.ValueOf(got), reflect.ValueOf(want)
+	for i := 0; i < g.NumField(); i++ {
+		name := g.Type().Field(i).Name
+		if contains(skip, name) {
+			continue
+		}
+		gf, wf := g.Field(i), w.Field(i)
+		if gf.Kind() == reflect.Func {
+			if !gf.IsNil() || !wf.IsNil() {
+				t.Errorf("%s.%s: a function is set", what, name)
+			}
+			continue
+		}
+		if !gf.CanInterface() {
+			continue // unexported
+		}
+		if gf.Kind() == reflect.Struct {
+			sameFields(t, what+"."+name, gf.Interface(), wf.Interface())
+			continue
+		}
+		if !reflect.DeepEqual(gf.Interface(), wf.Interface()) {
+			t.Errorf("%s.%s: the config file's default gives %v, the package's default is %v", what, name, gf.Interface(), wf.Interface())
+		}
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// A config file that sets nothing but the node's identity gives each
+// package exactly its own defaults: there is one default per setting.
+func TestDefaultsAreThePackages(t *testing.T) {
+	c := mustParse(t, minimal)
+	sameFields(t, "ha.RaftConfig", c.RaftConfig(), ha.DefaultRaftConfig(), "NodeID", "Peers")
+	sameFields(t, "placement.Config", c.AssignorConfig(), placement.DefaultConfig())
+	sameFields(t, "fence.Config", c.FenceConfig(), fence.DefaultConfig(), "Brokers", "TransactionalID", "Logger")
+	sameFields(t, "succession.LeaseConfig", c.KafkaLease(), succession.DefaultLeaseConfig())
+	sameFields(t, "netio.Limits", c.ClientLimits(), netio.DefaultLimits())
+	sameFields(t, "kafkaha.Config.Lease", c.KafkaHAConfig().Lease, succession.DefaultLeaseConfig())
+	if c.Raft.LogSegmentSize != raftlog.DefaultSegmentSize {
+		t.Errorf("raft.log_segment_size defaults to %d, the log's default is %d", c.Raft.LogSegmentSize, raftlog.DefaultSegmentSize)
+	}
+	// And what a YAML user gets by default has not moved.
+	if c.HA.Lease.Duration != 3*time.Second || c.HA.Renew.Duration != time.Second || c.HA.Stagger.Duration != 500*time.Millisecond ||
+		c.Raft.HeartbeatTimeout.Duration != 200*time.Millisecond || c.Limits.Peer.MaxMessageBytes != 32<<20 ||
+		c.Assignor.SessionTimeout.Duration != 10*time.Second || c.Kafka.Topic != "xce.events" {
+		t.Errorf("defaults moved: %+v", c)
+	}
+}
+
+// The conversions carry every value of the file.
+func TestConversions(t *testing.T) {
+	c := mustParse(t, minimal+`cluster_id: c1
+ha: {lease: 4s, renew: 1500ms, stagger: 0s}
+raft: {heartbeat_timeout: 300ms, election_timeout: 400ms, leader_lease_timeout: 250ms, commit_timeout: 20ms,
+  snapshot_interval: 1m, snapshot_threshold: 100, trailing_logs: 7, detect_leader_exit: false}
+kafka: {brokers: ["k1:9092"], topic: events, transactional_id_prefix: tx}
+assignor: {acceptable_recovery_lag: 5, max_warmup_replicas: 3, num_standby_replicas: 1,
+  probing_rebalance_interval: 2m, session_timeout: 4s, heartbeat_interval: 500ms}
+limits: {client: {max_connections: 10, read_timeout: 2s}, peer: {max_connections: 64, max_message_bytes: 20971520, first_byte_timeout: 2s, read_timeout: 3s, idle_timeout: 5m}}
+`)
+	r := c.RaftConfig()
+	want := ha.RaftConfig{NodeID: "n1", Peers: []ha.Peer{{ID: "n1", Addr: "127.0.0.1:7201"}, {ID: "n2", Addr: "127.0.0.1:7202"}, {ID: "n3", Addr: "127.0.0.1:7203"}},
+		HeartbeatTimeout: 300 * time.Millisecond, ElectionTimeout: 400 * time.Millisecond, LeaderLeaseTimeout: 250 * time.Millisecond,
+		CommitTimeout: 20 * time.Millisecond, SnapshotInterval: time.Minute, SnapshotThreshold: 100, TrailingLogs: 7,
+		MaxRPCSize: 20 << 20, RPCTimeout: 3 * time.Second, IdleTimeout: 5 * time.Minute, FirstByteTimeout: 2 * time.Second, MaxInboundConns: 64}
+	if !reflect.DeepEqual(r, want) {
+		t.Errorf("RaftConfig\n%+v\nwant\n%+v", r, want)
+	}
+	if l := c.ClientLimits(); l.MaxConnections != 10 || l.ReadTimeout != 2*time.Second || l.FDHeadroom != netio.FDHeadroom(64) ||
+		l.HealthReserve != 8 {
+		t.Errorf("ClientLimits %+v", l)
+	}
+	a := c.AssignorConfig()
+	if a.Assign.AcceptableRecoveryLag != 5 || a.Assign.MaxWarmupReplicas != 3 || a.Assign.NumStandbyReplicas != 1 ||
+		a.Assign.ProbingRebalanceInterval != 2*time.Minute || a.SessionTimeout != 4*time.Second || a.HeartbeatInterval != 500*time.Millisecond {
+		t.Errorf("AssignorConfig %+v", a)
+	}
+	if f := c.FenceConfig(); !reflect.DeepEqual(f.Brokers, []string{"k1:9092"}) || f.Topic != "events" || f.TransactionalID != "tx.c1.primary" {
+		t.Errorf("FenceConfig %+v", f)
+	}
+	if l := c.KafkaLease(); l != (succession.LeaseConfig{LeaseMillis: 4000, RenewMillis: 1500}) {
+		t.Errorf("KafkaLease %+v", l)
+	}
+	k := c.KafkaHAConfig()
+	if k.Member != "n1" || k.Role != "primary" || k.CoordTopic != "tx.c1.coord" || k.StateTopic != "tx.c1.state" || k.TransactionalID != "tx.c1.role" ||
+		k.SnapshotInterval != time.Minute || k.SnapshotThreshold != 100 || k.Lease != c.KafkaLease() || !reflect.DeepEqual(k.Brokers, []string{"k1:9092"}) {
+		t.Errorf("KafkaHAConfig %+v", k)
+	}
+}
+
+// The problems a package finds are reported under the YAML keys.
+func TestPackageProblemsNameTheKeys(t *testing.T) {
+	kafka := func(c *Config) { c.HA.Backend, c.Kafka.Brokers = BackendKafka, []string{"k1:9092"} }
+	checkValidate(t, []validateCase{
+		{"lease below 100ms", func(c *Config) { kafka(c); c.HA.Lease = ms(50); c.HA.Renew = ms(10) }, "ha.lease: must be at least 100ms, got 50ms"},
+		{"renew not below lease", func(c *Config) { kafka(c); c.HA.Renew = c.HA.Lease }, "ha.renew: must be positive and less than ha.lease (3s), got 3s"},
+		{"stagger negative", func(c *Config) { kafka(c); c.HA.Stagger = ms(-1) }, "ha.stagger: must not be negative, got -1ms"},
+		{"lease unchecked with raft", func(c *Config) { c.HA.Lease = ms(1) }, ""},
+		{"kafka without brokers", func(c *Config) { c.HA.Backend = BackendKafka }, "ha.backend: kafka needs kafka.brokers"},
+		{"recovery lag negative", func(c *Config) { c.Assignor.AcceptableRecoveryLag = -1 }, "assignor.acceptable_recovery_lag: must not be negative"},
+		{"warmups zero", func(c *Config) { c.Assignor.MaxWarmupReplicas = 0 }, "assignor.max_warmup_replicas: must be at least 1"},
+		{"standbys negative", func(c *Config) { c.Assignor.NumStandbyReplicas = -1 }, "assignor.num_standby_replicas: must not be negative"},
+		{"standbys above 16", func(c *Config) { c.Assignor.NumStandbyReplicas = 17 }, "assignor.num_standby_replicas: must be at most 16"},
+		{"standbys 16", func(c *Config) { c.Assignor.NumStandbyReplicas = 16 }, ""},
+		{"probing below 1m", func(c *Config) { c.Assignor.ProbingRebalanceInterval = Duration{59 * time.Second} }, "assignor.probing_rebalance_interval: must be at least 1m0s"},
+		{"session too short", func(c *Config) { c.Assignor.SessionTimeout = ms(100) }, "assignor.session_timeout: must be between 500ms and 1h0m0s (got 100ms)"},
+		{"heartbeat too short", func(c *Config) { c.Assignor.HeartbeatInterval = ms(10) }, "assignor.heartbeat_interval: must be at least 50ms (got 10ms)"},
+		{"heartbeat above half", func(c *Config) { c.Assignor.HeartbeatInterval = Duration{6 * time.Second} },
+			"assignor.heartbeat_interval: must be at most half of assignor.session_timeout (6s > 10s/2)"},
+	})
+}
+
+// Every field a package's Validate can name has a YAML key.
+func TestEveryPackageProblemHasAKey(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		keys map[string]string
+	}{
+		{ha.RaftConfig{}.Validate(), raftKeys},
+		{ha.RaftConfig{HeartbeatTimeout: time.Second, ElectionTimeout: time.Millisecond * 5, LeaderLeaseTimeout: time.Hour,
+			CommitTimeout: time.Hour, SnapshotInterval: time.Hour, MaxRPCSize: 1 << 40, MaxInboundConns: 1 << 30}.Validate(), raftKeys},
+		{placement.Config{}.Validate(), assignorKeys},
+		{placement.Config{SessionTimeout: time.Second, HeartbeatInterval: time.Second}.Validate(), assignorKeys},
+		{fence.Config{Topic: "..", TransactionalID: "x", BatchMax: 1, TrimEvery: 1, TxnTimeout: 1}.Validate(), fenceKeys},
+		{succession.LeaseConfig{StaggerMillis: -1}.Validate(), leaseKeys},
+		{netio.Limits{MaxConnections: -1, HealthReserve: -1, MaxHeaderBytes: -1}.Validate(), clientKeys},
+	} {
+		var p problems
+		p.from(tc.err, tc.keys)
+		if len(p) == 0 {
+			t.Fatalf("%v: no problems", tc.err)
+		}
+		for _, msg := range p {
+			field, _, _ := strings.Cut(msg, ": ")
+			if !strings.Contains(field, ".") {
+				t.Errorf("%q: the field has no YAML key", msg)
+			}
+		}
+	}
+}
+
+func TestFromFlattensAndRenames(t *testing.T) {
+	sentinel := errors.New("bad")
+	err := errors.Join(
+		errors.Join(errors.New("a_b: must exceed c_d (1 > 2)")),
+		fmt.Errorf("%w: c_d: must not be negative", sentinel),
+		errors.New("no field here"),
+	)
+	var p problems
+	p.from(err, map[string]string{"a_b": "x.a_b", "c_d": "x.c_d"})
+	want := problems{"x.a_b: must exceed x.c_d (1 > 2)", "x.c_d: must not be negative", "no field here"}
+	if !reflect.DeepEqual(p, want) {
+		t.Fatalf("got %q\nwant %q", p, want)
+	}
+}

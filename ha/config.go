@@ -1,0 +1,215 @@
+package ha
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/xce/xce/state"
+)
+
+// RaftConfig is what the Raft backend needs from the node's config: raft's
+// timings (the config's raft section) and the bounds of the peer port (its
+// limits.peer section).
+type RaftConfig struct {
+	NodeID             string
+	Peers              []Peer
+	HeartbeatTimeout   time.Duration
+	ElectionTimeout    time.Duration
+	LeaderLeaseTimeout time.Duration
+	CommitTimeout      time.Duration
+	SnapshotInterval   time.Duration
+	SnapshotThreshold  uint64
+	TrailingLogs       uint64
+	// DetectLeaderExit starts an election as soon as the leader's peer port
+	// refuses connections (its process has exited) instead of after the
+	// heartbeat timeout; see exitWatch.
+	DetectLeaderExit bool
+	// CampaignAllowed, if set, is asked before this node stands for
+	// election (raft's Config.CampaignAllowed). While it returns an error
+	// the node starts no election, refuses a leadership transfer to it, and
+	// a candidate steps back. Raft calls it on its main goroutine: it must
+	// be quick.
+	CampaignAllowed func() error
+
+	// Bounds on the peer port (raft's NetworkTransportConfig). StartRaft
+	// takes DefaultRaftConfig's value for each one left zero; Validate says
+	// what is refused.
+	//
+	// MaxRPCSize bounds one encoded RPC (InstallSnapshot's data aside). It
+	// must hold the largest entry: at least minMaxRPCSize.
+	MaxRPCSize int64
+	// RPCTimeout bounds reading an RPC once it has begun and writing its
+	// answer. The transport gives a peer at least as long as raft gives its
+	// own RPCs (see rpcTimeout).
+	RPCTimeout time.Duration
+	// IdleTimeout closes an inbound peer connection that starts no RPC for
+	// this long; in force never less than 10 × HeartbeatTimeout (see
+	// idleTimeout).
+	IdleTimeout time.Duration
+	// FirstByteTimeout closes an inbound peer connection that begins no
+	// RPC this long after it was accepted (the exit watch's connection is
+	// exempt).
+	FirstByteTimeout time.Duration
+	// MaxInboundConns caps the inbound peer connections: at least
+	// connsPerPeer for each other voter.
+	MaxInboundConns int
+}
+
+// DefaultRaftConfig returns the defaults of every setting but the node's
+// identity (NodeID, Peers) and CampaignAllowed. The config file's raft and
+// limits.peer sections default to these.
+func DefaultRaftConfig() RaftConfig {
+	return RaftConfig{
+		HeartbeatTimeout:   200 * time.Millisecond,
+		ElectionTimeout:    200 * time.Millisecond,
+		LeaderLeaseTimeout: 150 * time.Millisecond,
+		CommitTimeout:      10 * time.Millisecond,
+		SnapshotInterval:   30 * time.Second,
+		SnapshotThreshold:  65536,
+		TrailingLogs:       10240,
+		DetectLeaderExit:   true,
+		MaxRPCSize:         2 * state.MaxAssignmentBytes,
+		RPCTimeout:         10 * time.Second,
+		IdleTimeout:        2 * time.Minute,
+		FirstByteTimeout:   5 * time.Second,
+		MaxInboundConns:    128,
+	}
+}
+
+// Bounds of RaftConfig.
+const (
+	// minTimeout is the shortest of raft's timings.
+	minTimeout = 5 * time.Millisecond
+	// minMaxRPCSize fits an AppendEntries that carries one entry of the
+	// largest kind, a CmdSetAssignment of state.MaxAssignmentBytes, with
+	// room for the message around it. A smaller cap would leave a follower
+	// unable ever to take that entry.
+	minMaxRPCSize = state.MaxAssignmentBytes + 1<<20
+	maxMaxRPCSize = 1 << 30
+	// connsPerPeer is how many connections a peer may hold to this node at
+	// once: heartbeats, the replication pipeline, its connection pool, a
+	// snapshot and the exit watch.
+	connsPerPeer    = 8
+	maxInboundConns = 1 << 20
+	minPeerTimeout  = 100 * time.Millisecond
+	maxPeerTimeout  = time.Hour
+	minPeerIdle     = time.Minute
+	maxPeerIdle     = 24 * time.Hour
+)
+
+// Validate reports every invalid setting, each as "field: problem", the
+// field in snake case (heartbeat_timeout, max_rpc_size); a problem that
+// names another setting names it the same way. NodeID and Peers are the
+// caller's to check; Peers only sets how many connections are needed.
+func (c RaftConfig) Validate() error {
+	var errs []error
+	add := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
+	}
+	ok := true
+	for _, d := range []struct {
+		field string
+		d     time.Duration
+	}{
+		{"heartbeat_timeout", c.HeartbeatTimeout},
+		{"election_timeout", c.ElectionTimeout},
+		{"leader_lease_timeout", c.LeaderLeaseTimeout},
+		{"commit_timeout", c.CommitTimeout},
+		{"snapshot_interval", c.SnapshotInterval},
+	} {
+		switch {
+		case d.d <= 0:
+			add(d.field, "must be positive (got %s)", d.d)
+			ok = false
+		case d.d < minTimeout:
+			add(d.field, "must be at least %s (got %s)", minTimeout, d.d)
+			ok = false
+		}
+	}
+	if hb := c.HeartbeatTimeout; ok {
+		if el := c.ElectionTimeout; el < hb {
+			add("election_timeout", "must not be less than heartbeat_timeout (%s < %s)", el, hb)
+		}
+		if l := c.LeaderLeaseTimeout; l > hb {
+			add("leader_lease_timeout", "must not exceed heartbeat_timeout (%s > %s)", l, hb)
+		}
+		if ct := c.CommitTimeout; ct > hb {
+			add("commit_timeout", "must not exceed heartbeat_timeout (%s > %s)", ct, hb)
+		}
+	}
+	if c.SnapshotThreshold < 1 {
+		add("snapshot_threshold", "must be at least 1")
+	}
+
+	if need := connsPerPeer * max(len(c.Peers)-1, 1); c.MaxInboundConns < need {
+		add("max_inbound_conns", "must be at least %d, %d for each other voter (got %d)", need, connsPerPeer, c.MaxInboundConns)
+	} else if c.MaxInboundConns > maxInboundConns {
+		add("max_inbound_conns", "must be between %d and %d (got %d)", need, maxInboundConns, c.MaxInboundConns)
+	}
+	switch {
+	case c.MaxRPCSize < minMaxRPCSize:
+		add("max_rpc_size", "must be at least %d (got %d): a message carrying the largest entry, an assignment of up to %d MiB, must fit",
+			minMaxRPCSize, c.MaxRPCSize, state.MaxAssignmentBytes>>20)
+	case c.MaxRPCSize > maxMaxRPCSize:
+		add("max_rpc_size", "must be between %d and %d (got %d)", minMaxRPCSize, maxMaxRPCSize, c.MaxRPCSize)
+	}
+	for _, d := range []struct {
+		field  string
+		d      time.Duration
+		lo, hi time.Duration
+	}{
+		{"first_byte_timeout", c.FirstByteTimeout, minPeerTimeout, maxPeerTimeout},
+		{"rpc_timeout", c.RPCTimeout, minPeerTimeout, maxPeerTimeout},
+		{"idle_timeout", c.IdleTimeout, minPeerIdle, maxPeerIdle},
+	} {
+		if d.d < d.lo || d.d > d.hi {
+			add(d.field, "must be between %s and %s (got %s)", d.lo, d.hi, d.d)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// withDefaults returns c with DefaultRaftConfig's peer-port bounds in place
+// of those left zero.
+func (c RaftConfig) withDefaults() RaftConfig {
+	d := DefaultRaftConfig()
+	if c.MaxRPCSize == 0 {
+		c.MaxRPCSize = d.MaxRPCSize
+	}
+	if c.RPCTimeout == 0 {
+		c.RPCTimeout = d.RPCTimeout
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = d.IdleTimeout
+	}
+	if c.FirstByteTimeout == 0 {
+		c.FirstByteTimeout = d.FirstByteTimeout
+	}
+	if c.MaxInboundConns == 0 {
+		c.MaxInboundConns = d.MaxInboundConns
+	}
+	return c
+}
+
+// transportTimeout is how long raft's transport gives one RPC to a peer:
+// ten heartbeat timeouts, at least a second. It bounds one RPC on a
+// stalled peer link; raft's own lease check steps a cut-off leader down
+// sooner.
+func transportTimeout(heartbeat time.Duration) time.Duration {
+	return max(10*heartbeat, time.Second)
+}
+
+// rpcTimeout is the time a peer has to send one RPC once its first byte
+// arrived: RPCTimeout, or the transport's own timeout when that is longer,
+// since raft gives its peers that long to send.
+func (c RaftConfig) rpcTimeout() time.Duration {
+	return max(c.RPCTimeout, transportTimeout(c.HeartbeatTimeout))
+}
+
+// idleTimeout is how long a peer connection may carry no RPC: IdleTimeout,
+// and at least 10 × HeartbeatTimeout, so that it stays well above the
+// heartbeat timings.
+func (c RaftConfig) idleTimeout() time.Duration {
+	return max(c.IdleTimeout, 10*c.HeartbeatTimeout)
+}

@@ -1,0 +1,82 @@
+package placement
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/xce/xce/assign"
+)
+
+// Config tunes the Service.
+type Config struct {
+	Assign assign.Config
+	// SessionTimeout: a worker that sends nothing for this long is gone.
+	SessionTimeout time.Duration
+	// HeartbeatInterval is what workers are told to use.
+	HeartbeatInterval time.Duration
+	// Settle is how long a new primary waits for workers before it plans;
+	// zero means SessionTimeout. A cluster without any assignment yet has
+	// nothing to preserve and plans at once.
+	Settle time.Duration
+	// Tick is the loop's period for session expiry and task-set checks;
+	// it also spaces plans apart (zero means 100ms).
+	Tick time.Duration
+	// TaskReplan spaces plans caused only by task-set changes (zero means
+	// 1s): planning costs O(tasks), and a submit storm must not make the
+	// primary re-plan every tick.
+	TaskReplan time.Duration
+}
+
+// Bounds of the worker session timings.
+const (
+	MinSessionTimeout    = 500 * time.Millisecond
+	MaxSessionTimeout    = time.Hour
+	MinHeartbeatInterval = 50 * time.Millisecond
+)
+
+// DefaultConfig returns the defaults of every setting; the config file's
+// assignor section defaults to these.
+func DefaultConfig() Config {
+	return Config{
+		Assign:            assign.DefaultConfig(),
+		SessionTimeout:    10 * time.Second,
+		HeartbeatInterval: time.Second,
+		Tick:              100 * time.Millisecond,
+		TaskReplan:        time.Second,
+	}
+}
+
+// withDefaults returns c with the defaults of Settle, Tick and TaskReplan
+// in place of those left zero.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.Settle == 0 {
+		c.Settle = c.SessionTimeout
+	}
+	if c.Tick <= 0 {
+		c.Tick = d.Tick
+	}
+	if c.TaskReplan <= 0 {
+		c.TaskReplan = d.TaskReplan
+	}
+	return c
+}
+
+// Validate reports every invalid setting, each as "field: problem" with
+// the field in snake case; the assignor's own settings (Assign) are
+// reported under their names in assign.Config.Validate, which share the
+// same namespace.
+func (c Config) Validate() error {
+	errs := []error{c.Assign.Validate()}
+	st, hb := c.SessionTimeout, c.HeartbeatInterval
+	switch {
+	case st < MinSessionTimeout || st > MaxSessionTimeout:
+		errs = append(errs, fmt.Errorf("session_timeout: must be between %s and %s (got %s)", MinSessionTimeout, MaxSessionTimeout, st))
+	case hb < MinHeartbeatInterval:
+		errs = append(errs, fmt.Errorf("heartbeat_interval: must be at least %s (got %s)", MinHeartbeatInterval, hb))
+	case hb*2 > st:
+		errs = append(errs, fmt.Errorf("heartbeat_interval: must be at most half of session_timeout (%s > %s/2)", hb, st))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,41 @@
+package placement
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestConfigValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(c *Config)
+		want string // "" for valid
+	}{
+		{"defaults", func(c *Config) {}, ""},
+		{"session too short", func(c *Config) { c.SessionTimeout = 100 * time.Millisecond }, "session_timeout: must be between 500ms and 1h0m0s (got 100ms)"},
+		{"heartbeat too short", func(c *Config) { c.HeartbeatInterval = 10 * time.Millisecond }, "heartbeat_interval: must be at least 50ms (got 10ms)"},
+		{"heartbeat above half", func(c *Config) { c.HeartbeatInterval = 6 * time.Second }, "heartbeat_interval: must be at most half of session_timeout (6s > 10s/2)"},
+		{"heartbeat at half", func(c *Config) { c.HeartbeatInterval = 5 * time.Second }, ""},
+		{"assign settings", func(c *Config) { c.Assign.MaxWarmupReplicas = 0 }, "max_warmup_replicas: must be at least 1"},
+	} {
+		c := DefaultConfig()
+		tc.edit(&c)
+		err := c.Validate()
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: error %v, want %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// New takes the defaults for the loop's timings left zero, and a Settle
+// left zero is the session timeout.
+func TestNewFillsTheLoopTimings(t *testing.T) {
+	c := Config{Assign: DefaultConfig().Assign, SessionTimeout: 3 * time.Second, HeartbeatInterval: time.Second}.withDefaults()
+	if c.Settle != 3*time.Second || c.Tick != DefaultConfig().Tick || c.TaskReplan != DefaultConfig().TaskReplan {
+		t.Fatalf("withDefaults: %+v", c)
+	}
+}
