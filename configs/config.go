@@ -24,7 +24,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/xce/xce/fence"
-	"github.com/xce/xce/ha"
+	"github.com/xce/xce/ha/raftha"
 	"github.com/xce/xce/ha/succession"
 	"github.com/xce/xce/netio"
 	"github.com/xce/xce/persist/raftlog"
@@ -217,7 +217,7 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 // (node_id, data_dir, addresses and peers are empty). The defaults of the
 // settings a package uses are that package's (see convert.go).
 func Default() Config {
-	r, a, f, l := ha.DefaultRaftConfig(), placement.DefaultConfig(), fence.DefaultConfig(), succession.DefaultLeaseConfig()
+	r, a, f, l := raftha.DefaultConfig(), placement.DefaultConfig(), fence.DefaultConfig(), succession.DefaultLeaseConfig()
 	n := netio.DefaultLimits()
 	return Config{
 		ClusterID: "local",

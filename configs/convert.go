@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/xce/xce/fence"
-	"github.com/xce/xce/ha"
 	"github.com/xce/xce/ha/kafkaha"
+	"github.com/xce/xce/ha/raftha"
 	"github.com/xce/xce/ha/succession"
 	"github.com/xce/xce/netio"
 	"github.com/xce/xce/placement"
@@ -22,9 +22,9 @@ import (
 // RaftConfig returns the Raft backend's settings: the raft section, the
 // limits.peer section, node_id and each peer's peer_addr. The caller sets
 // CampaignAllowed.
-func (c *Config) RaftConfig() ha.RaftConfig {
+func (c *Config) RaftConfig() raftha.Config {
 	r, p := c.Raft, c.Limits.Peer
-	rc := ha.RaftConfig{
+	rc := raftha.Config{
 		NodeID:             c.NodeID,
 		HeartbeatTimeout:   r.HeartbeatTimeout.Duration,
 		ElectionTimeout:    r.ElectionTimeout.Duration,
@@ -41,12 +41,12 @@ func (c *Config) RaftConfig() ha.RaftConfig {
 		MaxInboundConns:    p.MaxConnections,
 	}
 	for _, pe := range c.Peers {
-		rc.Peers = append(rc.Peers, ha.Peer{ID: pe.ID, Addr: pe.PeerAddr})
+		rc.Peers = append(rc.Peers, raftha.Peer{ID: pe.ID, Addr: pe.PeerAddr})
 	}
 	return rc
 }
 
-// raftKeys are the YAML keys of ha.RaftConfig's fields, as its Validate
+// raftKeys are the YAML keys of raftha.Config's fields, as its Validate
 // names them.
 var raftKeys = map[string]string{
 	"heartbeat_timeout":    "raft.heartbeat_timeout",

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/xce/xce/fence"
-	"github.com/xce/xce/ha"
+	"github.com/xce/xce/ha/raftha"
 	"github.com/xce/xce/ha/succession"
 	"github.com/xce/xce/netio"
 	"github.com/xce/xce/persist/raftlog"
@@ -59,7 +59,7 @@ func contains(list []string, s string) bool {
 // package exactly its own defaults: there is one default per setting.
 func TestDefaultsAreThePackages(t *testing.T) {
 	c := mustParse(t, minimal)
-	sameFields(t, "ha.RaftConfig", c.RaftConfig(), ha.DefaultRaftConfig(), "NodeID", "Peers")
+	sameFields(t, "raftha.Config", c.RaftConfig(), raftha.DefaultConfig(), "NodeID", "Peers")
 	sameFields(t, "placement.Config", c.AssignorConfig(), placement.DefaultConfig())
 	sameFields(t, "fence.Config", c.FenceConfig(), fence.DefaultConfig(), "Brokers", "TransactionalID", "Logger")
 	sameFields(t, "succession.LeaseConfig", c.KafkaLease(), succession.DefaultLeaseConfig())
@@ -88,7 +88,7 @@ assignor: {acceptable_recovery_lag: 5, max_warmup_replicas: 3, num_standby_repli
 limits: {client: {max_connections: 10, read_timeout: 2s}, peer: {max_connections: 64, max_message_bytes: 20971520, first_byte_timeout: 2s, read_timeout: 3s, idle_timeout: 5m}}
 `)
 	r := c.RaftConfig()
-	want := ha.RaftConfig{NodeID: "n1", Peers: []ha.Peer{{ID: "n1", Addr: "127.0.0.1:7201"}, {ID: "n2", Addr: "127.0.0.1:7202"}, {ID: "n3", Addr: "127.0.0.1:7203"}},
+	want := raftha.Config{NodeID: "n1", Peers: []raftha.Peer{{ID: "n1", Addr: "127.0.0.1:7201"}, {ID: "n2", Addr: "127.0.0.1:7202"}, {ID: "n3", Addr: "127.0.0.1:7203"}},
 		HeartbeatTimeout: 300 * time.Millisecond, ElectionTimeout: 400 * time.Millisecond, LeaderLeaseTimeout: 250 * time.Millisecond,
 		CommitTimeout: 20 * time.Millisecond, SnapshotInterval: time.Minute, SnapshotThreshold: 100, TrailingLogs: 7,
 		MaxRPCSize: 20 << 20, RPCTimeout: 3 * time.Second, IdleTimeout: 5 * time.Minute, FirstByteTimeout: 2 * time.Second, MaxInboundConns: 64}
@@ -145,8 +145,8 @@ func TestEveryPackageProblemHasAKey(t *testing.T) {
 		err  error
 		keys map[string]string
 	}{
-		{ha.RaftConfig{}.Validate(), raftKeys},
-		{ha.RaftConfig{HeartbeatTimeout: time.Second, ElectionTimeout: time.Millisecond * 5, LeaderLeaseTimeout: time.Hour,
+		{raftha.Config{}.Validate(), raftKeys},
+		{raftha.Config{HeartbeatTimeout: time.Second, ElectionTimeout: time.Millisecond * 5, LeaderLeaseTimeout: time.Hour,
 			CommitTimeout: time.Hour, SnapshotInterval: time.Hour, MaxRPCSize: 1 << 40, MaxInboundConns: 1 << 30}.Validate(), raftKeys},
 		{placement.Config{}.Validate(), assignorKeys},
 		{placement.Config{SessionTimeout: time.Second, HeartbeatInterval: time.Second}.Validate(), assignorKeys},

@@ -21,6 +21,7 @@ import (
 	"github.com/xce/xce/configs"
 	"github.com/xce/xce/delaymgr"
 	"github.com/xce/xce/ha"
+	"github.com/xce/xce/ha/raftha"
 	"github.com/xce/xce/logging"
 	"github.com/xce/xce/netio"
 	"github.com/xce/xce/persist"
@@ -320,7 +321,7 @@ func (n *Node) Run(ctx context.Context, api http.Handler) (err error) {
 			return err
 		}
 		start = func(store *persist.Store) (ha.Backend, error) {
-			return ha.StartRaft(n.raftConfig(store), n.fsm, store, stream, logging.NewHCLog(n.log, "raft"))
+			return raftha.Start(n.raftConfig(store), n.fsm, store, stream, logging.NewHCLog(n.log, "raft"))
 		}
 	}
 
@@ -404,7 +405,7 @@ func (n *Node) Drain() {
 	}
 }
 
-func (n *Node) raftConfig(store *persist.Store) ha.RaftConfig {
+func (n *Node) raftConfig(store *persist.Store) raftha.Config {
 	rc := n.cfg.RaftConfig()
 	// A node whose storage fails would win an election only to fail
 	// its first write and step down again, churning terms.

@@ -22,6 +22,7 @@ import (
 	"github.com/xce/xce/fence"
 	"github.com/xce/xce/ha"
 	"github.com/xce/xce/ha/kafkaha"
+	"github.com/xce/xce/ha/raftha"
 	"github.com/xce/xce/persist"
 	"github.com/xce/xce/placement"
 	"github.com/xce/xce/state"
@@ -119,7 +120,7 @@ func New(cfg *configs.Config, o Options) (srv *Server, err error) {
 		log.Info().Msg("upgrade 5/5: started with inherited listeners; answering NOT_READY until the old process releases the data dir")
 	}
 	reg := prometheus.NewRegistry()
-	if err := ha.ExportRaftMetrics(reg); err != nil {
+	if err := raftha.ExportMetrics(reg); err != nil {
 		return nil, fmt.Errorf("raft metrics: %w", err)
 	}
 	to := &applier{}

@@ -1,4 +1,4 @@
-package ha
+package raftha
 
 import (
 	"bytes"
@@ -31,7 +31,7 @@ func snapshotBytes(t *testing.T, f *state.FSM) []byte {
 // configuration.
 func TestRaftNonCommandLogsAdvanceAppliedIndex(t *testing.T) {
 	f := state.NewFSM("c")
-	r := NewRaftFSM(f)
+	r := NewFSM(f)
 	if res, ok := r.Apply(&raft.Log{Type: raft.LogCommand, Index: 1, Term: 1, Data: submit("t1")}).(state.Result); !ok || res.Code != state.CodeOK {
 		t.Fatalf("command: %+v", res)
 	}
@@ -100,7 +100,7 @@ func (r *trackedReader) Close() error { r.closed = true; return nil }
 // a restore reads them back and closes the reader, failed or not.
 func TestRaftSnapshotRoundTrip(t *testing.T) {
 	f := state.NewFSM("c")
-	r := NewRaftFSM(f)
+	r := NewFSM(f)
 	r.Apply(&raft.Log{Type: raft.LogCommand, Index: 1, Term: 1, Data: submit("a")})
 	r.Apply(&raft.Log{Type: raft.LogCommand, Index: 2, Term: 1, Data: submit("b")})
 	snap, err := r.Snapshot()
@@ -121,7 +121,7 @@ func TestRaftSnapshotRoundTrip(t *testing.T) {
 
 	g := state.NewFSM("c")
 	rc := &trackedReader{Reader: bytes.NewReader(sink.buf.Bytes())}
-	if err := NewRaftFSM(g).Restore(rc); err != nil || !rc.closed {
+	if err := NewFSM(g).Restore(rc); err != nil || !rc.closed {
 		t.Fatalf("Restore: %v (closed %v)", err, rc.closed)
 	}
 	if g.NumTasks() != 2 || g.AppliedIndex() != 2 {
@@ -129,7 +129,7 @@ func TestRaftSnapshotRoundTrip(t *testing.T) {
 	}
 
 	rc = &trackedReader{Reader: bytes.NewReader(sink.buf.Bytes()[:10])}
-	if err := NewRaftFSM(state.NewFSM("c")).Restore(rc); !errors.Is(err, state.ErrBadSnapshot) || !rc.closed {
+	if err := NewFSM(state.NewFSM("c")).Restore(rc); !errors.Is(err, state.ErrBadSnapshot) || !rc.closed {
 		t.Fatalf("Restore of a cut snapshot: %v (closed %v)", err, rc.closed)
 	}
 }
@@ -137,7 +137,7 @@ func TestRaftSnapshotRoundTrip(t *testing.T) {
 func TestRaftPersistCancelsOnWriteError(t *testing.T) {
 	f := state.NewFSM("c")
 	f.Apply(1, 1, submit("a"))
-	snap, err := NewRaftFSM(f).Snapshot()
+	snap, err := NewFSM(f).Snapshot()
 	if err != nil {
 		t.Fatal(err)
 	}

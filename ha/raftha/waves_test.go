@@ -1,4 +1,4 @@
-package ha
+package raftha
 
 import (
 	"context"
@@ -284,7 +284,7 @@ func TestWavesBatchEntries(t *testing.T) {
 		mu.Lock()
 		fsms = append(fsms, f)
 		mu.Unlock()
-		return NewRaftFSM(f)
+		return NewFSM(f)
 	})
 	defer stop()
 	leader.SetBatches(true)

@@ -1,4 +1,4 @@
-package ha
+package raftha
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
+	"github.com/xce/xce/ha"
 	"github.com/xce/xce/netio"
 	"github.com/xce/xce/persist"
 	"github.com/xce/xce/state"
@@ -21,7 +22,7 @@ import (
 // bolt stores (fsync on), and returns the leader.
 func startCluster(tb testing.TB, n int) (*Raft, func()) {
 	tb.Helper()
-	return startClusterFSM(tb, n, func() raft.FSM { return NewRaftFSM(state.NewFSM("b")) })
+	return startClusterFSM(tb, n, func() raft.FSM { return NewFSM(state.NewFSM("b")) })
 }
 
 // startClusterFSM is startCluster with the FSM of each node from newFSM.
@@ -48,10 +49,10 @@ func startClusterFSM(tb testing.TB, n int, newFSM func() raft.FSM) (*Raft, func(
 		if err != nil {
 			tb.Fatal(err)
 		}
-		cfg := RaftConfig{NodeID: peers[i].ID, Peers: peers, HeartbeatTimeout: 200 * time.Millisecond,
+		cfg := Config{NodeID: peers[i].ID, Peers: peers, HeartbeatTimeout: 200 * time.Millisecond,
 			ElectionTimeout: 200 * time.Millisecond, LeaderLeaseTimeout: 150 * time.Millisecond,
 			CommitTimeout: 10 * time.Millisecond, SnapshotInterval: time.Hour, SnapshotThreshold: 1 << 30, TrailingLogs: 10240}
-		r, err := startRaft(cfg, newFSM(), store, stream, hclog.NewNullLogger())
+		r, err := startWith(cfg, newFSM(), store, stream, hclog.NewNullLogger())
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -68,7 +69,7 @@ func startClusterFSM(tb testing.TB, n int, newFSM func() raft.FSM) (*Raft, func(
 	defer tick.Stop()
 	for ; time.Now().Before(deadline); <-tick.C {
 		for _, r := range nodes {
-			if r.View().State == StateLeader {
+			if r.View().State == ha.StateLeader {
 				if err := r.Barrier(context.Background()); err == nil {
 					return r, stop
 				}

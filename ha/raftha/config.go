@@ -1,4 +1,4 @@
-package ha
+package raftha
 
 import (
 	"errors"
@@ -8,10 +8,10 @@ import (
 	"github.com/xce/xce/state"
 )
 
-// RaftConfig is what the Raft backend needs from the node's config: raft's
+// Config is what the Raft backend needs from the node's config: raft's
 // timings (the config's raft section) and the bounds of the peer port (its
 // limits.peer section).
-type RaftConfig struct {
+type Config struct {
 	NodeID             string
 	Peers              []Peer
 	HeartbeatTimeout   time.Duration
@@ -32,8 +32,8 @@ type RaftConfig struct {
 	// be quick.
 	CampaignAllowed func() error
 
-	// Bounds on the peer port (raft's NetworkTransportConfig). StartRaft
-	// takes DefaultRaftConfig's value for each one left zero; Validate says
+	// Bounds on the peer port (raft's NetworkTransportConfig). Start
+	// takes DefaultConfig's value for each one left zero; Validate says
 	// what is refused.
 	//
 	// MaxRPCSize bounds one encoded RPC (InstallSnapshot's data aside). It
@@ -56,11 +56,11 @@ type RaftConfig struct {
 	MaxInboundConns int
 }
 
-// DefaultRaftConfig returns the defaults of every setting but the node's
+// DefaultConfig returns the defaults of every setting but the node's
 // identity (NodeID, Peers) and CampaignAllowed. The config file's raft and
 // limits.peer sections default to these.
-func DefaultRaftConfig() RaftConfig {
-	return RaftConfig{
+func DefaultConfig() Config {
+	return Config{
 		HeartbeatTimeout:   200 * time.Millisecond,
 		ElectionTimeout:    200 * time.Millisecond,
 		LeaderLeaseTimeout: 150 * time.Millisecond,
@@ -77,7 +77,7 @@ func DefaultRaftConfig() RaftConfig {
 	}
 }
 
-// Bounds of RaftConfig.
+// Bounds of Config.
 const (
 	// minTimeout is the shortest of raft's timings.
 	minTimeout = 5 * time.Millisecond
@@ -102,7 +102,7 @@ const (
 // field in snake case (heartbeat_timeout, max_rpc_size); a problem that
 // names another setting names it the same way. NodeID and Peers are the
 // caller's to check; Peers only sets how many connections are needed.
-func (c RaftConfig) Validate() error {
+func (c Config) Validate() error {
 	var errs []error
 	add := func(field, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
@@ -170,10 +170,10 @@ func (c RaftConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-// withDefaults returns c with DefaultRaftConfig's peer-port bounds in place
+// withDefaults returns c with DefaultConfig's peer-port bounds in place
 // of those left zero.
-func (c RaftConfig) withDefaults() RaftConfig {
-	d := DefaultRaftConfig()
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
 	if c.MaxRPCSize == 0 {
 		c.MaxRPCSize = d.MaxRPCSize
 	}
@@ -203,13 +203,13 @@ func transportTimeout(heartbeat time.Duration) time.Duration {
 // rpcTimeout is the time a peer has to send one RPC once its first byte
 // arrived: RPCTimeout, or the transport's own timeout when that is longer,
 // since raft gives its peers that long to send.
-func (c RaftConfig) rpcTimeout() time.Duration {
+func (c Config) rpcTimeout() time.Duration {
 	return max(c.RPCTimeout, transportTimeout(c.HeartbeatTimeout))
 }
 
 // idleTimeout is how long a peer connection may carry no RPC: IdleTimeout,
 // and at least 10 × HeartbeatTimeout, so that it stays well above the
 // heartbeat timings.
-func (c RaftConfig) idleTimeout() time.Duration {
+func (c Config) idleTimeout() time.Duration {
 	return max(c.IdleTimeout, 10*c.HeartbeatTimeout)
 }

@@ -1,4 +1,4 @@
-package ha
+package raftha
 
 import (
 	"io"
@@ -8,21 +8,21 @@ import (
 	"github.com/xce/xce/state"
 )
 
-// RaftFSM serves the state machine to raft: raft hands it log entries,
+// FSM serves the state machine to raft: raft hands it log entries,
 // membership changes, snapshots to take and snapshots to restore
 // (docs/design.md, "Tasks, workers, assignments").
-type RaftFSM struct {
+type FSM struct {
 	fsm *state.FSM
 }
 
 var (
-	_ raft.FSM                = (*RaftFSM)(nil)
-	_ raft.BatchingFSM        = (*RaftFSM)(nil)
-	_ raft.ConfigurationStore = (*RaftFSM)(nil)
+	_ raft.FSM                = (*FSM)(nil)
+	_ raft.BatchingFSM        = (*FSM)(nil)
+	_ raft.ConfigurationStore = (*FSM)(nil)
 )
 
-// NewRaftFSM returns the adapter that lets raft drive fsm.
-func NewRaftFSM(fsm *state.FSM) *RaftFSM { return &RaftFSM{fsm: fsm} }
+// NewFSM returns the adapter that lets raft drive fsm.
+func NewFSM(fsm *state.FSM) *FSM { return &FSM{fsm: fsm} }
 
 // entry is l as the state machine sees it: entries other than commands
 // only advance its applied index.
@@ -31,7 +31,7 @@ func entry(l *raft.Log) state.Entry {
 }
 
 // Apply implements raft.FSM.
-func (r *RaftFSM) Apply(l *raft.Log) any {
+func (r *FSM) Apply(l *raft.Log) any {
 	if l.Type == raft.LogCommand {
 		return r.fsm.Apply(l.Index, l.Term, l.Data)
 	}
@@ -39,7 +39,7 @@ func (r *RaftFSM) Apply(l *raft.Log) any {
 }
 
 // ApplyBatch implements raft.BatchingFSM: one lock for a whole batch.
-func (r *RaftFSM) ApplyBatch(logs []*raft.Log) []any {
+func (r *FSM) ApplyBatch(logs []*raft.Log) []any {
 	entries := make([]state.Entry, len(logs))
 	for i, l := range logs {
 		entries[i] = entry(l)
@@ -50,18 +50,18 @@ func (r *RaftFSM) ApplyBatch(logs []*raft.Log) []any {
 // StoreConfiguration implements raft.ConfigurationStore. Membership lives in
 // raft; the FSM only counts the entry as applied, so its applied index keeps
 // pace with every entry raft hands it.
-func (r *RaftFSM) StoreConfiguration(index uint64, _ raft.Configuration) {
+func (r *FSM) StoreConfiguration(index uint64, _ raft.Configuration) {
 	r.fsm.Advance(index)
 }
 
 // Snapshot implements raft.FSM: it copies the state; Persist writes the
 // copy out without holding the FSM.
-func (r *RaftFSM) Snapshot() (raft.FSMSnapshot, error) {
+func (r *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	return raftSnapshot{r.fsm.Snapshot()}, nil
 }
 
 // Restore implements raft.FSM.
-func (r *RaftFSM) Restore(rc io.ReadCloser) error {
+func (r *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
 	return r.fsm.Restore(rc)
 }

@@ -1,4 +1,4 @@
-package ha
+package raftha
 
 import (
 	"errors"
@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
+	"github.com/xce/xce/ha"
 	"github.com/xce/xce/internal/testutil"
 	"github.com/xce/xce/netio"
 	"github.com/xce/xce/persist"
@@ -18,7 +19,7 @@ import (
 )
 
 // startOne starts a one-node Raft backend on a fresh data dir.
-func startOne(t *testing.T, mutate func(*RaftConfig)) (*Raft, string) {
+func startOne(t *testing.T, mutate func(*Config)) (*Raft, string) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -33,13 +34,13 @@ func startOne(t *testing.T, mutate func(*RaftConfig)) (*Raft, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := RaftConfig{NodeID: "n1", Peers: []Peer{{ID: "n1", Addr: addr}}, HeartbeatTimeout: 100 * time.Millisecond,
+	cfg := Config{NodeID: "n1", Peers: []Peer{{ID: "n1", Addr: addr}}, HeartbeatTimeout: 100 * time.Millisecond,
 		ElectionTimeout: 100 * time.Millisecond, LeaderLeaseTimeout: 100 * time.Millisecond,
 		CommitTimeout: 10 * time.Millisecond, SnapshotInterval: time.Hour, SnapshotThreshold: 1 << 30, TrailingLogs: 1024}
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	r, err := StartRaft(cfg, state.NewFSM("t"), store, stream, hclog.NewNullLogger())
+	r, err := Start(cfg, state.NewFSM("t"), store, stream, hclog.NewNullLogger())
 	if err != nil {
 		store.Close()
 		t.Fatal(err)
@@ -57,7 +58,7 @@ func TestStartRaftCampaignAllowed(t *testing.T) {
 	var refuse atomic.Bool
 	var asked atomic.Int64
 	refuse.Store(true)
-	r, _ := startOne(t, func(c *RaftConfig) {
+	r, _ := startOne(t, func(c *Config) {
 		c.CampaignAllowed = func() error {
 			asked.Add(1)
 			if refuse.Load() {
@@ -68,20 +69,20 @@ func TestStartRaftCampaignAllowed(t *testing.T) {
 	})
 	term := r.View().Term
 	testutil.Eventually(t, 10*time.Second, "raft asks the gate", func() bool {
-		if v := r.View(); v.State != StateFollower || v.Term != term {
+		if v := r.View(); v.State != ha.StateFollower || v.Term != term {
 			t.Fatalf("view %+v while campaigning was refused (term was %d)", v, term)
 		}
 		return asked.Load() >= 5
 	})
 	refuse.Store(false)
 	testutil.Eventually(t, 10*time.Second, "a leader once campaigning was allowed", func() bool {
-		return r.View().State == StateLeader
+		return r.View().State == ha.StateLeader
 	})
 }
 
-// The peer-port limits of RaftConfig reach the transport.
+// The peer-port limits of Config reach the transport.
 func TestStartRaftPeerLimits(t *testing.T) {
-	r, _ := startOne(t, func(c *RaftConfig) {
+	r, _ := startOne(t, func(c *Config) {
 		c.MaxRPCSize = minMaxRPCSize
 		c.FirstByteTimeout = time.Second
 	})
@@ -112,26 +113,26 @@ func TestRaftConfigValidate(t *testing.T) {
 	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
 	for _, tc := range []struct {
 		name string
-		edit func(c *RaftConfig)
+		edit func(c *Config)
 		want string // "" for valid
 	}{
-		{"defaults", func(c *RaftConfig) {}, ""},
-		{"heartbeat zero", func(c *RaftConfig) { c.HeartbeatTimeout = 0 }, "heartbeat_timeout: must be positive (got 0s)"},
-		{"commit below 5ms", func(c *RaftConfig) { c.CommitTimeout = ms(1) }, "commit_timeout: must be at least 5ms (got 1ms)"},
-		{"election below heartbeat", func(c *RaftConfig) { c.HeartbeatTimeout = ms(300) }, "election_timeout: must not be less than heartbeat_timeout (200ms < 300ms)"},
-		{"lease above heartbeat", func(c *RaftConfig) { c.HeartbeatTimeout = ms(100) }, "leader_lease_timeout: must not exceed heartbeat_timeout (150ms > 100ms)"},
-		{"snapshot_threshold zero", func(c *RaftConfig) { c.SnapshotThreshold = 0 }, "snapshot_threshold: must be at least 1"},
-		{"too few connections", func(c *RaftConfig) { c.MaxInboundConns = 15 }, "max_inbound_conns: must be at least 16, 8 for each other voter (got 15)"},
-		{"one voter needs 8", func(c *RaftConfig) { c.Peers = three[:1]; c.MaxInboundConns = 7 }, "max_inbound_conns: must be at least 8"},
-		{"one voter, 8 connections", func(c *RaftConfig) { c.Peers = three[:1]; c.MaxInboundConns = 8 }, ""},
-		{"max RPC below the largest entry", func(c *RaftConfig) { c.MaxRPCSize = state.MaxAssignmentBytes }, "max_rpc_size: must be at least 17825792 (got 16777216)"},
-		{"max RPC at the floor", func(c *RaftConfig) { c.MaxRPCSize = minMaxRPCSize }, ""},
-		{"max RPC too big", func(c *RaftConfig) { c.MaxRPCSize = 2 << 30 }, "max_rpc_size: must be between 17825792 and 1073741824"},
-		{"first byte zero", func(c *RaftConfig) { c.FirstByteTimeout = 0 }, "first_byte_timeout: must be between 100ms and 1h0m0s (got 0s)"},
-		{"rpc timeout short", func(c *RaftConfig) { c.RPCTimeout = ms(50) }, "rpc_timeout: must be between 100ms and 1h0m0s (got 50ms)"},
-		{"idle below a minute", func(c *RaftConfig) { c.IdleTimeout = 30 * time.Second }, "idle_timeout: must be between 1m0s and 24h0m0s (got 30s)"},
+		{"defaults", func(c *Config) {}, ""},
+		{"heartbeat zero", func(c *Config) { c.HeartbeatTimeout = 0 }, "heartbeat_timeout: must be positive (got 0s)"},
+		{"commit below 5ms", func(c *Config) { c.CommitTimeout = ms(1) }, "commit_timeout: must be at least 5ms (got 1ms)"},
+		{"election below heartbeat", func(c *Config) { c.HeartbeatTimeout = ms(300) }, "election_timeout: must not be less than heartbeat_timeout (200ms < 300ms)"},
+		{"lease above heartbeat", func(c *Config) { c.HeartbeatTimeout = ms(100) }, "leader_lease_timeout: must not exceed heartbeat_timeout (150ms > 100ms)"},
+		{"snapshot_threshold zero", func(c *Config) { c.SnapshotThreshold = 0 }, "snapshot_threshold: must be at least 1"},
+		{"too few connections", func(c *Config) { c.MaxInboundConns = 15 }, "max_inbound_conns: must be at least 16, 8 for each other voter (got 15)"},
+		{"one voter needs 8", func(c *Config) { c.Peers = three[:1]; c.MaxInboundConns = 7 }, "max_inbound_conns: must be at least 8"},
+		{"one voter, 8 connections", func(c *Config) { c.Peers = three[:1]; c.MaxInboundConns = 8 }, ""},
+		{"max RPC below the largest entry", func(c *Config) { c.MaxRPCSize = state.MaxAssignmentBytes }, "max_rpc_size: must be at least 17825792 (got 16777216)"},
+		{"max RPC at the floor", func(c *Config) { c.MaxRPCSize = minMaxRPCSize }, ""},
+		{"max RPC too big", func(c *Config) { c.MaxRPCSize = 2 << 30 }, "max_rpc_size: must be between 17825792 and 1073741824"},
+		{"first byte zero", func(c *Config) { c.FirstByteTimeout = 0 }, "first_byte_timeout: must be between 100ms and 1h0m0s (got 0s)"},
+		{"rpc timeout short", func(c *Config) { c.RPCTimeout = ms(50) }, "rpc_timeout: must be between 100ms and 1h0m0s (got 50ms)"},
+		{"idle below a minute", func(c *Config) { c.IdleTimeout = 30 * time.Second }, "idle_timeout: must be between 1m0s and 24h0m0s (got 30s)"},
 	} {
-		c := DefaultRaftConfig()
+		c := DefaultConfig()
 		c.Peers = three
 		tc.edit(&c)
 		err := c.Validate()
@@ -147,8 +148,8 @@ func TestRaftConfigValidate(t *testing.T) {
 // A bound left zero takes the default, which raft's transport would also
 // take, so that a caller that sets none gets raft's own limits.
 func TestRaftConfigZeroBoundsTakeTheDefaults(t *testing.T) {
-	c := RaftConfig{HeartbeatTimeout: time.Second}.withDefaults()
-	d := DefaultRaftConfig()
+	c := Config{HeartbeatTimeout: time.Second}.withDefaults()
+	d := DefaultConfig()
 	if c.MaxRPCSize != d.MaxRPCSize || c.RPCTimeout != d.RPCTimeout || c.IdleTimeout != d.IdleTimeout ||
 		c.FirstByteTimeout != d.FirstByteTimeout || c.MaxInboundConns != d.MaxInboundConns {
 		t.Fatalf("withDefaults %+v, want the bounds of %+v", c, d)
@@ -171,7 +172,7 @@ func TestPeerTimeoutsFollowRaft(t *testing.T) {
 		{3 * time.Second, 10 * time.Second, 2 * time.Minute, 30 * time.Second, 2 * time.Minute},
 		{30 * time.Second, 10 * time.Second, 2 * time.Minute, 5 * time.Minute, 5 * time.Minute},
 	} {
-		c := DefaultRaftConfig()
+		c := DefaultConfig()
 		c.HeartbeatTimeout, c.RPCTimeout, c.IdleTimeout = tc.heartbeat, tc.read, tc.idle
 		if r, i := c.rpcTimeout(), c.idleTimeout(); r != tc.wantRead || i != tc.wantIdle {
 			t.Errorf("heartbeat %v, read %v, idle %v: in force read %v idle %v, want %v and %v",
@@ -187,7 +188,7 @@ func TestMaxRPCFloorFitsTheLargestEntry(t *testing.T) {
 		t.Fatalf("minMaxRPCSize %d does not exceed state.MaxAssignmentBytes %d and state.MaxBatchBytes %d",
 			minMaxRPCSize, state.MaxAssignmentBytes, state.MaxBatchBytes)
 	}
-	if d := DefaultRaftConfig().MaxRPCSize; d < minMaxRPCSize {
+	if d := DefaultConfig().MaxRPCSize; d < minMaxRPCSize {
 		t.Fatalf("default max RPC size %d is below the floor %d", d, minMaxRPCSize)
 	}
 }

@@ -1,4 +1,4 @@
-package ha
+package raftha
 
 import (
 	"slices"
@@ -30,10 +30,10 @@ var (
 	raftMetricsErr  error
 )
 
-// ExportRaftMetrics registers raft's timings with reg and routes raft's
+// ExportMetrics registers raft's timings with reg and routes raft's
 // go-metrics reports to them. Raft reports process-wide, so the first
 // call wins and later ones return its result.
-func ExportRaftMetrics(reg prometheus.Registerer) error {
+func ExportMetrics(reg prometheus.Registerer) error {
 	raftMetricsOnce.Do(func() {
 		s := newRaftSink()
 		if raftMetricsErr = s.register(reg); raftMetricsErr != nil {

@@ -1,4 +1,4 @@
-package ha
+package raftha
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/xce/xce/ha"
 	"github.com/xce/xce/internal/testutil"
 	"github.com/xce/xce/state"
 )
@@ -51,7 +52,7 @@ var raftTestRegistry = sync.OnceValue(prometheus.NewRegistry)
 // run found there.
 func TestRaftMetricsExported(t *testing.T) {
 	reg := raftTestRegistry()
-	if err := ExportRaftMetrics(reg); err != nil {
+	if err := ExportMetrics(reg); err != nil {
 		t.Fatal(err)
 	}
 	before := histogramCounts(t, reg)
@@ -91,7 +92,7 @@ func TestRaftMetricsExported(t *testing.T) {
 		return n >= len(want)-1 && got["xce_raft_commit_seconds"] >= 20
 	})
 	// A second registry cannot take the process-wide reports over.
-	if err := ExportRaftMetrics(prometheus.NewRegistry()); err != nil {
+	if err := ExportMetrics(prometheus.NewRegistry()); err != nil {
 		t.Errorf("second call: %v", err)
 	}
 }
@@ -123,7 +124,7 @@ func refusedCounts(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 // every reason is exported from the start.
 func TestPeerRefusalsExported(t *testing.T) {
 	reg := raftTestRegistry()
-	if err := ExportRaftMetrics(reg); err != nil {
+	if err := ExportMetrics(reg); err != nil {
 		t.Fatal(err)
 	}
 	before := refusedCounts(t, reg)
@@ -133,7 +134,7 @@ func TestPeerRefusalsExported(t *testing.T) {
 		}
 	}
 	r, addr := startOne(t, nil)
-	testutil.Eventually(t, 10*time.Second, "a leader", func() bool { return r.View().State == StateLeader })
+	testutil.Eventually(t, 10*time.Second, "a leader", func() bool { return r.View().State == ha.StateLeader })
 	intruder, err := raft.NewTCPTransport("127.0.0.1:0", nil, 1, 2*time.Second, io.Discard)
 	if err != nil {
 		t.Fatal(err)

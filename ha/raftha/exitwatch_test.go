@@ -1,4 +1,4 @@
-package ha
+package raftha
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
+	"github.com/xce/xce/ha"
 	"github.com/xce/xce/internal/testutil"
 	"github.com/xce/xce/internal/testutil/script"
 	"github.com/xce/xce/netio"
@@ -63,8 +64,8 @@ type watchNode struct {
 // startWatchCluster runs three raft nodes in process with long timeouts
 // (4 s heartbeat), so that any election within a second or two of a
 // leader's loss is the exit watch's doing. mutate, when set, changes each
-// node's RaftConfig before its raft starts.
-func startWatchCluster(t *testing.T, mutate func(*RaftConfig)) []*watchNode {
+// node's Config before its raft starts.
+func startWatchCluster(t *testing.T, mutate func(*Config)) []*watchNode {
 	t.Helper()
 	var nodes []*watchNode
 	var peers []Peer
@@ -94,7 +95,7 @@ func startWatchCluster(t *testing.T, mutate func(*RaftConfig)) []*watchNode {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg := RaftConfig{NodeID: n.id, Peers: peers, HeartbeatTimeout: 4 * time.Second,
+		cfg := Config{NodeID: n.id, Peers: peers, HeartbeatTimeout: 4 * time.Second,
 			ElectionTimeout: 4 * time.Second, LeaderLeaseTimeout: time.Second,
 			CommitTimeout: 10 * time.Millisecond, SnapshotInterval: time.Hour, SnapshotThreshold: 1 << 30,
 			TrailingLogs: 1024, DetectLeaderExit: true}
@@ -102,7 +103,7 @@ func startWatchCluster(t *testing.T, mutate func(*RaftConfig)) []*watchNode {
 			mutate(&cfg)
 		}
 		logger := hclog.New(&hclog.LoggerOptions{Name: n.id, Output: logs, Level: hclog.Debug})
-		r, err := StartRaft(cfg, state.NewFSM("w"), store, stream, logger)
+		r, err := Start(cfg, state.NewFSM("w"), store, stream, logger)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -130,7 +131,7 @@ func waitLeader(t *testing.T, nodes []*watchNode, except string, within time.Dur
 	var leader *watchNode
 	testutil.Eventually(t, within, "a leader other than "+except, func() bool {
 		for _, n := range nodes {
-			if n.dead || n.id == except || n.r.View().State != StateLeader {
+			if n.dead || n.id == except || n.r.View().State != ha.StateLeader {
 				continue
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -161,7 +162,7 @@ func exit(n *watchNode) {
 // election. What the scripts cannot show: the real dial, hold, probe and
 // vote through raft and its transport.
 func TestExitWatchElectsAtOnceWhenTheLeaderExits(t *testing.T) {
-	nodes := startWatchCluster(t, func(c *RaftConfig) { c.FirstByteTimeout = 100 * time.Millisecond })
+	nodes := startWatchCluster(t, func(c *Config) { c.FirstByteTimeout = 100 * time.Millisecond })
 	// The first election waits out the 4 s timeout: there is no leader to
 	// watch yet.
 	old := waitLeader(t, nodes, "", 20*time.Second)

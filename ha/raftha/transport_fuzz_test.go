@@ -1,4 +1,4 @@
-package ha
+package raftha
 
 import (
 	"bytes"

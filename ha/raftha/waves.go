@@ -1,4 +1,4 @@
-package ha
+package raftha
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/xce/xce/ha"
 	"github.com/xce/xce/state"
 )
 
@@ -111,7 +112,7 @@ func (w *waves) apply(ctx context.Context, cmd []byte) (any, uint64, error) {
 	case <-ctx.Done():
 		return nil, 0, ctx.Err()
 	case <-w.stop:
-		return nil, 0, ErrShutdown
+		return nil, 0, ha.ErrShutdown
 	}
 	select {
 	case r := <-q.resp:
@@ -124,7 +125,7 @@ func (w *waves) apply(ctx context.Context, cmd []byte) (any, uint64, error) {
 		case r := <-q.resp:
 			return r.val, r.index, r.err
 		default:
-			return nil, 0, ErrShutdown
+			return nil, 0, ha.ErrShutdown
 		}
 	}
 }
@@ -258,7 +259,7 @@ func (w *waves) refuseQueued() {
 	for {
 		select {
 		case q := <-w.reqs:
-			q.resp <- applyResp{err: ErrShutdown}
+			q.resp <- applyResp{err: ha.ErrShutdown}
 		default:
 			return
 		}

@@ -1,4 +1,4 @@
-package ha
+package raftha
 
 import (
 	"context"
@@ -9,18 +9,9 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
+	"github.com/xce/xce/ha"
 	"github.com/xce/xce/persist"
 	"github.com/xce/xce/state"
-)
-
-// Errors of the Raft backend.
-var (
-	// ErrNotLeader means this node is not the Raft leader.
-	ErrNotLeader = errors.New("not the leader")
-	// ErrShutdown means the backend has been shut down.
-	ErrShutdown = errors.New("election backend is shut down")
-	// ErrTimeout means raft did not answer before the deadline.
-	ErrTimeout = errors.New("raft timed out")
 )
 
 // Peer is one voter.
@@ -34,21 +25,21 @@ type Raft struct {
 	r        *raft.Raft
 	trans    *raft.NetworkTransport
 	observer *raft.Observer
-	signals  chan Signal
+	signals  chan ha.Signal
 	watch    *exitWatch // nil unless DetectLeaderExit
 	waves    *waves
 }
 
-// StartRaft bootstraps a fresh data dir from the peer list (never one with
+// Start bootstraps a fresh data dir from the peer list (never one with
 // state) and starts raft. It blocks while raft restores its snapshot and log,
 // so the controller calls it off its event loop. Raft drives fsm through
-// a RaftFSM.
-func StartRaft(cfg RaftConfig, fsm *state.FSM, store *persist.Store, stream raft.StreamLayer, logger hclog.Logger) (*Raft, error) {
-	return startRaft(cfg, NewRaftFSM(fsm), store, stream, logger)
+// a FSM.
+func Start(cfg Config, fsm *state.FSM, store *persist.Store, stream raft.StreamLayer, logger hclog.Logger) (*Raft, error) {
+	return startWith(cfg, NewFSM(fsm), store, stream, logger)
 }
 
-// startRaft is StartRaft with any raft.FSM.
-func startRaft(cfg RaftConfig, fsm raft.FSM, store *persist.Store, stream raft.StreamLayer, logger hclog.Logger) (*Raft, error) {
+// startWith is Start with any raft.FSM.
+func startWith(cfg Config, fsm raft.FSM, store *persist.Store, stream raft.StreamLayer, logger hclog.Logger) (*Raft, error) {
 	conf := raft.DefaultConfig()
 	conf.LocalID = raft.ServerID(cfg.NodeID)
 	conf.HeartbeatTimeout = cfg.HeartbeatTimeout
@@ -106,7 +97,7 @@ func startRaft(cfg RaftConfig, fsm raft.FSM, store *persist.Store, stream raft.S
 		trans.Close()
 		return nil, fmt.Errorf("start raft: %w", err)
 	}
-	b := &Raft{r: r, trans: trans, signals: make(chan Signal, 256), waves: newWaves(r)}
+	b := &Raft{r: r, trans: trans, signals: make(chan ha.Signal, 256), waves: newWaves(r)}
 	// The filter turns raft's observations into signals and forwards them
 	// itself, without blocking; raft's own channel is never used.
 	b.observer = raft.NewObserver(nil, false, func(o *raft.Observation) bool {
@@ -127,33 +118,33 @@ func startRaft(cfg RaftConfig, fsm raft.FSM, store *persist.Store, stream raft.S
 }
 
 // Signals delivers raft's wake-ups (see Backend).
-func (b *Raft) Signals() <-chan Signal { return b.signals }
+func (b *Raft) Signals() <-chan ha.Signal { return b.signals }
 
 // signalOf is the signal an observation makes, if any.
-func signalOf(o *raft.Observation) (Signal, bool) {
+func signalOf(o *raft.Observation) (ha.Signal, bool) {
 	switch d := o.Data.(type) {
 	case raft.LeaderObservation, raft.RaftState:
-		return Signal{}, true
+		return ha.Signal{}, true
 	case raft.FailedHeartbeatObservation:
-		return Signal{Peer: string(d.PeerID), LastContact: d.LastContact}, true
+		return ha.Signal{Peer: string(d.PeerID), LastContact: d.LastContact}, true
 	case raft.ResumedHeartbeatObservation:
-		return Signal{Peer: string(d.PeerID), Resumed: true}, true
+		return ha.Signal{Peer: string(d.PeerID), Resumed: true}, true
 	}
-	return Signal{}, false
+	return ha.Signal{}, false
 }
 
 // View reads raft's current state.
-func (b *Raft) View() Observed {
-	o := Observed{Term: b.r.CurrentTerm()}
+func (b *Raft) View() ha.Observed {
+	o := ha.Observed{Term: b.r.CurrentTerm()}
 	switch b.r.State() {
 	case raft.Leader:
-		o.State = StateLeader
+		o.State = ha.StateLeader
 	case raft.Candidate:
-		o.State = StateCandidate
+		o.State = ha.StateCandidate
 	case raft.Shutdown:
-		o.State = StateShutdown
+		o.State = ha.StateShutdown
 	default:
-		o.State = StateFollower
+		o.State = ha.StateFollower
 	}
 	_, id := b.r.LeaderWithID()
 	o.LeaderID = string(id)
@@ -221,58 +212,13 @@ func mapErr(err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrLeadershipTransferInProgress):
-		return fmt.Errorf("%w: %v", ErrNotLeader, err)
+		return fmt.Errorf("%w: %v", ha.ErrNotLeader, err)
 	case errors.Is(err, raft.ErrRaftShutdown):
-		return ErrShutdown
+		return ha.ErrShutdown
 	case errors.Is(err, raft.ErrEnqueueTimeout):
-		return fmt.Errorf("%w: %v", ErrTimeout, err)
+		return fmt.Errorf("%w: %v", ha.ErrTimeout, err)
 	}
 	return err
 }
 
-// Signal is a wake-up from an election backend: the controller re-reads
-// View on each (and periodically). A signal that names a Peer also says
-// that the leader's heartbeats to that voter failed (with its last contact)
-// or resumed, which is what write quorum needs.
-type Signal struct {
-	Peer string
-	// Resumed: heartbeats to Peer succeed again; otherwise they fail.
-	Resumed     bool
-	LastContact time.Time
-}
-
-// Backend is an election backend, as the controller drives it: Raft (the
-// default) or the Kafka-coordinated one.
-type Backend interface {
-	// Signals delivers wake-ups. It drops when full: readers treat a
-	// signal as "look again" and re-read View.
-	Signals() <-chan Signal
-	View() Observed
-	CommitIndex() uint64
-	AppliedIndex() uint64
-	// Barrier returns once every entry committed before it is applied.
-	Barrier(ctx context.Context) error
-	// Apply commits cmd and returns the FSM's response and the entry's index.
-	Apply(ctx context.Context, cmd []byte) (any, uint64, error)
-	// VerifyLeader confirms that this node still holds the role.
-	VerifyLeader(ctx context.Context) error
-	TransferLeadership() error
-	Shutdown() error
-}
-
-var _ Backend = (*Raft)(nil)
-
-// RosterEntry is one member of a Kafka-coordinated role, with its rank.
-type RosterEntry struct {
-	Member string
-	Rank   int
-	Offset int64
-}
-
-// RoleInfo is what Status shows of a Kafka-coordinated role.
-type RoleInfo struct {
-	Roster        []RosterEntry
-	LeaseHolder   string
-	LeaseDeadline time.Time
-	Epoch         int16
-}
+var _ ha.Backend = (*Raft)(nil)
