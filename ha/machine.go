@@ -194,7 +194,7 @@ func (m *Machine) observe(o Observed) []Effect {
 			// A leader that cannot write its own storage commits
 			// nothing: stay out of PRIMARY and hand leadership to a
 			// healthy node. Raft itself does not campaign again while
-			// the storage fails (RaftConfig.CampaignAllowed).
+			// the storage fails (raftha.Config.CampaignAllowed).
 			reason := "storage failing: " + m.storage
 			fx = m.leave(fx)
 			if !m.transferring {
