@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/xce/xce/client"
+	"github.com/xce/xce/internal/testutil"
 	xcev1 "github.com/xce/xce/proto/xce/v1"
 )
 
@@ -127,7 +128,7 @@ func testSubmitThroughStandby(t *testing.T, c *Cluster, p int) {
 	for i := range c.N() {
 		one := c.ClientOf(c.Node(i).ClientAddr)
 		var got *xcev1.GetTaskResponse
-		err := waitFor(5*time.Second, pollEvery, func() error {
+		err := testutil.Poll(5*time.Second, pollEvery, func() error {
 			var err error
 			got, err = one.Get(ctx, "via-standby", true)
 			return err

@@ -52,7 +52,7 @@ func TestDataDirDamage(t *testing.T) {
 	}
 	submit(60)
 	snaps := filepath.Join(c.Node(0).DataDir, "snapshots")
-	if err := waitFor(raceSlack(10*time.Second), pollEvery, func() error {
+	if err := testutil.Poll(raceSlack(10*time.Second), pollEvery, func() error {
 		// raft's file snapshot store keeps them in a snapshots dir of its own.
 		if m, _ := filepath.Glob(filepath.Join(snaps, "snapshots", "*", "meta.json")); len(m) == 0 {
 			return fmt.Errorf("no snapshot in %s", snaps)
@@ -156,7 +156,7 @@ func TestDataDirDamage(t *testing.T) {
 			}
 			c.Start(0)
 			started := false
-			if err := waitFor(raceSlack(15*time.Second), pollEvery, func() error {
+			if err := testutil.Poll(raceSlack(15*time.Second), pollEvery, func() error {
 				if !c.Running(0) {
 					return nil
 				}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/xce/xce/configs"
+	"github.com/xce/xce/internal/testutil"
 	xcev1 "github.com/xce/xce/proto/xce/v1"
 )
 
@@ -83,7 +84,7 @@ func (c *Cluster) statusOf(i int) *xcev1.StatusResponse {
 func waitStorageFailing(t *testing.T, c *Cluster, i int, timeout time.Duration) *xcev1.StatusResponse {
 	t.Helper()
 	var st *xcev1.StatusResponse
-	err := waitFor(timeout, pollEvery, func() error {
+	err := testutil.Poll(timeout, pollEvery, func() error {
 		st = c.statusOf(i)
 		if st == nil {
 			return errors.New("no status")
@@ -192,7 +193,7 @@ func TestDiskFullPrimaryOfThree(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.WaitRoles(raceSlack(30 * time.Second))
-	if err := waitFor(30*time.Second, pollEvery, func() error {
+	if err := testutil.Poll(30*time.Second, pollEvery, func() error {
 		st := c.statusOf(p)
 		if st == nil || strings.Contains(st.Reason, "storage") {
 			return fmt.Errorf("%s has not recovered", c.Node(p).ID)

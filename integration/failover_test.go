@@ -17,6 +17,7 @@ import (
 	"github.com/xce/xce/bench"
 	"github.com/xce/xce/client"
 	"github.com/xce/xce/integration/faultnet"
+	"github.com/xce/xce/internal/testutil"
 	xcev1 "github.com/xce/xce/proto/xce/v1"
 )
 
@@ -59,7 +60,7 @@ func (l *loadRun) acked() int {
 func (l *loadRun) waitProgress(t *testing.T, n int, timeout time.Duration) {
 	t.Helper()
 	want := l.acked() + n
-	if err := waitFor(timeout, pollEvery, func() error {
+	if err := testutil.Poll(timeout, pollEvery, func() error {
 		if got := l.acked(); got < want {
 			return fmt.Errorf("%d acknowledged submits, want %d", got, want)
 		}
@@ -204,7 +205,7 @@ func TestPartitionIsolatedPrimary(t *testing.T) {
 	fn.Isolate(c.Node(p).ID)
 	// The isolated node stops admitting writes.
 	var stoppedAfter time.Duration
-	if err := waitFor(raceSlack(3*time.Second), 10*time.Millisecond, func() error {
+	if err := testutil.Poll(raceSlack(3*time.Second), 10*time.Millisecond, func() error {
 		s, err := c.Status(p)
 		if err != nil {
 			return err
@@ -322,7 +323,7 @@ func TestFailoverLeaderExitDetected(t *testing.T) {
 	waitWatching := func(p int) {
 		t.Helper()
 		want := fmt.Sprintf(`"leader":"%s"`, c.Node(p).ID)
-		if err := waitFor(raceSlack(10*time.Second), pollEvery, func() error {
+		if err := testutil.Poll(raceSlack(10*time.Second), pollEvery, func() error {
 			for _, i := range others(p) {
 				if !slices.ContainsFunc(strings.Split(c.RunLog(i), "\n"), func(l string) bool {
 					return strings.Contains(l, "watching the leader's peer port") && strings.Contains(l, want)

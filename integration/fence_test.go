@@ -19,6 +19,7 @@ import (
 
 	"github.com/xce/xce/bench"
 	"github.com/xce/xce/fence"
+	"github.com/xce/xce/internal/testutil"
 	xcev1 "github.com/xce/xce/proto/xce/v1"
 	"github.com/xce/xce/state"
 )
@@ -109,7 +110,7 @@ func (k *kafkaDev) Start() {
 	}()
 
 	start := time.Now()
-	if err := waitFor(raceSlack(10*time.Second), pollEvery, func() error {
+	if err := testutil.Poll(raceSlack(10*time.Second), pollEvery, func() error {
 		if isClosed(done) {
 			return errors.New("kafka-dev exited")
 		}
@@ -273,7 +274,7 @@ func (ec *eventConsumer) firstAbove(e int64) (consumed, bool) {
 // returns them with cond's last error.
 func (ec *eventConsumer) waitUntil(timeout time.Duration, cond func([]consumed) error) ([]consumed, error) {
 	var recs []consumed
-	err := waitFor(timeout, pollEvery, func() error {
+	err := testutil.Poll(timeout, pollEvery, func() error {
 		recs = ec.records()
 		return cond(recs)
 	})
@@ -491,7 +492,7 @@ func checkExactlyOnce(t *testing.T, ec *eventConsumer, recs []consumed, ops []be
 func waitPublishing(t *testing.T, c *Cluster, ec *eventConsumer) (int, int64) {
 	t.Helper()
 	p, epoch := -1, int64(-1)
-	if err := waitFor(raceSlack(15*time.Second), pollEvery, func() error {
+	if err := testutil.Poll(raceSlack(15*time.Second), pollEvery, func() error {
 		p = -1
 		publishing := 0
 		var desc []string
@@ -539,7 +540,7 @@ func observeFailover(t *testing.T, c *Cluster, dead int, ec *eventConsumer, old 
 	t.Helper()
 	f := failover{newPrimary: -1}
 	var lastState string
-	err := waitFor(raceSlack(10*time.Second), 20*time.Millisecond, func() error {
+	err := testutil.Poll(raceSlack(10*time.Second), 20*time.Millisecond, func() error {
 		for i := range c.N() {
 			if i == dead || !c.Running(i) {
 				continue
@@ -701,7 +702,7 @@ func TestFenceZombiePrimary(t *testing.T) {
 	t1 := time.Now()
 	c.Signal(p, syscall.SIGCONT)
 	var last *xcev1.StatusResponse
-	if err := waitFor(raceSlack(5*time.Second), pollEvery, func() error {
+	if err := testutil.Poll(raceSlack(5*time.Second), pollEvery, func() error {
 		s, err := c.Status(p)
 		if err != nil {
 			return err
@@ -841,7 +842,7 @@ outage:
 	t1 := time.Now()
 	var drained *xcev1.StatusResponse
 	var lagMax uint64
-	if err := waitFor(raceSlack(20*time.Second), pollEvery, func() error {
+	if err := testutil.Poll(raceSlack(20*time.Second), pollEvery, func() error {
 		s, err := c.Status(p)
 		if err != nil {
 			return err

@@ -21,6 +21,7 @@ import (
 	"github.com/xce/xce/client"
 	"github.com/xce/xce/configs"
 	"github.com/xce/xce/internal/localcluster"
+	"github.com/xce/xce/internal/testutil"
 	xcev1 "github.com/xce/xce/proto/xce/v1"
 )
 
@@ -433,24 +434,6 @@ func raceSlack(d time.Duration) time.Duration {
 // pollEvery is the interval of the harness's polling loops.
 const pollEvery = 25 * time.Millisecond
 
-// waitFor calls cond every `every` until it returns nil or timeout passes;
-// it returns the last error then.
-func waitFor(timeout, every time.Duration, cond func() error) error {
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for {
-		err := cond()
-		if err == nil {
-			return nil
-		}
-		if !time.Now().Before(deadline) {
-			return err
-		}
-		<-tick.C
-	}
-}
-
 // WaitRoles polls the running nodes until exactly one is PRIMARY with write
 // quorum and the others are STANDBY, all agreeing on term and leader id, and
 // returns the primary's index. It fails the test after timeout.
@@ -471,7 +454,7 @@ func (c *Cluster) waitRolesAmong(timeout time.Duration, idx []int) (int, []*xcev
 	}
 	primary := -1
 	var sts []*xcev1.StatusResponse
-	err := waitFor(timeout, pollEvery, func() error {
+	err := testutil.Poll(timeout, pollEvery, func() error {
 		primary, sts = -1, nil
 		var desc []string
 		var problem error

@@ -17,6 +17,7 @@ import (
 
 	"github.com/xce/xce/bench"
 	"github.com/xce/xce/configs"
+	"github.com/xce/xce/internal/testutil"
 	xcev1 "github.com/xce/xce/proto/xce/v1"
 )
 
@@ -215,7 +216,7 @@ func TestKafkaHAPausedPrimaryIsFenced(t *testing.T) {
 			c.Signal(p, syscall.SIGCONT)
 		}
 	}()
-	if err := waitFor(khaLease+khaStagger+raceSlack(10*time.Second), pollEvery, func() error {
+	if err := testutil.Poll(khaLease+khaStagger+raceSlack(10*time.Second), pollEvery, func() error {
 		st, err := c.Status(s)
 		if err != nil {
 			return err

@@ -30,6 +30,7 @@ import (
 
 	"github.com/xce/xce/client"
 	"github.com/xce/xce/configs"
+	"github.com/xce/xce/internal/testutil"
 	xcev1 "github.com/xce/xce/proto/xce/v1"
 )
 
@@ -612,7 +613,7 @@ func TestLimitsClientPortExposureWarning(t *testing.T) {
 	}
 	c.StartAll()
 	want := "client port 0.0.0.0:" + port + " " + warning
-	if err := waitFor(raceSlack(10*time.Second), pollEvery, func() error {
+	if err := testutil.Poll(raceSlack(10*time.Second), pollEvery, func() error {
 		if !strings.Contains(c.RunLog(1), want) {
 			return errors.New("no warning for a client port on 0.0.0.0")
 		}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/xce/xce/client"
+	"github.com/xce/xce/internal/testutil"
 	xcev1 "github.com/xce/xce/proto/xce/v1"
 )
 
@@ -265,7 +266,7 @@ func TestNodeRefusesBadStart(t *testing.T) {
 		c.Start(0)
 		// The node holds the lock once it left INIT (storage opens before
 		// the election starts).
-		err := waitFor(10*time.Second, pollEvery, func() error {
+		err := testutil.Poll(10*time.Second, pollEvery, func() error {
 			s, err := c.Status(0)
 			if err != nil {
 				return err
@@ -315,7 +316,7 @@ func TestNodeRefusesBadStart(t *testing.T) {
 	runThenStop := func(t *testing.T, i int) {
 		t.Helper()
 		c.Start(i)
-		if err := waitFor(10*time.Second, pollEvery, func() error {
+		if err := testutil.Poll(10*time.Second, pollEvery, func() error {
 			s, err := c.Status(i)
 			if err != nil {
 				return err
@@ -404,7 +405,7 @@ func TestNodeHealthAndReadiness(t *testing.T) {
 	c.WaitRoles(10 * time.Second)
 	// Re-read the roles with the probes, in case an election slipped in
 	// between (a loaded machine can cost the primary its lease).
-	err := waitFor(5*time.Second, pollEvery, func() error {
+	err := testutil.Poll(5*time.Second, pollEvery, func() error {
 		p := c.WaitRoles(5 * time.Second)
 		var problems []string
 		for i := range c.N() {

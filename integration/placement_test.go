@@ -20,6 +20,7 @@ import (
 
 	"github.com/xce/xce/client"
 	"github.com/xce/xce/configs"
+	"github.com/xce/xce/internal/testutil"
 	xcev1 "github.com/xce/xce/proto/xce/v1"
 	"github.com/xce/xce/proto/xce/v1/xcev1connect"
 )
@@ -151,7 +152,7 @@ func (m placementOf) String() string {
 func settledPlacement(t *testing.T, c *Cluster, tasks int, workers []string, timeout time.Duration) *xcev1.GetAssignmentResponse {
 	t.Helper()
 	var last *xcev1.GetAssignmentResponse
-	err := waitFor(timeout, 100*time.Millisecond, func() error {
+	err := testutil.Poll(timeout, 100*time.Millisecond, func() error {
 		a, err := c.assignment()
 		if err != nil {
 			return err
@@ -229,7 +230,7 @@ func TestWorkerDeathAndJoin(t *testing.T) {
 	killed := time.Now()
 	ws.kill("w3")
 	var after placementOf
-	err := waitFor(itSessionTimeout+raceSlack(10*time.Second), 50*time.Millisecond, func() error {
+	err := testutil.Poll(itSessionTimeout+raceSlack(10*time.Second), 50*time.Millisecond, func() error {
 		a, err := c.assignment()
 		if err != nil {
 			return err
@@ -260,7 +261,7 @@ func TestWorkerDeathAndJoin(t *testing.T) {
 	joined := time.Now()
 	ws.start("w4")
 	sawWarmup := false
-	err = waitFor(raceSlack(40*time.Second), 50*time.Millisecond, func() error {
+	err = testutil.Poll(raceSlack(40*time.Second), 50*time.Millisecond, func() error {
 		a, err := c.assignment()
 		if err != nil {
 			return err
@@ -321,7 +322,7 @@ func TestControllerFailoverKeepsPlacement(t *testing.T) {
 		t.Error("the new primary never reported settling")
 	}
 	// The new primary hears every worker again.
-	if err := waitFor(raceSlack(10*time.Second), 100*time.Millisecond, func() error {
+	if err := testutil.Poll(raceSlack(10*time.Second), 100*time.Millisecond, func() error {
 		a, err := c.assignment()
 		if err != nil {
 			return err

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/xce/xce/bench"
+	"github.com/xce/xce/internal/testutil"
 	xcev1 "github.com/xce/xce/proto/xce/v1"
 )
 
@@ -122,7 +123,7 @@ func slicesSortTimes(ts []time.Time) {
 func waitServing(t *testing.T, c *Cluster, i int, version string, timeout time.Duration) *xcev1.StatusResponse {
 	t.Helper()
 	var st *xcev1.StatusResponse
-	err := waitFor(timeout, pollEvery, func() error {
+	err := testutil.Poll(timeout, pollEvery, func() error {
 		s, err := c.Status(i)
 		if err != nil {
 			return err
@@ -280,7 +281,7 @@ func TestUpgradeTwoSIGHUPs(t *testing.T) {
 	p := c.WaitRoles(raceSlack(15 * time.Second))
 	pid := c.Pid(p)
 	c.Signal(p, syscall.SIGHUP)
-	if err := waitFor(raceSlack(10*time.Second), time.Millisecond, func() error {
+	if err := testutil.Poll(raceSlack(10*time.Second), time.Millisecond, func() error {
 		if !strings.Contains(c.RunLog(p), "upgrade 1/5") {
 			return errors.New("the upgrade has not begun")
 		}

@@ -4,6 +4,7 @@ package testutil
 
 import (
 	"bytes"
+	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -16,12 +17,35 @@ import (
 // the test, naming what it waited for, once within has passed.
 func Eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", within, what)
+	err := Poll(within, 5*time.Millisecond, func() error {
+		if cond() {
+			return nil
 		}
-		time.Sleep(5 * time.Millisecond)
+		return errNotYet
+	})
+	if err != nil {
+		t.Fatalf("not within %v: %s", within, what)
+	}
+}
+
+var errNotYet = errors.New("not yet")
+
+// Poll calls cond every interval until it returns nil, and returns nil, or
+// until within has passed, and returns cond's last error: for waits whose
+// failure a test words itself (or tolerates).
+func Poll(within, every time.Duration, cond func() error) error {
+	deadline := time.Now().Add(within)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		err := cond()
+		if err == nil {
+			return nil
+		}
+		if !time.Now().Before(deadline) {
+			return err
+		}
+		<-tick.C
 	}
 }
 
