@@ -64,16 +64,17 @@ func (s *switchRecorder) calls() []bool {
 // gateNode is a node of a three-voter cluster whose peers are at addrs.
 func gateNode(t *testing.T, addrs ...string) *Node {
 	t.Helper()
-	y := fmt.Sprintf("node_id: n1\ncluster_id: t\ndata_dir: %s\nclient_addr: 127.0.0.1:1\npeer_addr: 127.0.0.1:2\npeers:\n  - {id: n1, peer_addr: 127.0.0.1:2, client_addr: 127.0.0.1:1}\n",
-		t.TempDir())
+	cfg := configs.Default()
+	cfg.NodeID, cfg.ClusterID, cfg.DataDir = "n1", "t", t.TempDir()
+	cfg.ClientAddr, cfg.PeerAddr = "127.0.0.1:1", "127.0.0.1:2"
+	cfg.Peers = []configs.Peer{{ID: "n1", PeerAddr: "127.0.0.1:2", ClientAddr: "127.0.0.1:1"}}
 	for i, a := range addrs {
-		y += fmt.Sprintf("  - {id: n%d, peer_addr: 127.0.0.1:%d, client_addr: %s}\n", i+2, 3+i, a)
+		cfg.Peers = append(cfg.Peers, configs.Peer{ID: fmt.Sprintf("n%d", i+2), PeerAddr: fmt.Sprintf("127.0.0.1:%d", 3+i), ClientAddr: a})
 	}
-	cfg, err := configs.Parse([]byte(y))
-	if err != nil {
+	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	n, err := New(Options{Config: cfg, Logger: zerolog.New(zerolog.NewTestWriter(t))})
+	n, err := New(Options{Config: &cfg, Logger: zerolog.New(zerolog.NewTestWriter(t))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,13 +34,14 @@ func freeAddr(t *testing.T) string {
 func singleConfig(t *testing.T, dir string) *configs.Config {
 	t.Helper()
 	ca, pa := freeAddr(t), freeAddr(t)
-	y := fmt.Sprintf("node_id: n1\ncluster_id: t\ndata_dir: %s\nclient_addr: %s\npeer_addr: %s\npeers:\n  - {id: n1, peer_addr: %s, client_addr: %s}\n",
-		filepath.Join(dir, "n1"), ca, pa, pa, ca)
-	cfg, err := configs.Parse([]byte(y))
-	if err != nil {
+	cfg := configs.Default()
+	cfg.NodeID, cfg.ClusterID, cfg.DataDir = "n1", "t", filepath.Join(dir, "n1")
+	cfg.ClientAddr, cfg.PeerAddr = ca, pa
+	cfg.Peers = []configs.Peer{{ID: "n1", PeerAddr: pa, ClientAddr: ca}}
+	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	return cfg
+	return &cfg
 }
 
 // recorder is a leader service that records its terms: the role the node
