@@ -368,8 +368,12 @@ func (c *Cluster) checkLogs() {
 		if err != nil {
 			continue
 		}
-		if bytes.Contains(b, []byte("WARNING: DATA RACE")) {
-			c.t.Errorf("%s: the race detector reported a data race; see its log", n.ID)
+		if i := bytes.Index(b, []byte("WARNING: DATA RACE")); i >= 0 {
+			report := b[i:]
+			if end := bytes.Index(report, []byte("\n==================")); end >= 0 {
+				report = report[:end]
+			}
+			c.t.Errorf("%s: the race detector reported a data race:\n%s", n.ID, report)
 		}
 	}
 	if !c.t.Failed() {
