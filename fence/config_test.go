@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/xce/xce/internal/testutil"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -27,13 +29,7 @@ func TestConfigValidate(t *testing.T) {
 	} {
 		c := valid
 		tc.edit(&c)
-		err := c.Validate()
-		switch {
-		case tc.want == "" && err != nil:
-			t.Errorf("%s: %v", tc.name, err)
-		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
-			t.Errorf("%s: error %v, want %q", tc.name, err, tc.want)
-		}
+		testutil.CheckErr(t, tc.name, c.Validate(), tc.want)
 	}
 	if c := (Config{Topic: "t", TransactionalID: "x"}).withDefaults(); c.Validate() != nil || c.BatchMax != 500 {
 		t.Errorf("zero settings do not take the defaults: %+v", c)

@@ -1,9 +1,10 @@
 package placement
 
 import (
-	"strings"
 	"testing"
 	"time"
+
+	"github.com/xce/xce/internal/testutil"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -21,13 +22,7 @@ func TestConfigValidate(t *testing.T) {
 	} {
 		c := DefaultConfig()
 		tc.edit(&c)
-		err := c.Validate()
-		switch {
-		case tc.want == "" && err != nil:
-			t.Errorf("%s: %v", tc.name, err)
-		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
-			t.Errorf("%s: error %v, want %q", tc.name, err, tc.want)
-		}
+		testutil.CheckErr(t, tc.name, c.Validate(), tc.want)
 	}
 }
 

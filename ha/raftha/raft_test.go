@@ -3,7 +3,6 @@ package raftha
 import (
 	"errors"
 	"net"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -135,13 +134,7 @@ func TestRaftConfigValidate(t *testing.T) {
 		c := DefaultConfig()
 		c.Peers = three
 		tc.edit(&c)
-		err := c.Validate()
-		switch {
-		case tc.want == "" && err != nil:
-			t.Errorf("%s: %v", tc.name, err)
-		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
-			t.Errorf("%s: error %v, want %q", tc.name, err, tc.want)
-		}
+		testutil.CheckErr(t, tc.name, c.Validate(), tc.want)
 	}
 }
 

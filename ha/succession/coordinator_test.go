@@ -71,18 +71,7 @@ func (cs *coordScript) run(cmd string, a script.Args) (string, error) {
 	switch cmd {
 	// config lease=… renew=… stagger=…
 	case "config":
-		c := cs.cfg
-		var err error
-		for key, f := range map[string]*int64{"lease": &c.LeaseMillis, "renew": &c.RenewMillis, "stagger": &c.StaggerMillis} {
-			if *f, err = a.Int(key, *f); err != nil {
-				return "", err
-			}
-		}
-		if err := c.Validate(); err != nil {
-			return "", err
-		}
-		cs.cfg = c
-		return fmt.Sprintf("lease=%d renew=%d stagger=%d", c.LeaseMillis, c.RenewMillis, c.StaggerMillis), nil
+		return configCommand(&cs.cfg, a)
 
 	// Records appended to the topic by anyone; the member reads them with
 	// "read". register/deregister/probe <m> at=…; grant <m> at=… [challenge]

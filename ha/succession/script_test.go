@@ -57,20 +57,7 @@ func (sc *succScript) appendAt(a script.Args, key, value []byte) (string, error)
 var scriptCommands = map[string]func(*succScript, script.Args) (string, error){
 	// config lease=… renew=… stagger=…: set the lease configuration (fields
 	// not given keep their value).
-	"config": func(sc *succScript, a script.Args) (string, error) {
-		c := sc.cfg
-		var err error
-		for key, f := range map[string]*int64{"lease": &c.LeaseMillis, "renew": &c.RenewMillis, "stagger": &c.StaggerMillis} {
-			if *f, err = a.Int(key, *f); err != nil {
-				return "", err
-			}
-		}
-		if err := c.Validate(); err != nil {
-			return "", err
-		}
-		sc.cfg = c
-		return fmt.Sprintf("lease=%d renew=%d stagger=%d", c.LeaseMillis, c.RenewMillis, c.StaggerMillis), nil
-	},
+	"config": func(sc *succScript, a script.Args) (string, error) { return configCommand(&sc.cfg, a) },
 	// register <member> at=… [offset=…]: register, or register again.
 	"register": func(sc *succScript, a script.Args) (string, error) {
 		m, err := scriptMember(a)
@@ -159,4 +146,21 @@ var scriptCommands = map[string]func(*succScript, script.Args) (string, error){
 		}
 		return strings.Join(out, "\n"), nil
 	},
+}
+
+// configCommand runs "config lease=… renew=… stagger=…": it sets the lease
+// configuration in *cfg (fields not given keep their value) if it is valid.
+func configCommand(cfg *LeaseConfig, a script.Args) (string, error) {
+	c := *cfg
+	var err error
+	for key, f := range map[string]*int64{"lease": &c.LeaseMillis, "renew": &c.RenewMillis, "stagger": &c.StaggerMillis} {
+		if *f, err = a.Int(key, *f); err != nil {
+			return "", err
+		}
+	}
+	if err := c.Validate(); err != nil {
+		return "", err
+	}
+	*cfg = c
+	return fmt.Sprintf("lease=%d renew=%d stagger=%d", c.LeaseMillis, c.RenewMillis, c.StaggerMillis), nil
 }

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -92,4 +93,18 @@ func (b *SyncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// CheckErr reports, under name, an err that does not match want: want ""
+// expects no error; otherwise the error's text must contain want.
+func CheckErr(t testing.TB, name string, err error, want string) {
+	t.Helper()
+	switch {
+	case want == "" && err != nil:
+		t.Errorf("%s: %v", name, err)
+	case want != "" && err == nil:
+		t.Errorf("%s: no error, want %q", name, want)
+	case want != "" && !strings.Contains(err.Error(), want):
+		t.Errorf("%s: error %v, want %q", name, err, want)
+	}
 }
