@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/xce/xce/bench"
 	"github.com/xce/xce/fence"
+	"github.com/xce/xce/internal/localcluster"
 	"github.com/xce/xce/internal/testutil"
 	xcev1 "github.com/xce/xce/proto/xce/v1"
 	"github.com/xce/xce/state"
@@ -44,8 +44,7 @@ type kafkaDev struct {
 	LogPath string
 
 	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
+	proc *localcluster.Process
 	runs int
 }
 
@@ -78,40 +77,30 @@ func startKafkaDev(t *testing.T, persistent bool) *kafkaDev {
 func (k *kafkaDev) Start() {
 	k.t.Helper()
 	k.mu.Lock()
-	if k.cmd != nil && !isClosed(k.done) {
+	if k.proc != nil && !k.proc.Exited() {
 		k.mu.Unlock()
 		k.t.Fatalf("kafka-dev: already running")
 	}
-	f, err := os.OpenFile(k.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		k.mu.Unlock()
-		k.t.Fatalf("kafka-dev log: %v", err)
-	}
 	k.runs++
-	fmt.Fprintf(f, "=== harness: start kafka-dev (run %d) at %s\n", k.runs, time.Now().Format(time.RFC3339Nano))
+	if f, err := os.OpenFile(k.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
+		fmt.Fprintf(f, "=== harness: start kafka-dev (run %d) at %s\n", k.runs, time.Now().Format(time.RFC3339Nano))
+		f.Close()
+	}
 	args := []string{"kafka-dev", "--addr", k.Addr}
 	if k.DataDir != "" {
 		args = append(args, "--data-dir", k.DataDir)
 	}
-	cmd := exec.Command(xceBin, args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	err = cmd.Start()
-	f.Close()
+	proc, err := localcluster.StartProcess(xceBin, k.LogPath, true, args...)
 	if err != nil {
 		k.mu.Unlock()
 		k.t.Fatalf("start kafka-dev: %v", err)
 	}
-	done := make(chan struct{})
-	k.cmd, k.done = cmd, done
+	k.proc = proc
 	k.mu.Unlock()
-	go func() {
-		_ = cmd.Wait()
-		close(done)
-	}()
 
 	start := time.Now()
 	if err := testutil.Poll(raceSlack(10*time.Second), pollEvery, func() error {
-		if isClosed(done) {
+		if proc.Exited() {
 			return errors.New("kafka-dev exited")
 		}
 		conn, err := net.DialTimeout("tcp", k.Addr, 200*time.Millisecond)
@@ -130,15 +119,13 @@ func (k *kafkaDev) Start() {
 func (k *kafkaDev) Stop() {
 	k.t.Helper()
 	k.mu.Lock()
-	cmd, done := k.cmd, k.done
+	proc := k.proc
 	k.mu.Unlock()
-	if cmd == nil || isClosed(done) {
+	if proc == nil || proc.Exited() {
 		return
 	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
+	_ = proc.Signal(syscall.SIGTERM)
+	if _, ok := proc.Wait(10 * time.Second); !ok {
 		k.t.Errorf("kafka-dev did not exit within 10s of SIGTERM; killing it")
 		k.kill()
 	}
@@ -146,16 +133,13 @@ func (k *kafkaDev) Stop() {
 
 func (k *kafkaDev) kill() {
 	k.mu.Lock()
-	cmd, done := k.cmd, k.done
+	proc := k.proc
 	k.mu.Unlock()
-	if cmd == nil || isClosed(done) {
+	if proc == nil || proc.Exited() {
 		return
 	}
-	_ = cmd.Process.Kill()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		k.t.Errorf("kafka-dev (pid %d) did not die on SIGKILL", cmd.Process.Pid)
+	if _, err := proc.Kill(10 * time.Second); err != nil {
+		k.t.Errorf("kafka-dev: %v", err)
 	}
 }
 

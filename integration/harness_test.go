@@ -633,12 +633,3 @@ func nonEmptyLines(s string) []string {
 	}
 	return out
 }
-
-func isClosed(ch chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
-}

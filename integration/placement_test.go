@@ -6,13 +6,10 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -20,6 +17,7 @@ import (
 
 	"github.com/xce/xce/client"
 	"github.com/xce/xce/configs"
+	"github.com/xce/xce/internal/localcluster"
 	"github.com/xce/xce/internal/testutil"
 	xcev1 "github.com/xce/xce/proto/xce/v1"
 	"github.com/xce/xce/proto/xce/v1/xcev1connect"
@@ -44,8 +42,7 @@ func itAssignor(cfg *configs.Config) {
 type workerProc struct {
 	id   string
 	log  string
-	cmd  *exec.Cmd
-	done chan struct{}
+	proc *localcluster.Process
 }
 
 // workers runs reference workers against a cluster and kills them at the
@@ -63,9 +60,8 @@ func newWorkers(t *testing.T, c *Cluster) *workers {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		for _, p := range w.ps {
-			if !isClosed(p.done) {
-				_ = p.cmd.Process.Kill()
-				<-p.done
+			if !p.proc.Exited() {
+				_, _ = p.proc.Kill(10 * time.Second)
 			}
 			if t.Failed() {
 				t.Logf("---- last 20 lines of worker %s ----\n%s", p.id, tailLines(p.log, 20, 400))
@@ -78,22 +74,12 @@ func newWorkers(t *testing.T, c *Cluster) *workers {
 func (w *workers) start(id string) {
 	w.t.Helper()
 	log := filepath.Join(w.c.dir, "worker-"+id+".log")
-	f, err := os.OpenFile(log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	defer f.Close()
-	cmd := exec.Command(xceBin, "worker", "--id", id, "--controllers", strings.Join(w.c.Addrs(), ","),
+	proc, err := localcluster.StartProcess(xceBin, log, true, "worker", "--id", id, "--controllers", strings.Join(w.c.Addrs(), ","),
 		"--capacity", "1", "--restore-rate", "20000", "--initial-lag", "40000")
-	cmd.Stdout, cmd.Stderr = f, f
-	if err := cmd.Start(); err != nil {
+	if err != nil {
 		w.t.Fatalf("start worker %s: %v", id, err)
 	}
-	p := &workerProc{id: id, log: log, cmd: cmd, done: make(chan struct{})}
-	go func() {
-		_ = cmd.Wait()
-		close(p.done)
-	}()
+	p := &workerProc{id: id, log: log, proc: proc}
 	w.mu.Lock()
 	w.ps[id] = p
 	w.mu.Unlock()
@@ -104,10 +90,9 @@ func (w *workers) kill(id string) {
 	w.mu.Lock()
 	p := w.ps[id]
 	w.mu.Unlock()
-	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	if _, err := p.proc.Kill(10 * time.Second); err != nil {
 		w.t.Fatalf("kill worker %s: %v", id, err)
 	}
-	<-p.done
 }
 
 // assignment reads the committed assignment from the primary, with its
