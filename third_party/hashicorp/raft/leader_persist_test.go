@@ -247,6 +247,88 @@ func TestParallelLeaderWrites_StepDownDrains(t *testing.T) {
 	c.EnsureSame(t)
 }
 
+// A heartbeat is answered on the transport's goroutine (the fast path), not
+// the main one: it must not wait for the leader's write, which is the main
+// goroutine's to drain (waiting there raced its staging of the next write).
+// An old leader's late heartbeat reaches a new leader whose write is held.
+func TestParallelLeaderWrites_HeartbeatDoesNotWaitForWrite(t *testing.T) {
+	c, stores := makeGatedCluster(t)
+	leader := c.Leader()
+	ls := stores[c.IndexOf(leader)]
+	release := ls.hold()
+	defer release()
+
+	_, done := applyDone(leader, "x")
+	select {
+	case <-ls.waiting:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the leader's write never reached the store")
+	}
+	old := c.Followers()[0]
+	respCh := make(chan RPCResponse, 1)
+	go leader.processHeartbeat(RPC{
+		Command: &AppendEntriesRequest{
+			RPCHeader: RPCHeader{ProtocolVersion: ProtocolVersionMax, ID: []byte(old.localID), Addr: []byte(old.localAddr)},
+			Term:      leader.getCurrentTerm() - 1,
+		},
+		RespChan: respCh,
+	})
+	select {
+	case resp := <-respCh:
+		if ae, ok := resp.Response.(*AppendEntriesResponse); !ok || ae.Success {
+			t.Fatalf("a heartbeat of an older term got %#v, want a refusal", resp.Response)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("the heartbeat waited for the leader's held write")
+	}
+	if leader.State() != Leader {
+		t.Fatalf("the leader is %v after an older term's heartbeat", leader.State())
+	}
+	release()
+	if err := <-done; err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	c.WaitForReplication(1)
+	c.EnsureSame(t)
+}
+
+// Old-term heartbeats answered while the leader stages writes: under the
+// race detector, a heartbeat that drained the leader's writes raced the
+// main goroutine staging them.
+func TestParallelLeaderWrites_HeartbeatsWhileStaging(t *testing.T) {
+	c, _ := makeGatedCluster(t)
+	leader := c.Leader()
+	old := c.Followers()[0]
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			respCh := make(chan RPCResponse, 1)
+			leader.processHeartbeat(RPC{
+				Command: &AppendEntriesRequest{
+					RPCHeader: RPCHeader{ProtocolVersion: ProtocolVersionMax, ID: []byte(old.localID), Addr: []byte(old.localAddr)},
+					Term:      leader.getCurrentTerm() - 1,
+				},
+				RespChan: respCh,
+			})
+			<-respCh
+		}
+	}()
+	for i := 0; i < 200; i++ {
+		if err := leader.Apply([]byte(fmt.Sprintf("w%d", i)), time.Second).Error(); err != nil {
+			t.Fatalf("apply %d: %v", i, err)
+		}
+	}
+	close(stop)
+	<-done
+}
+
 func waitUntil(t *testing.T, cond func() bool, what string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)

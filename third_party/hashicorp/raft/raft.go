@@ -1461,6 +1461,11 @@ func (r *Raft) processRPC(rpc RPC) {
 
 	switch cmd := rpc.Command.(type) {
 	case *AppendEntriesRequest:
+		// A newer leader's entries may truncate ours: let our own writes
+		// finish first. Only here, on the main goroutine: a heartbeat
+		// (processHeartbeat) is answered on the transport's goroutine and
+		// touches no log store.
+		r.drainLeaderWrites()
 		r.appendEntries(rpc, cmd)
 	case *RequestVoteRequest:
 		r.requestVote(rpc, cmd)
@@ -1511,9 +1516,6 @@ func (r *Raft) processHeartbeat(rpc RPC) {
 // only be called from the main thread.
 func (r *Raft) appendEntries(rpc RPC, a *AppendEntriesRequest) {
 	defer metrics.MeasureSince([]string{"raft", "rpc", "appendEntries"}, time.Now())
-	// A newer leader's entries may truncate ours: let our own writes
-	// finish first.
-	r.drainLeaderWrites()
 	// Setup a response
 	resp := &AppendEntriesResponse{
 		RPCHeader:      r.getRPCHeader(),
