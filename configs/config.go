@@ -49,6 +49,48 @@ type Config struct {
 	Assignor       Assignor `yaml:"assignor"`
 	Limits         Limits   `yaml:"limits"`
 	Log            Log      `yaml:"log"`
+	// TLS secures the client port (API, /healthz, /readyz, /metrics).
+	TLS ClientTLS `yaml:"tls"`
+	// PeerTLS secures the peer port with mutual TLS: every peer presents a
+	// certificate signed by ca_file that names its node of this cluster.
+	PeerTLS PeerTLS `yaml:"peer_tls"`
+	// Auth decides who may call what on the client port.
+	Auth Auth `yaml:"auth"`
+	// Insecure lets a node whose client or peer address is reachable
+	// beyond this machine start without TLS on that port. Default false:
+	// such a node refuses to start.
+	Insecure bool `yaml:"insecure"`
+}
+
+// ClientTLS is the client port's TLS. With no cert_file the port is
+// plaintext.
+type ClientTLS struct {
+	CAFile   string `yaml:"ca_file"`   // CA that signs client certificates; required unless client_auth is none
+	CertFile string `yaml:"cert_file"` // the node's certificate (PEM); renewed files are picked up without a restart
+	KeyFile  string `yaml:"key_file"`  // its key (PEM)
+	// ClientAuth: none (no client certificates), optional (verified when
+	// sent), or required. Default none.
+	ClientAuth string `yaml:"client_auth"`
+}
+
+// PeerTLS is the peer port's mutual TLS: all three files, or none
+// (plaintext).
+type PeerTLS struct {
+	CAFile   string `yaml:"ca_file"`   // the cluster's CA: every peer's certificate must chain to it
+	CertFile string `yaml:"cert_file"` // this node's certificate, naming xce://<cluster_id>/node/<node_id>
+	KeyFile  string `yaml:"key_file"`  // its key (PEM)
+}
+
+// Auth is who may call what. Permissions apply once the node can tell
+// callers apart: a tokens file, or client certificates (tls.client_auth
+// optional or required).
+type Auth struct {
+	// TokensFile holds one token a line: <sha256 of the token, hex>
+	// <principal> <role>[,<role>…]. Roles: admin, writer, reader, worker.
+	TokensFile string `yaml:"tokens_file"`
+	// Anonymous is the role of a caller with no credentials: none or
+	// reader. Default none.
+	Anonymous string `yaml:"anonymous"`
 }
 
 // Limits bound what clients and peers can make a node hold: sockets,
@@ -261,7 +303,9 @@ func Default() Config {
 				IdleTimeout:      Duration{r.IdleTimeout},
 			},
 		},
-		Log: Log{Level: "info", Format: "auto"},
+		Log:  Log{Level: "info", Format: "auto"},
+		TLS:  ClientTLS{ClientAuth: "none"},
+		Auth: Auth{Anonymous: "none"},
 	}
 }
 

@@ -129,10 +129,33 @@ func TestValidate(t *testing.T) {
 		{"client_addr port too big", func(c *Config) { c.ClientAddr = "127.0.0.1:65536" }, `client_addr: invalid port "65536"`},
 		{"client_addr signed port", func(c *Config) { c.ClientAddr = "127.0.0.1:+80" }, `client_addr: invalid port "+80"`},
 		{"client_addr bad host", func(c *Config) { c.ClientAddr = "a b:80" }, `client_addr: invalid host "a b"`},
-		{"client_addr empty host ok", func(c *Config) { c.ClientAddr = ":7101"; c.Peers[0].ClientAddr = ":7101" }, ""},
-		{"client_addr 0.0.0.0 ok", func(c *Config) { c.ClientAddr = "0.0.0.0:7101"; c.Peers[0].ClientAddr = "0.0.0.0:7101" }, ""},
+		{"client_addr empty host ok", func(c *Config) { c.ClientAddr = ":7101"; c.Peers[0].ClientAddr = ":7101"; c.Insecure = true }, ""},
+		{"client_addr 0.0.0.0 ok", func(c *Config) {
+			c.ClientAddr = "0.0.0.0:7101"
+			c.Peers[0].ClientAddr = "0.0.0.0:7101"
+			c.Insecure = true
+		}, ""},
+		{"client_addr 0.0.0.0 without tls", func(c *Config) { c.ClientAddr = "0.0.0.0:7101"; c.Peers[0].ClientAddr = c.ClientAddr },
+			"client_addr: 0.0.0.0:7101 is reachable beyond this machine and the client port has no TLS"},
+		{"client_addr 0.0.0.0 with tls", func(c *Config) {
+			c.ClientAddr = "0.0.0.0:7101"
+			c.Peers[0].ClientAddr = c.ClientAddr
+			c.TLS.CertFile, c.TLS.KeyFile = "n1.pem", "n1-key.pem"
+		}, ""},
+		{"peer_addr beyond loopback without tls", func(c *Config) { c.PeerAddr = "198.51.100.1:7201"; c.Peers[0].PeerAddr = c.PeerAddr },
+			"peer_addr: 198.51.100.1:7201 is reachable beyond this machine and the peer port has no TLS"},
+		{"peer_tls partial", func(c *Config) { c.PeerTLS.CAFile = "ca.pem" }, "peer_tls: ca_file, cert_file and key_file are set together"},
+		{"client_auth required needs a CA", func(c *Config) {
+			c.TLS.CertFile, c.TLS.KeyFile, c.TLS.ClientAuth = "n1.pem", "n1-key.pem", "required"
+		}, "tls.ca_file: required when client_auth is required"},
+		{"client_auth bad", func(c *Config) { c.TLS.ClientAuth = "maybe" }, "tls.client_auth"},
+		{"anonymous writer refused", func(c *Config) { c.Auth.Anonymous = "writer" }, "auth.anonymous"},
 		{"client_addr ipv6 ok", func(c *Config) { c.ClientAddr = "[::1]:7101"; c.Peers[0].ClientAddr = "[::1]:7101" }, ""},
-		{"client_addr hostname ok", func(c *Config) { c.ClientAddr = "node-1.example.com:7101"; c.Peers[0].ClientAddr = c.ClientAddr }, ""},
+		{"client_addr hostname ok", func(c *Config) {
+			c.ClientAddr = "node-1.example.com:7101"
+			c.Peers[0].ClientAddr = c.ClientAddr
+			c.Insecure = true
+		}, ""},
 		{"peer_addr empty host", func(c *Config) { c.PeerAddr = ":7201" }, "peer_addr: empty host"},
 		{"peer_addr missing port", func(c *Config) { c.PeerAddr = "localhost" }, "peer_addr: missing port"},
 		{"peer_addr unspecified", func(c *Config) { c.PeerAddr = "0.0.0.0:7201" }, `peer_addr: host "0.0.0.0" is unspecified`},

@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+
+	"github.com/xce/xce/netio"
 )
 
 // ValidID reports whether s is a valid id: 1-64 characters of [A-Za-z0-9._-].
@@ -65,6 +67,7 @@ func (c *Config) Validate() error {
 	default:
 		p.add("ha.backend", "must be raft or kafka (got %q)", c.HA.Backend)
 	}
+	c.validateTLS(&p)
 	p.oneOf("log.level", c.Log.Level, "trace", "debug", "info", "warn", "error")
 	p.oneOf("log.format", c.Log.Format, "json", "console", "auto")
 	if len(p) == 0 {
@@ -209,4 +212,48 @@ func addrProblem(s string, dialed bool) string {
 		return fmt.Sprintf("invalid host %q", host)
 	}
 	return ""
+}
+
+// validateTLS checks the tls, peer_tls and auth sections, and that a port
+// reachable beyond this machine has TLS unless insecure says otherwise.
+func (c *Config) validateTLS(p *problems) {
+	t := c.TLS
+	p.oneOf("tls.client_auth", t.ClientAuth, "none", "optional", "required")
+	if (t.CertFile == "") != (t.KeyFile == "") {
+		p.add("tls", "cert_file and key_file are set together")
+	}
+	if t.ClientAuth != "none" && t.ClientAuth != "" {
+		if t.CertFile == "" {
+			p.add("tls.client_auth", "%s needs tls.cert_file and tls.key_file", t.ClientAuth)
+		}
+		if t.CAFile == "" {
+			p.add("tls.ca_file", "required when client_auth is %s", t.ClientAuth)
+		}
+	}
+	pt := c.PeerTLS
+	if set := btoi(pt.CAFile != "") + btoi(pt.CertFile != "") + btoi(pt.KeyFile != ""); set != 0 && set != 3 {
+		p.add("peer_tls", "ca_file, cert_file and key_file are set together (mutual TLS)")
+	}
+	p.oneOf("auth.anonymous", c.Auth.Anonymous, "none", "reader")
+	if c.Insecure {
+		return
+	}
+	if t.CertFile == "" && c.ClientAddr != "" && !netio.IsLoopback(c.ClientAddr) {
+		p.add("client_addr", "%s is reachable beyond this machine and the client port has no TLS: set tls.cert_file and tls.key_file, or insecure: true", c.ClientAddr)
+	}
+	if c.HA.Backend != BackendKafka && pt.CertFile == "" {
+		for _, a := range []string{c.PeerAddr, c.PeerListenAddr} {
+			if a != "" && !netio.IsLoopback(a) {
+				p.add("peer_addr", "%s is reachable beyond this machine and the peer port has no TLS: set peer_tls, or insecure: true", a)
+				break
+			}
+		}
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
