@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -27,13 +28,21 @@ import (
 // machine the clients' and the leader's CPU per call, not the disk, bounds
 // how fast a committed wave of writes turns into the next one.
 //
-// Requests it cannot carry that way (https, bodies over maxOneWriteBody or
-// of unknown length, Expect or Upgrade headers) go through net/http's
-// transport. Idle connections are closed after 90 s, before the server's
+// Requests it cannot carry that way (https without NewTLSClientTransport,
+// bodies over maxOneWriteBody or of unknown length, Expect or Upgrade
+// headers) go through net/http's transport. Idle connections are closed after 90 s, before the server's
 // 2-minute idle timeout, and one the server has closed meanwhile (a node's
 // restart) is noticed before it is used.
 func NewClientTransport() *ClientTransport {
-	return newClientTransport((&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext)
+	return newClientTransport((&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext, nil)
+}
+
+// NewTLSClientTransport is NewClientTransport that also carries https
+// requests, over TLS with cfg: HTTP/1.1 (offered by ALPN), the same loop on
+// the caller's goroutine, the handshake made when a connection is dialled.
+// cfg.ServerName, when empty, is each request's host.
+func NewTLSClientTransport(cfg *tls.Config) *ClientTransport {
+	return newClientTransport((&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext, cfg)
 }
 
 const (
@@ -41,32 +50,46 @@ const (
 	clientMaxIdlePerHost = 256
 )
 
-func newClientTransport(dial func(ctx context.Context, network, addr string) (net.Conn, error)) *ClientTransport {
+func newClientTransport(dial func(ctx context.Context, network, addr string) (net.Conn, error), tlsCfg *tls.Config) *ClientTransport {
 	var p http.Protocols
 	p.SetHTTP1(true)
+	if tlsCfg != nil {
+		tlsCfg = tlsCfg.Clone()
+		tlsCfg.NextProtos = []string{"http/1.1"}
+	}
 	return &ClientTransport{
 		t: &http.Transport{
 			Protocols:           &p,
 			DialContext:         dial,
+			TLSClientConfig:     tlsCfg,
 			MaxIdleConnsPerHost: clientMaxIdlePerHost,
 			IdleConnTimeout:     clientIdleTimeout,
 			// Room for the headers and a body of maxOneWriteBody.
 			WriteBufferSize: 2 * maxOneWriteBody,
 		},
 		dial:        dial,
+		tls:         tlsCfg,
 		idleTimeout: clientIdleTimeout,
-		idle:        make(map[string][]*h1Conn),
+		idle:        make(map[poolKey][]*h1Conn),
 	}
+}
+
+// poolKey names the connections a call may reuse: to one address, over
+// TLS or not.
+type poolKey struct {
+	addr string
+	tls  bool
 }
 
 // ClientTransport is NewClientTransport's http.RoundTripper.
 type ClientTransport struct {
 	t           *http.Transport // what the h1 loop does not carry
 	dial        func(ctx context.Context, network, addr string) (net.Conn, error)
+	tls         *tls.Config // nil: https goes through t
 	idleTimeout time.Duration
 
 	mu    sync.Mutex
-	idle  map[string][]*h1Conn // by host:port, least recently used first
+	idle  map[poolKey][]*h1Conn // least recently used first
 	sweep *time.Timer          // closes expired idle connections; nil when none are idle
 }
 
@@ -106,7 +129,7 @@ func (c *ClientTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // carries reports whether the h1 loop takes req.
 func (c *ClientTransport) carries(req *http.Request) bool {
-	return req.URL != nil && req.URL.Scheme == "http" && req.URL.Host != "" &&
+	return req.URL != nil && (req.URL.Scheme == "http" || req.URL.Scheme == "https" && c.tls != nil) && req.URL.Host != "" &&
 		req.Method != http.MethodConnect &&
 		req.Header.Get("Expect") == "" && req.Header.Get("Upgrade") == ""
 }
@@ -115,7 +138,7 @@ func (c *ClientTransport) carries(req *http.Request) bool {
 func (c *ClientTransport) CloseIdleConnections() {
 	c.mu.Lock()
 	idle := c.idle
-	c.idle = make(map[string][]*h1Conn)
+	c.idle = make(map[poolKey][]*h1Conn)
 	if c.sweep != nil {
 		c.sweep.Stop()
 		c.sweep = nil
@@ -139,13 +162,17 @@ var errServerClosed = errors.New("server closed the connection before answering"
 // that the server closed unanswered when the call may be sent twice, goes
 // once more on a new connection, as net/http's transport does.
 func (c *ClientTransport) roundTrip(req *http.Request, body []byte) (*http.Response, error) {
-	addr := req.URL.Host
+	key := poolKey{addr: req.URL.Host, tls: req.URL.Scheme == "https"}
 	if req.URL.Port() == "" {
-		addr = net.JoinHostPort(req.URL.Hostname(), "80")
+		port := "80"
+		if key.tls {
+			port = "443"
+		}
+		key.addr = net.JoinHostPort(req.URL.Hostname(), port)
 	}
 	fresh := false
 	for {
-		hc, err := c.conn(req.Context(), addr, fresh)
+		hc, err := c.conn(req.Context(), key, fresh)
 		if err != nil {
 			return nil, err
 		}
@@ -240,12 +267,12 @@ func (c *ClientTransport) call(hc *h1Conn, req *http.Request, body []byte) (*htt
 	return resp, nil
 }
 
-// conn returns an idle connection to addr that is still open, or dials a
-// new one (always when fresh).
-func (c *ClientTransport) conn(ctx context.Context, addr string, fresh bool) (*h1Conn, error) {
+// conn returns an idle connection to key that is still open, or dials a
+// new one (always when fresh), making its TLS handshake when key says so.
+func (c *ClientTransport) conn(ctx context.Context, key poolKey, fresh bool) (*h1Conn, error) {
 	for !fresh {
 		c.mu.Lock()
-		l := c.idle[addr]
+		l := c.idle[key]
 		if len(l) == 0 {
 			c.mu.Unlock()
 			break
@@ -253,9 +280,9 @@ func (c *ClientTransport) conn(ctx context.Context, addr string, fresh bool) (*h
 		hc := l[len(l)-1]
 		l[len(l)-1] = nil
 		if l = l[:len(l)-1]; len(l) == 0 {
-			delete(c.idle, addr)
+			delete(c.idle, key)
 		} else {
-			c.idle[addr] = l
+			c.idle[key] = l
 		}
 		c.mu.Unlock()
 		if time.Since(hc.idleSince) < c.idleTimeout && hc.open() {
@@ -264,11 +291,26 @@ func (c *ClientTransport) conn(ctx context.Context, addr string, fresh bool) (*h
 		}
 		_ = hc.c.Close()
 	}
-	nc, err := c.dial(ctx, "tcp", addr)
+	raw, err := c.dial(ctx, "tcp", key.addr)
 	if err != nil {
 		return nil, err
 	}
-	hc := &h1Conn{c: nc, addr: addr}
+	nc := raw
+	if key.tls {
+		cfg := c.tls
+		if cfg.ServerName == "" {
+			host, _, _ := net.SplitHostPort(key.addr)
+			cfg = cfg.Clone()
+			cfg.ServerName = host
+		}
+		tc := tls.Client(raw, cfg)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			_ = raw.Close()
+			return nil, fmt.Errorf("tls handshake with %s: %w", key.addr, err)
+		}
+		nc = tc
+	}
+	hc := &h1Conn{c: nc, raw: raw, key: key}
 	hc.w = countingWriter{w: nc}
 	hc.br = bufio.NewReaderSize(nc, 16<<10)
 	hc.bw = bufio.NewWriterSize(&hc.w, 2*maxOneWriteBody)
@@ -276,16 +318,16 @@ func (c *ClientTransport) conn(ctx context.Context, addr string, fresh bool) (*h
 }
 
 // put returns hc to the idle pool, or closes it when the pool is full.
-func (c *ClientTransport) put(addr string, hc *h1Conn) {
+func (c *ClientTransport) put(key poolKey, hc *h1Conn) {
 	hc.idleSince = time.Now()
 	c.mu.Lock()
-	l := c.idle[addr]
+	l := c.idle[key]
 	if len(l) >= clientMaxIdlePerHost {
 		c.mu.Unlock()
 		_ = hc.c.Close()
 		return
 	}
-	c.idle[addr] = append(l, hc)
+	c.idle[key] = append(l, hc)
 	if c.sweep == nil {
 		c.sweep = time.AfterFunc(c.idleTimeout, c.sweepIdle)
 	}
@@ -299,17 +341,17 @@ func (c *ClientTransport) sweepIdle() {
 	now := time.Now()
 	c.mu.Lock()
 	var next time.Duration
-	for addr, l := range c.idle {
+	for key, l := range c.idle {
 		n := 0
 		for n < len(l) && now.Sub(l[n].idleSince) >= c.idleTimeout {
 			n++
 		}
 		expired = append(expired, l[:n]...)
 		if n == len(l) {
-			delete(c.idle, addr)
+			delete(c.idle, key)
 			continue
 		}
-		c.idle[addr] = append(l[:0:0], l[n:]...)
+		c.idle[key] = append(l[:0:0], l[n:]...)
 		if d := c.idleTimeout - now.Sub(l[n].idleSince); next == 0 || d < next {
 			next = d
 		}
@@ -329,8 +371,9 @@ func (c *ClientTransport) sweepIdle() {
 
 // h1Conn is one HTTP/1.1 connection, used by one call at a time.
 type h1Conn struct {
-	c         net.Conn
-	addr      string // the pool's key
+	c         net.Conn // raw, or a TLS connection over it
+	raw       net.Conn // the socket, for open's look
+	key       poolKey
 	w         countingWriter
 	br        *bufio.Reader
 	bw        *bufio.Writer
@@ -339,12 +382,14 @@ type h1Conn struct {
 }
 
 // open reports whether the server has neither closed hc nor sent anything
-// unasked, without waiting.
+// unasked, without waiting. Over TLS it looks at the socket: a TLS server
+// sends nothing unasked on an idle connection either (its session tickets
+// arrive before the first answer, and are read with it) but its close.
 func (hc *h1Conn) open() bool {
 	if hc.br.Buffered() > 0 {
 		return false
 	}
-	sc, ok := hc.c.(syscall.Conn)
+	sc, ok := hc.raw.(syscall.Conn)
 	if !ok {
 		return true // cannot look; a closed one fails its call
 	}
@@ -411,7 +456,7 @@ func (b *h1Body) finish(complete bool) {
 	}
 	b.done = true
 	if b.stop() && complete && b.reuse {
-		b.c.put(b.hc.addr, b.hc)
+		b.c.put(b.hc.key, b.hc)
 		return
 	}
 	_ = b.hc.c.Close()

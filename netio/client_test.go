@@ -3,6 +3,7 @@ package netio
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/xce/xce/tlsconf"
 )
 
 // connServer is an API-like server that counts the connections it accepts
@@ -359,5 +362,98 @@ func TestClientTransportClosesIdleConnections(t *testing.T) {
 	defer tr.mu.Unlock()
 	if len(tr.idle) != 0 || tr.sweep != nil {
 		t.Errorf("after CloseIdleConnections: %d hosts pooled, sweep armed %v", len(tr.idle), tr.sweep != nil)
+	}
+}
+
+// testPKI writes a CA and a node certificate for 127.0.0.1 into a temp dir
+// and returns the node's server config and a client config trusting the CA.
+func testPKI(t *testing.T) (server, client *tls.Config) {
+	t.Helper()
+	dir := t.TempDir()
+	if err := tlsconf.CreateCA(dir, "c1"); err != nil {
+		t.Fatal(err)
+	}
+	id := tlsconf.Identity{Cluster: "c1", Kind: tlsconf.KindNode, Name: "n1"}
+	if _, _, err := tlsconf.CreateCert(dir, tlsconf.CertRequest{ID: id, Hosts: []string{"127.0.0.1"}}); err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := tlsconf.CAFiles(dir)
+	cert, key := tlsconf.CertFiles(dir, "n1")
+	src, err := tlsconf.NewSource(tlsconf.Files{CA: ca, Cert: cert, Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	server = src.ServerConfig(tlsconf.ClientAuthNone, nil)
+	server.NextProtos = []string{"h2", "http/1.1"}
+	return server, &tls.Config{RootCAs: src.Pool(), MinVersion: tls.VersionTLS13}
+}
+
+// Over TLS the transport carries calls on its own loop: one handshake,
+// then calls in a row share the connection; a server that closes it is
+// noticed before the next call, which goes on a new one.
+func TestClientTransportTLS(t *testing.T) {
+	serverCfg, clientCfg := testPKI(t)
+	ln, err := Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &connServer{addr: ln.Addr().String()}
+	var proto sync.Map
+	srv := NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		proto.Store(r.Proto, true)
+		echo(w, r)
+	}), DefaultLimits())
+	srv.ConnState = func(_ net.Conn, st http.ConnState) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		switch st {
+		case http.StateNew:
+			s.opened++
+		case http.StateClosed, http.StateHijacked:
+			s.closed++
+		}
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(tls.NewListener(ln, serverCfg)) }()
+	t.Cleanup(func() { _ = srv.Close(); <-done })
+
+	tr := NewTLSClientTransport(clientCfg)
+	defer tr.CloseIdleConnections()
+	cl := &http.Client{Transport: tr}
+	url := "https://" + s.addr + "/"
+	for i := range 20 {
+		got, err := post(context.Background(), cl, url, fmt.Sprint("task-", i))
+		if want := fmt.Sprint("POST task-", i); err != nil || got != want {
+			t.Fatalf("call %d: %q, %v; want %q", i, got, err, want)
+		}
+	}
+	if o, _ := s.counts(); o != 1 {
+		t.Fatalf("20 calls in a row over TLS opened %d connections, want 1", o)
+	}
+	if _, ok := proto.Load("HTTP/1.1"); !ok {
+		t.Fatal("the calls did not go over HTTP/1.1")
+	}
+	// A request body too large for the loop goes through net/http's
+	// transport, over TLS too.
+	big := strings.Repeat("b", maxOneWriteBody+1)
+	if got, err := post(context.Background(), cl, url, big); err != nil || got != "POST "+big {
+		t.Fatalf("large body: %d bytes, %v", len(got), err)
+	}
+	// The server closes the idle connections: the next call notices.
+	srv.SetKeepAlivesEnabled(false)
+	s.waitClosed(t, 1)
+	srv.SetKeepAlivesEnabled(true)
+	if got, err := post(context.Background(), cl, url, "after"); err != nil || got != "POST after" {
+		t.Fatalf("after the server closed the connection: %q, %v", got, err)
+	}
+
+	// A client that does not trust the server's CA fails at the handshake.
+	_, other := testPKI(t)
+	tr2 := NewTLSClientTransport(other)
+	defer tr2.CloseIdleConnections()
+	_, err = post(context.Background(), &http.Client{Transport: tr2}, url, "x")
+	var verr *tls.CertificateVerificationError
+	if !errors.As(err, &verr) {
+		t.Fatalf("untrusted server: %v, want a certificate verification error", err)
 	}
 }

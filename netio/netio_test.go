@@ -97,7 +97,7 @@ func TestClientTransportSendsARequestInOneWrite(t *testing.T) {
 			return nil, err
 		}
 		return countingConn{Conn: c, mu: &mu, writes: &writes}, nil
-	})
+	}, nil)
 	defer tr.CloseIdleConnections()
 	cl := &http.Client{Transport: tr}
 	for i, body := range []string{"task-1", strings.Repeat("x", maxOneWriteBody), strings.Repeat("y", maxOneWriteBody+1)} {
