@@ -4,12 +4,15 @@
 // NOT_READY answer, otherwise backs off by the server's retry-after plus
 // jitter and rotates endpoints, until the caller's deadline. Writes carry a
 // client id and a request id, kept across retries, so a retry is never
-// applied twice.
+// applied twice. Calls go over TLS and carry a bearer token as Options and
+// Credentials say; Unauthenticated, PermissionDenied and a certificate
+// refused at the handshake are final answers, never retried.
 package client
 
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -24,7 +27,6 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/xce/xce/internal/backoff"
-	"github.com/xce/xce/netio"
 	xcev1 "github.com/xce/xce/proto/xce/v1"
 	"github.com/xce/xce/proto/xce/v1/xcev1connect"
 )
@@ -46,6 +48,16 @@ var (
 	// heartbeat after a controller failover, or after the session expired);
 	// the worker must Register again.
 	ErrUnknownWorker = errors.New("unknown worker: register again")
+	// ErrUnauthenticated: the node could not tell who called (no
+	// credentials, or none it accepts). Not retried.
+	ErrUnauthenticated = errors.New("Unauthenticated")
+	// ErrPermissionDenied: the caller's roles do not allow the call; the
+	// message names the missing permission. Not retried.
+	ErrPermissionDenied = errors.New("PermissionDenied")
+	// ErrBadCertificate: a TLS handshake failed on a certificate (the
+	// node's does not verify, or the node refused the client's). Not
+	// retried.
+	ErrBadCertificate = errors.New("bad certificate")
 )
 
 // NotReadyError is returned when the deadline passed while nodes answered
@@ -79,8 +91,15 @@ func roleName(r xcev1.Role) string { return strings.TrimPrefix(r.String(), "ROLE
 
 // Options tune a Client.
 type Options struct {
-	// HTTPClient carries the calls; nil uses a pooled cleartext HTTP/2 client.
+	// HTTPClient carries the calls; nil uses NewHTTPClient(TLS). With TLS
+	// set, a given HTTPClient must carry https (NewHTTPClient(TLS) does).
 	HTTPClient *http.Client
+	// TLS, when set, makes the calls over TLS with this configuration;
+	// nil takes Credentials.TLSConfig() (plaintext when it names no file).
+	TLS *tls.Config
+	// Credentials are the client's files and bearer token; the token is
+	// sent as "Authorization: Bearer …" on every call.
+	Credentials Credentials
 	// ClientID names this client in the servers' dedup table; nil picks a
 	// random one.
 	ClientID string
@@ -99,6 +118,8 @@ type Client struct {
 	endpoints []string
 	opts      Options
 	http      *http.Client
+	scheme    string // "http://" or "https://"
+	connect   []connect.ClientOption
 	seq       atomic.Uint64
 
 	mu      sync.Mutex
@@ -118,8 +139,23 @@ func New(endpoints []string, opts Options) (*Client, error) {
 	if len(eps) == 0 {
 		return nil, ErrNoEndpoints
 	}
+	if opts.TLS == nil {
+		cfg, err := opts.Credentials.TLSConfig()
+		if err != nil {
+			return nil, fmt.Errorf("TLS: %w", err)
+		}
+		opts.TLS = cfg
+	}
 	if opts.HTTPClient == nil {
-		opts.HTTPClient = &http.Client{Transport: netio.NewClientTransport()}
+		opts.HTTPClient = NewHTTPClient(opts.TLS)
+	}
+	scheme := "http://"
+	if opts.TLS != nil {
+		scheme = "https://"
+	}
+	var copts []connect.ClientOption
+	if opts.Credentials.Token != "" {
+		copts = append(copts, connect.WithInterceptors(bearer{header: "Bearer " + opts.Credentials.Token}))
 	}
 	if opts.ClientID == "" {
 		var b [8]byte
@@ -133,7 +169,7 @@ func New(endpoints []string, opts Options) (*Client, error) {
 		opts.MaxBackoff = time.Second
 	}
 	return &Client{
-		endpoints: eps, opts: opts, http: opts.HTTPClient, current: eps[0],
+		endpoints: eps, opts: opts, http: opts.HTTPClient, current: eps[0], scheme: scheme, connect: copts,
 		svcs:  make(map[string]xcev1connect.ControllerServiceClient),
 		wsvcs: make(map[string]xcev1connect.WorkerServiceClient),
 	}, nil
@@ -152,7 +188,7 @@ func (c *Client) svc(ep string) xcev1connect.ControllerServiceClient {
 	defer c.mu.Unlock()
 	s, ok := c.svcs[ep]
 	if !ok {
-		s = xcev1connect.NewControllerServiceClient(c.http, "http://"+ep)
+		s = xcev1connect.NewControllerServiceClient(c.http, c.scheme+ep, c.connect...)
 		c.svcs[ep] = s
 	}
 	return s
@@ -163,7 +199,7 @@ func (c *Client) workerSvc(ep string) xcev1connect.WorkerServiceClient {
 	defer c.mu.Unlock()
 	s, ok := c.wsvcs[ep]
 	if !ok {
-		s = xcev1connect.NewWorkerServiceClient(c.http, "http://"+ep)
+		s = xcev1connect.NewWorkerServiceClient(c.http, c.scheme+ep, c.connect...)
 		c.wsvcs[ep] = s
 	}
 	return s
@@ -269,7 +305,7 @@ func retry[S any](ctx context.Context, c *Client, stub func(ep string) S, call f
 			// its election rather than after a growing backoff.
 			wait = max(time.Duration(nr.RetryAfterMs)*time.Millisecond, 10*time.Millisecond)
 			ep = c.next(ep)
-		} else if retryable(ctx, err) {
+		} else if retryable(ctx, err) && !badCertificate(err) {
 			hops = 0
 			wait = unanswered.Next()
 			ep = c.next(ep)
@@ -317,6 +353,12 @@ func retryable(ctx context.Context, err error) bool {
 }
 
 func mapErr(err error) error {
+	if r := refusal(err); r != nil {
+		return r
+	}
+	if badCertificate(err) {
+		return fmt.Errorf("%w: %v", ErrBadCertificate, err)
+	}
 	switch connect.CodeOf(err) {
 	case connect.CodeNotFound:
 		return fmt.Errorf("%w: %v", ErrNotFound, connectMsg(err))
@@ -492,6 +534,12 @@ func (c *Client) Heartbeat(ctx context.Context, req *xcev1.HeartbeatRequest) (*x
 func (c *Client) Status(ctx context.Context, endpoint string) (*xcev1.StatusResponse, error) {
 	r, err := c.svc(endpoint).Status(ctx, connect.NewRequest(&xcev1.StatusRequest{}))
 	if err != nil {
+		if r := refusal(err); r != nil {
+			return nil, r
+		}
+		if badCertificate(err) {
+			return nil, fmt.Errorf("%w: %v", ErrBadCertificate, err)
+		}
 		return nil, err
 	}
 	return r.Msg, nil
