@@ -90,7 +90,7 @@ type ClientTransport struct {
 
 	mu    sync.Mutex
 	idle  map[poolKey][]*h1Conn // least recently used first
-	sweep *time.Timer          // closes expired idle connections; nil when none are idle
+	sweep *time.Timer           // closes expired idle connections; nil when none are idle
 }
 
 // maxOneWriteBody bounds the request bodies ClientTransport reads into
