@@ -22,6 +22,10 @@ type Options struct {
 	Local     int
 	Exe       string
 	Profile   Profile
+	// Credentials reach the Endpoints; TLS runs the Local cluster with
+	// TLS on every port and an admin token (LocalSecurity).
+	Credentials client.Credentials
+	TLS         bool
 
 	Clients  int
 	Duration time.Duration
@@ -104,14 +108,31 @@ func Bench(ctx context.Context, o Options) (*Report, error) {
 	fmt.Fprintf(o.Log, "xce bench: %d clients, %v, reads %.2f; disk fsync p50 %.3f ms (bounds a write's latency)\n",
 		o.Clients, o.Duration, o.Reads, ms(fsync))
 
-	ctl, err := client.New([]string{"127.0.0.1:1"}, client.Options{})
+	creds := o.Credentials
+	var sec *LocalSecurity
+	if o.Local > 0 && o.TLS {
+		nodes := make([]string, o.Local)
+		for i := range nodes {
+			nodes[i] = fmt.Sprintf("n%d", i+1)
+		}
+		if sec, err = PrepareLocalSecurity(filepath.Join(dir, "tls"), "bench", nodes, nil); err != nil {
+			return nil, err
+		}
+		creds = sec.Admin()
+	}
+	tlsCfg, err := creds.TLSConfig()
+	if err != nil {
+		return nil, err
+	}
+	copts := client.Options{TLS: tlsCfg, Credentials: creds}
+	ctl, err := client.New([]string{"127.0.0.1:1"}, copts)
 	if err != nil {
 		return nil, err
 	}
 	var cluster *localcluster.Cluster
 	endpoints := o.Endpoints
 	if o.Local > 0 {
-		cluster, err = startLocal(o.Exe, dir, o.Local, o.Profile)
+		cluster, err = startLocal(o.Exe, dir, o.Local, o.Profile, sec)
 		if err != nil {
 			return nil, err
 		}
@@ -124,7 +145,11 @@ func Bench(ctx context.Context, o Options) (*Report, error) {
 			keep = true
 			return nil, fmt.Errorf("local cluster did not elect: %w (logs in %s)", err, dir)
 		}
-		fmt.Fprintf(o.Log, "local cluster of %d (%s timings) up in %s\n", o.Local, o.Profile.Name, dir)
+		secure := ""
+		if sec != nil {
+			secure = ", TLS and tokens"
+		}
+		fmt.Fprintf(o.Log, "local cluster of %d (%s timings%s) up in %s\n", o.Local, o.Profile.Name, secure, dir)
 	}
 
 	// The servers are started: from here on the load generator may yield
@@ -136,7 +161,7 @@ func Bench(ctx context.Context, o Options) (*Report, error) {
 
 	var hist History
 	load := Load{
-		Endpoints: endpoints, Clients: o.Clients, Duration: o.Duration, Ops: o.Ops, Reads: o.Reads,
+		Endpoints: endpoints, TLS: tlsCfg, Credentials: creds, Clients: o.Clients, Duration: o.Duration, Ops: o.Ops, Reads: o.Reads,
 		Progress: func(p Progress) {
 			fmt.Fprintf(o.Log, "%6.1fs  ops %d  %.0f/s  retries %d  errors %d\n",
 				p.Elapsed.Seconds(), p.Ops, float64(p.Ops)/p.Elapsed.Seconds(), p.Retries, p.Errors)
@@ -199,7 +224,7 @@ func Bench(ctx context.Context, o Options) (*Report, error) {
 	// The final state, read linearizably.
 	fctx, fcancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer fcancel()
-	lc, err := client.New(endpoints, client.Options{})
+	lc, err := client.New(endpoints, copts)
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -12,13 +13,16 @@ import (
 	"time"
 
 	"github.com/xce/xce/client"
-	"github.com/xce/xce/netio"
 	xcev1 "github.com/xce/xce/proto/xce/v1"
 )
 
 // Load configures a run.
 type Load struct {
 	Endpoints []string
+	// TLS and Credentials: how the clients reach the nodes (plaintext
+	// without TLS), and the token they send.
+	TLS         *tls.Config
+	Credentials client.Credentials
 	// Clients is the number of concurrent callers, each with its own client id.
 	Clients int
 	// Duration bounds the run; Ops, when set, bounds the number of calls.
@@ -69,10 +73,10 @@ func Run(ctx context.Context, l Load, h *History) (*Result, error) {
 		ctx, cancel = context.WithTimeout(ctx, l.Duration)
 		defer cancel()
 	}
-	// A few pooled HTTP/2 clients shared by the callers.
+	// A few pooled HTTP clients shared by the callers.
 	pool := make([]*http.Client, 4)
 	for i := range pool {
-		pool[i] = &http.Client{Transport: netio.NewClientTransport()}
+		pool[i] = client.NewHTTPClient(l.TLS)
 	}
 	defer func() {
 		for _, c := range pool {
@@ -104,7 +108,8 @@ func Run(ctx context.Context, l Load, h *History) (*Result, error) {
 		var myRetries atomic.Int64
 		c, err := client.New(l.Endpoints, client.Options{
 			HTTPClient: pool[w%len(pool)],
-			ClientID:   fmt.Sprintf("bench-%s-%d", nonce, w),
+			TLS:        l.TLS, Credentials: l.Credentials,
+			ClientID: fmt.Sprintf("bench-%s-%d", nonce, w),
 			OnRetry: func(*xcev1.NotReady, error) {
 				myRetries.Add(1)
 				retries.Add(1)

@@ -37,10 +37,18 @@ func (p Profile) apply(c *configs.Config) {
 }
 
 // startLocal starts an n-node cluster of exe in dir with the profile's
-// timings; should the bench die, its servers go with it.
-func startLocal(exe, dir string, n int, p Profile) (*localcluster.Cluster, error) {
+// timings, secure when sec is not nil; should the bench die, its servers
+// go with it.
+func startLocal(exe, dir string, n int, p Profile, sec *LocalSecurity) (*localcluster.Cluster, error) {
+	configure := p.apply
+	if sec != nil {
+		configure = func(c *configs.Config) {
+			p.apply(c)
+			sec.Configure(c)
+		}
+	}
 	c, err := localcluster.New(localcluster.Options{
-		Exe: exe, Dir: dir, N: n, ClusterID: "bench", Configure: p.apply, DieWithParent: true,
+		Exe: exe, Dir: dir, N: n, ClusterID: "bench", Configure: configure, DieWithParent: true,
 	})
 	if err != nil {
 		return nil, err

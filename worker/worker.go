@@ -81,6 +81,10 @@ type Config struct {
 	Logger zerolog.Logger
 	// HTTPClient carries the calls (nil: the client library's default).
 	HTTPClient *http.Client
+	// Credentials are what the worker presents: a worker certificate
+	// (xce tls cert create --worker ID) or a token, and the CA its
+	// controllers' certificates chain to (TLS when a file is named).
+	Credentials client.Credentials
 	// AttemptTimeout bounds one call to one controller (0: the client
 	// library's default).
 	AttemptTimeout time.Duration
@@ -137,15 +141,17 @@ func (cfg Config) withDefaults() (Config, error) {
 }
 
 // Run runs the worker until ctx ends; it returns nil then. It returns an
-// error only for a bad Config or when the controller refuses the
-// registration's arguments. Every goroutine it starts has stopped when it
+// error only for a bad Config, or when the controller refuses the
+// registration's arguments or the worker's credentials (Unauthenticated,
+// PermissionDenied, a certificate refused at the handshake). Every goroutine it starts has stopped when it
 // returns.
 func Run(ctx context.Context, cfg Config) error {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return err
 	}
-	c, err := client.New(cfg.Controllers, client.Options{HTTPClient: cfg.HTTPClient, AttemptTimeout: cfg.AttemptTimeout})
+	c, err := client.New(cfg.Controllers, client.Options{HTTPClient: cfg.HTTPClient, AttemptTimeout: cfg.AttemptTimeout,
+		Credentials: cfg.Credentials})
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrConfig, err)
 	}
@@ -201,7 +207,7 @@ func (w *worker) run(ctx context.Context) error {
 			switch {
 			case ctx.Err() != nil:
 				return w.stopped()
-			case errors.Is(err, client.ErrInvalid):
+			case errors.Is(err, client.ErrInvalid), refused(err):
 				return fmt.Errorf("register: %w", err)
 			case err != nil:
 				wait := retry.Next()
@@ -226,6 +232,13 @@ func (w *worker) run(ctx context.Context) error {
 			return w.stopped()
 		}
 	}
+}
+
+// refused reports a registration the controller turned down for who the
+// worker is (its token or certificate): trying again would not change it.
+func refused(err error) bool {
+	return errors.Is(err, client.ErrUnauthenticated) || errors.Is(err, client.ErrPermissionDenied) ||
+		errors.Is(err, client.ErrBadCertificate)
 }
 
 func (w *worker) stopped() error {

@@ -29,6 +29,8 @@ type benchFlags struct {
 	history     string
 	cpuprofile  string
 	nice        int
+	tls         bool
+	creds       credFlags
 }
 
 func benchCmd() *cobra.Command {
@@ -37,7 +39,7 @@ func benchCmd() *cobra.Command {
 		Use:   "bench",
 		Short: "Drive a cluster with concurrent clients; optionally SIGKILL the primary and check the history",
 		Long: `Drive a cluster (--addr, or --local N to start N child server processes in a temp
-dir) with concurrent clients doing SubmitTask (and with --reads, linearizable
+dir, with --tls secure on every port) with concurrent clients doing SubmitTask (and with --reads, linearizable
 GetTask). Prints throughput and latency; with --kill-primary K (needs --local),
 SIGKILLs the current primary K times, restarting each killed node before the
 next kill, and reports the client-visible failover of each. At the end the whole
@@ -62,6 +64,8 @@ none applied twice. A violation exits 1 and keeps the history visualisation.`,
 	fl.StringVar(&f.cpuprofile, "cpuprofile", "", "write the load generator's own CPU profile here")
 	fl.IntVar(&f.nice, "nice", 0, "run the load generator at this nice level (0-19) so that it yields the CPU to servers on the same machine")
 	fl.StringVar(&f.history, "history", "", "where to write the history visualisation on a violation (default: in the run's directory)")
+	fl.BoolVar(&f.tls, "tls", false, "run the --local cluster with TLS on every port, certificates from its own CA, and an admin token")
+	f.creds.register(fl)
 	return cmd
 }
 
@@ -81,6 +85,8 @@ func runBench(stdout, stderr io.Writer, f benchFlags) error {
 		return usageErr("--kill-primary needs --local 3 or more")
 	case f.nice < 0 || f.nice > 19:
 		return usageErr("--nice must be between 0 and 19")
+	case f.tls && f.local == 0:
+		return usageErr("--tls needs --local (with --addr, give --ca-file and --token or a certificate)")
 	}
 	prof, ok := bench.Profiles[f.profile]
 	if !ok {
@@ -95,12 +101,13 @@ func runBench(stdout, stderr io.Writer, f benchFlags) error {
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 	o := bench.Options{
-		Local: f.local, Exe: exe, Profile: prof,
+		Local: f.local, Exe: exe, Profile: prof, TLS: f.tls,
 		Clients: f.clients, Duration: f.duration, Ops: f.ops, Reads: f.reads, KillPrimary: f.killPrimary,
 		Keep: f.keep, HistoryPath: f.history, CPUProfile: f.cpuprofile, Nice: f.nice, Log: stderr,
 	}
 	if f.addr != "" {
 		o.Endpoints = strings.Split(f.addr, ",")
+		o.Credentials = f.creds.credentials()
 	}
 	rep, err := bench.Bench(ctx, o)
 	if err != nil {

@@ -20,20 +20,18 @@ type clientFlags struct {
 	addr    string
 	timeout time.Duration
 	json    bool
+	creds   credFlags
 }
 
 func (f *clientFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.addr, "addr", "127.0.0.1:7101", "comma-separated HOST:PORT list of controller client addresses")
 	cmd.Flags().DurationVar(&f.timeout, "timeout", 10*time.Second, "give up after this long (NOT_READY answers are retried until then)")
 	cmd.Flags().BoolVar(&f.json, "json", false, "print JSON")
+	f.creds.register(cmd.Flags())
 }
 
 func (f *clientFlags) client() (*client.Client, error) {
-	c, err := client.New(strings.Split(f.addr, ","), client.Options{})
-	if err != nil {
-		return nil, usageErr("--addr: %v", err)
-	}
-	return c, nil
+	return f.creds.newClient(strings.Split(f.addr, ","), client.Options{})
 }
 
 // call runs fn with a client over --addr and a context bounded by --timeout.

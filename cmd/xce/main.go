@@ -24,6 +24,10 @@ const (
 	exitUsage    = 2
 	exitNotReady = 3
 	exitNotFound = 4
+	// exitUnauthenticated: the node could not tell who called.
+	exitUnauthenticated = 5
+	// exitPermissionDenied: the caller's roles do not allow the call.
+	exitPermissionDenied = 6
 )
 
 // exitError carries a process exit code with its message.
@@ -82,7 +86,7 @@ func rootCmd() *cobra.Command {
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageErr("%v", err) })
 	root.AddCommand(serverCmd(), upgradeCmd(), devCmd(), statusCmd(), versionCmd(),
 		submitCmd(), taskCmd(), tasksCmd(), benchCmd(), kafkaDevCmd(), eventsCmd(), assignCmd(),
-		workerCmd(), workersCmd(), assignmentCmd(), checkDBCmd())
+		workerCmd(), workersCmd(), assignmentCmd(), checkDBCmd(), tlsCmd())
 	return root
 }
 
@@ -99,6 +103,10 @@ func exitCode(err error) int {
 		return exitNotReady
 	case errors.Is(err, client.ErrNotFound):
 		return exitNotFound
+	case errors.Is(err, client.ErrUnauthenticated):
+		return exitUnauthenticated
+	case errors.Is(err, client.ErrPermissionDenied):
+		return exitPermissionDenied
 	case isUsage(err):
 		return exitUsage
 	}

@@ -30,6 +30,7 @@ type workerFlags struct {
 	initialLag, dropLag         int64
 	dropAfter                   time.Duration
 	logLevel, logFormat         string
+	creds                       credFlags
 }
 
 // config turns the flags into a worker.Config (usage errors for bad values).
@@ -54,6 +55,7 @@ func (f *workerFlags) config() (worker.Config, error) {
 	return worker.Config{
 		ID: f.id, Controllers: strings.Split(f.controllers, ","), Capacity: f.capacity, ClientAddr: f.clientAddr,
 		RestoreRate: f.restoreRate, InitialLag: initial, DropLag: f.dropLag, DropAfter: f.dropAfter,
+		Credentials: f.creds.credentials(),
 	}, nil
 }
 
@@ -108,6 +110,7 @@ reports its lags, a notice when its actives change, and "running" or
 	fl.DurationVar(&f.dropAfter, "drop-after", worker.DefaultDropAfter, "drop the state of a task no longer held after this long")
 	fl.StringVar(&f.logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	fl.StringVar(&f.logFormat, "log-format", "auto", "json, console or auto (console on a terminal)")
+	f.creds.register(fl)
 	return cmd
 }
 
