@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/xce/xce/bench"
 	"github.com/xce/xce/configs"
 	"github.com/xce/xce/internal/backoff"
 	"github.com/xce/xce/internal/localcluster"
@@ -22,7 +23,7 @@ import (
 func devCmd() *cobra.Command {
 	var dir string
 	var nodes, basePort int
-	var fresh, noKafka bool
+	var fresh, noKafka, secure bool
 	var kafkaAddr string
 	var workers int
 	var restoreRate float64
@@ -43,7 +44,7 @@ func devCmd() *cobra.Command {
 			if noKafka {
 				kafkaAddr = ""
 			}
-			return runDev(dir, nodes, basePort, fresh, kafkaAddr, devWorkers{n: workers, restoreRate: restoreRate})
+			return runDev(dir, nodes, basePort, fresh, secure, kafkaAddr, devWorkers{n: workers, restoreRate: restoreRate})
 		},
 	}
 	cmd.Flags().StringVar(&dir, "dir", ".xce-dev", "directory for the generated configs, data and logs")
@@ -54,6 +55,7 @@ func devCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&noKafka, "no-kafka", false, "run without the embedded broker (publishing disabled)")
 	cmd.Flags().IntVar(&workers, "workers", 3, "reference workers to run (w1, w2, …; capacity 1 each)")
 	cmd.Flags().Float64Var(&restoreRate, "worker-restore-rate", 20000, "the reference workers' restore rate, records/s")
+	cmd.Flags().BoolVar(&secure, "tls", false, "TLS on every port with certificates from a CA in <dir>/tls, workers by their certificates, the CLI examples with an admin token")
 	return cmd
 }
 
@@ -63,7 +65,7 @@ type devWorkers struct {
 	restoreRate float64
 }
 
-func runDev(dir string, n, base int, fresh bool, kafkaAddr string, workers devWorkers) error {
+func runDev(dir string, n, base int, fresh, secure bool, kafkaAddr string, workers devWorkers) error {
 	exe, err := os.Executable()
 	if err != nil {
 		return err
@@ -76,11 +78,20 @@ func runDev(dir string, n, base int, fresh bool, kafkaAddr string, workers devWo
 		}
 	}
 	logDir := filepath.Join(dir, "logs")
+	var sec *bench.LocalSecurity
+	if secure {
+		if sec, err = devSecurity(dir, n, workers.n); err != nil {
+			return err
+		}
+	}
 	cluster, err := localcluster.New(localcluster.Options{
 		Exe: exe, Dir: dir, LogDir: logDir, N: n, ClusterID: "dev", BasePort: base,
 		Configure: func(c *configs.Config) {
 			if kafkaAddr != "" {
 				c.Kafka.Brokers = []string{kafkaAddr}
+			}
+			if sec != nil {
+				sec.Configure(c)
 			}
 		},
 	})
@@ -134,12 +145,16 @@ func runDev(dir string, n, base int, fresh bool, kafkaAddr string, workers devWo
 		}
 		fmt.Printf("kafka  %s  (kfake, log in %s)  log %s  pid %d\n", kafkaAddr, filepath.Join(dir, "kafka"), logPath, p.Pid())
 	}
+	scheme := "http://"
+	if sec != nil {
+		scheme = "https://"
+	}
 	for i, nd := range cluster.Nodes {
 		if err := cluster.Start(i); err != nil {
 			return err
 		}
 		watch(nd.ID, cluster.Process(i))
-		fmt.Printf("%s  api http://%s  peer %s  config %s  log %s  pid %d\n", nd.ID, nd.ClientAddr, nd.PeerAddr, nd.ConfigPath, nd.LogPath, cluster.Pid(i))
+		fmt.Printf("%s  api %s%s  peer %s  config %s  log %s  pid %d\n", nd.ID, scheme, nd.ClientAddr, nd.PeerAddr, nd.ConfigPath, nd.LogPath, cluster.Pid(i))
 	}
 	addrs := cluster.ClientAddrs()
 	all := strings.Join(addrs, ",")
@@ -148,16 +163,30 @@ func runDev(dir string, n, base int, fresh bool, kafkaAddr string, workers devWo
 	}
 	for i := 1; i <= workers.n; i++ {
 		id := fmt.Sprintf("w%d", i)
-		logPath, p, err := start(id, "worker", "--id", id, "--controllers", all, "--capacity", "1",
-			"--restore-rate", strconv.FormatFloat(workers.restoreRate, 'g', -1, 64), "--log-format", "json")
+		args := []string{"worker", "--id", id, "--controllers", all, "--capacity", "1",
+			"--restore-rate", strconv.FormatFloat(workers.restoreRate, 'g', -1, 64), "--log-format", "json"}
+		if sec != nil {
+			w := sec.Worker(id)
+			args = append(args, "--ca-file", w.CAFile, "--cert-file", w.CertFile, "--key-file", w.KeyFile)
+		}
+		logPath, p, err := start(id, args...)
 		if err != nil {
 			return err
 		}
 		workerProcs = append(workerProcs, p)
 		fmt.Printf("%s  worker, capacity 1, restore rate %g/s  log %s  pid %d\n", id, workers.restoreRate, logPath, p.Pid())
 	}
-	fmt.Printf("\ntry:  xce status --addr %s\n      xce submit my-task --addr %s\n      curl -s -H 'Content-Type: application/json' -d '{\"taskId\":\"t1\"}' http://%s/xce.v1.ControllerService/SubmitTask\n",
-		addrs[0], all, addrs[0])
+	fmt.Println()
+	curl := "curl -s"
+	if sec != nil {
+		// The token stays in its file: the examples read it from there.
+		admin := sec.Admin()
+		fmt.Printf("with TLS and an admin token (the token is in %s):\n", sec.TokenFile)
+		fmt.Printf("      export XCE_CA_FILE=%s XCE_TOKEN=$(cat %s)\n", admin.CAFile, sec.TokenFile)
+		curl = `curl -s --cacert "$XCE_CA_FILE" -H "Authorization: Bearer $XCE_TOKEN"`
+	}
+	fmt.Printf("try:  xce status --addr %s\n      xce submit my-task --addr %s\n      %s -H 'Content-Type: application/json' -d '{\"taskId\":\"t1\"}' %s%s/xce.v1.ControllerService/SubmitTask\n",
+		addrs[0], all, curl, scheme, addrs[0])
 	if workers.n > 0 {
 		fmt.Printf("      xce submit my-stateful-task --stateful --addr %s\n      xce workers --addr %s\n      xce assignment --addr %s\n", all, all, all)
 	}
@@ -179,6 +208,19 @@ func runDev(dir string, n, base int, fresh bool, kafkaAddr string, workers devWo
 		}
 		return fmt.Errorf("%s exited; see %s", name, filepath.Join(logDir, name+".log"))
 	}
+}
+
+// devSecurity prepares <dir>/tls for a secure dev cluster: its CA, the
+// nodes' and workers' certificates and the admin token, kept across runs.
+func devSecurity(dir string, n, workers int) (*bench.LocalSecurity, error) {
+	var nodes, ws []string
+	for i := 1; i <= n; i++ {
+		nodes = append(nodes, fmt.Sprintf("n%d", i))
+	}
+	for i := 1; i <= workers; i++ {
+		ws = append(ws, fmt.Sprintf("w%d", i))
+	}
+	return bench.PrepareLocalSecurity(filepath.Join(dir, "tls"), "dev", nodes, ws)
 }
 
 // devStopGrace is how long a child may take to stop on SIGTERM.
