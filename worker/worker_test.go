@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/xce/xce/client"
 	xcev1 "github.com/xce/xce/proto/xce/v1"
 	"github.com/xce/xce/proto/xce/v1/xcev1connect"
 )
@@ -67,6 +68,9 @@ func (f *fakeController) Register(_ context.Context, req *connect.Request[xcev1.
 	}
 	if req.Msg.Capacity > 1000 {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("capacity exceeds the maximum"))
+	}
+	if req.Msg.WorkerId == "intruder" {
+		return nil, connect.NewError(connect.CodePermissionDenied, errors.New("worker w1 may not register as intruder"))
 	}
 	f.sessions[req.Msg.WorkerId] = true
 	f.registers++
@@ -318,6 +322,15 @@ func TestRunRefusals(t *testing.T) {
 		synctest.Wait()
 		if err := stop(); err == nil || !strings.Contains(err.Error(), "capacity") {
 			t.Fatalf("Run: %v, want the controller's refusal", err)
+		}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		// The controller refuses who the worker is: Run gives up too.
+		f := newFakeController(1000)
+		stop := startWorker(t, f, Config{ID: "intruder", Capacity: 1})
+		synctest.Wait()
+		if err := stop(); !errors.Is(err, client.ErrPermissionDenied) || !strings.Contains(err.Error(), "may not register") {
+			t.Fatalf("Run: %v, want PermissionDenied", err)
 		}
 	})
 	for _, cfg := range []Config{
