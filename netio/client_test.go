@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xce/xce/internal/testutil"
 	"github.com/xce/xce/tlsconf"
 )
 
@@ -59,17 +60,10 @@ func (s *connServer) counts() (opened, closed int) {
 // waitClosed polls until the server has closed n connections.
 func (s *connServer) waitClosed(t *testing.T, n int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, c := s.counts(); c >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			o, c := s.counts()
-			t.Fatalf("server closed %d of %d connections (want %d closed)", c, o, n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testutil.Eventually(t, 10*time.Second, fmt.Sprintf("the server closes %d connections", n), func() bool {
+		_, c := s.counts()
+		return c >= n
+	})
 }
 
 func echo(w http.ResponseWriter, r *http.Request) {
