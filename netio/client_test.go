@@ -361,7 +361,7 @@ func TestClientTransportClosesIdleConnections(t *testing.T) {
 
 // testPKI writes a CA and a node certificate for 127.0.0.1 into a temp dir
 // and returns the node's server config and a client config trusting the CA.
-func testPKI(t *testing.T) (server, client *tls.Config) {
+func testPKI(t testing.TB) (server, client *tls.Config) {
 	t.Helper()
 	dir := t.TempDir()
 	if err := tlsconf.CreateCA(dir, "c1"); err != nil {
@@ -449,5 +449,42 @@ func TestClientTransportTLS(t *testing.T) {
 	var verr *tls.CertificateVerificationError
 	if !errors.As(err, &verr) {
 		t.Fatalf("untrusted server: %v, want a certificate verification error", err)
+	}
+}
+
+// BenchmarkClientTransport is one small call over a reused connection,
+// plaintext and over TLS.
+func BenchmarkClientTransport(b *testing.B) {
+	serverCfg, clientCfg := testPKI(b)
+	for _, tc := range []struct {
+		name   string
+		scheme string
+		tr     *ClientTransport
+		wrap   func(net.Listener) net.Listener
+	}{
+		{"plaintext", "http", NewClientTransport(), func(l net.Listener) net.Listener { return l }},
+		{"tls", "https", NewTLSClientTransport(clientCfg), func(l net.Listener) net.Listener { return tls.NewListener(l, serverCfg) }},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			ln, err := Listen("127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			srv := NewServer(http.HandlerFunc(echo), DefaultLimits())
+			done := make(chan struct{})
+			go func() { defer close(done); _ = srv.Serve(tc.wrap(ln)) }()
+			defer func() { _ = srv.Close(); <-done }()
+			defer tc.tr.CloseIdleConnections()
+			cl := &http.Client{Transport: tc.tr}
+			url := tc.scheme + "://" + ln.Addr().String() + "/"
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := post(context.Background(), cl, url, "task-1"); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
 	}
 }
