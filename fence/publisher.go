@@ -101,12 +101,12 @@ func New(cfg Config, src Source, hooks Hooks, reg prometheus.Registerer) (*Publi
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("fence: %w", err)
 	}
-	sec, err := cfg.Security.Opts()
+	log := cfg.Logger.With().Str("component", "publisher").Logger()
+	conn, err := cfg.Security.Opts(log)
 	if err != nil {
 		return nil, fmt.Errorf("fence: %w", err)
 	}
-	p := &Publisher{cfg: cfg, src: src, hooks: hooks, log: cfg.Logger.With().Str("component", "publisher").Logger(),
-		conn: sec}
+	p := &Publisher{cfg: cfg, src: src, hooks: hooks, log: log, conn: conn}
 	p.epoch.Store(-1)
 	p.setState(StateStandby)
 	p.m = newMetrics(reg, p)

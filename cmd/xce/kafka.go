@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/signal"
@@ -12,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -125,8 +127,9 @@ func (f *kafkaSecurityFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.passwordFile, "sasl-password-file", "", "file whose first line is the --sasl-user's password")
 }
 
-// opts are the kgo options the flags ask for.
-func (f *kafkaSecurityFlags) opts() ([]kgo.Opt, error) {
+// opts are the kgo options the flags ask for; a refused authentication is
+// told on stderr.
+func (f *kafkaSecurityFlags) opts(stderr io.Writer) ([]kgo.Opt, error) {
 	sec := kafkaopts.Security{TLS: kafkaopts.TLS{Enabled: f.tls, Files: tlsconf.Files{CA: f.ca, Cert: f.cert, Key: f.key}}}
 	if f.user != "" || f.passwordFile != "" {
 		sec.SASL = kafkaopts.SASL{Mechanism: f.mechanism, Username: f.user, PasswordFile: f.passwordFile}
@@ -134,7 +137,7 @@ func (f *kafkaSecurityFlags) opts() ([]kgo.Opt, error) {
 	if err := sec.Validate(); err != nil {
 		return nil, usageErr("%v", err)
 	}
-	return sec.Opts()
+	return sec.Opts(zerolog.New(zerolog.ConsoleWriter{Out: stderr, NoColor: true}))
 }
 
 func eventsCmd() *cobra.Command {
@@ -151,7 +154,7 @@ func eventsCmd() *cobra.Command {
 			if fromStart {
 				start = kgo.NewOffset().AtStart()
 			}
-			conn, err := sec.opts()
+			conn, err := sec.opts(cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}

@@ -175,7 +175,8 @@ func Start(cfg Config, fsm *state.FSM, snaps raft.SnapshotStore) (*Backend, erro
 	if len(cfg.Brokers) == 0 {
 		return nil, errors.New("kafkaha: no brokers")
 	}
-	conn, err := cfg.Security.Opts()
+	log := cfg.Logger.With().Str("component", "kafka-ha").Logger()
+	conn, err := cfg.Security.Opts(log)
 	if err != nil {
 		return nil, fmt.Errorf("kafkaha: %w", err)
 	}
@@ -186,7 +187,7 @@ func Start(cfg Config, fsm *state.FSM, snaps raft.SnapshotStore) (*Backend, erro
 		return nil, err
 	}
 	b := &Backend{
-		cfg: cfg, log: cfg.Logger.With().Str("component", "kafka-ha").Logger(),
+		cfg: cfg, log: log,
 		fsm: fsm, snaps: snaps, obs: make(chan ha.Signal, 16), plain: plain, conn: conn,
 		stop: make(chan struct{}), kick: make(chan struct{}, 1), posts: make(chan any, 16),
 		view: ha.Observed{State: ha.StateFollower}, folded: -1, yields: make(chan int64, 4),

@@ -10,10 +10,16 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"os"
+	"strconv"
 	"strings"
+	"sync"
+	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
@@ -70,7 +76,7 @@ func (s Security) Validate() error {
 	switch a.Mechanism {
 	case "":
 		if a.Username != "" || a.PasswordFile != "" {
-			errs = append(errs, fmt.Errorf("sasl.mechanism: required with sasl.username or sasl.password_file (one of %s)", strings.Join(Mechanisms, ", ")))
+			errs = append(errs, fmt.Errorf("sasl.mechanism: required with a username or a password file (one of %s)", strings.Join(Mechanisms, ", ")))
 		}
 	case Plain, ScramSHA256, ScramSHA512:
 		if a.Username == "" {
@@ -88,7 +94,9 @@ func (s Security) Validate() error {
 // Opts validates s, loads its files once (an error names the file, never
 // the password) and returns the kgo options that apply it: DialTLSConfig
 // and SASL. The TLS files are reloaded when they change (tlsconf.Source).
-func (s Security) Opts() ([]kgo.Opt, error) {
+// A broker that closes the connection during authentication (kgo then
+// reports only EOF) is logged to log, naming the user and mechanism.
+func (s Security) Opts(log zerolog.Logger) ([]kgo.Opt, error) {
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}
@@ -104,7 +112,7 @@ func (s Security) Opts() ([]kgo.Opt, error) {
 		if _, err := ReadPassword(s.SASL.PasswordFile); err != nil {
 			return nil, err
 		}
-		opts = append(opts, kgo.SASL(s.SASL.mechanism()))
+		opts = append(opts, kgo.SASL(s.SASL.mechanism()), kgo.WithHooks(&saslFailures{sasl: s.SASL, log: log}))
 	}
 	return opts, nil
 }
@@ -141,6 +149,39 @@ func clientConfig(src *tlsconf.Source, ownCA bool) *tls.Config {
 		}
 	}
 	return c
+}
+
+// saslFailures logs a failed read of an authentication response: the
+// first, then at most one every saslLogEvery with the count of those in
+// between (kgo redials at its retry pace).
+type saslFailures struct {
+	sasl SASL
+	log  zerolog.Logger
+
+	mu         sync.Mutex
+	last       time.Time
+	suppressed int
+}
+
+const saslLogEvery = time.Minute
+
+func (h *saslFailures) OnBrokerRead(meta kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	if err == nil || (key != int16(kmsg.SASLHandshake) && key != int16(kmsg.SASLAuthenticate)) {
+		return
+	}
+	h.mu.Lock()
+	now := time.Now()
+	if !h.last.IsZero() && now.Sub(h.last) < saslLogEvery {
+		h.suppressed++
+		h.mu.Unlock()
+		return
+	}
+	n := h.suppressed
+	h.last, h.suppressed = now, 0
+	h.mu.Unlock()
+	h.log.Error().Err(err).Str("broker", net.JoinHostPort(meta.Host, strconv.Itoa(int(meta.Port)))).
+		Str("sasl_mechanism", h.sasl.Mechanism).Str("sasl_username", h.sasl.Username).Int("refusals_not_logged", n).
+		Msg("kafka sasl: the broker refused the authentication (check the username, the password file and the mechanisms the broker enables)")
 }
 
 // mechanism is the SASL mechanism, reading the password at each
