@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,24 +15,6 @@ import (
 	"github.com/xce/xce/internal/kafkaopts"
 	"github.com/xce/xce/internal/testutil"
 )
-
-// logSink collects a publisher's log lines.
-type logSink struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *logSink) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *logSink) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // A broker that requires SASL refuses a publisher with the wrong password,
 // which says why in its log without showing the password, and takes the
@@ -61,7 +42,7 @@ func TestPublishesThroughSASL(t *testing.T) {
 	n := newNode(t, 2)
 	n.submit("a", "b")
 
-	var logged logSink
+	var logged testutil.SyncBuffer
 	wrong := newPublisher(t, brokers, n, "wrong", nil, func(c *fence.Config) {
 		c.Security = sec(pwFile("wrong", "wrong-pass"))
 		c.Logger = zerolog.New(&logged)

@@ -1,14 +1,12 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -106,27 +104,15 @@ func TestKafkaSASL(t *testing.T) {
 // xceProc is an xce command running in the background, its output kept.
 type xceProc struct {
 	cmd      *exec.Cmd
-	mu       sync.Mutex
-	out, err bytes.Buffer
+	out, err testutil.SyncBuffer
 	done     chan struct{}
-}
-
-type lockedWriter struct {
-	mu *sync.Mutex
-	b  *bytes.Buffer
-}
-
-func (w lockedWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
 }
 
 // startXCE starts the xce binary with args; the cleanup kills it.
 func startXCE(t *testing.T, args ...string) *xceProc {
 	t.Helper()
 	p := &xceProc{cmd: exec.Command(xceBin, args...), done: make(chan struct{})}
-	p.cmd.Stdout, p.cmd.Stderr = lockedWriter{&p.mu, &p.out}, lockedWriter{&p.mu, &p.err}
+	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.err
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("xce %s: %v", strings.Join(args, " "), err)
 	}
@@ -141,17 +127,9 @@ func startXCE(t *testing.T, args ...string) *xceProc {
 	return p
 }
 
-func (p *xceProc) stdout() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.out.String()
-}
+func (p *xceProc) stdout() string { return p.out.String() }
 
-func (p *xceProc) stderr() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.err.String()
-}
+func (p *xceProc) stderr() string { return p.err.String() }
 
 // stop interrupts the command and waits for it to exit.
 func (p *xceProc) stop(t *testing.T) {

@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/xce/xce/internal/kafkaopts"
+	"github.com/xce/xce/internal/testutil"
 	"github.com/xce/xce/tlsconf"
 )
 
@@ -195,7 +195,7 @@ func TestEveryMechanismOverTLS(t *testing.T) {
 				t.Fatalf("right password: %v", err)
 			}
 			sec.SASL.PasswordFile = bad
-			var logged syncBuffer
+			var logged testutil.SyncBuffer
 			err := pingLog(t, brokers, sec, zerolog.New(&logged))
 			if err == nil {
 				t.Fatal("wrong password: connected")
@@ -240,22 +240,4 @@ func TestEveryMechanismOverTLS(t *testing.T) {
 			t.Fatalf("broker reached by a name its certificate lacks: %v, want a name error", err)
 		}
 	})
-}
-
-// syncBuffer is a log sink written by the client's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
