@@ -220,6 +220,29 @@ type Kafka struct {
 	Brokers               []string `yaml:"brokers"`                 // host:port each; empty: publishing disabled
 	Topic                 string   `yaml:"topic"`                   // default "xce.events"
 	TransactionalIDPrefix string   `yaml:"transactional_id_prefix"` // default "xce"
+	// TLS secures the connections to the brokers (the publisher's, the
+	// Kafka backend's).
+	TLS KafkaTLS `yaml:"tls"`
+	// SASL authenticates this node to the brokers.
+	SASL KafkaSASL `yaml:"sasl"`
+}
+
+// KafkaTLS is TLS to the brokers: on when enabled is true or ca_file or
+// cert_file is set. Renewed files are picked up without a restart.
+type KafkaTLS struct {
+	Enabled  bool   `yaml:"enabled"`   // TLS with the system's roots when no ca_file is set
+	CAFile   string `yaml:"ca_file"`   // CA that signs the brokers' certificates; default the system's roots
+	CertFile string `yaml:"cert_file"` // client certificate (PEM), for brokers that ask for one
+	KeyFile  string `yaml:"key_file"`  // its key (PEM)
+}
+
+// KafkaSASL is SASL authentication to the brokers. The password is read
+// from a file, never written in the config; a changed file applies to new
+// connections.
+type KafkaSASL struct {
+	Mechanism    string `yaml:"mechanism"`     // PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; empty: no SASL
+	Username     string `yaml:"username"`      // required with a mechanism
+	PasswordFile string `yaml:"password_file"` // its first line is the password; required with a mechanism
 }
 
 // Log configures the node's logger.

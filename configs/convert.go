@@ -10,8 +10,10 @@ import (
 	"github.com/xce/xce/ha/kafkaha"
 	"github.com/xce/xce/ha/raftha"
 	"github.com/xce/xce/ha/succession"
+	"github.com/xce/xce/internal/kafkaopts"
 	"github.com/xce/xce/netio"
 	"github.com/xce/xce/placement"
+	"github.com/xce/xce/tlsconf"
 )
 
 // The conversions below are the one place where the file's sections become
@@ -98,13 +100,28 @@ func (c *Config) FenceConfig() fence.Config {
 	fc.Brokers = c.Kafka.Brokers
 	fc.Topic = c.Kafka.Topic
 	fc.TransactionalID = c.Kafka.TransactionalIDPrefix + "." + c.ClusterID + ".primary"
+	fc.Security = c.KafkaSecurity()
 	return fc
 }
 
-// fenceKeys are the YAML keys of fence.Config's fields, as its Validate
-// names them.
+// fenceKeys are the YAML keys of fence.Config's fields (and of its
+// kafkaopts.Security's), as its Validate names them.
 var fenceKeys = map[string]string{
-	"topic": "kafka.topic",
+	"topic":              "kafka.topic",
+	"tls.cert_file":      "kafka.tls.cert_file",
+	"sasl.mechanism":     "kafka.sasl.mechanism",
+	"sasl.username":      "kafka.sasl.username",
+	"sasl.password_file": "kafka.sasl.password_file",
+}
+
+// KafkaSecurity returns the TLS and SASL of every Kafka client from
+// kafka.tls and kafka.sasl.
+func (c *Config) KafkaSecurity() kafkaopts.Security {
+	t, a := c.Kafka.TLS, c.Kafka.SASL
+	return kafkaopts.Security{
+		TLS:  kafkaopts.TLS{Enabled: t.Enabled, Files: tlsconf.Files{CA: t.CAFile, Cert: t.CertFile, Key: t.KeyFile}},
+		SASL: kafkaopts.SASL{Mechanism: a.Mechanism, Username: a.Username, PasswordFile: a.PasswordFile},
+	}
 }
 
 // ClientLimits returns the client port's limits from limits.client; the
@@ -159,7 +176,7 @@ var leaseKeys = map[string]string{
 func (c *Config) KafkaHAConfig() kafkaha.Config {
 	coord, state, txn := kafkaha.Names(c.Kafka.TransactionalIDPrefix, c.ClusterID)
 	return kafkaha.Config{
-		Brokers: c.Kafka.Brokers, Member: c.NodeID, Role: "primary",
+		Brokers: c.Kafka.Brokers, Security: c.KafkaSecurity(), Member: c.NodeID, Role: "primary",
 		CoordTopic: coord, StateTopic: state, TransactionalID: txn,
 		Lease:             c.KafkaLease(),
 		SnapshotInterval:  c.Raft.SnapshotInterval.Duration,

@@ -11,9 +11,11 @@ import (
 	"github.com/xce/xce/fence"
 	"github.com/xce/xce/ha/raftha"
 	"github.com/xce/xce/ha/succession"
+	"github.com/xce/xce/internal/kafkaopts"
 	"github.com/xce/xce/netio"
 	"github.com/xce/xce/persist/raftlog"
 	"github.com/xce/xce/placement"
+	"github.com/xce/xce/tlsconf"
 )
 
 // sameFields reports every field in which got differs from want, skipping
@@ -82,7 +84,8 @@ func TestConversions(t *testing.T) {
 ha: {lease: 4s, renew: 1500ms, stagger: 0s}
 raft: {heartbeat_timeout: 300ms, election_timeout: 400ms, leader_lease_timeout: 250ms, commit_timeout: 20ms,
   snapshot_interval: 1m, snapshot_threshold: 100, trailing_logs: 7, detect_leader_exit: false}
-kafka: {brokers: ["k1:9092"], topic: events, transactional_id_prefix: tx}
+kafka: {brokers: ["k1:9092"], topic: events, transactional_id_prefix: tx,
+  tls: {ca_file: ca.pem, cert_file: c.pem, key_file: c-key.pem}, sasl: {mechanism: SCRAM-SHA-512, username: xce, password_file: pw}}
 assignor: {acceptable_recovery_lag: 5, max_warmup_replicas: 3, num_standby_replicas: 1,
   probing_rebalance_interval: 2m, session_timeout: 4s, heartbeat_interval: 500ms}
 limits: {client: {max_connections: 10, read_timeout: 2s}, peer: {max_connections: 64, max_message_bytes: 20971520, first_byte_timeout: 2s, read_timeout: 3s, idle_timeout: 5m}}
@@ -106,6 +109,14 @@ limits: {client: {max_connections: 10, read_timeout: 2s}, peer: {max_connections
 	}
 	if f := c.FenceConfig(); !reflect.DeepEqual(f.Brokers, []string{"k1:9092"}) || f.Topic != "events" || f.TransactionalID != "tx.c1.primary" {
 		t.Errorf("FenceConfig %+v", f)
+	}
+	sec := kafkaopts.Security{TLS: kafkaopts.TLS{Files: tlsconf.Files{CA: "ca.pem", Cert: "c.pem", Key: "c-key.pem"}},
+		SASL: kafkaopts.SASL{Mechanism: "SCRAM-SHA-512", Username: "xce", PasswordFile: "pw"}}
+	if f := c.FenceConfig(); f.Security != sec {
+		t.Errorf("FenceConfig's Security %+v, want %+v", f.Security, sec)
+	}
+	if k := c.KafkaHAConfig(); k.Security != sec {
+		t.Errorf("KafkaHAConfig's Security %+v, want %+v", k.Security, sec)
 	}
 	if l := c.KafkaLease(); l != (succession.LeaseConfig{LeaseMillis: 4000, RenewMillis: 1500}) {
 		t.Errorf("KafkaLease %+v", l)
@@ -136,6 +147,32 @@ func TestPackageProblemsNameTheKeys(t *testing.T) {
 		{"heartbeat too short", func(c *Config) { c.Assignor.HeartbeatInterval = ms(10) }, "assignor.heartbeat_interval: must be at least 50ms (got 10ms)"},
 		{"heartbeat above half", func(c *Config) { c.Assignor.HeartbeatInterval = Duration{6 * time.Second} },
 			"assignor.heartbeat_interval: must be at most half of assignor.session_timeout (6s > 10s/2)"},
+		{"kafka cert without key", func(c *Config) { c.Kafka.TLS.CertFile = "c.pem" }, "kafka.tls.cert_file: cert_file and key_file are set together"},
+		{"kafka sasl mechanism", func(c *Config) { c.Kafka.SASL = KafkaSASL{Mechanism: "GSSAPI", Username: "u", PasswordFile: "p"} },
+			`kafka.sasl.mechanism: must be one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (got "GSSAPI")`},
+		{"kafka sasl username", func(c *Config) { c.Kafka.SASL = KafkaSASL{Mechanism: "SCRAM-SHA-256", PasswordFile: "p"} }, "kafka.sasl.username: required"},
+		{"kafka sasl password file", func(c *Config) { c.Kafka.SASL = KafkaSASL{Mechanism: "SCRAM-SHA-512", Username: "u"} }, "kafka.sasl.password_file: required"},
+		{"kafka sasl without mechanism", func(c *Config) { c.Kafka.SASL.Username = "u" }, "kafka.sasl.mechanism: required with a username or a password file"},
+		{"kafka plain in clear beyond this machine", func(c *Config) {
+			c.Kafka.Brokers = []string{"127.0.0.1:9092", "k1:9092"}
+			c.Kafka.SASL = KafkaSASL{Mechanism: "PLAIN", Username: "u", PasswordFile: "p"}
+		}, "kafka.sasl.mechanism: PLAIN sends the password in clear to k1:9092: set kafka.tls, use SCRAM-SHA-256 or SCRAM-SHA-512, or insecure: true"},
+		{"kafka plain in clear on loopback", func(c *Config) {
+			c.Kafka.Brokers = []string{"127.0.0.1:9092", "localhost:9093"}
+			c.Kafka.SASL = KafkaSASL{Mechanism: "PLAIN", Username: "u", PasswordFile: "p"}
+		}, ""},
+		{"kafka plain over tls", func(c *Config) {
+			c.Kafka.Brokers, c.Kafka.TLS.Enabled = []string{"k1:9092"}, true
+			c.Kafka.SASL = KafkaSASL{Mechanism: "PLAIN", Username: "u", PasswordFile: "p"}
+		}, ""},
+		{"kafka plain in clear when insecure", func(c *Config) {
+			c.Kafka.Brokers, c.Insecure = []string{"k1:9092"}, true
+			c.Kafka.SASL = KafkaSASL{Mechanism: "PLAIN", Username: "u", PasswordFile: "p"}
+		}, ""},
+		{"kafka scram in clear", func(c *Config) {
+			c.Kafka.Brokers = []string{"k1:9092"}
+			c.Kafka.SASL = KafkaSASL{Mechanism: "SCRAM-SHA-256", Username: "u", PasswordFile: "p"}
+		}, ""},
 	})
 }
 
@@ -151,6 +188,10 @@ func TestEveryPackageProblemHasAKey(t *testing.T) {
 		{placement.Config{}.Validate(), assignorKeys},
 		{placement.Config{SessionTimeout: time.Second, HeartbeatInterval: time.Second}.Validate(), assignorKeys},
 		{fence.Config{Topic: "..", TransactionalID: "x", BatchMax: 1, TrimEvery: 1, TxnTimeout: 1}.Validate(), fenceKeys},
+		{fence.Config{Topic: "t", TransactionalID: "x", BatchMax: 1, TrimEvery: 1, TxnTimeout: 1,
+			Security: kafkaopts.Security{TLS: kafkaopts.TLS{Files: tlsconf.Files{Key: "k"}}, SASL: kafkaopts.SASL{Mechanism: "PLAIN"}}}.Validate(), fenceKeys},
+		{fence.Config{Topic: "t", TransactionalID: "x", BatchMax: 1, TrimEvery: 1, TxnTimeout: 1,
+			Security: kafkaopts.Security{SASL: kafkaopts.SASL{Mechanism: "X", Username: "u"}}}.Validate(), fenceKeys},
 		{succession.LeaseConfig{StaggerMillis: -1}.Validate(), leaseKeys},
 		{netio.Limits{MaxConnections: -1, HealthReserve: -1, MaxHeaderBytes: -1}.Validate(), clientKeys},
 	} {

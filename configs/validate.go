@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/xce/xce/internal/kafkaopts"
 	"github.com/xce/xce/netio"
 )
 
@@ -68,6 +69,7 @@ func (c *Config) Validate() error {
 		p.add("ha.backend", "must be raft or kafka (got %q)", c.HA.Backend)
 	}
 	c.validateTLS(&p)
+	c.validateKafkaSecurity(&p)
 	p.oneOf("log.level", c.Log.Level, "trace", "debug", "info", "warn", "error")
 	p.oneOf("log.format", c.Log.Format, "json", "console", "auto")
 	if len(p) == 0 {
@@ -256,4 +258,21 @@ func btoi(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// validateKafkaSecurity refuses SASL PLAIN, which sends the password as
+// it is, over plaintext connections to brokers beyond this machine unless
+// insecure says otherwise. The other rules of kafka.tls and kafka.sasl are
+// kafkaopts' (through FenceConfig).
+func (c *Config) validateKafkaSecurity(p *problems) {
+	sec := c.KafkaSecurity()
+	if c.Insecure || sec.SASL.Mechanism != kafkaopts.Plain || sec.TLS.On() {
+		return
+	}
+	for _, b := range c.Kafka.Brokers {
+		if !netio.IsLoopback(b) {
+			p.add("kafka.sasl.mechanism", "PLAIN sends the password in clear to %s: set kafka.tls, use SCRAM-SHA-256 or SCRAM-SHA-512, or insecure: true", b)
+			return
+		}
+	}
 }

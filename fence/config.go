@@ -6,12 +6,16 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/xce/xce/internal/kafkaopts"
 )
 
 // Config configures a Publisher.
 type Config struct {
 	Brokers []string
-	Topic   string
+	// Security is the connections' TLS and SASL.
+	Security kafkaopts.Security
+	Topic    string
 	// TransactionalID names the cluster's primary role:
 	// <prefix>.<cluster_id>.primary.
 	TransactionalID string
@@ -77,6 +81,9 @@ func (c Config) Validate() error {
 	}
 	if c.TxnTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("txn_timeout: must be positive (got %s)", c.TxnTimeout))
+	}
+	if err := c.Security.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

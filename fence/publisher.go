@@ -44,6 +44,8 @@ type Publisher struct {
 	hooks Hooks
 	log   zerolog.Logger
 	m     *metrics
+	// conn are the options of every client's connections: TLS, SASL.
+	conn []kgo.Opt
 
 	epoch     atomic.Int64 // -1: none this term
 	published atomic.Uint64
@@ -99,7 +101,12 @@ func New(cfg Config, src Source, hooks Hooks, reg prometheus.Registerer) (*Publi
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("fence: %w", err)
 	}
-	p := &Publisher{cfg: cfg, src: src, hooks: hooks, log: cfg.Logger.With().Str("component", "publisher").Logger()}
+	log := cfg.Logger.With().Str("component", "publisher").Logger()
+	conn, err := cfg.Security.Opts(log)
+	if err != nil {
+		return nil, fmt.Errorf("fence: %w", err)
+	}
+	p := &Publisher{cfg: cfg, src: src, hooks: hooks, log: log, conn: conn}
 	p.epoch.Store(-1)
 	p.setState(StateStandby)
 	p.m = newMetrics(reg, p)
@@ -146,16 +153,16 @@ func IsFenced(err error) bool {
 }
 
 func (p *Publisher) newClient() (*kgo.Client, error) {
-	return kgo.NewClient(
+	return kgo.NewClient(append([]kgo.Opt{
 		kgo.SeedBrokers(p.cfg.Brokers...),
 		kgo.TransactionalID(p.cfg.TransactionalID),
 		kgo.TransactionTimeout(p.cfg.TxnTimeout),
 		kgo.DefaultProduceTopic(p.cfg.Topic),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.ProducerLinger(0),
-		kgo.DialTimeout(2*time.Second),
+		kgo.DialTimeout(2 * time.Second),
 		kgo.RetryBackoffFn(func(int) time.Duration { return 100 * time.Millisecond }),
-	)
+	}, p.conn...)...)
 }
 
 // retryBackoff spaces the publisher's retries of one step.
@@ -323,7 +330,7 @@ func (p *Publisher) resumePoint(ctx context.Context, log zerolog.Logger) (uint64
 	bo := retryBackoff()
 	for {
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		last, err := LastPublished(rctx, p.cfg.Brokers, p.cfg.Topic)
+		last, err := LastPublished(rctx, p.cfg.Brokers, p.cfg.Topic, p.conn...)
 		cancel()
 		if err == nil {
 			if published, _, _ := p.src.Outbox(0); last < published {

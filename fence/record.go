@@ -100,8 +100,8 @@ func Decode(r *kgo.Record) (Published, error) {
 // last stable offset and the record just before it is usually a commit
 // marker, so it reads back a growing window, keeping control records
 // visible to know where the window ends.
-func LastPublished(ctx context.Context, brokers []string, topic string) (uint64, error) {
-	adm, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DialTimeout(2*time.Second))
+func LastPublished(ctx context.Context, brokers []string, topic string, conn ...kgo.Opt) (uint64, error) {
+	adm, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.DialTimeout(2 * time.Second)}, conn...)...)
 	if err != nil {
 		return 0, err
 	}
@@ -120,7 +120,7 @@ func LastPublished(ctx context.Context, brokers []string, topic string) (uint64,
 	end := o.Offset
 	for window := int64(64); ; window *= 4 {
 		start := max(0, end-window)
-		idx, found, err := lastEventIn(ctx, brokers, topic, start, end)
+		idx, found, err := lastEventIn(ctx, brokers, topic, start, end, conn)
 		if err != nil || found || start == 0 {
 			return idx, err
 		}
@@ -129,17 +129,17 @@ func LastPublished(ctx context.Context, brokers []string, topic string) (uint64,
 
 // lastEventIn reads [start, end) read_committed and returns the index of the
 // last event record in it.
-func lastEventIn(ctx context.Context, brokers []string, topic string, start, end int64) (uint64, bool, error) {
+func lastEventIn(ctx context.Context, brokers []string, topic string, start, end int64, conn []kgo.Opt) (uint64, bool, error) {
 	if end <= start {
 		return 0, false, nil
 	}
-	cl, err := kgo.NewClient(
+	cl, err := kgo.NewClient(append([]kgo.Opt{
 		kgo.SeedBrokers(brokers...),
-		kgo.DialTimeout(2*time.Second),
+		kgo.DialTimeout(2 * time.Second),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().At(start)}}),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.KeepControlRecords(),
-	)
+	}, conn...)...)
 	if err != nil {
 		return 0, false, err
 	}

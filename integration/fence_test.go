@@ -42,6 +42,7 @@ type kafkaDev struct {
 	Addr    string
 	DataDir string // "" keeps the log in memory
 	LogPath string
+	Args    []string // more flags of kafka-dev
 
 	mu   sync.Mutex
 	proc *localcluster.Process
@@ -49,15 +50,16 @@ type kafkaDev struct {
 }
 
 // startKafkaDev starts a broker on a free loopback port, with a data dir
-// when persistent, and waits until it accepts connections. The cleanup
-// kills it.
-func startKafkaDev(t *testing.T, persistent bool) *kafkaDev {
+// when persistent and more flags args, and waits until it accepts
+// connections. The cleanup kills it.
+func startKafkaDev(t *testing.T, persistent bool, args ...string) *kafkaDev {
 	t.Helper()
 	dir := t.TempDir()
 	k := &kafkaDev{
 		t:       t,
 		Addr:    fmt.Sprintf("127.0.0.1:%d", freePorts(t, 1)[0]),
 		LogPath: filepath.Join(dir, "kafka-dev.log"),
+		Args:    args,
 	}
 	if persistent {
 		k.DataDir = filepath.Join(dir, "kafka-data")
@@ -90,6 +92,7 @@ func (k *kafkaDev) Start() {
 	if k.DataDir != "" {
 		args = append(args, "--data-dir", k.DataDir)
 	}
+	args = append(args, k.Args...)
 	proc, err := localcluster.StartProcess(xceBin, k.LogPath, true, args...)
 	if err != nil {
 		k.mu.Unlock()

@@ -167,9 +167,10 @@ func Open(dir string, opts Options) (_ *Store, err error) {
 			err = fmt.Errorf("%w; %s", oneLine{err}, lostAdvice)
 		}
 	}()
-	if err := os.MkdirAll(dir, 0o750); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("data dir %s: %w", dir, err)
 	}
+	warnOpenMode(dir, opts.Logger)
 	lock, err := acquireLock(dir, opts.LockWait)
 	if err != nil {
 		return nil, err
@@ -430,7 +431,7 @@ func moveLog(dir string, m meta, bolt *raftboltdb.BoltStore, first, last uint64,
 			return err
 		}
 		logger.Info("raft log: moved out of raft.db", "entries", last-first+1, "first", first, "last", last, "took", time.Since(start))
-	} else if err := os.Mkdir(tmp, 0o750); err != nil {
+	} else if err := os.Mkdir(tmp, 0o700); err != nil {
 		return err
 	}
 	if m.Version < 2 {
@@ -509,12 +510,23 @@ func (s *Store) Close() error {
 	return err
 }
 
+// warnOpenMode warns when other users may enter the data dir: it is
+// created 0700, and one made before with a wider mode is used as it is
+// (see docs/operations.md, "Files and permissions").
+func warnOpenMode(dir string, logger hclog.Logger) {
+	fi, err := os.Stat(dir)
+	if err != nil || fi.Mode().Perm()&0o077 == 0 {
+		return
+	}
+	logger.Warn(fmt.Sprintf("data dir %s: mode %#o lets other users read it; chmod 700 it", dir, fi.Mode().Perm()))
+}
+
 // acquireLock takes an exclusive flock on dir/LOCK and writes our pid in it.
 // flock is released by the kernel when the process dies, so a stale file from
 // a crash never blocks a restart.
 func acquireLock(dir string, wait time.Duration) (*os.File, error) {
 	path := filepath.Join(dir, lockFile)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o640)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("data dir %s: %w", dir, err)
 	}
@@ -584,7 +596,7 @@ func writeFileSync(path string, v any) error {
 		return err
 	}
 	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o640)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}

@@ -94,7 +94,8 @@ type Upgrader struct {
 }
 
 // New prepares the hand-over of this process's listeners. tableflip
-// writes the pid file once this process serves (Ready).
+// writes the pid file once this process serves (Ready), readable and
+// writable by its owner only (a temporary file, 0600, renamed).
 func New(o Options) (*Upgrader, error) {
 	upg, err := tableflip.New(tableflip.Options{PIDFile: o.PidFile, UpgradeTimeout: Timeout})
 	if err != nil {

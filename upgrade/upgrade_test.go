@@ -41,3 +41,25 @@ func TestStatusFileIsPrivate(t *testing.T) {
 		t.Errorf("temporary file left behind: %v", err)
 	}
 }
+
+// The pid file is written at Ready readable and writable by its owner
+// only (tableflip writes a temporary file, 0600, and renames it).
+func TestPidFileIsPrivate(t *testing.T) {
+	pid := filepath.Join(t.TempDir(), "xce.pid")
+	u, err := New(Options{PidFile: pid, Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Close()
+	u.Ready()
+	fi, err := os.Stat(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := fi.Mode().Perm(); m != 0o600 {
+		t.Errorf("pid file mode %#o, want 0600", m)
+	}
+	if got := ReadPid(pid); got != os.Getpid() {
+		t.Errorf("pid file names %d, want %d", got, os.Getpid())
+	}
+}

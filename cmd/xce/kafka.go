@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/signal"
@@ -12,26 +13,31 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/xce/xce/fence"
+	"github.com/xce/xce/internal/kafkaopts"
+	"github.com/xce/xce/tlsconf"
 )
 
 // defaultEventsTopic is the events topic unless kafka.topic says otherwise.
 const defaultEventsTopic = "xce.events"
 
 func kafkaDevCmd() *cobra.Command {
-	var addr, dataDir string
+	var addr, dataDir, saslUser, saslPasswordFile, tlsCert, tlsKey string
 	var topics []string
 	cmd := &cobra.Command{
 		Use:   "kafka-dev",
 		Short: "Run an in-process Kafka broker (kfake) for development and tests",
 		Long: `Run an in-process Kafka broker with the controller's topics created. Its log is
 kept in memory unless --data-dir is given; with one, a restarted broker keeps
-what was committed. Not for production: real deployments set kafka.brokers to
-their cluster.`,
+what was committed. With --sasl-user and --sasl-password-file every client must
+authenticate as that user (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512); with
+--tls-cert-file and --tls-key-file the broker speaks TLS. Not for production:
+real deployments set kafka.brokers to their cluster.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			host, portStr, err := net.SplitHostPort(addr)
@@ -53,6 +59,29 @@ their cluster.`,
 			if dataDir != "" {
 				opts = append(opts, kfake.DataDir(dataDir), kfake.SyncWrites())
 			}
+			if (saslUser == "") != (saslPasswordFile == "") {
+				return usageErr("--sasl-user and --sasl-password-file are given together")
+			}
+			if saslUser != "" {
+				pw, err := kafkaopts.ReadPassword(saslPasswordFile)
+				if err != nil {
+					return err
+				}
+				opts = append(opts, kfake.EnableSASL())
+				for _, m := range kafkaopts.Mechanisms {
+					opts = append(opts, kfake.Superuser(m, saslUser, pw))
+				}
+			}
+			if (tlsCert == "") != (tlsKey == "") {
+				return usageErr("--tls-cert-file and --tls-key-file are given together")
+			}
+			if tlsCert != "" {
+				src, err := tlsconf.NewSource(tlsconf.Files{Cert: tlsCert, Key: tlsKey})
+				if err != nil {
+					return fmt.Errorf("kafka-dev: %w", err)
+				}
+				opts = append(opts, kfake.TLS(src.ServerConfig(tlsconf.ClientAuthNone, nil)))
+			}
 			c, err := kfake.NewCluster(opts...)
 			if err != nil {
 				return fmt.Errorf("kafka-dev: %w", err)
@@ -73,13 +102,49 @@ their cluster.`,
 	cmd.Flags().StringVar(&addr, "addr", "127.0.0.1:9092", "listen address")
 	cmd.Flags().StringVar(&dataDir, "data-dir", "", "keep the broker's log here across restarts")
 	cmd.Flags().StringSliceVar(&topics, "topic", []string{defaultEventsTopic}, "topics to create (one partition each)")
+	cmd.Flags().StringVar(&saslUser, "sasl-user", "", "require SASL (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512) as this user")
+	cmd.Flags().StringVar(&saslPasswordFile, "sasl-password-file", "", "file whose first line is the --sasl-user's password")
+	cmd.Flags().StringVar(&tlsCert, "tls-cert-file", "", "serve TLS with this certificate (PEM)")
+	cmd.Flags().StringVar(&tlsKey, "tls-key-file", "", "the key of --tls-cert-file (PEM)")
 	return cmd
+}
+
+// kafkaSecurityFlags are a Kafka client's TLS and SASL flags.
+type kafkaSecurityFlags struct {
+	tls                           bool
+	ca, cert, key                 string
+	mechanism, user, passwordFile string
+}
+
+func (f *kafkaSecurityFlags) register(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.BoolVar(&f.tls, "tls", false, "connect to the brokers with TLS (implied by --tls-ca-file and --tls-cert-file)")
+	fl.StringVar(&f.ca, "tls-ca-file", "", "CA that signs the brokers' certificates (default: the system's roots)")
+	fl.StringVar(&f.cert, "tls-cert-file", "", "client certificate (PEM) for brokers that ask for one")
+	fl.StringVar(&f.key, "tls-key-file", "", "the key of --tls-cert-file (PEM)")
+	fl.StringVar(&f.mechanism, "sasl-mechanism", kafkaopts.ScramSHA256, "SASL mechanism with --sasl-user: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+	fl.StringVar(&f.user, "sasl-user", "", "authenticate to the brokers as this user")
+	fl.StringVar(&f.passwordFile, "sasl-password-file", "", "file whose first line is the --sasl-user's password")
+}
+
+// opts are the kgo options the flags ask for; a refused authentication is
+// told on stderr.
+func (f *kafkaSecurityFlags) opts(stderr io.Writer) ([]kgo.Opt, error) {
+	sec := kafkaopts.Security{TLS: kafkaopts.TLS{Enabled: f.tls, Files: tlsconf.Files{CA: f.ca, Cert: f.cert, Key: f.key}}}
+	if f.user != "" || f.passwordFile != "" {
+		sec.SASL = kafkaopts.SASL{Mechanism: f.mechanism, Username: f.user, PasswordFile: f.passwordFile}
+	}
+	if err := sec.Validate(); err != nil {
+		return nil, usageErr("%v", err)
+	}
+	return sec.Opts(zerolog.New(zerolog.ConsoleWriter{Out: stderr, NoColor: true}))
 }
 
 func eventsCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "events", Short: "Read the controller's downstream events"}
 	var brokers, topic string
 	var fromStart, asJSON bool
+	var sec kafkaSecurityFlags
 	tail := &cobra.Command{
 		Use:   "tail",
 		Short: "Print committed events (read_committed) with their term, index and epoch",
@@ -89,11 +154,15 @@ func eventsCmd() *cobra.Command {
 			if fromStart {
 				start = kgo.NewOffset().AtStart()
 			}
-			cl, err := kgo.NewClient(
+			conn, err := sec.opts(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			cl, err := kgo.NewClient(append([]kgo.Opt{
 				kgo.SeedBrokers(strings.Split(brokers, ",")...),
 				kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: start}}),
 				kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-			)
+			}, conn...)...)
 			if err != nil {
 				return err
 			}
@@ -136,6 +205,7 @@ func eventsCmd() *cobra.Command {
 	tail.Flags().StringVar(&topic, "topic", defaultEventsTopic, "events topic")
 	tail.Flags().BoolVar(&fromStart, "from-start", false, "read from the first event (default: only new ones)")
 	tail.Flags().BoolVar(&asJSON, "json", false, "one JSON object per line")
+	sec.register(tail)
 	cmd.AddCommand(tail)
 	return cmd
 }

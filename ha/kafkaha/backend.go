@@ -53,12 +53,15 @@ import (
 	"github.com/xce/xce/fence"
 	"github.com/xce/xce/ha"
 	"github.com/xce/xce/ha/succession"
+	"github.com/xce/xce/internal/kafkaopts"
 	"github.com/xce/xce/state"
 )
 
 // Config configures one member.
 type Config struct {
 	Brokers []string
+	// Security is the connections' TLS and SASL.
+	Security kafkaopts.Security
 	// Member is this node's id; Role names the role (one per cluster).
 	Member string
 	Role   string
@@ -78,6 +81,7 @@ type Config struct {
 // clientOpts are the options of every client of the brokers, then opts.
 func (b *Backend) clientOpts(opts ...kgo.Opt) []kgo.Opt {
 	o := []kgo.Opt{kgo.SeedBrokers(b.cfg.Brokers...), kgo.DialTimeout(2 * time.Second)}
+	o = append(o, b.conn...)
 	if b.cfg.dial != nil {
 		o = append(o, kgo.Dialer(b.cfg.dial))
 	}
@@ -122,6 +126,8 @@ type Backend struct {
 	snaps raft.SnapshotStore
 	obs   chan ha.Signal
 	plain *kgo.Client
+	// conn are the options of every client's connections: TLS, SASL.
+	conn []kgo.Opt
 
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -169,15 +175,20 @@ func Start(cfg Config, fsm *state.FSM, snaps raft.SnapshotStore) (*Backend, erro
 	if len(cfg.Brokers) == 0 {
 		return nil, errors.New("kafkaha: no brokers")
 	}
-	plain, err := kgo.NewClient((&Backend{cfg: cfg}).clientOpts(kgo.ProducerLinger(0),
+	log := cfg.Logger.With().Str("component", "kafka-ha").Logger()
+	conn, err := cfg.Security.Opts(log)
+	if err != nil {
+		return nil, fmt.Errorf("kafkaha: %w", err)
+	}
+	plain, err := kgo.NewClient((&Backend{cfg: cfg, conn: conn}).clientOpts(kgo.ProducerLinger(0),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.RetryBackoffFn(func(int) time.Duration { return 100 * time.Millisecond }))...)
 	if err != nil {
 		return nil, err
 	}
 	b := &Backend{
-		cfg: cfg, log: cfg.Logger.With().Str("component", "kafka-ha").Logger(),
-		fsm: fsm, snaps: snaps, obs: make(chan ha.Signal, 16), plain: plain,
+		cfg: cfg, log: log,
+		fsm: fsm, snaps: snaps, obs: make(chan ha.Signal, 16), plain: plain, conn: conn,
 		stop: make(chan struct{}), kick: make(chan struct{}, 1), posts: make(chan any, 16),
 		view: ha.Observed{State: ha.StateFollower}, folded: -1, yields: make(chan int64, 4),
 	}

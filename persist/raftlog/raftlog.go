@@ -226,7 +226,7 @@ func Open(dir string, opts Options) (*Store, Recovery, error) {
 	if opts.SegmentSize <= 0 {
 		opts.SegmentSize = DefaultSegmentSize
 	}
-	if err := os.MkdirAll(dir, 0o750); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, rec, err
 	}
 	names, err := segmentNames(dir)
@@ -500,7 +500,7 @@ func preallocate(f *os.File, size int64) error {
 // cannot be allocated ahead), syncs it and removes it. A full disk fails
 // it with an error matching syscall.ENOSPC or syscall.EDQUOT.
 func ProbeSpace(path string, size int64) error {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o640)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}
@@ -798,7 +798,7 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 func (s *Store) newSegment(first uint64) (*segment, error) {
 	path := filepath.Join(s.dir, segFileName(first))
 	tmp := path + tmpSuffix
-	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o640)
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return nil, &WriteError{Path: tmp, Op: "create segment", Err: err}
 	}
