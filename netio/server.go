@@ -69,6 +69,7 @@ func NewServer(h http.Handler, lim Limits, opts ...Option) *Server {
 		s.m = NewConnMetrics(nil)
 	}
 	s.refusals = newRefusalLog(s.log, refusalSummaryEvery)
+	s.tlsLog = newOnceLog(s.log, maxOnceLogged)
 	var p http.Protocols
 	p.SetHTTP1(true)
 	if s.tls != nil {
@@ -76,7 +77,6 @@ func NewServer(h http.Handler, lim Limits, opts ...Option) *Server {
 		if len(s.tls.NextProtos) == 0 {
 			s.tls.NextProtos = []string{"h2", "http/1.1"}
 		}
-		s.tlsLog = newOnceLog(s.log, maxOnceLogged)
 	} else {
 		p.SetUnencryptedHTTP2(true)
 	}
