@@ -58,6 +58,9 @@ func TestTLSCapAndHealthReserve(t *testing.T) {
 	if resp, body := c.response(t); resp.StatusCode != http.StatusOK || body != "GET /healthz" {
 		t.Errorf("health check on the reserve: %d %q", resp.StatusCode, body)
 	}
+	testutil.Eventually(t, 5*time.Second, "the reserve's place freed", func() bool {
+		return s.metric(t, "xce_client_connections", "pool", PoolReserve) == 0
+	})
 	c = dialTLS(t, s.addr)
 	c.send(t, "POST", "/api")
 	if resp, _ := c.response(t); resp.StatusCode != http.StatusServiceUnavailable {
