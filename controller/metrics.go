@@ -106,7 +106,11 @@ func (n *Node) routes(api http.Handler) http.Handler {
 		}
 		w.Write([]byte("ok\n"))
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(n.opts.Registry, promhttp.HandlerOpts{}))
+	var metrics http.Handler = promhttp.HandlerFor(n.opts.Registry, promhttp.HandlerOpts{})
+	if n.opts.GuardMetrics != nil {
+		metrics = n.opts.GuardMetrics(metrics)
+	}
+	mux.Handle("GET /metrics", metrics)
 	if n.opts.Pprof {
 		// Profiles and traces write for as long as they were asked to run.
 		mux.Handle("/debug/pprof/", netio.LongStream(http.HandlerFunc(pprof.Index)))

@@ -5,6 +5,7 @@ package controller
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -98,6 +99,12 @@ type Options struct {
 	// Serving, when set, is called once the client port answers (before
 	// storage opens): an upgrade's new process reports ready from here.
 	Serving func()
+	// ClientTLS, when set, is the client port's TLS (docs/operations.md,
+	// "TLS and permissions on the client port").
+	ClientTLS *tls.Config
+	// GuardMetrics, when set, wraps the /metrics handler (the permission
+	// it needs).
+	GuardMetrics func(http.Handler) http.Handler
 }
 
 // OutboxStatus is what Status shows of the downstream publisher.
@@ -278,13 +285,17 @@ func (n *Node) Run(ctx context.Context, api http.Handler) (err error) {
 			pl.Close()
 		}
 	}
-	srv := netio.NewServer(n.routes(api), n.cfg.ClientLimits(), netio.WithLogger(n.log), netio.WithMetrics(n.metrics.conns))
+	srvOpts := []netio.Option{netio.WithLogger(n.log), netio.WithMetrics(n.metrics.conns)}
+	if n.opts.ClientTLS != nil {
+		srvOpts = append(srvOpts, netio.WithTLS(n.opts.ClientTLS))
+	}
+	srv := netio.NewServer(n.routes(api), n.cfg.ClientLimits(), srvOpts...)
 	srvDone := make(chan error, 1)
 	n.clientLn.Store(&cl)
 	go func() { srvDone <- srv.Serve(cl) }()
 	n.log.Info().Str("client_addr", cl.Addr().String()).Str("peer_addr", n.cfg.PeerAddr).Int("pid", os.Getpid()).
 		Str("version", n.version).Msg("listening; answering NOT_READY until a role is decided")
-	if a := cl.Addr().String(); !netio.IsLoopback(a) {
+	if a := cl.Addr().String(); !netio.IsLoopback(a) && n.opts.ClientTLS == nil {
 		n.log.Warn().Str("client_addr", n.cfg.ClientAddr).Str("listening_on", a).
 			Msg("client port " + n.cfg.ClientAddr + " is reachable beyond this machine and has no TLS; anyone who reaches it can call every method")
 	}

@@ -12,6 +12,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/xce/xce/auth"
 	"github.com/xce/xce/configs"
 	"github.com/xce/xce/ha"
 	xcev1 "github.com/xce/xce/proto/xce/v1"
@@ -76,12 +77,24 @@ type Service struct {
 	workers Workers
 	timings RetryTimings
 	m       *apiMetrics
+	authn   *auth.Authenticator
+	sec     Security
+	// AuthRefused counts the calls the permissions refused; the node's
+	// /metrics guard counts in it too.
+	AuthRefused *prometheus.CounterVec
 }
 
 // New returns the API handler (Connect: gRPC, gRPC-Web and JSON) with the
 // gate installed in front of every method, to be mounted at the returned
-// path. workers may be nil: the worker methods then answer NOT_READY.
-func New(node Node, reg prometheus.Registerer, workers Workers) (string, http.Handler) {
+// path. workers may be nil: the worker methods then answer NOT_READY. With
+// WithAuth, the caller's permissions are checked before the gate.
+func New(node Node, reg prometheus.Registerer, workers Workers, options ...Option) (string, http.Handler) {
+	_, p, h := NewService(node, reg, workers, options...)
+	return p, h
+}
+
+// NewService is New that returns the Service too.
+func NewService(node Node, reg prometheus.Registerer, workers Workers, options ...Option) (*Service, string, http.Handler) {
 	cfg := node.Config()
 	s := &Service{
 		node:    node,
@@ -92,8 +105,17 @@ func New(node Node, reg prometheus.Registerer, workers Workers) (string, http.Ha
 		},
 		m: newAPIMetrics(reg, node),
 	}
+	for _, o := range options {
+		o(s)
+	}
+	s.AuthRefused = newAuthRefused(reg)
+	interceptors := []connect.Interceptor{&gate{s: s}}
+	if s.authn.Enforced() {
+		// First: the outermost, so nothing it refuses reaches the gate.
+		interceptors = append([]connect.Interceptor{&authz{s: s, refused: s.AuthRefused}}, interceptors...)
+	}
 	opts := append([]connect.HandlerOption{
-		connect.WithInterceptors(&gate{s: s}),
+		connect.WithInterceptors(interceptors...),
 		connect.WithReadMaxBytes(MaxRequestBytes),
 		// Answers are small; compressing them costs more CPU than it saves.
 		connect.WithCompressMinBytes(16 << 10),
@@ -106,7 +128,10 @@ func New(node Node, reg prometheus.Registerer, workers Workers) (string, http.Ha
 		mux.Handle(path, h)
 	}
 	mountStreams(mux, services)
-	return "/", mux
+	if s.authn.Enforced() {
+		return s, "/", withTLS(mux)
+	}
+	return s, "/", mux
 }
 
 // notReady builds the NOT_READY error for a decision.
@@ -219,6 +244,7 @@ func (s *Service) status(v *ha.View) *xcev1.StatusResponse {
 		Tasks:        uint64(s.node.FSM().NumTasks()),
 		LogFormat:    state.LogFormat,
 	}
+	s.securityStatus(st)
 	var info *ha.RoleInfo
 	st.Backend, info = s.node.Backend()
 	if info != nil {

@@ -287,7 +287,7 @@ func TestGateOverTheWire(t *testing.T) {
 				LeaderId: tc.v.LeaderID, LeaderAddr: tc.v.LeaderAddr, WriteQuorum: tc.v.Serving(),
 				CommitIndex: 1, AppliedIndex: 1, Pid: int64(os.Getpid()), Version: "test",
 				Reason: tc.v.Reason, Tasks: 1, Backend: "raft",
-				KafkaEpoch: 7, OutboxLag: 3, KafkaState: "publishing", LogFormat: state.LogFormat,
+				KafkaEpoch: 7, OutboxLag: 3, KafkaState: "publishing", LogFormat: state.LogFormat, Auth: "off",
 			}
 			gotSt := proto.Clone(st.Msg).(*xcev1.StatusResponse)
 			if gotSt.UptimeMs < 0 {

@@ -608,6 +608,7 @@ func TestLimitsClientPortExposureWarning(t *testing.T) {
 	_, port, _ := net.SplitHostPort(spec.ClientAddr)
 	spec.ClientAddr = "0.0.0.0:" + port
 	spec.Peers[1].ClientAddr = spec.ClientAddr
+	spec.Insecure = true // a port beyond loopback without TLS starts only so
 	if err := os.WriteFile(c.Node(1).ConfigPath, []byte(spec.YAML()), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -27,9 +27,16 @@ const (
 	ReasonHeaderTooLarge = "header_too_large"
 	// ReasonBadRequest: a request the server could not parse (400).
 	ReasonBadRequest = "bad_request"
+	// ReasonPlaintext: cleartext to a TLS client port; closed (an HTTP/1
+	// request is answered 400 first).
+	ReasonPlaintext = "plaintext"
+	// ReasonTLSHandshake: a TLS handshake failed (an unknown CA, no or a
+	// bad client certificate, an old TLS version).
+	ReasonTLSHandshake = "tls_handshake"
 )
 
-var reasons = []string{ReasonCap, ReasonReserveNonHealth, ReasonReadTimeout, ReasonWriteTimeout, ReasonHeaderTooLarge, ReasonBadRequest}
+var reasons = []string{ReasonCap, ReasonReserveNonHealth, ReasonReadTimeout, ReasonWriteTimeout, ReasonHeaderTooLarge, ReasonBadRequest,
+	ReasonPlaintext, ReasonTLSHandshake}
 
 // Kinds of connections closed to make room for new ones: the values of the
 // kind label of xce_client_conn_evicted_total.

@@ -2,6 +2,7 @@ package netio
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"log"
@@ -29,6 +30,8 @@ type Server struct {
 	m        *ConnMetrics
 	refusals *refusalLog
 	fdLimit  func() (uint64, error)
+	tls      *tls.Config
+	tlsLog   *onceLog
 
 	hookOnce sync.Once
 }
@@ -44,11 +47,19 @@ func WithLogger(log zerolog.Logger) Option { return func(s *Server) { s.log = lo
 // no registry exports.
 func WithMetrics(m *ConnMetrics) Option { return func(s *Server) { s.m = m } }
 
+// WithTLS serves TLS with cfg (HTTP/2 and HTTP/1.1 by ALPN) instead of
+// cleartext. The connection caps apply to the TCP connections under it; a
+// client that speaks cleartext to it is refused, counted and logged once
+// per remote host (docs/operations.md, "TLS and permissions on the client
+// port").
+func WithTLS(cfg *tls.Config) Option { return func(s *Server) { s.tls = cfg } }
+
 // healthPaths are the paths a connection of the health reserve serves.
 var healthPaths = map[string]bool{"/healthz": true, "/readyz": true}
 
 // NewServer returns a server of h speaking HTTP/1.1 and cleartext HTTP/2
-// (h2c, prior knowledge) on the same port, with lim applied.
+// (h2c, prior knowledge) on the same port, or with WithTLS HTTP/1.1 and
+// HTTP/2 over TLS, with lim applied.
 func NewServer(h http.Handler, lim Limits, opts ...Option) *Server {
 	s := &Server{lim: lim, h: h, log: zerolog.Nop(), fdLimit: fdLimit}
 	for _, o := range opts {
@@ -58,9 +69,17 @@ func NewServer(h http.Handler, lim Limits, opts ...Option) *Server {
 		s.m = NewConnMetrics(nil)
 	}
 	s.refusals = newRefusalLog(s.log, refusalSummaryEvery)
+	s.tlsLog = newOnceLog(s.log, maxOnceLogged)
 	var p http.Protocols
 	p.SetHTTP1(true)
-	p.SetUnencryptedHTTP2(true)
+	if s.tls != nil {
+		p.SetHTTP2(true)
+		if len(s.tls.NextProtos) == 0 {
+			s.tls.NextProtos = []string{"h2", "http/1.1"}
+		}
+	} else {
+		p.SetUnencryptedHTTP2(true)
+	}
 	s.Server = &http.Server{
 		Handler:           http.HandlerFunc(s.serveHTTP),
 		Protocols:         &p,
@@ -70,7 +89,7 @@ func NewServer(h http.Handler, lim Limits, opts ...Option) *Server {
 		ConnContext:       s.connContext,
 		// net/http's own messages (accept errors, malformed requests) come
 		// in floods under attack; the limits log their own summary.
-		ErrorLog: log.New(debugWriter{s.log}, "", 0),
+		ErrorLog: log.New(debugWriter{s}, "", 0),
 		HTTP2: &http.HTTP2Config{
 			MaxConcurrentStreams: lim.MaxConcurrentStreams,
 			// A connection that takes no bytes for this long is closed.
@@ -86,7 +105,7 @@ func (s *Server) Serve(l net.Listener) error {
 	s.hookOnce.Do(func() {
 		user := s.Server.ConnState
 		s.Server.ConnState = func(c net.Conn, st http.ConnState) {
-			if lc, ok := c.(*conn); ok {
+			if lc := capOf(c); lc != nil {
 				lc.state(st)
 			}
 			if user != nil {
@@ -96,6 +115,9 @@ func (s *Server) Serve(l net.Listener) error {
 	})
 	if s.lim.MaxConnections > 0 {
 		l = s.limit(l)
+	}
+	if s.tls != nil {
+		l = &tlsListener{Listener: l, s: s}
 	}
 	return s.Server.Serve(l)
 }
@@ -148,8 +170,7 @@ type connInfo struct {
 }
 
 func (s *Server) connContext(ctx context.Context, c net.Conn) context.Context {
-	lc, _ := c.(*conn)
-	return context.WithValue(ctx, connKey{}, &connInfo{s: s, c: lc})
+	return context.WithValue(ctx, connKey{}, &connInfo{s: s, c: capOf(c)})
 }
 
 func isHealth(r *http.Request) bool {
@@ -290,10 +311,18 @@ func (w *streamWriter) FlushError() error {
 // Unwrap lets http.ResponseController reach the server's writer.
 func (w *streamWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// debugWriter logs net/http's messages at debug level.
-type debugWriter struct{ log zerolog.Logger }
+// debugWriter logs net/http's messages at debug level, except a failed
+// TLS handshake, which is counted and logged once per remote host.
+type debugWriter struct{ s *Server }
 
 func (d debugWriter) Write(p []byte) (int, error) {
-	d.log.Debug().Str("component", "http").Msg(strings.TrimSpace(string(p)))
+	msg := strings.TrimSpace(string(p))
+	if d.s.tls != nil && strings.HasPrefix(msg, handshakeErrPrefix) {
+		remote, reason, _ := strings.Cut(strings.TrimPrefix(msg, handshakeErrPrefix), ": ")
+		d.s.m.refused[ReasonTLSHandshake].Inc()
+		d.s.tlsLog.warn(remote, "tls handshake failed on the client port", reason)
+		return len(p), nil
+	}
+	d.s.log.Debug().Str("component", "http").Msg(msg)
 	return len(p), nil
 }

@@ -28,16 +28,11 @@ type limited struct {
 	log  *testutil.SyncBuffer
 }
 
-type serverOpt func(*Server)
-
-func startLimited(t *testing.T, lim Limits, h http.Handler, opts ...serverOpt) *limited {
+func startLimited(t *testing.T, lim Limits, h http.Handler, opts ...Option) *limited {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	lg := &testutil.SyncBuffer{}
-	srv := NewServer(h, lim, WithLogger(zerolog.New(lg)), WithMetrics(NewConnMetrics(reg)))
-	for _, o := range opts {
-		o(srv)
-	}
+	srv := NewServer(h, lim, append([]Option{WithLogger(zerolog.New(lg)), WithMetrics(NewConnMetrics(reg))}, opts...)...)
 	ln, err := Listen("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -85,6 +85,10 @@ func New(cfg *configs.Config, o Options) (srv *Server, err error) {
 		log.Warn().Int("voters", len(cfg.Peers)).Msg("an even number of voters tolerates no more failures than one fewer")
 	}
 	set := convert(cfg, log)
+	csec, err := newClientSecurity(cfg, log)
+	if err != nil {
+		return nil, err
+	}
 	peerListen := cfg.PeerAddr
 	if cfg.PeerListenAddr != "" {
 		peerListen = cfg.PeerListenAddr
@@ -147,12 +151,14 @@ func New(cfg *configs.Config, o Options) (srv *Server, err error) {
 		Registry: reg, FSM: fsm, Services: []controller.LeaderService{outbox, assignor}, Outbox: outbox,
 		ClientListener: clientLn, PeerListener: peerLn, LockWait: o.LockWait, StartBackend: startBackend,
 		CheckDB: o.CheckDB, Serving: o.Serving,
+		ClientTLS: csec.tls, GuardMetrics: csec.guardMetrics,
 	})
 	if err != nil {
 		return nil, err
 	}
 	to.node = node
-	_, api := dispatch.New(node, node.Registry(), assignor)
+	svc, _, api := dispatch.NewService(node, node.Registry(), assignor, dispatch.WithAuth(csec.authn), dispatch.WithSecurity(csec.sec))
+	csec.refused = svc.AuthRefused
 	return &Server{node: node, api: api}, nil
 }
 

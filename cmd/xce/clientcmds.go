@@ -78,6 +78,11 @@ type statusJSON struct {
 	// LogFormat is the newest Raft log format the node's binary applies.
 	LogFormat uint32 `json:"log_format"`
 	UptimeMs  int64  `json:"uptime_ms"`
+	// Security: insecure: true, permissions on or off, certificate expiry.
+	Insecure          bool   `json:"insecure"`
+	Auth              string `json:"auth"`
+	TLSCertExpiry     string `json:"tls_cert_expiry,omitempty"`
+	PeerTLSCertExpiry string `json:"peer_tls_cert_expiry,omitempty"`
 }
 
 type rosterJSON struct {
@@ -107,6 +112,7 @@ func statusCmd() *cobra.Command {
 					CommitIndex: s.CommitIndex, AppliedIndex: s.AppliedIndex, KafkaEpoch: s.KafkaEpoch, OutboxLag: s.OutboxLag, KafkaState: s.KafkaState,
 					Tasks: s.Tasks, Backend: s.Backend, Pid: s.Pid, Version: s.Version, LogFormat: s.LogFormat, UptimeMs: s.UptimeMs,
 					LeaseHolder: s.LeaseHolder,
+					Insecure:    s.Insecure, Auth: s.Auth, TLSCertExpiry: s.TlsCertExpiry, PeerTLSCertExpiry: s.PeerTlsCertExpiry,
 				}
 				if s.LeaseDeadlineUnixMs > 0 {
 					out.LeaseDeadline = time.UnixMilli(s.LeaseDeadlineUnixMs).UTC().Format(time.RFC3339Nano)
@@ -128,6 +134,7 @@ func statusCmd() *cobra.Command {
 				fmt.Fprintf(tw, "tasks\t%d\n", out.Tasks)
 				fmt.Fprintf(tw, "kafka\t%s, epoch %d, outbox lag %d\n", out.KafkaState, out.KafkaEpoch, out.OutboxLag)
 				fmt.Fprintf(tw, "backend\t%s\n", out.Backend)
+				fmt.Fprintf(tw, "security\tauth %s, insecure %v, tls cert expires %q, peer cert expires %q\n", out.Auth, out.Insecure, out.TLSCertExpiry, out.PeerTLSCertExpiry)
 				if out.Backend == "kafka" {
 					fmt.Fprintf(tw, "lease\t%s until %s\n", out.LeaseHolder, out.LeaseDeadline)
 					for _, m := range out.Roster {

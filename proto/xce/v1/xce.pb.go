@@ -892,9 +892,19 @@ type StatusResponse struct {
 	// The newest Raft log format this node's binary applies (2: batch
 	// entries). A leader writes batch entries only when every voter reports 2
 	// or more; 0 from a binary that predates the field.
-	LogFormat     uint32 `protobuf:"varint,22,opt,name=log_format,json=logFormat,proto3" json:"log_format,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	LogFormat uint32 `protobuf:"varint,22,opt,name=log_format,json=logFormat,proto3" json:"log_format,omitempty"`
+	// The node runs with insecure: true (a port reachable beyond this
+	// machine may be without TLS).
+	Insecure bool `protobuf:"varint,23,opt,name=insecure,proto3" json:"insecure,omitempty"`
+	// Permissions on the client port: "on" when enforced (a tokens file, or
+	// client certificates optional or required), else "off".
+	Auth string `protobuf:"bytes,24,opt,name=auth,proto3" json:"auth,omitempty"`
+	// When the client port's and the peer port's certificates expire
+	// (RFC 3339); empty without TLS on that port.
+	TlsCertExpiry     string `protobuf:"bytes,25,opt,name=tls_cert_expiry,json=tlsCertExpiry,proto3" json:"tls_cert_expiry,omitempty"`
+	PeerTlsCertExpiry string `protobuf:"bytes,26,opt,name=peer_tls_cert_expiry,json=peerTlsCertExpiry,proto3" json:"peer_tls_cert_expiry,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -1079,6 +1089,34 @@ func (x *StatusResponse) GetLogFormat() uint32 {
 		return x.LogFormat
 	}
 	return 0
+}
+
+func (x *StatusResponse) GetInsecure() bool {
+	if x != nil {
+		return x.Insecure
+	}
+	return false
+}
+
+func (x *StatusResponse) GetAuth() string {
+	if x != nil {
+		return x.Auth
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetTlsCertExpiry() string {
+	if x != nil {
+		return x.TlsCertExpiry
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetPeerTlsCertExpiry() string {
+	if x != nil {
+		return x.PeerTlsCertExpiry
+	}
+	return ""
 }
 
 type RosterMember struct {
@@ -2034,7 +2072,7 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"request_id\x18\x03 \x01(\tR\trequestId\"*\n" +
 	"\x12DeleteTaskResponse\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\"\x0f\n" +
-	"\rStatusRequest\"\xbe\x05\n" +
+	"\rStatusRequest\"\xc7\x06\n" +
 	"\x0eStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1d\n" +
 	"\n" +
@@ -2064,7 +2102,11 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"\flease_holder\x18\x14 \x01(\tR\vleaseHolder\x123\n" +
 	"\x16lease_deadline_unix_ms\x18\x15 \x01(\x03R\x13leaseDeadlineUnixMs\x12\x1d\n" +
 	"\n" +
-	"log_format\x18\x16 \x01(\rR\tlogFormat\"W\n" +
+	"log_format\x18\x16 \x01(\rR\tlogFormat\x12\x1a\n" +
+	"\binsecure\x18\x17 \x01(\bR\binsecure\x12\x12\n" +
+	"\x04auth\x18\x18 \x01(\tR\x04auth\x12&\n" +
+	"\x0ftls_cert_expiry\x18\x19 \x01(\tR\rtlsCertExpiry\x12/\n" +
+	"\x14peer_tls_cert_expiry\x18\x1a \x01(\tR\x11peerTlsCertExpiry\"W\n" +
 	"\fRosterMember\x12\x1b\n" +
 	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12\x12\n" +
 	"\x04rank\x18\x02 \x01(\rR\x04rank\x12\x16\n" +
