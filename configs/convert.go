@@ -12,6 +12,7 @@ import (
 	"github.com/xce/xce/ha/succession"
 	"github.com/xce/xce/netio"
 	"github.com/xce/xce/placement"
+	"github.com/xce/xce/tlsconf"
 )
 
 // The conversions below are the one place where the file's sections become
@@ -44,6 +45,11 @@ func (c *Config) RaftConfig() raftha.Config {
 		rc.Peers = append(rc.Peers, raftha.Peer{ID: pe.ID, Addr: pe.PeerAddr})
 	}
 	return rc
+}
+
+// PeerTLSFiles are the peer_tls section's files (all empty: plaintext).
+func (c *Config) PeerTLSFiles() tlsconf.Files {
+	return tlsconf.Files{CA: c.PeerTLS.CAFile, Cert: c.PeerTLS.CertFile, Key: c.PeerTLS.KeyFile}
 }
 
 // raftKeys are the YAML keys of raftha.Config's fields, as its Validate
