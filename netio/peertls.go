@@ -9,6 +9,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -212,7 +213,7 @@ func classify(err error) (reason string, e error) {
 	case errors.As(err, &op) && op.Op == "remote error":
 		return PeerRefusedByPeer, fmt.Errorf("the peer refused this node's certificate: %w", err)
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed),
-		errors.As(err, &ne) && ne.Timeout():
+		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE), errors.As(err, &ne) && ne.Timeout():
 		return "", err
 	}
 	return PeerRefusedHandshake, err
