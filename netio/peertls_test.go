@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -279,4 +281,54 @@ func TestPeerTLSAcceptDoesNotBlock(t *testing.T) {
 	if _, err := d.Dial(raft.ServerAddress(addr), time.Second); !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Fatalf("dial a closed port: %v, want ECONNREFUSED", err)
 	}
+}
+
+// copyFiles copies f into dir, as a node's own copy of its files.
+func copyFiles(t *testing.T, f tlsconf.Files, dir string) tlsconf.Files {
+	t.Helper()
+	out := tlsconf.Files{CA: filepath.Join(dir, "ca.pem"), Cert: filepath.Join(dir, "node.pem"), Key: filepath.Join(dir, "node-key.pem")}
+	for _, p := range [][2]string{{f.CA, out.CA}, {f.Cert, out.Cert}, {f.Key, out.Key}} {
+		b, err := os.ReadFile(p[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p[1], b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+// Renewed files (here: a new CA and a certificate it signed) are used by
+// the next handshakes without restarting the stream layer.
+func TestPeerTLSPicksUpRenewedFiles(t *testing.T) {
+	oldCA := newPKI(t, "c1")
+	ln, err := Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvAddr := ln.Addr().String()
+	peers := map[string]string{srvAddr: "n1", "127.0.0.1:1": "n2"}
+	own := t.TempDir()
+	srv := startEcho(t, copyFiles(t, oldCA.files(node("c1", "n1"), 0), own), peers, ln)
+	oldN2, oldM := dialer(t, oldCA.files(node("c1", "n2"), 0), peers)
+	if err := roundTrip(oldN2, srvAddr); err != nil {
+		t.Fatal(err)
+	}
+
+	newCA := newPKI(t, "c1")
+	copyFiles(t, newCA.files(node("c1", "n1"), 0), own)
+	newN2, _ := dialer(t, newCA.files(node("c1", "n2"), 0), peers)
+	testutil.Eventually(t, 10*time.Second, "the renewed CA and certificate in use", func() bool {
+		return roundTrip(newN2, srvAddr) == nil
+	})
+	// The node of the old CA no longer trusts n1's certificate, and n1
+	// sees its handshake aborted.
+	if err := roundTrip(oldN2, srvAddr); err == nil {
+		t.Fatal("a node of the replaced CA still talks")
+	}
+	if got := count(oldM, PeerRefusedBadCertificate); got != 1 {
+		t.Errorf("the old node counted %v bad_certificate, want 1", got)
+	}
+	testutil.Eventually(t, 5*time.Second, "n1 counts the aborted handshake", func() bool { return srv.refused(PeerRefusedByPeer) >= 1 })
 }
