@@ -154,6 +154,12 @@ func newPeerTLS(p PeerTLS) (*peerTLS, error) {
 	}
 	t.anyPeer = src.ClientConfig("", t.verifier(""))
 	t.server = src.ServerConfig(tlsconf.ClientAuthRequired, t.verifier(""))
+	var name string
+	if id, ok := tlsconf.IdentityOf(src.Leaf()); ok {
+		name = id.String()
+	}
+	log.Info().Str("certificate", name).Time("expires", src.Expiry()).
+		Msg("peer port: mutual TLS; a peer must present a certificate of the cluster's CA naming a node in peers")
 	return t, nil
 }
 
@@ -257,7 +263,10 @@ func (t *peerTLS) dial(c net.Conn, addr string, deadline time.Time) (net.Conn, e
 	_ = c.SetDeadline(time.Time{})
 	if err != nil {
 		_ = c.Close()
-		_, e := t.refused("dial", addr, err)
+		reason, e := t.refused("dial", addr, err)
+		if reason == "" && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)) {
+			return nil, fmt.Errorf("peer TLS handshake with %s: %w (the port closed the connection: is peer_tls set on that node?)", addr, e)
+		}
 		return nil, fmt.Errorf("peer TLS handshake with %s: %w", addr, e)
 	}
 	return tc, nil

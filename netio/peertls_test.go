@@ -332,3 +332,34 @@ func TestPeerTLSPicksUpRenewedFiles(t *testing.T) {
 	}
 	testutil.Eventually(t, 5*time.Second, "n1 counts the aborted handshake", func() bool { return srv.refused(PeerRefusedByPeer) >= 1 })
 }
+
+// Dialling a plaintext peer port fails the handshake with a hint.
+func TestPeerTLSDialPlaintextPort(t *testing.T) {
+	ca := newPKI(t, "c1")
+	ln, err := Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	defer func() {
+		ln.Close()
+		wg.Wait()
+	}()
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			// A plaintext raft transport reads a byte it does not know
+			// and hangs up.
+			_, _ = c.Read(make([]byte, 1))
+			c.Close()
+		}
+	})
+	d, _ := dialer(t, ca.files(node("c1", "n2"), 0), map[string]string{ln.Addr().String(): "n1"})
+	_, err = d.Dial(raft.ServerAddress(ln.Addr().String()), 2*time.Second)
+	if err == nil || !strings.Contains(err.Error(), "is peer_tls set on that node?") {
+		t.Fatalf("dial a plaintext port: %v, want the hint", err)
+	}
+}
