@@ -48,6 +48,11 @@ func (c *Config) RaftConfig() raftha.Config {
 	return rc
 }
 
+// PeerTLSFiles are the peer_tls section's files (all empty: plaintext).
+func (c *Config) PeerTLSFiles() tlsconf.Files {
+	return tlsconf.Files{CA: c.PeerTLS.CAFile, Cert: c.PeerTLS.CertFile, Key: c.PeerTLS.KeyFile}
+}
+
 // raftKeys are the YAML keys of raftha.Config's fields, as its Validate
 // names them.
 var raftKeys = map[string]string{

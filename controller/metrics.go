@@ -22,6 +22,8 @@ type metrics struct {
 	// conns are the client port's connection metrics (refusals under the
 	// limits, connections open, caps in force).
 	conns *netio.ConnMetrics
+	// peerTLS counts the peer port's TLS refusals.
+	peerTLS *netio.PeerTLSMetrics
 	// storageOK is 1 while the storage's writes succeed;
 	// storageFailures counts its changes from working to failing.
 	storageOK       prometheus.Gauge
@@ -39,7 +41,8 @@ func newMetrics(reg *prometheus.Registry, n *Node) *metrics {
 		roleChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "xce_role_changes_total", Help: "Role changes by from and to.",
 		}, []string{"from", "to"}),
-		conns: netio.NewConnMetrics(reg),
+		conns:   netio.NewConnMetrics(reg),
+		peerTLS: netio.NewPeerTLSMetrics(reg),
 	}
 	m.storageOK = prometheus.NewGauge(prometheus.GaugeOpts{Name: "xce_storage_healthy", Help: "1 while the node's storage writes succeed; 0 after a failed write or sync (a full disk), until one succeeds again."})
 	m.storageFailures = prometheus.NewCounter(prometheus.CounterOpts{Name: "xce_storage_failures_total", Help: "Times the node's storage went from working to failing."})

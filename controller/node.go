@@ -325,7 +325,7 @@ func (n *Node) Run(ctx context.Context, api http.Handler) (err error) {
 	}
 	start := n.opts.StartBackend
 	if start == nil {
-		stream, err := netio.NewStreamLayer(pl, n.cfg.PeerAddr, dialFrom)
+		stream, err := netio.NewStreamLayer(pl, n.cfg.PeerAddr, dialFrom, n.peerTLS()...)
 		if err != nil {
 			closePeer()
 			store.Close()
@@ -357,6 +357,23 @@ func (n *Node) Run(ctx context.Context, api http.Handler) (err error) {
 	err = n.loop(ctx)
 	n.stop(store)
 	return err
+}
+
+// peerTLS is the stream layer's mutual TLS when peer_tls is set
+// (docs/operations.md, "TLS on the peer port").
+func (n *Node) peerTLS() []netio.StreamOption {
+	files := n.cfg.PeerTLSFiles()
+	if files.Empty() {
+		return nil
+	}
+	peers := map[string]string{}
+	for _, p := range n.cfg.Peers {
+		peers[p.PeerAddr] = p.ID
+	}
+	return []netio.StreamOption{netio.WithPeerTLS(netio.PeerTLS{
+		Files: files, Cluster: n.cfg.ClusterID, Peers: peers,
+		Metrics: n.metrics.peerTLS, Logger: n.log.With().Str("component", "peer_tls").Logger(),
+	})}
 }
 
 // Backend names the election backend; info describes a Kafka-coordinated

@@ -88,6 +88,21 @@ type clusterOptions struct {
 	logLevel  string
 	changes   []func(*configs.Config)
 	ownBinary bool
+	// secure and peerTLS: localcluster.Options.Secure and PeerTLSOnly.
+	secure, peerTLS bool
+}
+
+// WithPeerTLS gives every node mutual TLS on the peer port, with a CA and
+// certificates generated in the test's dir; the client port stays
+// plaintext.
+func WithPeerTLS() Option {
+	return func(o *clusterOptions) { o.peerTLS = true }
+}
+
+// WithSecure gives every node mutual TLS on the peer port, TLS on the
+// client port and an admin token (Credentials).
+func WithSecure() Option {
+	return func(o *clusterOptions) { o.secure = true }
 }
 
 // WithOwnBinary runs the cluster's servers from a copy of the xce binary
@@ -163,6 +178,7 @@ func newCluster(t testing.TB, n int, opts ...Option) *Cluster {
 	}
 	lc, err := localcluster.New(localcluster.Options{
 		Exe: c.bin, Dir: c.dir, N: n, ClusterID: "it", PidFiles: true, MarkStarts: true,
+		Secure: c.opts.secure, PeerTLSOnly: c.opts.peerTLS,
 		Configure: func(cfg *configs.Config) {
 			if r := c.opts.raft; r != nil {
 				cfg.Raft.HeartbeatTimeout = configs.Duration{Duration: r.HeartbeatTimeout}
@@ -195,6 +211,12 @@ func (c *Cluster) N() int { return len(c.nodes) }
 
 // Node returns node i.
 func (c *Cluster) Node(i int) *Node { return c.nodes[i] }
+
+// Credentials are the admin's credentials of a secured cluster.
+func (c *Cluster) Credentials() localcluster.Credentials { return c.lc.Credentials() }
+
+// TLSDir holds a secured cluster's CA and certificates.
+func (c *Cluster) TLSDir() string { return c.lc.TLSDir() }
 
 // Addrs are the client addresses of every node.
 func (c *Cluster) Addrs() []string { return c.lc.ClientAddrs() }

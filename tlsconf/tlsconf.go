@@ -114,25 +114,33 @@ func stampOf(f Files) (string, error) {
 	return b.String(), nil
 }
 
-// refresh reloads the files if they changed since the last look.
+// refresh reloads the files if they changed since the last look. OnReload
+// is called after the lock is released, so that it may use s.
 func (s *Source) refresh() {
+	reloaded, err := s.reload()
+	if reloaded && s.OnReload != nil {
+		s.OnReload(err)
+	}
+}
+
+// reload reloads the files if they changed since the last look; it reports
+// whether it tried, and how that went.
+func (s *Source) reload() (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
 	if now.Sub(s.checked) < reloadEvery {
-		return
+		return false, nil
 	}
 	s.checked = now
 	stamp, err := stampOf(s.files)
 	if err == nil && stamp == s.stamp {
-		return
+		return false, nil
 	}
 	if err == nil {
 		err = s.load()
 	}
-	if s.OnReload != nil {
-		s.OnReload(err)
-	}
+	return true, err
 }
 
 // Certificate is the current certificate (nil when none is named).

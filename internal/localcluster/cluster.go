@@ -3,6 +3,8 @@
 // integration tests. Each node's config is built as a configs.Config and
 // written by marshalling; the launcher starts, signals, kills and stops the
 // processes, keeps each node's log and waits until the cluster has elected.
+// A secured cluster (Options.Secure) gets its own CA, certificates and
+// admin token.
 package localcluster
 
 import (
@@ -43,6 +45,17 @@ type Options struct {
 	DieWithParent bool
 	// MarkStarts writes a line into a node's log before each start.
 	MarkStarts bool
+	// Secure generates, under <Dir>/tls, a CA, a certificate per node, the
+	// admin's client certificate and an admin token (reused by a later New
+	// on the same Dir), and gives every node mutual TLS on the peer port
+	// (peer_tls), TLS on the client port (tls, client certificates
+	// optional) and a tokens file naming the admin (auth.tokens_file).
+	// Credentials returns what a client needs.
+	Secure bool
+	// PeerTLSOnly is Secure for the peer port alone: the certificates and
+	// the token are made the same way, but the client port stays plaintext
+	// with no permissions.
+	PeerTLSOnly bool
 }
 
 // Node is one server of a Cluster. Indexes are 0-based; node i has id
@@ -67,6 +80,7 @@ type Node struct {
 type Cluster struct {
 	opts  Options
 	Nodes []*Node
+	creds Credentials
 }
 
 // FreePorts returns n distinct free loopback ports. Every listener is held
@@ -129,6 +143,11 @@ func New(o Options) (*Cluster, error) {
 		}
 		c.Nodes = append(c.Nodes, nd)
 	}
+	if o.secured() {
+		if err := c.secure(); err != nil {
+			return nil, fmt.Errorf("certificates of the local cluster: %w", err)
+		}
+	}
 	for i := range c.Nodes {
 		cfg := c.Config(i)
 		if err := configs.WriteFile(c.Nodes[i].ConfigPath, &cfg); err != nil {
@@ -148,6 +167,7 @@ func (c *Cluster) Config(i int) configs.Config {
 		cfg.Peers = append(cfg.Peers, configs.Peer{ID: p.ID, PeerAddr: p.PeerAddr, ClientAddr: p.ClientAddr})
 	}
 	cfg.Log = configs.Log{Level: "info", Format: "json"}
+	c.secureConfig(n, &cfg)
 	if c.opts.Configure != nil {
 		c.opts.Configure(&cfg)
 	}

@@ -1,11 +1,16 @@
 package localcluster
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"path/filepath"
 	"reflect"
 	"testing"
 	"time"
 
 	"github.com/xce/xce/configs"
+	"github.com/xce/xce/tlsconf"
 )
 
 // The configs New writes load back as the values Config returns, with
@@ -34,5 +39,68 @@ func TestNewWritesLoadableConfigs(t *testing.T) {
 		if n.PidFile == "" || n.LogPath == "" || n.DataDir == "" {
 			t.Errorf("%s: layout %+v", n.ID, n)
 		}
+	}
+}
+
+// A secured cluster's nodes get the generated files in peer_tls, tls and
+// auth; the admin's credentials are the files and the token whose hash the
+// tokens file holds; a second New on the same dir keeps them.
+func TestSecureGeneratesCredentials(t *testing.T) {
+	dir := t.TempDir()
+	c, err := New(Options{Exe: "xce", Dir: dir, N: 3, ClusterID: "lc", BasePort: 7500, Secure: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cr := c.Credentials()
+	if cr.CAFile == "" || cr.CertFile == "" || cr.KeyFile == "" || len(cr.Token) != 64 {
+		t.Fatalf("credentials %+v", cr)
+	}
+	if st, err := os.Stat(cr.KeyFile); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("admin key: %v %v, want mode 0600", st, err)
+	}
+	sum := sha256.Sum256([]byte(cr.Token))
+	tokens, err := os.ReadFile(filepath.Join(c.TLSDir(), "tokens"))
+	if err != nil || string(tokens) != hex.EncodeToString(sum[:])+" admin admin\n" {
+		t.Errorf("tokens file %q (%v)", tokens, err)
+	}
+	src, err := tlsconf.NewSource(tlsconf.Files{CA: cr.CAFile, Cert: cr.CertFile, Key: cr.KeyFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, _ := tlsconf.IdentityOf(src.Leaf()); id != (tlsconf.Identity{Cluster: "lc", Kind: tlsconf.KindClient, Name: "admin"}) {
+		t.Errorf("admin certificate names %v", id)
+	}
+	for i, n := range c.Nodes {
+		got, err := configs.Load(n.ConfigPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pt := got.PeerTLS
+		if pt.CAFile != cr.CAFile || got.TLS.CertFile != pt.CertFile || got.TLS.ClientAuth != "optional" || got.Auth.TokensFile == "" {
+			t.Errorf("%s: peer_tls %+v tls %+v auth %+v", n.ID, pt, got.TLS, got.Auth)
+		}
+		ns, err := tlsconf.NewSource(got.PeerTLSFiles())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tlsconf.NodeVerifier("lc", func() string { return c.Nodes[i].ID })(ns.Leaf()); err != nil {
+			t.Errorf("%s: %v", n.ID, err)
+		}
+	}
+	again, err := New(Options{Exe: "xce", Dir: dir, N: 3, ClusterID: "lc", BasePort: 7500, Secure: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Credentials() != cr {
+		t.Errorf("second New: %+v, want the first's %+v", again.Credentials(), cr)
+	}
+
+	peerOnly, err := New(Options{Exe: "xce", Dir: t.TempDir(), N: 3, BasePort: 7600, PeerTLSOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := peerOnly.Config(0)
+	if cfg.PeerTLS.CertFile == "" || cfg.TLS.CertFile != "" || cfg.Auth.TokensFile != "" {
+		t.Errorf("peer TLS only: peer_tls %+v tls %+v auth %+v", cfg.PeerTLS, cfg.TLS, cfg.Auth)
 	}
 }

@@ -1,0 +1,126 @@
+package localcluster
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/xce/xce/configs"
+	"github.com/xce/xce/tlsconf"
+)
+
+// Credentials are what a client of a secured local cluster needs: the CA
+// that signs every node's certificate, the admin's client certificate and
+// key, and the admin's bearer token (its hash alone is in the tokens file).
+type Credentials struct {
+	CAFile, CertFile, KeyFile, Token string
+}
+
+// adminName is the admin's client certificate and token principal.
+const adminName = "admin"
+
+// TLSDir is where a secured cluster's CA, certificates and token live.
+func (c *Cluster) TLSDir() string { return filepath.Join(c.opts.Dir, "tls") }
+
+// Credentials are the admin's credentials; zero unless Options.Secure or
+// Options.PeerTLSOnly is set.
+func (c *Cluster) Credentials() Credentials { return c.creds }
+
+func (o Options) secured() bool { return o.Secure || o.PeerTLSOnly }
+
+// clusterID is the cluster id the nodes' configs carry.
+func (o Options) clusterID() string {
+	if o.ClusterID != "" {
+		return o.ClusterID
+	}
+	return configs.Default().ClusterID
+}
+
+// secure creates, once, under the cluster's TLS dir, a CA, a certificate
+// per node (naming the node, for 127.0.0.1 and localhost), the admin's
+// client certificate, the admin token and the tokens file. A second New
+// on the same dir reuses them.
+func (c *Cluster) secure() error {
+	dir := c.TLSDir()
+	cluster := c.opts.clusterID()
+	if caCert, _ := tlsconf.CAFiles(dir); !exists(caCert) {
+		if err := tlsconf.CreateCA(dir, cluster); err != nil {
+			return err
+		}
+	}
+	ids := []tlsconf.Identity{{Cluster: cluster, Kind: tlsconf.KindClient, Name: adminName}}
+	for _, n := range c.Nodes {
+		ids = append(ids, tlsconf.Identity{Cluster: cluster, Kind: tlsconf.KindNode, Name: n.ID})
+	}
+	for _, id := range ids {
+		if cert, _ := tlsconf.CertFiles(dir, id.Name); exists(cert) {
+			continue
+		}
+		if _, _, err := tlsconf.CreateCert(dir, tlsconf.CertRequest{ID: id, Hosts: []string{"127.0.0.1", "localhost"}}); err != nil {
+			return err
+		}
+	}
+	token, err := readOrCreateToken(filepath.Join(dir, adminName+".token"))
+	if err != nil {
+		return err
+	}
+	sum := sha256.Sum256([]byte(token))
+	line := hex.EncodeToString(sum[:]) + " " + adminName + " admin\n"
+	if err := os.WriteFile(c.tokensFile(), []byte(line), 0o600); err != nil {
+		return err
+	}
+	ca, _ := tlsconf.CAFiles(dir)
+	cert, key := tlsconf.CertFiles(dir, adminName)
+	c.creds = Credentials{CAFile: ca, CertFile: cert, KeyFile: key, Token: token}
+	return nil
+}
+
+func (c *Cluster) tokensFile() string { return filepath.Join(c.TLSDir(), "tokens") }
+
+// secureConfig sets node n's peer_tls, and its tls and auth unless
+// PeerTLSOnly.
+func (c *Cluster) secureConfig(n *Node, cfg *configs.Config) {
+	if !c.opts.secured() {
+		return
+	}
+	dir := c.TLSDir()
+	ca, _ := tlsconf.CAFiles(dir)
+	cert, key := tlsconf.CertFiles(dir, n.ID)
+	cfg.PeerTLS = configs.PeerTLS{CAFile: ca, CertFile: cert, KeyFile: key}
+	if !c.opts.PeerTLSOnly {
+		cfg.TLS = configs.ClientTLS{CAFile: ca, CertFile: cert, KeyFile: key, ClientAuth: string(tlsconf.ClientAuthOptional)}
+		cfg.Auth.TokensFile = c.tokensFile()
+	}
+}
+
+// readOrCreateToken returns the token in path, writing a new random one
+// (32 bytes, hex, the file 0600) if there is none.
+func readOrCreateToken(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err == nil {
+		if t := strings.TrimSpace(string(b)); t != "" {
+			return t, nil
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", err
+	}
+	var r [32]byte
+	if _, err := rand.Read(r[:]); err != nil {
+		return "", err
+	}
+	t := hex.EncodeToString(r[:])
+	if err := os.WriteFile(path, []byte(t+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("admin token: %w", err)
+	}
+	return t, nil
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
