@@ -58,6 +58,10 @@ var (
 	// node's does not verify, or the node refused the client's). Not
 	// retried.
 	ErrBadCertificate = errors.New("bad certificate")
+	// ErrPlaintextToTLS: a cleartext call reached a client port that speaks
+	// TLS (the node answers such a call with 400 Bad Request); the client
+	// needs a CA file to call it over TLS. Not retried.
+	ErrPlaintextToTLS = errors.New("plaintext call to a TLS port")
 )
 
 // NotReadyError is returned when the deadline passed while nodes answered
@@ -359,6 +363,9 @@ func mapErr(err error) error {
 	if badCertificate(err) {
 		return fmt.Errorf("%w: %v", ErrBadCertificate, err)
 	}
+	if plaintextToTLS(err) {
+		return plaintextErr(err)
+	}
 	switch connect.CodeOf(err) {
 	case connect.CodeNotFound:
 		return fmt.Errorf("%w: %v", ErrNotFound, connectMsg(err))
@@ -368,6 +375,20 @@ func mapErr(err error) error {
 		return fmt.Errorf("%w: %v", ErrInvalid, connectMsg(err))
 	}
 	return err
+}
+
+// plaintextToTLS reports whether err is a node's TLS client port refusing
+// a cleartext call: a bare HTTP 400 that carries no RPC error of its own
+// (docs/operations.md, "TLS and permissions").
+func plaintextToTLS(err error) bool {
+	var ce *connect.Error
+	return errors.As(err, &ce) && !connect.IsWireError(ce) &&
+		ce.Code() == connect.CodeInternal && ce.Message() == "400 Bad Request"
+}
+
+func plaintextErr(err error) error {
+	return fmt.Errorf("%w: the node's client port requires TLS (HTTP request to an HTTPS server, answered %q): "+
+		"call it over TLS with the cluster's CA file (--ca-file or XCE_CA_FILE)", ErrPlaintextToTLS, connectMsg(err))
 }
 
 func connectMsg(err error) string {
@@ -539,6 +560,9 @@ func (c *Client) Status(ctx context.Context, endpoint string) (*xcev1.StatusResp
 		}
 		if badCertificate(err) {
 			return nil, fmt.Errorf("%w: %v", ErrBadCertificate, err)
+		}
+		if plaintextToTLS(err) {
+			return nil, plaintextErr(err)
 		}
 		return nil, err
 	}

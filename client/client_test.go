@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -377,5 +378,25 @@ func TestNoRetryReportedWhenCallerGivesUp(t *testing.T) {
 	}
 	if hung.calls.Load() != 1 {
 		t.Errorf("%d calls, want 1", hung.calls.Load())
+	}
+}
+
+// A cleartext call to a port that speaks TLS is answered 400 Bad Request by
+// the TLS server; the client says what happened instead of "internal".
+func TestPlaintextToTLSPort(t *testing.T) {
+	srv := httptest.NewTLSServer(http.NotFoundHandler())
+	t.Cleanup(srv.Close)
+	c, err := client.New([]string{srv.Listener.Addr().String()}, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.CloseIdleConnections)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := c.Status(ctx, srv.Listener.Addr().String()); !errors.Is(err, client.ErrPlaintextToTLS) {
+		t.Errorf("Status: %v, want ErrPlaintextToTLS", err)
+	}
+	if _, err := c.List(ctx, false); !errors.Is(err, client.ErrPlaintextToTLS) {
+		t.Errorf("List: %v, want ErrPlaintextToTLS", err)
 	}
 }
