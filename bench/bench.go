@@ -23,7 +23,7 @@ type Options struct {
 	Exe       string
 	Profile   Profile
 	// Credentials reach the Endpoints; TLS runs the Local cluster with
-	// TLS on every port and an admin token (LocalSecurity).
+	// TLS on every port and an admin token (localcluster.Options.Secure).
 	Credentials client.Credentials
 	TLS         bool
 
@@ -109,16 +109,18 @@ func Bench(ctx context.Context, o Options) (*Report, error) {
 		o.Clients, o.Duration, o.Reads, ms(fsync))
 
 	creds := o.Credentials
-	var sec *LocalSecurity
-	if o.Local > 0 && o.TLS {
-		nodes := make([]string, o.Local)
-		for i := range nodes {
-			nodes[i] = fmt.Sprintf("n%d", i+1)
-		}
-		if sec, err = PrepareLocalSecurity(filepath.Join(dir, "tls"), "bench", nodes, nil); err != nil {
+	var cluster *localcluster.Cluster
+	endpoints := o.Endpoints
+	if o.Local > 0 {
+		cluster, err = startLocal(o.Exe, dir, o.Local, o.Profile, o.TLS)
+		if err != nil {
 			return nil, err
 		}
-		creds = sec.Admin()
+		defer cluster.Stop(stopGrace)
+		endpoints = cluster.ClientAddrs()
+		if o.TLS {
+			creds = cluster.Credentials()
+		}
 	}
 	tlsCfg, err := creds.TLSConfig()
 	if err != nil {
@@ -129,15 +131,7 @@ func Bench(ctx context.Context, o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	var cluster *localcluster.Cluster
-	endpoints := o.Endpoints
 	if o.Local > 0 {
-		cluster, err = startLocal(o.Exe, dir, o.Local, o.Profile, sec)
-		if err != nil {
-			return nil, err
-		}
-		defer cluster.Stop(stopGrace)
-		endpoints = cluster.ClientAddrs()
 		wctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		_, err = cluster.WaitPrimary(wctx, ctl, o.Local-1)
 		cancel()
@@ -146,7 +140,7 @@ func Bench(ctx context.Context, o Options) (*Report, error) {
 			return nil, fmt.Errorf("local cluster did not elect: %w (logs in %s)", err, dir)
 		}
 		secure := ""
-		if sec != nil {
+		if o.TLS {
 			secure = ", TLS and tokens"
 		}
 		fmt.Fprintf(o.Log, "local cluster of %d (%s timings%s) up in %s\n", o.Local, o.Profile.Name, secure, dir)

@@ -37,18 +37,11 @@ func (p Profile) apply(c *configs.Config) {
 }
 
 // startLocal starts an n-node cluster of exe in dir with the profile's
-// timings, secure when sec is not nil; should the bench die, its servers
-// go with it.
-func startLocal(exe, dir string, n int, p Profile, sec *LocalSecurity) (*localcluster.Cluster, error) {
-	configure := p.apply
-	if sec != nil {
-		configure = func(c *configs.Config) {
-			p.apply(c)
-			sec.Configure(c)
-		}
-	}
+// timings, secure (TLS on every port, an admin token) when asked; should
+// the bench die, its servers go with it.
+func startLocal(exe, dir string, n int, p Profile, secure bool) (*localcluster.Cluster, error) {
 	c, err := localcluster.New(localcluster.Options{
-		Exe: exe, Dir: dir, N: n, ClusterID: "bench", Configure: configure, DieWithParent: true,
+		Exe: exe, Dir: dir, N: n, ClusterID: "bench", Configure: p.apply, DieWithParent: true, Secure: secure,
 	})
 	if err != nil {
 		return nil, err

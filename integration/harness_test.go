@@ -195,15 +195,46 @@ func newCluster(t testing.TB, n int, opts ...Option) *Cluster {
 		t.Fatalf("cluster: %v", err)
 	}
 	c.lc, c.nodes = lc, lc.Nodes
-	st, err := client.New(lc.ClientAddrs(), client.Options{})
+	st, err := client.New(lc.ClientAddrs(), c.clientOptions())
 	if err != nil {
 		t.Fatalf("status client: %v", err)
 	}
 	c.status = st
+	if c.opts.secure {
+		tlsCfg, err := c.Credentials().TLSConfig()
+		if err != nil {
+			t.Fatalf("TLS config: %v", err)
+		}
+		tr := &http.Transport{TLSClientConfig: tlsCfg, ForceAttemptHTTP2: true}
+		t.Cleanup(tr.CloseIdleConnections)
+		c.http.Transport = bearerTransport{base: tr, token: c.Credentials().Token}
+	}
 	// Cleanups run last-registered first: kill, then check and dump logs.
 	t.Cleanup(c.checkLogs)
 	t.Cleanup(c.killAll)
 	return c
+}
+
+// clientOptions are the options of the harness's clients: the admin's
+// credentials on a secured cluster (WithSecure), plaintext otherwise.
+func (c *Cluster) clientOptions() client.Options {
+	if !c.opts.secure {
+		return client.Options{}
+	}
+	return client.Options{Credentials: c.Credentials()}
+}
+
+// bearerTransport sends the admin's bearer token with every request of
+// the harness's HTTP client on a secured cluster.
+type bearerTransport struct {
+	base  http.RoundTripper
+	token string
+}
+
+func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.base.RoundTrip(r)
 }
 
 // N is the number of nodes.
@@ -544,16 +575,21 @@ func (c *Cluster) Client() *client.Client {
 // ClientOf returns a new client over the given endpoints.
 func (c *Cluster) ClientOf(endpoints ...string) *client.Client {
 	c.t.Helper()
-	cl, err := client.New(endpoints, client.Options{})
+	cl, err := client.New(endpoints, c.clientOptions())
 	if err != nil {
 		c.t.Fatalf("client: %v", err)
 	}
 	return cl
 }
 
-// HTTPGet GETs path on node i's client port and returns the status code and body.
+// HTTPGet GETs path on node i's client port and returns the status code
+// and body; on a secured cluster over TLS with the admin's token.
 func (c *Cluster) HTTPGet(i int, path string) (int, string, error) {
-	resp, err := c.http.Get("http://" + c.nodes[i].ClientAddr + path)
+	scheme := "http://"
+	if c.opts.secure {
+		scheme = "https://"
+	}
+	resp, err := c.http.Get(scheme + c.nodes[i].ClientAddr + path)
 	if err != nil {
 		return 0, "", err
 	}

@@ -14,7 +14,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/xce/xce/bench"
 	"github.com/xce/xce/configs"
 	"github.com/xce/xce/internal/backoff"
 	"github.com/xce/xce/internal/localcluster"
@@ -78,20 +77,18 @@ func runDev(dir string, n, base int, fresh, secure bool, kafkaAddr string, worke
 		}
 	}
 	logDir := filepath.Join(dir, "logs")
-	var sec *bench.LocalSecurity
-	if secure {
-		if sec, err = devSecurity(dir, n, workers.n); err != nil {
-			return err
-		}
+	var workerIDs []string
+	for i := 1; i <= workers.n; i++ {
+		workerIDs = append(workerIDs, fmt.Sprintf("w%d", i))
 	}
+	// Secure: the CA, certificates and admin token in <dir>/tls are made
+	// once and kept across runs.
 	cluster, err := localcluster.New(localcluster.Options{
 		Exe: exe, Dir: dir, LogDir: logDir, N: n, ClusterID: "dev", BasePort: base,
+		Secure: secure, Workers: workerIDs,
 		Configure: func(c *configs.Config) {
 			if kafkaAddr != "" {
 				c.Kafka.Brokers = []string{kafkaAddr}
-			}
-			if sec != nil {
-				sec.Configure(c)
 			}
 		},
 	})
@@ -146,7 +143,7 @@ func runDev(dir string, n, base int, fresh, secure bool, kafkaAddr string, worke
 		fmt.Printf("kafka  %s  (kfake, log in %s)  log %s  pid %d\n", kafkaAddr, filepath.Join(dir, "kafka"), logPath, p.Pid())
 	}
 	scheme := "http://"
-	if sec != nil {
+	if secure {
 		scheme = "https://"
 	}
 	for i, nd := range cluster.Nodes {
@@ -161,12 +158,11 @@ func runDev(dir string, n, base int, fresh, secure bool, kafkaAddr string, worke
 	if workers.n > 0 {
 		fmt.Println()
 	}
-	for i := 1; i <= workers.n; i++ {
-		id := fmt.Sprintf("w%d", i)
+	for _, id := range workerIDs {
 		args := []string{"worker", "--id", id, "--controllers", all, "--capacity", "1",
 			"--restore-rate", strconv.FormatFloat(workers.restoreRate, 'g', -1, 64), "--log-format", "json"}
-		if sec != nil {
-			w := sec.Worker(id)
+		if secure {
+			w := cluster.WorkerCredentials(id)
 			args = append(args, "--ca-file", w.CAFile, "--cert-file", w.CertFile, "--key-file", w.KeyFile)
 		}
 		logPath, p, err := start(id, args...)
@@ -178,11 +174,11 @@ func runDev(dir string, n, base int, fresh, secure bool, kafkaAddr string, worke
 	}
 	fmt.Println()
 	curl := "curl -s"
-	if sec != nil {
+	if secure {
 		// The token stays in its file: the examples read it from there.
-		admin := sec.Admin()
-		fmt.Printf("with TLS and an admin token (the token is in %s):\n", sec.TokenFile)
-		fmt.Printf("      export XCE_CA_FILE=%s XCE_TOKEN=$(cat %s)\n", admin.CAFile, sec.TokenFile)
+		tokenFile := cluster.TokenFile()
+		fmt.Printf("with TLS and an admin token (the token is in %s):\n", tokenFile)
+		fmt.Printf("      export XCE_CA_FILE=%s XCE_TOKEN=$(cat %s)\n", cluster.Credentials().CAFile, tokenFile)
 		curl = `curl -s --cacert "$XCE_CA_FILE" -H "Authorization: Bearer $XCE_TOKEN"`
 	}
 	fmt.Printf("try:  xce status --addr %s\n      xce submit my-task --addr %s\n      %s -H 'Content-Type: application/json' -d '{\"taskId\":\"t1\"}' %s%s/xce.v1.ControllerService/SubmitTask\n",
@@ -208,19 +204,6 @@ func runDev(dir string, n, base int, fresh, secure bool, kafkaAddr string, worke
 		}
 		return fmt.Errorf("%s exited; see %s", name, filepath.Join(logDir, name+".log"))
 	}
-}
-
-// devSecurity prepares <dir>/tls for a secure dev cluster: its CA, the
-// nodes' and workers' certificates and the admin token, kept across runs.
-func devSecurity(dir string, n, workers int) (*bench.LocalSecurity, error) {
-	var nodes, ws []string
-	for i := 1; i <= n; i++ {
-		nodes = append(nodes, fmt.Sprintf("n%d", i))
-	}
-	for i := 1; i <= workers; i++ {
-		ws = append(ws, fmt.Sprintf("w%d", i))
-	}
-	return bench.PrepareLocalSecurity(filepath.Join(dir, "tls"), "dev", nodes, ws)
 }
 
 // devStopGrace is how long a child may take to stop on SIGTERM.

@@ -56,6 +56,9 @@ type Options struct {
 	// the token are made the same way, but the client port stays plaintext
 	// with no permissions.
 	PeerTLSOnly bool
+	// Workers, with Secure, are the workers to make certificates for
+	// (WorkerCredentials).
+	Workers []string
 }
 
 // Node is one server of a Cluster. Indexes are 0-based; node i has id

@@ -47,11 +47,24 @@ func TestNewWritesLoadableConfigs(t *testing.T) {
 // tokens file holds; a second New on the same dir keeps them.
 func TestSecureGeneratesCredentials(t *testing.T) {
 	dir := t.TempDir()
-	c, err := New(Options{Exe: "xce", Dir: dir, N: 3, ClusterID: "lc", BasePort: 7500, Secure: true})
+	c, err := New(Options{Exe: "xce", Dir: dir, N: 3, ClusterID: "lc", BasePort: 7500, Secure: true, Workers: []string{"w1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	cr := c.Credentials()
+	if st, err := os.Stat(c.TokenFile()); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("admin token file: %v %v, want mode 0600", st, err)
+	} else if b, _ := os.ReadFile(c.TokenFile()); string(b) != cr.Token+"\n" {
+		t.Errorf("admin token file holds %q, not the token", b)
+	}
+	w := c.WorkerCredentials("w1")
+	ws, err := tlsconf.NewSource(tlsconf.Files{CA: w.CAFile, Cert: w.CertFile, Key: w.KeyFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, _ := tlsconf.IdentityOf(ws.Leaf()); id != (tlsconf.Identity{Cluster: "lc", Kind: tlsconf.KindWorker, Name: "w1"}) {
+		t.Errorf("worker certificate names %v", id)
+	}
 	if cr.CAFile == "" || cr.CertFile == "" || cr.KeyFile == "" || len(cr.Token) != 64 {
 		t.Fatalf("credentials %+v", cr)
 	}

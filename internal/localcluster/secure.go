@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/xce/xce/client"
 	"github.com/xce/xce/configs"
 	"github.com/xce/xce/tlsconf"
 )
@@ -17,9 +18,7 @@ import (
 // Credentials are what a client of a secured local cluster needs: the CA
 // that signs every node's certificate, the admin's client certificate and
 // key, and the admin's bearer token (its hash alone is in the tokens file).
-type Credentials struct {
-	CAFile, CertFile, KeyFile, Token string
-}
+type Credentials = client.Credentials
 
 // adminName is the admin's client certificate and token principal.
 const adminName = "admin"
@@ -30,6 +29,19 @@ func (c *Cluster) TLSDir() string { return filepath.Join(c.opts.Dir, "tls") }
 // Credentials are the admin's credentials; zero unless Options.Secure or
 // Options.PeerTLSOnly is set.
 func (c *Cluster) Credentials() Credentials { return c.creds }
+
+// TokenFile holds the admin's bearer token (0600), for examples that read
+// it from there rather than print it.
+func (c *Cluster) TokenFile() string { return filepath.Join(c.TLSDir(), adminName+".token") }
+
+// WorkerCredentials are the credentials of worker id (one of
+// Options.Workers): the CA and the worker's certificate and key.
+func (c *Cluster) WorkerCredentials(id string) Credentials {
+	dir := c.TLSDir()
+	ca, _ := tlsconf.CAFiles(dir)
+	cert, key := tlsconf.CertFiles(dir, id)
+	return Credentials{CAFile: ca, CertFile: cert, KeyFile: key}
+}
 
 func (o Options) secured() bool { return o.Secure || o.PeerTLSOnly }
 
@@ -42,9 +54,10 @@ func (o Options) clusterID() string {
 }
 
 // secure creates, once, under the cluster's TLS dir, a CA, a certificate
-// per node (naming the node, for 127.0.0.1 and localhost), the admin's
-// client certificate, the admin token and the tokens file. A second New
-// on the same dir reuses them.
+// per node (naming the node, for 127.0.0.1 and localhost), per worker of
+// Options.Workers, the admin's client certificate, the admin token and the
+// tokens file. A second New on the same dir reuses them, so a restarted
+// cluster keeps its credentials.
 func (c *Cluster) secure() error {
 	dir := c.TLSDir()
 	cluster := c.opts.clusterID()
@@ -57,15 +70,22 @@ func (c *Cluster) secure() error {
 	for _, n := range c.Nodes {
 		ids = append(ids, tlsconf.Identity{Cluster: cluster, Kind: tlsconf.KindNode, Name: n.ID})
 	}
+	for _, w := range c.opts.Workers {
+		ids = append(ids, tlsconf.Identity{Cluster: cluster, Kind: tlsconf.KindWorker, Name: w})
+	}
 	for _, id := range ids {
 		if cert, _ := tlsconf.CertFiles(dir, id.Name); exists(cert) {
 			continue
 		}
-		if _, _, err := tlsconf.CreateCert(dir, tlsconf.CertRequest{ID: id, Hosts: []string{"127.0.0.1", "localhost"}}); err != nil {
+		req := tlsconf.CertRequest{ID: id}
+		if id.Kind == tlsconf.KindNode {
+			req.Hosts = []string{"127.0.0.1", "localhost"}
+		}
+		if _, _, err := tlsconf.CreateCert(dir, req); err != nil {
 			return err
 		}
 	}
-	token, err := readOrCreateToken(filepath.Join(dir, adminName+".token"))
+	token, err := readOrCreateToken(c.TokenFile())
 	if err != nil {
 		return err
 	}
