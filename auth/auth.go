@@ -177,7 +177,8 @@ func (a *Authenticator) Identify(h http.Header, cs *tls.ConnectionState) (Princi
 // fromCertificate names the principal of a verified client certificate:
 // xce://<cluster>/client/<name> is <name>, with the roles the tokens file
 // gives <name> (admin when there is no tokens file);
-// xce://<cluster>/worker/<id> is worker:<id>, with the worker role.
+// xce://<cluster>/worker/<id> is worker:<id>, with the worker role;
+// xce://<cluster>/node/<id> is node:<id>, a reader.
 func (a *Authenticator) fromCertificate(cs *tls.ConnectionState) (Principal, error) {
 	leaf := cs.VerifiedChains[0][0]
 	id, ok := tlsconf.IdentityOf(leaf)
@@ -198,8 +199,11 @@ func (a *Authenticator) fromCertificate(cs *tls.ConnectionState) (Principal, err
 		return p, nil
 	case tlsconf.KindWorker:
 		return Principal{Name: "worker:" + id.Name, Via: "certificate", Roles: []Role{Worker}}, nil
+	case tlsconf.KindNode:
+		// The cluster's nodes read each other's status (the primary asks
+		// every voter which log format it applies before it batches).
+		return Principal{Name: "node:" + id.Name, Via: "certificate", Roles: []Role{Reader}}, nil
 	}
-	// A node's certificate on the client port has no roles.
 	return Principal{Name: id.Kind + ":" + id.Name, Via: "certificate"}, nil
 }
 

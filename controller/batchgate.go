@@ -67,7 +67,7 @@ func (n *Node) runBatchGate(ctx context.Context, b batcher) {
 		b.SetBatches(true)
 		return
 	}
-	cl, err := client.New(others, client.Options{})
+	cl, err := client.New(others, client.Options{Credentials: n.peerCallCredentials()})
 	if err != nil {
 		n.log.Warn().Err(err).Msg("batch entries stay off: no client for the voters")
 		return
@@ -113,4 +113,19 @@ func (n *Node) votersWithoutBatches(ctx context.Context, cl *client.Client, addr
 		}
 	}
 	return old, silent
+}
+
+// peerCallCredentials are what this node presents when it calls another
+// node's client port: with TLS there, its own certificate (a node of the
+// cluster may read status), verified against the cluster's CA.
+func (n *Node) peerCallCredentials() client.Credentials {
+	t := n.cfg.TLS
+	if t.CertFile == "" {
+		return client.Credentials{}
+	}
+	ca := t.CAFile
+	if ca == "" {
+		ca = n.cfg.PeerTLS.CAFile
+	}
+	return client.Credentials{CAFile: ca, CertFile: t.CertFile, KeyFile: t.KeyFile}
 }

@@ -55,6 +55,11 @@ func TestSecureClusterKillPrimaryUnderLoad(t *testing.T) {
 				c.Node(i).ID, s.Insecure, s.Auth, s.TlsCertExpiry, s.PeerTlsCertExpiry)
 		}
 	}
+	// The primary asks the other voters over their TLS client ports, with
+	// its node certificate, before it batches writes.
+	testutil.Eventually(t, raceSlack(10*time.Second), "the primary batches writes on a secured cluster", func() bool {
+		return strings.Contains(c.RunLog(p), "every voter applies batch entries")
+	})
 	load := startSecureLoad(t, c, 16)
 	load.waitProgress(t, 100, 30*time.Second)
 	t0 := time.Now()
