@@ -363,3 +363,27 @@ func TestFailoverLeaderExitDetected(t *testing.T) {
 		t.Errorf("submit after failover: %v", err)
 	}
 }
+
+// killPrimaryUnderLoad SIGKILLs the primary p while load runs, waits for
+// a new primary among the others, restarts p, and checks the load's
+// history (linearizable, nothing lost).
+func killPrimaryUnderLoad(t *testing.T, c *Cluster, p int, load *loadRun) {
+	t.Helper()
+	t0 := time.Now()
+	c.Kill(p)
+	var live []int
+	for i := range c.N() {
+		if i != p {
+			live = append(live, i)
+		}
+	}
+	np, _, err := c.waitRolesAmong(20*time.Second, live)
+	if err != nil {
+		t.Fatalf("no new primary after SIGKILL of %s: %v", c.Node(p).ID, err)
+	}
+	t.Logf("SIGKILL %s; %s PRIMARY after %v", c.Node(p).ID, c.Node(np).ID, time.Since(t0).Round(time.Millisecond))
+	c.Start(p)
+	c.WaitRoles(raceSlack(20 * time.Second))
+	load.waitProgress(t, 100, 30*time.Second)
+	load.stopAndCheck(t, c.Client())
+}

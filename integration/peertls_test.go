@@ -38,23 +38,7 @@ func TestPeerTLSKillPrimaryUnderLoad(t *testing.T) {
 	p := c.WaitRoles(raceSlack(10 * time.Second))
 	load := startLoad(t, c.Addrs(), 8)
 	load.waitProgress(t, 100, 30*time.Second)
-	t0 := time.Now()
-	c.Kill(p)
-	var live []int
-	for i := range c.N() {
-		if i != p {
-			live = append(live, i)
-		}
-	}
-	np, _, err := c.waitRolesAmong(20*time.Second, live)
-	if err != nil {
-		t.Fatalf("no new primary after SIGKILL of %s: %v", c.Node(p).ID, err)
-	}
-	t.Logf("SIGKILL %s; %s PRIMARY after %v", c.Node(p).ID, c.Node(np).ID, time.Since(t0).Round(time.Millisecond))
-	c.Start(p)
-	c.WaitRoles(raceSlack(20 * time.Second))
-	load.waitProgress(t, 100, 30*time.Second)
-	load.stopAndCheck(t, c.Client())
+	killPrimaryUnderLoad(t, c, p, load)
 	for i := range c.N() {
 		if v, err := c.Metric(i, peerTLSRefused); err != nil || v != 0 {
 			t.Errorf("%s: %s = %v (%v), want no peer of the cluster refused", c.Node(i).ID, peerTLSRefused, v, err)
