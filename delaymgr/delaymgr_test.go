@@ -274,7 +274,7 @@ func TestCancelRace(t *testing.T) {
 			for i := range 2 * n {
 				wg.Go(func() {
 					h := handles[i%n]
-					time.Sleep(due)
+					time.Sleep(due) // fake time: race Cancel against the timer firing
 					if h.cancel() == statePending {
 						won[i%n].Add(1)
 						cancelReturned[i%n].Store(true)
@@ -325,7 +325,7 @@ func TestStopWaitsForCallbackAndCancelsPending(t *testing.T) {
 		start := time.Now()
 		var finished, pendingRan atomic.Bool
 		m.After(10*time.Millisecond, func() {
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(50 * time.Millisecond) // fake time: a callback that runs long
 			finished.Store(true)
 		})
 		pending := m.After(10*time.Millisecond, func() { pendingRan.Store(true) }) // same instant, queued behind

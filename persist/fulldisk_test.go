@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/xce/xce/internal/testutil"
 	"github.com/xce/xce/persist/raftlog"
 )
 
@@ -62,7 +63,7 @@ func fill(t *testing.T, path string) {
 func TestFullDisk(t *testing.T) {
 	mnt := mountTmpfs(t, "40m")
 	dir := filepath.Join(mnt, "data")
-	logs := &logBuffer{}
+	logs := &testutil.SyncBuffer{}
 	opts := testOpts
 	opts.Logger = bufLogger(logs)
 	opts.ProbeInterval = 10 * time.Millisecond

@@ -66,7 +66,7 @@ var (
 // next successful write; another failure lasts, saying what to do. One log
 // line per change.
 func TestHealthOfTheStableStore(t *testing.T) {
-	logs := &logBuffer{}
+	logs := &testutil.SyncBuffer{}
 	h := newHealth(bufLogger(logs))
 	fake := &flakyStable{StableStore: raft.NewInmemStore()}
 	st := &stableStore{StableStore: fake, h: h, path: "/d/raft.db"}

@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -123,24 +122,6 @@ func setStable(t *testing.T, dir, key string, v any) {
 	if err != nil {
 		t.Fatal(err)
 	}
-}
-
-// logBuffer is an hclog sink the tests read.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func bufLogger(w io.Writer) hclog.Logger {
@@ -280,7 +261,7 @@ func TestOpenRefusesLostState(t *testing.T) {
 				}
 				return
 			}
-			logs := &logBuffer{}
+			logs := &testutil.SyncBuffer{}
 			opts := testOpts
 			opts.Logger = bufLogger(logs)
 			s := openT(t, dir, opts)
@@ -460,7 +441,7 @@ func TestMarkLoweredBeforeSuffixDelete(t *testing.T) {
 	b, _ := os.ReadFile(p)
 	clear(b[segHdr+40*frameLen : segHdr+44*frameLen]) // 41..44, a batch of its own
 	os.WriteFile(p, b, 0o640)
-	logs := &logBuffer{}
+	logs := &testutil.SyncBuffer{}
 	opts := testOpts
 	opts.Logger = bufLogger(logs)
 	cs = openT(t, c, opts)

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/xce/xce/internal/testutil"
 )
 
 // A new data dir is 0700 and the files the store writes 0600; an existing
@@ -43,7 +45,7 @@ func TestDataDirIsPrivate(t *testing.T) {
 		if err := os.Chmod(dir, tc.mode); err != nil {
 			t.Fatal(err)
 		}
-		var logs logBuffer
+		var logs testutil.SyncBuffer
 		o := testOpts
 		o.Logger = bufLogger(&logs)
 		s := openT(t, dir, o)
