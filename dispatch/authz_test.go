@@ -17,6 +17,7 @@ import (
 	"github.com/xce/xce/auth"
 	"github.com/xce/xce/dispatch"
 	"github.com/xce/xce/ha"
+	"github.com/xce/xce/internal/testutil"
 	"github.com/xce/xce/netio"
 	"github.com/xce/xce/placement"
 	xcev1 "github.com/xce/xce/proto/xce/v1"
@@ -102,7 +103,7 @@ func TestPermissionsOverTLS(t *testing.T) {
 		}
 		tr := &http.Transport{TLSClientConfig: cs.ClientConfig("127.0.0.1", nil), ForceAttemptHTTP2: true}
 		t.Cleanup(tr.CloseIdleConnections)
-		hc := &http.Client{Transport: bearer{tr, token}}
+		hc := &http.Client{Transport: testutil.Bearer{RT: tr, Token: token}}
 		return hc, xcev1connect.NewControllerServiceClient(hc, url, connect.WithGRPC()), xcev1connect.NewWorkerServiceClient(hc, url)
 	}
 	ca, _ := tlsconf.CAFiles(dir)
@@ -185,19 +186,6 @@ func TestPermissionsOverTLS(t *testing.T) {
 	if got := counter(t, reg, "xce_client_conn_refused_total", map[string]string{"reason": "plaintext"}); got != 1 {
 		t.Errorf("plaintext refusals: %v, want 1", got)
 	}
-}
-
-type bearer struct {
-	rt    http.RoundTripper
-	token string
-}
-
-func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	if b.token != "" {
-		r = r.Clone(r.Context())
-		r.Header.Set("Authorization", "Bearer "+b.token)
-	}
-	return b.rt.RoundTrip(r)
 }
 
 func counter(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {

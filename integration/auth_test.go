@@ -59,7 +59,7 @@ func TestAuthClientPortTLSAndTokens(t *testing.T) {
 		}
 		tr := &http.Transport{TLSClientConfig: src.ClientConfig("127.0.0.1", nil), ForceAttemptHTTP2: true}
 		t.Cleanup(tr.CloseIdleConnections)
-		hc := &http.Client{Transport: withToken{tr, token}, Timeout: 5 * time.Second}
+		hc := &http.Client{Transport: testutil.Bearer{RT: tr, Token: token}, Timeout: 5 * time.Second}
 		return hc, xcev1connect.NewControllerServiceClient(hc, url), xcev1connect.NewWorkerServiceClient(hc, url, connect.WithGRPC())
 	}
 	anonHTTP, anon, _ := client(tlsconf.Files{CA: ca}, "")
@@ -141,19 +141,6 @@ func TestAuthClientPortTLSAndTokens(t *testing.T) {
 	testutil.Eventually(t, 5*time.Second, "the node logs the cleartext connection", func() bool {
 		return strings.Contains(c.RunLog(0), "cleartext connection to the TLS client port refused")
 	})
-}
-
-type withToken struct {
-	rt    http.RoundTripper
-	token string
-}
-
-func (w withToken) RoundTrip(r *http.Request) (*http.Response, error) {
-	if w.token != "" {
-		r = r.Clone(r.Context())
-		r.Header.Set("Authorization", "Bearer "+w.token)
-	}
-	return w.rt.RoundTrip(r)
 }
 
 func wantConnectCode(t *testing.T, what string, err error, code connect.Code) {

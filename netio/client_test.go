@@ -27,6 +27,18 @@ type connServer struct {
 	closed int
 }
 
+// track counts the connections the server opens and closes.
+func (s *connServer) track(_ net.Conn, st http.ConnState) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch st {
+	case http.StateNew:
+		s.opened++
+	case http.StateClosed, http.StateHijacked:
+		s.closed++
+	}
+}
+
 func startConnServer(t *testing.T, lim Limits, h http.HandlerFunc) *connServer {
 	t.Helper()
 	ln, err := Listen("127.0.0.1:0")
@@ -35,16 +47,7 @@ func startConnServer(t *testing.T, lim Limits, h http.HandlerFunc) *connServer {
 	}
 	s := &connServer{addr: ln.Addr().String()}
 	srv := NewServer(h, lim)
-	srv.ConnState = func(_ net.Conn, st http.ConnState) {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		switch st {
-		case http.StateNew:
-			s.opened++
-		case http.StateClosed, http.StateHijacked:
-			s.closed++
-		}
-	}
+	srv.ConnState = s.track
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close(); <-done })
@@ -397,16 +400,7 @@ func TestClientTransportTLS(t *testing.T) {
 		proto.Store(r.Proto, true)
 		echo(w, r)
 	}), DefaultLimits())
-	srv.ConnState = func(_ net.Conn, st http.ConnState) {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		switch st {
-		case http.StateNew:
-			s.opened++
-		case http.StateClosed, http.StateHijacked:
-			s.closed++
-		}
-	}
+	srv.ConnState = s.track
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.Serve(tls.NewListener(ln, serverCfg)) }()
 	t.Cleanup(func() { _ = srv.Close(); <-done })

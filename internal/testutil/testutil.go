@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"errors"
 	"io/fs"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -107,4 +108,19 @@ func CheckErr(t testing.TB, name string, err error, want string) {
 	case want != "" && !strings.Contains(err.Error(), want):
 		t.Errorf("%s: error %v, want %q", name, err, want)
 	}
+}
+
+// Bearer is an http.RoundTripper that adds "Authorization: Bearer Token"
+// to every request (none when Token is empty) and sends it through RT.
+type Bearer struct {
+	RT    http.RoundTripper
+	Token string
+}
+
+func (b Bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	if b.Token != "" {
+		r = r.Clone(r.Context())
+		r.Header.Set("Authorization", "Bearer "+b.Token)
+	}
+	return b.RT.RoundTrip(r)
 }
