@@ -144,13 +144,7 @@ func unauth(format string, args ...any) error {
 // unless anonymous callers have a role. An error wraps ErrUnauthenticated
 // and never quotes the token.
 func (a *Authenticator) Identify(h http.Header, cs *tls.ConnectionState) (Principal, error) {
-	var leafOK bool
-	var cert Principal
-	var certErr error
-	if cs != nil && len(cs.VerifiedChains) > 0 && len(cs.VerifiedChains[0]) > 0 && a.cfg.ClientAuth != tlsconf.ClientAuthNone {
-		leafOK = true
-		cert, certErr = a.fromCertificate(cs)
-	}
+	leafOK := cs != nil && len(cs.VerifiedChains) > 0 && len(cs.VerifiedChains[0]) > 0 && a.cfg.ClientAuth != tlsconf.ClientAuthNone
 	if a.cfg.ClientAuth == tlsconf.ClientAuthRequired && !leafOK {
 		return Principal{}, unauth("a client certificate signed by the cluster's CA is required (tls.client_auth: required)")
 	}
@@ -166,7 +160,7 @@ func (a *Authenticator) Identify(h http.Header, cs *tls.ConnectionState) (Princi
 		return p, nil
 	}
 	if leafOK {
-		return cert, certErr
+		return a.fromCertificate(cs)
 	}
 	if a.cfg.Anonymous != "" {
 		return Principal{Name: "anonymous", Via: "anonymous", Roles: []Role{a.cfg.Anonymous}}, nil
