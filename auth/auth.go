@@ -32,6 +32,9 @@ const (
 	// Worker registers and heartbeats, only as the worker its identity
 	// names.
 	Worker Role = "worker"
+	// Node is a controller node's own certificate: it reads, and joins the
+	// cluster only as the node it names.
+	Node Role = "node"
 )
 
 // Permission is what one method needs.
@@ -47,20 +50,29 @@ const (
 	// PermWorker is Register and Heartbeat, as the principal's own worker
 	// id (see Principal.MaySpeakAs).
 	PermWorker Permission = "worker"
+	// PermMembers adds, promotes and removes members and transfers
+	// leadership.
+	PermMembers Permission = "members"
+	// PermJoin is Join, as the principal's own node id (see
+	// Principal.MayJoinAs).
+	PermJoin Permission = "join"
+	// PermBackup takes snapshots of the whole state.
+	PermBackup Permission = "backup"
 )
 
 // Grants is what each role may do.
 var Grants = map[Role][]Permission{
-	Admin:  {PermStatus, PermRead, PermMetrics, PermWrite, PermDelete, PermWorker},
+	Admin:  {PermStatus, PermRead, PermMetrics, PermWrite, PermDelete, PermWorker, PermMembers, PermJoin, PermBackup},
 	Writer: {PermStatus, PermRead, PermMetrics, PermWrite},
 	Reader: {PermStatus, PermRead, PermMetrics},
 	Worker: {PermWorker},
+	Node:   {PermStatus, PermRead, PermMetrics, PermJoin},
 }
 
 // ParseRole reads a role name.
 func ParseRole(s string) (Role, error) {
 	r := Role(s)
-	if _, ok := Grants[r]; !ok {
+	if _, ok := Grants[r]; !ok || r == Node {
 		return "", fmt.Errorf("unknown role %q (admin, writer, reader, worker)", s)
 	}
 	return r, nil
@@ -98,6 +110,18 @@ func (p Principal) MaySpeakAs(id string) bool {
 		return true
 	}
 	return slices.Contains(p.Roles, Worker) && id == p.WorkerID()
+}
+
+// NodeID is the node id p speaks for: its name without a "node:" prefix.
+func (p Principal) NodeID() string { return strings.TrimPrefix(p.Name, "node:") }
+
+// MayJoinAs reports whether p may ask the cluster to add node id: an admin
+// any node, a node only itself.
+func (p Principal) MayJoinAs(id string) bool {
+	if slices.Contains(p.Roles, Admin) {
+		return true
+	}
+	return slices.Contains(p.Roles, Node) && id == p.NodeID()
 }
 
 // Config is how a node identifies its callers.
@@ -172,7 +196,8 @@ func (a *Authenticator) Identify(h http.Header, cs *tls.ConnectionState) (Princi
 // xce://<cluster>/client/<name> is <name>, with the roles the tokens file
 // gives <name> (admin when there is no tokens file);
 // xce://<cluster>/worker/<id> is worker:<id>, with the worker role;
-// xce://<cluster>/node/<id> is node:<id>, a reader.
+// xce://<cluster>/node/<id> is node:<id>, with the node role (it reads,
+// and joins only as itself); no tokens file can give that role.
 func (a *Authenticator) fromCertificate(cs *tls.ConnectionState) (Principal, error) {
 	leaf := cs.VerifiedChains[0][0]
 	id, ok := tlsconf.IdentityOf(leaf)
@@ -196,7 +221,7 @@ func (a *Authenticator) fromCertificate(cs *tls.ConnectionState) (Principal, err
 	case tlsconf.KindNode:
 		// The cluster's nodes read each other's status (the primary asks
 		// every voter which log format it applies before it batches).
-		return Principal{Name: "node:" + id.Name, Via: "certificate", Roles: []Role{Reader}}, nil
+		return Principal{Name: "node:" + id.Name, Via: "certificate", Roles: []Role{Node}}, nil
 	}
 	return Principal{Name: id.Kind + ":" + id.Name, Via: "certificate"}, nil
 }

@@ -29,6 +29,13 @@ var Permissions = map[string]auth.Permission{
 	xcev1connect.ControllerServiceDeleteTaskProcedure:    auth.PermDelete,
 	xcev1connect.WorkerServiceRegisterProcedure:          auth.PermWorker,
 	xcev1connect.WorkerServiceHeartbeatProcedure:         auth.PermWorker,
+	xcev1connect.ClusterServiceListMembersProcedure:      auth.PermStatus,
+	xcev1connect.ClusterServiceAddMemberProcedure:        auth.PermMembers,
+	xcev1connect.ClusterServicePromoteMemberProcedure:    auth.PermMembers,
+	xcev1connect.ClusterServiceRemoveMemberProcedure:     auth.PermMembers,
+	xcev1connect.ClusterServiceTransferLeaderProcedure:   auth.PermMembers,
+	xcev1connect.ClusterServiceJoinProcedure:             auth.PermJoin,
+	xcev1connect.ClusterServiceSaveSnapshotProcedure:     auth.PermBackup,
 }
 
 // Option configures New.
@@ -58,6 +65,8 @@ type authz struct {
 }
 
 type workerRequest interface{ GetWorkerId() string }
+
+type joinRequest interface{ GetId() string }
 
 // check is nil when the caller may call procedure with req.
 func (a *authz) check(ctx context.Context, procedure string, h http.Header, req any) error {
@@ -89,6 +98,16 @@ func (a *authz) decide(ctx context.Context, procedure string, h http.Header, req
 		if id := w.GetWorkerId(); !p.MaySpeakAs(id) {
 			return connect.NewError(connect.CodePermissionDenied,
 				fmt.Errorf("%s (%s) lacks permission %q as worker %q: it speaks only as worker %q", p.Name, p.Via, perm, id, p.WorkerID()))
+		}
+	}
+	if perm == auth.PermJoin {
+		j, ok := req.(joinRequest)
+		if !ok {
+			return connect.NewError(connect.CodePermissionDenied, errors.New("no node id in the request"))
+		}
+		if id := j.GetId(); !p.MayJoinAs(id) {
+			return connect.NewError(connect.CodePermissionDenied,
+				fmt.Errorf("%s (%s) lacks permission %q as node %q: a node joins only as itself", p.Name, p.Via, perm, id))
 		}
 	}
 	return nil

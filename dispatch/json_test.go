@@ -129,11 +129,11 @@ func TestJSONClientRoundTrip(t *testing.T) {
 	}
 }
 
-// The proto's one stream is WatchStatus, and it is served as a long
-// stream: it outlives the write timeout while each message goes out in
-// time.
+// The proto's streams are WatchStatus and SaveSnapshot, and they are
+// served as long streams: WatchStatus outlives the write timeout while each
+// message goes out in time.
 func TestWatchStatusIsALongStream(t *testing.T) {
-	if got, want := dispatch.StreamingProcedures(), []string{xcev1connect.ControllerServiceWatchStatusProcedure}; !reflect.DeepEqual(got, want) {
+	if got, want := dispatch.StreamingProcedures(), []string{xcev1connect.ControllerServiceWatchStatusProcedure, xcev1connect.ClusterServiceSaveSnapshotProcedure}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("StreamingProcedures() = %v, want %v", got, want)
 	}
 	lim := netio.DefaultLimits()

@@ -54,6 +54,17 @@ var Methods = map[string]Class{
 	xcev1connect.ControllerServiceListWorkersProcedure: ClassFact,
 	xcev1connect.WorkerServiceRegisterProcedure:        ClassFact,
 	xcev1connect.WorkerServiceHeartbeatProcedure:       ClassFact,
+	// The configuration as this node knows it: a read.
+	xcev1connect.ClusterServiceListMembersProcedure: ClassRead,
+	// Changes of the configuration and of leadership go through the
+	// PRIMARY's log: admin operations.
+	xcev1connect.ClusterServiceAddMemberProcedure:      ClassAdmin,
+	xcev1connect.ClusterServicePromoteMemberProcedure:  ClassAdmin,
+	xcev1connect.ClusterServiceRemoveMemberProcedure:   ClassAdmin,
+	xcev1connect.ClusterServiceTransferLeaderProcedure: ClassAdmin,
+	xcev1connect.ClusterServiceJoinProcedure:           ClassAdmin,
+	// A consistent snapshot is taken by the PRIMARY.
+	xcev1connect.ClusterServiceSaveSnapshotProcedure: ClassAdmin,
 }
 
 // Limits of the API.
@@ -123,7 +134,8 @@ func NewService(node Node, reg prometheus.Registerer, workers Workers, options .
 	mux := http.NewServeMux()
 	ctrlPath, ctrl := xcev1connect.NewControllerServiceHandler(s, opts...)
 	workPath, work := xcev1connect.NewWorkerServiceHandler(&workerService{s}, opts...)
-	services := map[string]http.Handler{ctrlPath: ctrl, workPath: work}
+	clusterPath, cluster := xcev1connect.NewClusterServiceHandler(&clusterService{s: s}, opts...)
+	services := map[string]http.Handler{ctrlPath: ctrl, workPath: work, clusterPath: cluster}
 	for path, h := range services {
 		mux.Handle(path, h)
 	}

@@ -903,8 +903,12 @@ type StatusResponse struct {
 	// (RFC 3339); empty without TLS on that port.
 	TlsCertExpiry     string `protobuf:"bytes,25,opt,name=tls_cert_expiry,json=tlsCertExpiry,proto3" json:"tls_cert_expiry,omitempty"`
 	PeerTlsCertExpiry string `protobuf:"bytes,26,opt,name=peer_tls_cert_expiry,json=peerTlsCertExpiry,proto3" json:"peer_tls_cert_expiry,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The cluster's members as this node knows them (backend raft): the
+	// committed configuration, with each member's client address. Clients
+	// learn the cluster's addresses from it.
+	Members       []*Member `protobuf:"bytes,27,rep,name=members,proto3" json:"members,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -1117,6 +1121,13 @@ func (x *StatusResponse) GetPeerTlsCertExpiry() string {
 		return x.PeerTlsCertExpiry
 	}
 	return ""
+}
+
+func (x *StatusResponse) GetMembers() []*Member {
+	if x != nil {
+		return x.Members
+	}
+	return nil
 }
 
 type RosterMember struct {
@@ -2020,6 +2031,841 @@ func (x *HeartbeatResponse) GetHeartbeatIntervalMs() uint32 {
 	return 0
 }
 
+// Member is one server of the Raft configuration.
+type Member struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Id       string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	PeerAddr string                 `protobuf:"bytes,2,opt,name=peer_addr,json=peerAddr,proto3" json:"peer_addr,omitempty"`
+	// Where the member serves clients; empty when no one has said.
+	ClientAddr string `protobuf:"bytes,3,opt,name=client_addr,json=clientAddr,proto3" json:"client_addr,omitempty"`
+	// A voter counts for elections and commits; a non-voter only follows.
+	Voter bool `protobuf:"varint,4,opt,name=voter,proto3" json:"voter,omitempty"`
+	// The primary heard from it recently and it is within the promotion lag
+	// (the primary's view; a standby reports only what it knows).
+	Healthy bool `protobuf:"varint,5,opt,name=healthy,proto3" json:"healthy,omitempty"`
+	// Milliseconds since the primary last heard from it (-1: unknown).
+	LastContactMs int64 `protobuf:"varint,6,opt,name=last_contact_ms,json=lastContactMs,proto3" json:"last_contact_ms,omitempty"`
+	// How many entries it trails the primary's last log index.
+	Lag uint64 `protobuf:"varint,7,opt,name=lag,proto3" json:"lag,omitempty"`
+	// It is the PRIMARY.
+	Primary bool `protobuf:"varint,8,opt,name=primary,proto3" json:"primary,omitempty"`
+	// voter, nonvoter, catching_up (a non-voter not yet within the lag),
+	// stabilizing (within the lag, waiting out the stabilization period) or
+	// promoting.
+	State         string `protobuf:"bytes,9,opt,name=state,proto3" json:"state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Member) Reset() {
+	*x = Member{}
+	mi := &file_xce_v1_xce_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Member) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Member) ProtoMessage() {}
+
+func (x *Member) ProtoReflect() protoreflect.Message {
+	mi := &file_xce_v1_xce_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Member.ProtoReflect.Descriptor instead.
+func (*Member) Descriptor() ([]byte, []int) {
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *Member) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Member) GetPeerAddr() string {
+	if x != nil {
+		return x.PeerAddr
+	}
+	return ""
+}
+
+func (x *Member) GetClientAddr() string {
+	if x != nil {
+		return x.ClientAddr
+	}
+	return ""
+}
+
+func (x *Member) GetVoter() bool {
+	if x != nil {
+		return x.Voter
+	}
+	return false
+}
+
+func (x *Member) GetHealthy() bool {
+	if x != nil {
+		return x.Healthy
+	}
+	return false
+}
+
+func (x *Member) GetLastContactMs() int64 {
+	if x != nil {
+		return x.LastContactMs
+	}
+	return 0
+}
+
+func (x *Member) GetLag() uint64 {
+	if x != nil {
+		return x.Lag
+	}
+	return 0
+}
+
+func (x *Member) GetPrimary() bool {
+	if x != nil {
+		return x.Primary
+	}
+	return false
+}
+
+func (x *Member) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+type ListMembersRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Consistency   Consistency            `protobuf:"varint,1,opt,name=consistency,proto3,enum=xce.v1.Consistency" json:"consistency,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListMembersRequest) Reset() {
+	*x = ListMembersRequest{}
+	mi := &file_xce_v1_xce_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListMembersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListMembersRequest) ProtoMessage() {}
+
+func (x *ListMembersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_xce_v1_xce_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListMembersRequest.ProtoReflect.Descriptor instead.
+func (*ListMembersRequest) Descriptor() ([]byte, []int) {
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ListMembersRequest) GetConsistency() Consistency {
+	if x != nil {
+		return x.Consistency
+	}
+	return Consistency_CONSISTENCY_UNSPECIFIED
+}
+
+type ListMembersResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Members []*Member              `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
+	// The index of the configuration listed.
+	ConfigurationIndex uint64 `protobuf:"varint,2,opt,name=configuration_index,json=configurationIndex,proto3" json:"configuration_index,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *ListMembersResponse) Reset() {
+	*x = ListMembersResponse{}
+	mi := &file_xce_v1_xce_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListMembersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListMembersResponse) ProtoMessage() {}
+
+func (x *ListMembersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_xce_v1_xce_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListMembersResponse.ProtoReflect.Descriptor instead.
+func (*ListMembersResponse) Descriptor() ([]byte, []int) {
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ListMembersResponse) GetMembers() []*Member {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *ListMembersResponse) GetConfigurationIndex() uint64 {
+	if x != nil {
+		return x.ConfigurationIndex
+	}
+	return 0
+}
+
+type AddMemberRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	PeerAddr      string                 `protobuf:"bytes,2,opt,name=peer_addr,json=peerAddr,proto3" json:"peer_addr,omitempty"`
+	ClientAddr    string                 `protobuf:"bytes,3,opt,name=client_addr,json=clientAddr,proto3" json:"client_addr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddMemberRequest) Reset() {
+	*x = AddMemberRequest{}
+	mi := &file_xce_v1_xce_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddMemberRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddMemberRequest) ProtoMessage() {}
+
+func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_xce_v1_xce_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddMemberRequest.ProtoReflect.Descriptor instead.
+func (*AddMemberRequest) Descriptor() ([]byte, []int) {
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *AddMemberRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *AddMemberRequest) GetPeerAddr() string {
+	if x != nil {
+		return x.PeerAddr
+	}
+	return ""
+}
+
+func (x *AddMemberRequest) GetClientAddr() string {
+	if x != nil {
+		return x.ClientAddr
+	}
+	return ""
+}
+
+type AddMemberResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Member        *Member                `protobuf:"bytes,1,opt,name=member,proto3" json:"member,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddMemberResponse) Reset() {
+	*x = AddMemberResponse{}
+	mi := &file_xce_v1_xce_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddMemberResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddMemberResponse) ProtoMessage() {}
+
+func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_xce_v1_xce_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddMemberResponse.ProtoReflect.Descriptor instead.
+func (*AddMemberResponse) Descriptor() ([]byte, []int) {
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *AddMemberResponse) GetMember() *Member {
+	if x != nil {
+		return x.Member
+	}
+	return nil
+}
+
+type PromoteMemberRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PromoteMemberRequest) Reset() {
+	*x = PromoteMemberRequest{}
+	mi := &file_xce_v1_xce_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PromoteMemberRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PromoteMemberRequest) ProtoMessage() {}
+
+func (x *PromoteMemberRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_xce_v1_xce_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PromoteMemberRequest.ProtoReflect.Descriptor instead.
+func (*PromoteMemberRequest) Descriptor() ([]byte, []int) {
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *PromoteMemberRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type PromoteMemberResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Member        *Member                `protobuf:"bytes,1,opt,name=member,proto3" json:"member,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PromoteMemberResponse) Reset() {
+	*x = PromoteMemberResponse{}
+	mi := &file_xce_v1_xce_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PromoteMemberResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PromoteMemberResponse) ProtoMessage() {}
+
+func (x *PromoteMemberResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_xce_v1_xce_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PromoteMemberResponse.ProtoReflect.Descriptor instead.
+func (*PromoteMemberResponse) Descriptor() ([]byte, []int) {
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *PromoteMemberResponse) GetMember() *Member {
+	if x != nil {
+		return x.Member
+	}
+	return nil
+}
+
+type RemoveMemberRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Remove even when the healthy voters left could not form a quorum.
+	Force         bool `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveMemberRequest) Reset() {
+	*x = RemoveMemberRequest{}
+	mi := &file_xce_v1_xce_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveMemberRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveMemberRequest) ProtoMessage() {}
+
+func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_xce_v1_xce_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
+func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *RemoveMemberRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *RemoveMemberRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+type RemoveMemberResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveMemberResponse) Reset() {
+	*x = RemoveMemberResponse{}
+	mi := &file_xce_v1_xce_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveMemberResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveMemberResponse) ProtoMessage() {}
+
+func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_xce_v1_xce_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveMemberResponse.ProtoReflect.Descriptor instead.
+func (*RemoveMemberResponse) Descriptor() ([]byte, []int) {
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{34}
+}
+
+type TransferLeaderRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The member to hand leadership to; empty: the most caught-up voter.
+	To            string `protobuf:"bytes,1,opt,name=to,proto3" json:"to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransferLeaderRequest) Reset() {
+	*x = TransferLeaderRequest{}
+	mi := &file_xce_v1_xce_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferLeaderRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferLeaderRequest) ProtoMessage() {}
+
+func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_xce_v1_xce_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
+func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *TransferLeaderRequest) GetTo() string {
+	if x != nil {
+		return x.To
+	}
+	return ""
+}
+
+type TransferLeaderResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The new primary.
+	LeaderId      string `protobuf:"bytes,1,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransferLeaderResponse) Reset() {
+	*x = TransferLeaderResponse{}
+	mi := &file_xce_v1_xce_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferLeaderResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferLeaderResponse) ProtoMessage() {}
+
+func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_xce_v1_xce_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
+func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *TransferLeaderResponse) GetLeaderId() string {
+	if x != nil {
+		return x.LeaderId
+	}
+	return ""
+}
+
+// JoinRequest is sent by a node started with join: and an empty data dir,
+// on its own behalf.
+type JoinRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	PeerAddr      string                 `protobuf:"bytes,2,opt,name=peer_addr,json=peerAddr,proto3" json:"peer_addr,omitempty"`
+	ClientAddr    string                 `protobuf:"bytes,3,opt,name=client_addr,json=clientAddr,proto3" json:"client_addr,omitempty"`
+	ClusterId     string                 `protobuf:"bytes,4,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JoinRequest) Reset() {
+	*x = JoinRequest{}
+	mi := &file_xce_v1_xce_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JoinRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JoinRequest) ProtoMessage() {}
+
+func (x *JoinRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_xce_v1_xce_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
+func (*JoinRequest) Descriptor() ([]byte, []int) {
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *JoinRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *JoinRequest) GetPeerAddr() string {
+	if x != nil {
+		return x.PeerAddr
+	}
+	return ""
+}
+
+func (x *JoinRequest) GetClientAddr() string {
+	if x != nil {
+		return x.ClientAddr
+	}
+	return ""
+}
+
+func (x *JoinRequest) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+type JoinResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The member as added (a non-voter), or as it already was.
+	Member        *Member `protobuf:"bytes,1,opt,name=member,proto3" json:"member,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JoinResponse) Reset() {
+	*x = JoinResponse{}
+	mi := &file_xce_v1_xce_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JoinResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JoinResponse) ProtoMessage() {}
+
+func (x *JoinResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_xce_v1_xce_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
+func (*JoinResponse) Descriptor() ([]byte, []int) {
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *JoinResponse) GetMember() *Member {
+	if x != nil {
+		return x.Member
+	}
+	return nil
+}
+
+type SaveSnapshotRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SaveSnapshotRequest) Reset() {
+	*x = SaveSnapshotRequest{}
+	mi := &file_xce_v1_xce_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SaveSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SaveSnapshotRequest) ProtoMessage() {}
+
+func (x *SaveSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_xce_v1_xce_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SaveSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*SaveSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{39}
+}
+
+// SnapshotChunk is one piece of a snapshot stream: the first carries the
+// header fields, the others data; the last carries the checksum.
+type SnapshotChunk struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// First chunk only.
+	Format    uint32 `protobuf:"varint,1,opt,name=format,proto3" json:"format,omitempty"`
+	ClusterId string `protobuf:"bytes,2,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	Index     uint64 `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
+	Term      uint64 `protobuf:"varint,4,opt,name=term,proto3" json:"term,omitempty"`
+	// Data: the state machine's snapshot bytes, in order.
+	Data []byte `protobuf:"bytes,5,opt,name=data,proto3" json:"data,omitempty"`
+	// Last chunk only: SHA-256 of every data byte, hex.
+	Sha256        string `protobuf:"bytes,6,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	Size          uint64 `protobuf:"varint,7,opt,name=size,proto3" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotChunk) Reset() {
+	*x = SnapshotChunk{}
+	mi := &file_xce_v1_xce_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotChunk) ProtoMessage() {}
+
+func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_xce_v1_xce_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
+func (*SnapshotChunk) Descriptor() ([]byte, []int) {
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *SnapshotChunk) GetFormat() uint32 {
+	if x != nil {
+		return x.Format
+	}
+	return 0
+}
+
+func (x *SnapshotChunk) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *SnapshotChunk) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *SnapshotChunk) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *SnapshotChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *SnapshotChunk) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *SnapshotChunk) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
 var File_xce_v1_xce_proto protoreflect.FileDescriptor
 
 const file_xce_v1_xce_proto_rawDesc = "" +
@@ -2072,7 +2918,7 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"request_id\x18\x03 \x01(\tR\trequestId\"*\n" +
 	"\x12DeleteTaskResponse\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\"\x0f\n" +
-	"\rStatusRequest\"\xc7\x06\n" +
+	"\rStatusRequest\"\xf1\x06\n" +
 	"\x0eStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1d\n" +
 	"\n" +
@@ -2106,7 +2952,8 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"\binsecure\x18\x17 \x01(\bR\binsecure\x12\x12\n" +
 	"\x04auth\x18\x18 \x01(\tR\x04auth\x12&\n" +
 	"\x0ftls_cert_expiry\x18\x19 \x01(\tR\rtlsCertExpiry\x12/\n" +
-	"\x14peer_tls_cert_expiry\x18\x1a \x01(\tR\x11peerTlsCertExpiry\"W\n" +
+	"\x14peer_tls_cert_expiry\x18\x1a \x01(\tR\x11peerTlsCertExpiry\x12(\n" +
+	"\amembers\x18\x1b \x03(\v2\x0e.xce.v1.MemberR\amembers\"W\n" +
 	"\fRosterMember\x12\x1b\n" +
 	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12\x12\n" +
 	"\x04rank\x18\x02 \x01(\rR\x04rank\x12\x16\n" +
@@ -2187,7 +3034,61 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"\aactives\x18\x02 \x03(\tR\aactives\x12\x1a\n" +
 	"\bstandbys\x18\x03 \x03(\tR\bstandbys\x12\x18\n" +
 	"\awarmups\x18\x04 \x03(\tR\awarmups\x122\n" +
-	"\x15heartbeat_interval_ms\x18\x05 \x01(\rR\x13heartbeatIntervalMs*b\n" +
+	"\x15heartbeat_interval_ms\x18\x05 \x01(\rR\x13heartbeatIntervalMs\"\xf0\x01\n" +
+	"\x06Member\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
+	"\tpeer_addr\x18\x02 \x01(\tR\bpeerAddr\x12\x1f\n" +
+	"\vclient_addr\x18\x03 \x01(\tR\n" +
+	"clientAddr\x12\x14\n" +
+	"\x05voter\x18\x04 \x01(\bR\x05voter\x12\x18\n" +
+	"\ahealthy\x18\x05 \x01(\bR\ahealthy\x12&\n" +
+	"\x0flast_contact_ms\x18\x06 \x01(\x03R\rlastContactMs\x12\x10\n" +
+	"\x03lag\x18\a \x01(\x04R\x03lag\x12\x18\n" +
+	"\aprimary\x18\b \x01(\bR\aprimary\x12\x14\n" +
+	"\x05state\x18\t \x01(\tR\x05state\"K\n" +
+	"\x12ListMembersRequest\x125\n" +
+	"\vconsistency\x18\x01 \x01(\x0e2\x13.xce.v1.ConsistencyR\vconsistency\"p\n" +
+	"\x13ListMembersResponse\x12(\n" +
+	"\amembers\x18\x01 \x03(\v2\x0e.xce.v1.MemberR\amembers\x12/\n" +
+	"\x13configuration_index\x18\x02 \x01(\x04R\x12configurationIndex\"`\n" +
+	"\x10AddMemberRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
+	"\tpeer_addr\x18\x02 \x01(\tR\bpeerAddr\x12\x1f\n" +
+	"\vclient_addr\x18\x03 \x01(\tR\n" +
+	"clientAddr\";\n" +
+	"\x11AddMemberResponse\x12&\n" +
+	"\x06member\x18\x01 \x01(\v2\x0e.xce.v1.MemberR\x06member\"&\n" +
+	"\x14PromoteMemberRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"?\n" +
+	"\x15PromoteMemberResponse\x12&\n" +
+	"\x06member\x18\x01 \x01(\v2\x0e.xce.v1.MemberR\x06member\";\n" +
+	"\x13RemoveMemberRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\"\x16\n" +
+	"\x14RemoveMemberResponse\"'\n" +
+	"\x15TransferLeaderRequest\x12\x0e\n" +
+	"\x02to\x18\x01 \x01(\tR\x02to\"5\n" +
+	"\x16TransferLeaderResponse\x12\x1b\n" +
+	"\tleader_id\x18\x01 \x01(\tR\bleaderId\"z\n" +
+	"\vJoinRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
+	"\tpeer_addr\x18\x02 \x01(\tR\bpeerAddr\x12\x1f\n" +
+	"\vclient_addr\x18\x03 \x01(\tR\n" +
+	"clientAddr\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x04 \x01(\tR\tclusterId\"6\n" +
+	"\fJoinResponse\x12&\n" +
+	"\x06member\x18\x01 \x01(\v2\x0e.xce.v1.MemberR\x06member\"\x15\n" +
+	"\x13SaveSnapshotRequest\"\xb0\x01\n" +
+	"\rSnapshotChunk\x12\x16\n" +
+	"\x06format\x18\x01 \x01(\rR\x06format\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x02 \x01(\tR\tclusterId\x12\x14\n" +
+	"\x05index\x18\x03 \x01(\x04R\x05index\x12\x12\n" +
+	"\x04term\x18\x04 \x01(\x04R\x04term\x12\x12\n" +
+	"\x04data\x18\x05 \x01(\fR\x04data\x12\x16\n" +
+	"\x06sha256\x18\x06 \x01(\tR\x06sha256\x12\x12\n" +
+	"\x04size\x18\a \x01(\x04R\x04size*b\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tROLE_INIT\x10\x01\x12\x11\n" +
@@ -2217,7 +3118,15 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"\vListWorkers\x12\x1a.xce.v1.ListWorkersRequest\x1a\x1b.xce.v1.ListWorkersResponse2\x90\x01\n" +
 	"\rWorkerService\x12=\n" +
 	"\bRegister\x12\x17.xce.v1.RegisterRequest\x1a\x18.xce.v1.RegisterResponse\x12@\n" +
-	"\tHeartbeat\x12\x18.xce.v1.HeartbeatRequest\x1a\x19.xce.v1.HeartbeatResponseB'Z%github.com/xce/xce/proto/xce/v1;xcev1b\x06proto3"
+	"\tHeartbeat\x12\x18.xce.v1.HeartbeatRequest\x1a\x19.xce.v1.HeartbeatResponse2\x82\x04\n" +
+	"\x0eClusterService\x12K\n" +
+	"\vListMembers\x12\x1a.xce.v1.ListMembersRequest\x1a\x1b.xce.v1.ListMembersResponse\"\x03\x90\x02\x01\x12@\n" +
+	"\tAddMember\x12\x18.xce.v1.AddMemberRequest\x1a\x19.xce.v1.AddMemberResponse\x12L\n" +
+	"\rPromoteMember\x12\x1c.xce.v1.PromoteMemberRequest\x1a\x1d.xce.v1.PromoteMemberResponse\x12I\n" +
+	"\fRemoveMember\x12\x1b.xce.v1.RemoveMemberRequest\x1a\x1c.xce.v1.RemoveMemberResponse\x12O\n" +
+	"\x0eTransferLeader\x12\x1d.xce.v1.TransferLeaderRequest\x1a\x1e.xce.v1.TransferLeaderResponse\x121\n" +
+	"\x04Join\x12\x13.xce.v1.JoinRequest\x1a\x14.xce.v1.JoinResponse\x12D\n" +
+	"\fSaveSnapshot\x12\x1b.xce.v1.SaveSnapshotRequest\x1a\x15.xce.v1.SnapshotChunk0\x01B'Z%github.com/xce/xce/proto/xce/v1;xcev1b\x06proto3"
 
 var (
 	file_xce_v1_xce_proto_rawDescOnce sync.Once
@@ -2232,40 +3141,55 @@ func file_xce_v1_xce_proto_rawDescGZIP() []byte {
 }
 
 var file_xce_v1_xce_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_xce_v1_xce_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_xce_v1_xce_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_xce_v1_xce_proto_goTypes = []any{
-	(Role)(0),                     // 0: xce.v1.Role
-	(Consistency)(0),              // 1: xce.v1.Consistency
-	(FactKind)(0),                 // 2: xce.v1.FactKind
-	(*NotReady)(nil),              // 3: xce.v1.NotReady
-	(*Task)(nil),                  // 4: xce.v1.Task
-	(*SubmitTaskRequest)(nil),     // 5: xce.v1.SubmitTaskRequest
-	(*SubmitTaskResponse)(nil),    // 6: xce.v1.SubmitTaskResponse
-	(*GetTaskRequest)(nil),        // 7: xce.v1.GetTaskRequest
-	(*GetTaskResponse)(nil),       // 8: xce.v1.GetTaskResponse
-	(*ListTasksRequest)(nil),      // 9: xce.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),     // 10: xce.v1.ListTasksResponse
-	(*DeleteTaskRequest)(nil),     // 11: xce.v1.DeleteTaskRequest
-	(*DeleteTaskResponse)(nil),    // 12: xce.v1.DeleteTaskResponse
-	(*StatusRequest)(nil),         // 13: xce.v1.StatusRequest
-	(*StatusResponse)(nil),        // 14: xce.v1.StatusResponse
-	(*RosterMember)(nil),          // 15: xce.v1.RosterMember
-	(*WatchStatusRequest)(nil),    // 16: xce.v1.WatchStatusRequest
-	(*TaskPlacement)(nil),         // 17: xce.v1.TaskPlacement
-	(*GetAssignmentRequest)(nil),  // 18: xce.v1.GetAssignmentRequest
-	(*TaskAssignment)(nil),        // 19: xce.v1.TaskAssignment
-	(*GetAssignmentResponse)(nil), // 20: xce.v1.GetAssignmentResponse
-	(*ListWorkersRequest)(nil),    // 21: xce.v1.ListWorkersRequest
-	(*WorkerInfo)(nil),            // 22: xce.v1.WorkerInfo
-	(*ListWorkersResponse)(nil),   // 23: xce.v1.ListWorkersResponse
-	(*Fact)(nil),                  // 24: xce.v1.Fact
-	(*RegisterRequest)(nil),       // 25: xce.v1.RegisterRequest
-	(*RegisterResponse)(nil),      // 26: xce.v1.RegisterResponse
-	(*HeartbeatRequest)(nil),      // 27: xce.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),     // 28: xce.v1.HeartbeatResponse
-	nil,                           // 29: xce.v1.TaskAssignment.LagsEntry
-	nil,                           // 30: xce.v1.WorkerInfo.LagsEntry
-	nil,                           // 31: xce.v1.HeartbeatRequest.LagsEntry
+	(Role)(0),                      // 0: xce.v1.Role
+	(Consistency)(0),               // 1: xce.v1.Consistency
+	(FactKind)(0),                  // 2: xce.v1.FactKind
+	(*NotReady)(nil),               // 3: xce.v1.NotReady
+	(*Task)(nil),                   // 4: xce.v1.Task
+	(*SubmitTaskRequest)(nil),      // 5: xce.v1.SubmitTaskRequest
+	(*SubmitTaskResponse)(nil),     // 6: xce.v1.SubmitTaskResponse
+	(*GetTaskRequest)(nil),         // 7: xce.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),        // 8: xce.v1.GetTaskResponse
+	(*ListTasksRequest)(nil),       // 9: xce.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),      // 10: xce.v1.ListTasksResponse
+	(*DeleteTaskRequest)(nil),      // 11: xce.v1.DeleteTaskRequest
+	(*DeleteTaskResponse)(nil),     // 12: xce.v1.DeleteTaskResponse
+	(*StatusRequest)(nil),          // 13: xce.v1.StatusRequest
+	(*StatusResponse)(nil),         // 14: xce.v1.StatusResponse
+	(*RosterMember)(nil),           // 15: xce.v1.RosterMember
+	(*WatchStatusRequest)(nil),     // 16: xce.v1.WatchStatusRequest
+	(*TaskPlacement)(nil),          // 17: xce.v1.TaskPlacement
+	(*GetAssignmentRequest)(nil),   // 18: xce.v1.GetAssignmentRequest
+	(*TaskAssignment)(nil),         // 19: xce.v1.TaskAssignment
+	(*GetAssignmentResponse)(nil),  // 20: xce.v1.GetAssignmentResponse
+	(*ListWorkersRequest)(nil),     // 21: xce.v1.ListWorkersRequest
+	(*WorkerInfo)(nil),             // 22: xce.v1.WorkerInfo
+	(*ListWorkersResponse)(nil),    // 23: xce.v1.ListWorkersResponse
+	(*Fact)(nil),                   // 24: xce.v1.Fact
+	(*RegisterRequest)(nil),        // 25: xce.v1.RegisterRequest
+	(*RegisterResponse)(nil),       // 26: xce.v1.RegisterResponse
+	(*HeartbeatRequest)(nil),       // 27: xce.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),      // 28: xce.v1.HeartbeatResponse
+	(*Member)(nil),                 // 29: xce.v1.Member
+	(*ListMembersRequest)(nil),     // 30: xce.v1.ListMembersRequest
+	(*ListMembersResponse)(nil),    // 31: xce.v1.ListMembersResponse
+	(*AddMemberRequest)(nil),       // 32: xce.v1.AddMemberRequest
+	(*AddMemberResponse)(nil),      // 33: xce.v1.AddMemberResponse
+	(*PromoteMemberRequest)(nil),   // 34: xce.v1.PromoteMemberRequest
+	(*PromoteMemberResponse)(nil),  // 35: xce.v1.PromoteMemberResponse
+	(*RemoveMemberRequest)(nil),    // 36: xce.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil),   // 37: xce.v1.RemoveMemberResponse
+	(*TransferLeaderRequest)(nil),  // 38: xce.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil), // 39: xce.v1.TransferLeaderResponse
+	(*JoinRequest)(nil),            // 40: xce.v1.JoinRequest
+	(*JoinResponse)(nil),           // 41: xce.v1.JoinResponse
+	(*SaveSnapshotRequest)(nil),    // 42: xce.v1.SaveSnapshotRequest
+	(*SnapshotChunk)(nil),          // 43: xce.v1.SnapshotChunk
+	nil,                            // 44: xce.v1.TaskAssignment.LagsEntry
+	nil,                            // 45: xce.v1.WorkerInfo.LagsEntry
+	nil,                            // 46: xce.v1.HeartbeatRequest.LagsEntry
 }
 var file_xce_v1_xce_proto_depIdxs = []int32{
 	0,  // 0: xce.v1.NotReady.role:type_name -> xce.v1.Role
@@ -2276,40 +3200,60 @@ var file_xce_v1_xce_proto_depIdxs = []int32{
 	4,  // 5: xce.v1.ListTasksResponse.tasks:type_name -> xce.v1.Task
 	0,  // 6: xce.v1.StatusResponse.role:type_name -> xce.v1.Role
 	15, // 7: xce.v1.StatusResponse.roster:type_name -> xce.v1.RosterMember
-	1,  // 8: xce.v1.GetAssignmentRequest.consistency:type_name -> xce.v1.Consistency
-	17, // 9: xce.v1.TaskAssignment.placement:type_name -> xce.v1.TaskPlacement
-	29, // 10: xce.v1.TaskAssignment.lags:type_name -> xce.v1.TaskAssignment.LagsEntry
-	19, // 11: xce.v1.GetAssignmentResponse.tasks:type_name -> xce.v1.TaskAssignment
-	30, // 12: xce.v1.WorkerInfo.lags:type_name -> xce.v1.WorkerInfo.LagsEntry
-	22, // 13: xce.v1.ListWorkersResponse.workers:type_name -> xce.v1.WorkerInfo
-	2,  // 14: xce.v1.Fact.kind:type_name -> xce.v1.FactKind
-	31, // 15: xce.v1.HeartbeatRequest.lags:type_name -> xce.v1.HeartbeatRequest.LagsEntry
-	24, // 16: xce.v1.HeartbeatRequest.facts:type_name -> xce.v1.Fact
-	13, // 17: xce.v1.ControllerService.Status:input_type -> xce.v1.StatusRequest
-	16, // 18: xce.v1.ControllerService.WatchStatus:input_type -> xce.v1.WatchStatusRequest
-	5,  // 19: xce.v1.ControllerService.SubmitTask:input_type -> xce.v1.SubmitTaskRequest
-	7,  // 20: xce.v1.ControllerService.GetTask:input_type -> xce.v1.GetTaskRequest
-	9,  // 21: xce.v1.ControllerService.ListTasks:input_type -> xce.v1.ListTasksRequest
-	11, // 22: xce.v1.ControllerService.DeleteTask:input_type -> xce.v1.DeleteTaskRequest
-	18, // 23: xce.v1.ControllerService.GetAssignment:input_type -> xce.v1.GetAssignmentRequest
-	21, // 24: xce.v1.ControllerService.ListWorkers:input_type -> xce.v1.ListWorkersRequest
-	25, // 25: xce.v1.WorkerService.Register:input_type -> xce.v1.RegisterRequest
-	27, // 26: xce.v1.WorkerService.Heartbeat:input_type -> xce.v1.HeartbeatRequest
-	14, // 27: xce.v1.ControllerService.Status:output_type -> xce.v1.StatusResponse
-	14, // 28: xce.v1.ControllerService.WatchStatus:output_type -> xce.v1.StatusResponse
-	6,  // 29: xce.v1.ControllerService.SubmitTask:output_type -> xce.v1.SubmitTaskResponse
-	8,  // 30: xce.v1.ControllerService.GetTask:output_type -> xce.v1.GetTaskResponse
-	10, // 31: xce.v1.ControllerService.ListTasks:output_type -> xce.v1.ListTasksResponse
-	12, // 32: xce.v1.ControllerService.DeleteTask:output_type -> xce.v1.DeleteTaskResponse
-	20, // 33: xce.v1.ControllerService.GetAssignment:output_type -> xce.v1.GetAssignmentResponse
-	23, // 34: xce.v1.ControllerService.ListWorkers:output_type -> xce.v1.ListWorkersResponse
-	26, // 35: xce.v1.WorkerService.Register:output_type -> xce.v1.RegisterResponse
-	28, // 36: xce.v1.WorkerService.Heartbeat:output_type -> xce.v1.HeartbeatResponse
-	27, // [27:37] is the sub-list for method output_type
-	17, // [17:27] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	29, // 8: xce.v1.StatusResponse.members:type_name -> xce.v1.Member
+	1,  // 9: xce.v1.GetAssignmentRequest.consistency:type_name -> xce.v1.Consistency
+	17, // 10: xce.v1.TaskAssignment.placement:type_name -> xce.v1.TaskPlacement
+	44, // 11: xce.v1.TaskAssignment.lags:type_name -> xce.v1.TaskAssignment.LagsEntry
+	19, // 12: xce.v1.GetAssignmentResponse.tasks:type_name -> xce.v1.TaskAssignment
+	45, // 13: xce.v1.WorkerInfo.lags:type_name -> xce.v1.WorkerInfo.LagsEntry
+	22, // 14: xce.v1.ListWorkersResponse.workers:type_name -> xce.v1.WorkerInfo
+	2,  // 15: xce.v1.Fact.kind:type_name -> xce.v1.FactKind
+	46, // 16: xce.v1.HeartbeatRequest.lags:type_name -> xce.v1.HeartbeatRequest.LagsEntry
+	24, // 17: xce.v1.HeartbeatRequest.facts:type_name -> xce.v1.Fact
+	1,  // 18: xce.v1.ListMembersRequest.consistency:type_name -> xce.v1.Consistency
+	29, // 19: xce.v1.ListMembersResponse.members:type_name -> xce.v1.Member
+	29, // 20: xce.v1.AddMemberResponse.member:type_name -> xce.v1.Member
+	29, // 21: xce.v1.PromoteMemberResponse.member:type_name -> xce.v1.Member
+	29, // 22: xce.v1.JoinResponse.member:type_name -> xce.v1.Member
+	13, // 23: xce.v1.ControllerService.Status:input_type -> xce.v1.StatusRequest
+	16, // 24: xce.v1.ControllerService.WatchStatus:input_type -> xce.v1.WatchStatusRequest
+	5,  // 25: xce.v1.ControllerService.SubmitTask:input_type -> xce.v1.SubmitTaskRequest
+	7,  // 26: xce.v1.ControllerService.GetTask:input_type -> xce.v1.GetTaskRequest
+	9,  // 27: xce.v1.ControllerService.ListTasks:input_type -> xce.v1.ListTasksRequest
+	11, // 28: xce.v1.ControllerService.DeleteTask:input_type -> xce.v1.DeleteTaskRequest
+	18, // 29: xce.v1.ControllerService.GetAssignment:input_type -> xce.v1.GetAssignmentRequest
+	21, // 30: xce.v1.ControllerService.ListWorkers:input_type -> xce.v1.ListWorkersRequest
+	25, // 31: xce.v1.WorkerService.Register:input_type -> xce.v1.RegisterRequest
+	27, // 32: xce.v1.WorkerService.Heartbeat:input_type -> xce.v1.HeartbeatRequest
+	30, // 33: xce.v1.ClusterService.ListMembers:input_type -> xce.v1.ListMembersRequest
+	32, // 34: xce.v1.ClusterService.AddMember:input_type -> xce.v1.AddMemberRequest
+	34, // 35: xce.v1.ClusterService.PromoteMember:input_type -> xce.v1.PromoteMemberRequest
+	36, // 36: xce.v1.ClusterService.RemoveMember:input_type -> xce.v1.RemoveMemberRequest
+	38, // 37: xce.v1.ClusterService.TransferLeader:input_type -> xce.v1.TransferLeaderRequest
+	40, // 38: xce.v1.ClusterService.Join:input_type -> xce.v1.JoinRequest
+	42, // 39: xce.v1.ClusterService.SaveSnapshot:input_type -> xce.v1.SaveSnapshotRequest
+	14, // 40: xce.v1.ControllerService.Status:output_type -> xce.v1.StatusResponse
+	14, // 41: xce.v1.ControllerService.WatchStatus:output_type -> xce.v1.StatusResponse
+	6,  // 42: xce.v1.ControllerService.SubmitTask:output_type -> xce.v1.SubmitTaskResponse
+	8,  // 43: xce.v1.ControllerService.GetTask:output_type -> xce.v1.GetTaskResponse
+	10, // 44: xce.v1.ControllerService.ListTasks:output_type -> xce.v1.ListTasksResponse
+	12, // 45: xce.v1.ControllerService.DeleteTask:output_type -> xce.v1.DeleteTaskResponse
+	20, // 46: xce.v1.ControllerService.GetAssignment:output_type -> xce.v1.GetAssignmentResponse
+	23, // 47: xce.v1.ControllerService.ListWorkers:output_type -> xce.v1.ListWorkersResponse
+	26, // 48: xce.v1.WorkerService.Register:output_type -> xce.v1.RegisterResponse
+	28, // 49: xce.v1.WorkerService.Heartbeat:output_type -> xce.v1.HeartbeatResponse
+	31, // 50: xce.v1.ClusterService.ListMembers:output_type -> xce.v1.ListMembersResponse
+	33, // 51: xce.v1.ClusterService.AddMember:output_type -> xce.v1.AddMemberResponse
+	35, // 52: xce.v1.ClusterService.PromoteMember:output_type -> xce.v1.PromoteMemberResponse
+	37, // 53: xce.v1.ClusterService.RemoveMember:output_type -> xce.v1.RemoveMemberResponse
+	39, // 54: xce.v1.ClusterService.TransferLeader:output_type -> xce.v1.TransferLeaderResponse
+	41, // 55: xce.v1.ClusterService.Join:output_type -> xce.v1.JoinResponse
+	43, // 56: xce.v1.ClusterService.SaveSnapshot:output_type -> xce.v1.SnapshotChunk
+	40, // [40:57] is the sub-list for method output_type
+	23, // [23:40] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_xce_v1_xce_proto_init() }
@@ -2323,9 +3267,9 @@ func file_xce_v1_xce_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_xce_v1_xce_proto_rawDesc), len(file_xce_v1_xce_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   29,
+			NumMessages:   44,
 			NumExtensions: 0,
-			NumServices:   2,
+			NumServices:   3,
 		},
 		GoTypes:           file_xce_v1_xce_proto_goTypes,
 		DependencyIndexes: file_xce_v1_xce_proto_depIdxs,

@@ -25,6 +25,8 @@ const (
 	ControllerServiceName = "xce.v1.ControllerService"
 	// WorkerServiceName is the fully-qualified name of the WorkerService service.
 	WorkerServiceName = "xce.v1.WorkerService"
+	// ClusterServiceName is the fully-qualified name of the ClusterService service.
+	ClusterServiceName = "xce.v1.ClusterService"
 )
 
 // These constants are the fully-qualified names of the RPCs defined in this package. They're
@@ -63,6 +65,26 @@ const (
 	WorkerServiceRegisterProcedure = "/xce.v1.WorkerService/Register"
 	// WorkerServiceHeartbeatProcedure is the fully-qualified name of the WorkerService's Heartbeat RPC.
 	WorkerServiceHeartbeatProcedure = "/xce.v1.WorkerService/Heartbeat"
+	// ClusterServiceListMembersProcedure is the fully-qualified name of the ClusterService's
+	// ListMembers RPC.
+	ClusterServiceListMembersProcedure = "/xce.v1.ClusterService/ListMembers"
+	// ClusterServiceAddMemberProcedure is the fully-qualified name of the ClusterService's AddMember
+	// RPC.
+	ClusterServiceAddMemberProcedure = "/xce.v1.ClusterService/AddMember"
+	// ClusterServicePromoteMemberProcedure is the fully-qualified name of the ClusterService's
+	// PromoteMember RPC.
+	ClusterServicePromoteMemberProcedure = "/xce.v1.ClusterService/PromoteMember"
+	// ClusterServiceRemoveMemberProcedure is the fully-qualified name of the ClusterService's
+	// RemoveMember RPC.
+	ClusterServiceRemoveMemberProcedure = "/xce.v1.ClusterService/RemoveMember"
+	// ClusterServiceTransferLeaderProcedure is the fully-qualified name of the ClusterService's
+	// TransferLeader RPC.
+	ClusterServiceTransferLeaderProcedure = "/xce.v1.ClusterService/TransferLeader"
+	// ClusterServiceJoinProcedure is the fully-qualified name of the ClusterService's Join RPC.
+	ClusterServiceJoinProcedure = "/xce.v1.ClusterService/Join"
+	// ClusterServiceSaveSnapshotProcedure is the fully-qualified name of the ClusterService's
+	// SaveSnapshot RPC.
+	ClusterServiceSaveSnapshotProcedure = "/xce.v1.ClusterService/SaveSnapshot"
 )
 
 // ControllerServiceClient is a client for the xce.v1.ControllerService service.
@@ -421,4 +443,234 @@ func (UnimplementedWorkerServiceHandler) Register(context.Context, *connect.Requ
 
 func (UnimplementedWorkerServiceHandler) Heartbeat(context.Context, *connect.Request[v1.HeartbeatRequest]) (*connect.Response[v1.HeartbeatResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("xce.v1.WorkerService.Heartbeat is not implemented"))
+}
+
+// ClusterServiceClient is a client for the xce.v1.ClusterService service.
+type ClusterServiceClient interface {
+	ListMembers(context.Context, *connect.Request[v1.ListMembersRequest]) (*connect.Response[v1.ListMembersResponse], error)
+	AddMember(context.Context, *connect.Request[v1.AddMemberRequest]) (*connect.Response[v1.AddMemberResponse], error)
+	PromoteMember(context.Context, *connect.Request[v1.PromoteMemberRequest]) (*connect.Response[v1.PromoteMemberResponse], error)
+	RemoveMember(context.Context, *connect.Request[v1.RemoveMemberRequest]) (*connect.Response[v1.RemoveMemberResponse], error)
+	TransferLeader(context.Context, *connect.Request[v1.TransferLeaderRequest]) (*connect.Response[v1.TransferLeaderResponse], error)
+	Join(context.Context, *connect.Request[v1.JoinRequest]) (*connect.Response[v1.JoinResponse], error)
+	// SaveSnapshot streams a consistent snapshot taken through the primary.
+	SaveSnapshot(context.Context, *connect.Request[v1.SaveSnapshotRequest]) (*connect.ServerStreamForClient[v1.SnapshotChunk], error)
+}
+
+// NewClusterServiceClient constructs a client for the xce.v1.ClusterService service. By default, it
+// uses the Connect protocol with the binary Protobuf Codec, asks for gzipped responses, and sends
+// uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the connect.WithGRPC() or
+// connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewClusterServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) ClusterServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	clusterServiceMethods := v1.File_xce_v1_xce_proto.Services().ByName("ClusterService").Methods()
+	return &clusterServiceClient{
+		listMembers: connect.NewClient[v1.ListMembersRequest, v1.ListMembersResponse](
+			httpClient,
+			baseURL+ClusterServiceListMembersProcedure,
+			connect.WithSchema(clusterServiceMethods.ByName("ListMembers")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
+		addMember: connect.NewClient[v1.AddMemberRequest, v1.AddMemberResponse](
+			httpClient,
+			baseURL+ClusterServiceAddMemberProcedure,
+			connect.WithSchema(clusterServiceMethods.ByName("AddMember")),
+			connect.WithClientOptions(opts...),
+		),
+		promoteMember: connect.NewClient[v1.PromoteMemberRequest, v1.PromoteMemberResponse](
+			httpClient,
+			baseURL+ClusterServicePromoteMemberProcedure,
+			connect.WithSchema(clusterServiceMethods.ByName("PromoteMember")),
+			connect.WithClientOptions(opts...),
+		),
+		removeMember: connect.NewClient[v1.RemoveMemberRequest, v1.RemoveMemberResponse](
+			httpClient,
+			baseURL+ClusterServiceRemoveMemberProcedure,
+			connect.WithSchema(clusterServiceMethods.ByName("RemoveMember")),
+			connect.WithClientOptions(opts...),
+		),
+		transferLeader: connect.NewClient[v1.TransferLeaderRequest, v1.TransferLeaderResponse](
+			httpClient,
+			baseURL+ClusterServiceTransferLeaderProcedure,
+			connect.WithSchema(clusterServiceMethods.ByName("TransferLeader")),
+			connect.WithClientOptions(opts...),
+		),
+		join: connect.NewClient[v1.JoinRequest, v1.JoinResponse](
+			httpClient,
+			baseURL+ClusterServiceJoinProcedure,
+			connect.WithSchema(clusterServiceMethods.ByName("Join")),
+			connect.WithClientOptions(opts...),
+		),
+		saveSnapshot: connect.NewClient[v1.SaveSnapshotRequest, v1.SnapshotChunk](
+			httpClient,
+			baseURL+ClusterServiceSaveSnapshotProcedure,
+			connect.WithSchema(clusterServiceMethods.ByName("SaveSnapshot")),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// clusterServiceClient implements ClusterServiceClient.
+type clusterServiceClient struct {
+	listMembers    *connect.Client[v1.ListMembersRequest, v1.ListMembersResponse]
+	addMember      *connect.Client[v1.AddMemberRequest, v1.AddMemberResponse]
+	promoteMember  *connect.Client[v1.PromoteMemberRequest, v1.PromoteMemberResponse]
+	removeMember   *connect.Client[v1.RemoveMemberRequest, v1.RemoveMemberResponse]
+	transferLeader *connect.Client[v1.TransferLeaderRequest, v1.TransferLeaderResponse]
+	join           *connect.Client[v1.JoinRequest, v1.JoinResponse]
+	saveSnapshot   *connect.Client[v1.SaveSnapshotRequest, v1.SnapshotChunk]
+}
+
+// ListMembers calls xce.v1.ClusterService.ListMembers.
+func (c *clusterServiceClient) ListMembers(ctx context.Context, req *connect.Request[v1.ListMembersRequest]) (*connect.Response[v1.ListMembersResponse], error) {
+	return c.listMembers.CallUnary(ctx, req)
+}
+
+// AddMember calls xce.v1.ClusterService.AddMember.
+func (c *clusterServiceClient) AddMember(ctx context.Context, req *connect.Request[v1.AddMemberRequest]) (*connect.Response[v1.AddMemberResponse], error) {
+	return c.addMember.CallUnary(ctx, req)
+}
+
+// PromoteMember calls xce.v1.ClusterService.PromoteMember.
+func (c *clusterServiceClient) PromoteMember(ctx context.Context, req *connect.Request[v1.PromoteMemberRequest]) (*connect.Response[v1.PromoteMemberResponse], error) {
+	return c.promoteMember.CallUnary(ctx, req)
+}
+
+// RemoveMember calls xce.v1.ClusterService.RemoveMember.
+func (c *clusterServiceClient) RemoveMember(ctx context.Context, req *connect.Request[v1.RemoveMemberRequest]) (*connect.Response[v1.RemoveMemberResponse], error) {
+	return c.removeMember.CallUnary(ctx, req)
+}
+
+// TransferLeader calls xce.v1.ClusterService.TransferLeader.
+func (c *clusterServiceClient) TransferLeader(ctx context.Context, req *connect.Request[v1.TransferLeaderRequest]) (*connect.Response[v1.TransferLeaderResponse], error) {
+	return c.transferLeader.CallUnary(ctx, req)
+}
+
+// Join calls xce.v1.ClusterService.Join.
+func (c *clusterServiceClient) Join(ctx context.Context, req *connect.Request[v1.JoinRequest]) (*connect.Response[v1.JoinResponse], error) {
+	return c.join.CallUnary(ctx, req)
+}
+
+// SaveSnapshot calls xce.v1.ClusterService.SaveSnapshot.
+func (c *clusterServiceClient) SaveSnapshot(ctx context.Context, req *connect.Request[v1.SaveSnapshotRequest]) (*connect.ServerStreamForClient[v1.SnapshotChunk], error) {
+	return c.saveSnapshot.CallServerStream(ctx, req)
+}
+
+// ClusterServiceHandler is an implementation of the xce.v1.ClusterService service.
+type ClusterServiceHandler interface {
+	ListMembers(context.Context, *connect.Request[v1.ListMembersRequest]) (*connect.Response[v1.ListMembersResponse], error)
+	AddMember(context.Context, *connect.Request[v1.AddMemberRequest]) (*connect.Response[v1.AddMemberResponse], error)
+	PromoteMember(context.Context, *connect.Request[v1.PromoteMemberRequest]) (*connect.Response[v1.PromoteMemberResponse], error)
+	RemoveMember(context.Context, *connect.Request[v1.RemoveMemberRequest]) (*connect.Response[v1.RemoveMemberResponse], error)
+	TransferLeader(context.Context, *connect.Request[v1.TransferLeaderRequest]) (*connect.Response[v1.TransferLeaderResponse], error)
+	Join(context.Context, *connect.Request[v1.JoinRequest]) (*connect.Response[v1.JoinResponse], error)
+	// SaveSnapshot streams a consistent snapshot taken through the primary.
+	SaveSnapshot(context.Context, *connect.Request[v1.SaveSnapshotRequest], *connect.ServerStream[v1.SnapshotChunk]) error
+}
+
+// NewClusterServiceHandler builds an HTTP handler from the service implementation. It returns the
+// path on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewClusterServiceHandler(svc ClusterServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	clusterServiceMethods := v1.File_xce_v1_xce_proto.Services().ByName("ClusterService").Methods()
+	clusterServiceListMembersHandler := connect.NewUnaryHandler(
+		ClusterServiceListMembersProcedure,
+		svc.ListMembers,
+		connect.WithSchema(clusterServiceMethods.ByName("ListMembers")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
+	clusterServiceAddMemberHandler := connect.NewUnaryHandler(
+		ClusterServiceAddMemberProcedure,
+		svc.AddMember,
+		connect.WithSchema(clusterServiceMethods.ByName("AddMember")),
+		connect.WithHandlerOptions(opts...),
+	)
+	clusterServicePromoteMemberHandler := connect.NewUnaryHandler(
+		ClusterServicePromoteMemberProcedure,
+		svc.PromoteMember,
+		connect.WithSchema(clusterServiceMethods.ByName("PromoteMember")),
+		connect.WithHandlerOptions(opts...),
+	)
+	clusterServiceRemoveMemberHandler := connect.NewUnaryHandler(
+		ClusterServiceRemoveMemberProcedure,
+		svc.RemoveMember,
+		connect.WithSchema(clusterServiceMethods.ByName("RemoveMember")),
+		connect.WithHandlerOptions(opts...),
+	)
+	clusterServiceTransferLeaderHandler := connect.NewUnaryHandler(
+		ClusterServiceTransferLeaderProcedure,
+		svc.TransferLeader,
+		connect.WithSchema(clusterServiceMethods.ByName("TransferLeader")),
+		connect.WithHandlerOptions(opts...),
+	)
+	clusterServiceJoinHandler := connect.NewUnaryHandler(
+		ClusterServiceJoinProcedure,
+		svc.Join,
+		connect.WithSchema(clusterServiceMethods.ByName("Join")),
+		connect.WithHandlerOptions(opts...),
+	)
+	clusterServiceSaveSnapshotHandler := connect.NewServerStreamHandler(
+		ClusterServiceSaveSnapshotProcedure,
+		svc.SaveSnapshot,
+		connect.WithSchema(clusterServiceMethods.ByName("SaveSnapshot")),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/xce.v1.ClusterService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case ClusterServiceListMembersProcedure:
+			clusterServiceListMembersHandler.ServeHTTP(w, r)
+		case ClusterServiceAddMemberProcedure:
+			clusterServiceAddMemberHandler.ServeHTTP(w, r)
+		case ClusterServicePromoteMemberProcedure:
+			clusterServicePromoteMemberHandler.ServeHTTP(w, r)
+		case ClusterServiceRemoveMemberProcedure:
+			clusterServiceRemoveMemberHandler.ServeHTTP(w, r)
+		case ClusterServiceTransferLeaderProcedure:
+			clusterServiceTransferLeaderHandler.ServeHTTP(w, r)
+		case ClusterServiceJoinProcedure:
+			clusterServiceJoinHandler.ServeHTTP(w, r)
+		case ClusterServiceSaveSnapshotProcedure:
+			clusterServiceSaveSnapshotHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedClusterServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedClusterServiceHandler struct{}
+
+func (UnimplementedClusterServiceHandler) ListMembers(context.Context, *connect.Request[v1.ListMembersRequest]) (*connect.Response[v1.ListMembersResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("xce.v1.ClusterService.ListMembers is not implemented"))
+}
+
+func (UnimplementedClusterServiceHandler) AddMember(context.Context, *connect.Request[v1.AddMemberRequest]) (*connect.Response[v1.AddMemberResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("xce.v1.ClusterService.AddMember is not implemented"))
+}
+
+func (UnimplementedClusterServiceHandler) PromoteMember(context.Context, *connect.Request[v1.PromoteMemberRequest]) (*connect.Response[v1.PromoteMemberResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("xce.v1.ClusterService.PromoteMember is not implemented"))
+}
+
+func (UnimplementedClusterServiceHandler) RemoveMember(context.Context, *connect.Request[v1.RemoveMemberRequest]) (*connect.Response[v1.RemoveMemberResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("xce.v1.ClusterService.RemoveMember is not implemented"))
+}
+
+func (UnimplementedClusterServiceHandler) TransferLeader(context.Context, *connect.Request[v1.TransferLeaderRequest]) (*connect.Response[v1.TransferLeaderResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("xce.v1.ClusterService.TransferLeader is not implemented"))
+}
+
+func (UnimplementedClusterServiceHandler) Join(context.Context, *connect.Request[v1.JoinRequest]) (*connect.Response[v1.JoinResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("xce.v1.ClusterService.Join is not implemented"))
+}
+
+func (UnimplementedClusterServiceHandler) SaveSnapshot(context.Context, *connect.Request[v1.SaveSnapshotRequest], *connect.ServerStream[v1.SnapshotChunk]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("xce.v1.ClusterService.SaveSnapshot is not implemented"))
 }
