@@ -189,7 +189,8 @@ func (c *Client) RemoveMember(ctx context.Context, id string, force bool) error 
 // caught-up voter when to is empty, and returns the new primary's id.
 // A transfer sent twice would move the leadership twice, so the client
 // notes the primary first and, before a retry, stops if the leadership has
-// already moved (to to, or away from the noted primary).
+// already moved (to to, or away from the noted primary; a list that named
+// no primary leaves only the server's answer to go by).
 func (c *Client) TransferLeader(ctx context.Context, to string) (string, error) {
 	var from string
 	if to == "" {

@@ -137,6 +137,10 @@ func membersListCmd() *cobra.Command {
 			}
 			return f.call(func(ctx context.Context, c *client.Client) error {
 				r, err := c.ListMembers(ctx, stale)
+				if errors.Is(err, client.ErrNotReady) && !stale {
+					// Without a PRIMARY a STANDBY still knows the members.
+					return fmt.Errorf("%w (--stale lists a STANDBY's view)", err)
+				}
 				if err != nil {
 					return err
 				}
