@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/xce/xce/client"
 	"github.com/xce/xce/configs"
 	"github.com/xce/xce/internal/backoff"
 	"github.com/xce/xce/internal/localcluster"
@@ -28,11 +29,13 @@ func devCmd() *cobra.Command {
 	var restoreRate float64
 	cmd := &cobra.Command{
 		Use:   "dev",
-		Short: "Run a local cluster (3 nodes on loopback) until Ctrl-C",
+		Short: "Run a local cluster (3 nodes on loopback, or --nodes 1, 5, 7) until Ctrl-C",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if nodes < 1 || nodes > 7 {
-				return usageErr("--nodes: %d is not between 1 and 7", nodes)
+			if nodes < 1 || nodes > 7 || nodes%2 == 0 {
+				// An even count tolerates no more failures than the odd
+				// count below it and needs one more node for a quorum.
+				return usageErr("--nodes: %d is not 1, 3, 5 or 7", nodes)
 			}
 			if workers < 0 || workers > 50 {
 				return usageErr("--workers: %d is not between 0 and 50", workers)
@@ -47,7 +50,7 @@ func devCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&dir, "dir", ".xce-dev", "directory for the generated configs, data and logs")
-	cmd.Flags().IntVar(&nodes, "nodes", 3, "number of nodes")
+	cmd.Flags().IntVar(&nodes, "nodes", 3, "number of nodes: 1, 3, 5 or 7")
 	cmd.Flags().IntVar(&basePort, "base-port", 7100, "client ports are base+i, peer ports base+100+i")
 	cmd.Flags().BoolVar(&fresh, "fresh", false, "delete the directory's data first")
 	cmd.Flags().StringVar(&kafkaAddr, "kafka-addr", "127.0.0.1:9092", "where the embedded Kafka broker (kafka-dev) listens")
@@ -155,6 +158,10 @@ func runDev(dir string, n, base int, fresh, secure bool, kafkaAddr string, worke
 	}
 	addrs := cluster.ClientAddrs()
 	all := strings.Join(addrs, ",")
+	if err := waitElected(ctx, cluster, secure); err != nil && ctx.Err() == nil {
+		// The cluster keeps running: the logs and `xce status` say why.
+		fmt.Printf("\nwarning: %v; see the logs in %s\n", err, logDir)
+	}
 	if workers.n > 0 {
 		fmt.Println()
 	}
@@ -183,6 +190,7 @@ func runDev(dir string, n, base int, fresh, secure bool, kafkaAddr string, worke
 	}
 	fmt.Printf("try:  xce status --addr %s\n      xce submit my-task --addr %s\n      %s -H 'Content-Type: application/json' -d '{\"taskId\":\"t1\"}' %s%s/xce.v1.ControllerService/SubmitTask\n",
 		addrs[0], all, curl, scheme, addrs[0])
+	fmt.Printf("      xce members list --addr %s\n      xce leader transfer --addr %s\n", all, all)
 	if workers.n > 0 {
 		fmt.Printf("      xce submit my-stateful-task --stateful --addr %s\n      xce workers --addr %s\n      xce assignment --addr %s\n", all, all, all)
 	}
@@ -204,6 +212,32 @@ func runDev(dir string, n, base int, fresh, secure bool, kafkaAddr string, worke
 		}
 		return fmt.Errorf("%s exited; see %s", name, filepath.Join(logDir, name+".log"))
 	}
+}
+
+// devElectTimeout bounds the wait for the dev cluster's first election.
+const devElectTimeout = 30 * time.Second
+
+// waitElected waits until one node is PRIMARY with write quorum and every
+// other is STANDBY, and says which; the examples printed after it then
+// work at once.
+func waitElected(ctx context.Context, cluster *localcluster.Cluster, secure bool) error {
+	var creds client.Credentials
+	if secure {
+		creds = cluster.Credentials()
+	}
+	cl, err := client.New(cluster.ClientAddrs(), client.Options{Credentials: creds})
+	if err != nil {
+		return err
+	}
+	defer cl.CloseIdleConnections()
+	wctx, cancel := context.WithTimeout(ctx, devElectTimeout)
+	defer cancel()
+	p, err := cluster.WaitPrimary(wctx, cl, cluster.N()-1)
+	if err != nil {
+		return fmt.Errorf("the cluster did not elect within %v: %w", devElectTimeout, err)
+	}
+	fmt.Printf("\n%s is PRIMARY, %d STANDBY\n", cluster.Nodes[p].ID, cluster.N()-1)
+	return nil
 }
 
 // devStopGrace is how long a child may take to stop on SIGTERM.

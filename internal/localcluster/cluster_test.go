@@ -117,3 +117,36 @@ func TestSecureGeneratesCredentials(t *testing.T) {
 		t.Errorf("peer TLS only: peer_tls %+v tls %+v auth %+v", cfg.PeerTLS, cfg.TLS, cfg.Auth)
 	}
 }
+
+// Every size `xce dev --nodes` and `xce bench --local` take lays out
+// distinct ports (from a base port or free ones) and configs that validate
+// and name every node as a peer.
+func TestLayoutOfEverySize(t *testing.T) {
+	for _, n := range []int{1, 3, 5, 7} {
+		for _, base := range []int{0, 7700} {
+			c, err := New(Options{Exe: "xce", Dir: t.TempDir(), N: n, ClusterID: "lc", BasePort: base})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.N() != n || len(c.ClientAddrs()) != n {
+				t.Fatalf("n=%d: %d nodes", n, c.N())
+			}
+			seen := map[string]bool{}
+			for i, nd := range c.Nodes {
+				for _, a := range []string{nd.ClientAddr, nd.PeerAddr} {
+					if seen[a] {
+						t.Errorf("n=%d base=%d: %s used twice", n, base, a)
+					}
+					seen[a] = true
+				}
+				cfg := c.Config(i)
+				if err := cfg.Validate(); err != nil {
+					t.Errorf("n=%d base=%d %s: %v", n, base, nd.ID, err)
+				}
+				if len(cfg.Peers) != n {
+					t.Errorf("n=%d %s: %d peers", n, nd.ID, len(cfg.Peers))
+				}
+			}
+		}
+	}
+}
