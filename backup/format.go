@@ -194,7 +194,9 @@ func Open(path string) (*File, error) {
 }
 
 // Data returns a reader of the data, from its start.
-func (f *File) Data() io.Reader { return io.NewSectionReader(f.f, f.Header.Len(), int64(f.Header.Size)) }
+func (f *File) Data() io.Reader {
+	return io.NewSectionReader(f.f, f.Header.Len(), int64(f.Header.Size))
+}
 
 // Close closes the file.
 func (f *File) Close() error { return f.f.Close() }
