@@ -86,7 +86,7 @@ func rootCmd() *cobra.Command {
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageErr("%v", err) })
 	root.AddCommand(serverCmd(), upgradeCmd(), devCmd(), statusCmd(), versionCmd(),
 		submitCmd(), taskCmd(), tasksCmd(), benchCmd(), kafkaDevCmd(), eventsCmd(), assignCmd(),
-		workerCmd(), workersCmd(), assignmentCmd(), checkDBCmd(), tlsCmd())
+		workerCmd(), workersCmd(), assignmentCmd(), checkDBCmd(), tlsCmd(), snapshotCmd())
 	return root
 }
 
