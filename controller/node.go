@@ -371,15 +371,15 @@ func (n *Node) peerTLS() []netio.StreamOption {
 		peers[p.PeerAddr] = p.ID
 	}
 	return []netio.StreamOption{netio.WithPeerTLS(netio.PeerTLS{
-		Files: files, Cluster: n.cfg.ClusterID, Peers: peers, Members: n.peerMembers,
+		Files: files, Cluster: n.cfg.ClusterID, Peers: peers, Members: n.peerTLSMembers,
 		Metrics: n.metrics.peerTLS, Logger: n.log.With().Str("component", "peer_tls").Logger(),
 	})}
 }
 
-// members is the backend's latest configuration; ok is false while it is
+// liveMembers is the backend's latest configuration; ok is false while it is
 // not known (no backend yet, or one whose members do not change), when
 // the config's peers stand in.
-func (n *Node) members() ([]ha.Member, bool) {
+func (n *Node) liveMembers() ([]ha.Member, bool) {
 	b := n.backend.Load()
 	if b == nil {
 		return nil, false
@@ -395,11 +395,11 @@ func (n *Node) members() ([]ha.Member, bool) {
 	return members, true
 }
 
-// peerMembers is the configuration's peer addresses and node ids, which
+// peerTLSMembers is the configuration's peer addresses and node ids, which
 // the peer port's TLS accepts and dials (nil: the config's peers). It runs
 // at each peer handshake, on the stream layer's goroutines.
-func (n *Node) peerMembers() map[string]string {
-	members, ok := n.members()
+func (n *Node) peerTLSMembers() map[string]string {
+	members, ok := n.liveMembers()
 	if !ok {
 		return nil
 	}
@@ -410,10 +410,10 @@ func (n *Node) peerMembers() map[string]string {
 	return out
 }
 
-// syncVoters gives the write quorum the configuration's voters: members
+// syncQuorumVoters gives the write quorum the configuration's voters: members
 // are added, promoted and removed at run time, and non-voters never count.
-func (n *Node) syncVoters() {
-	members, ok := n.members()
+func (n *Node) syncQuorumVoters() {
+	members, ok := n.liveMembers()
 	if !ok {
 		return
 	}
@@ -526,7 +526,7 @@ func (n *Node) loop(ctx context.Context) error {
 			switch ev := ev.(type) {
 			case raftStarted:
 				n.backend.Store(&backendBox{ev.b})
-				n.syncVoters()
+				n.syncQuorumVoters()
 				signals = ev.b.Signals()
 				n.step(ha.Started{})
 				n.step(ev.b.View())
@@ -555,7 +555,7 @@ func (n *Node) loop(ctx context.Context) error {
 			n.signal(sig)
 		case <-tick.C:
 			if b := n.backend.Load(); b != nil {
-				n.syncVoters()
+				n.syncQuorumVoters()
 				n.step(b.View())
 			}
 		}
@@ -598,7 +598,7 @@ func (n *Node) perform(fx ha.Effect) {
 			n.termStop = nil
 		}
 	case ha.Establish:
-		n.syncVoters()
+		n.syncQuorumVoters()
 		n.quorum.Reset(time.Now())
 		n.primaryTerm = fx.Term
 		n.establish(fx.Term)
