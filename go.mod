@@ -8,6 +8,8 @@ replace github.com/hashicorp/go-metrics => github.com/hashicorp/go-metrics v0.6.
 
 require (
 	connectrpc.com/connect v1.19.1
+	connectrpc.com/grpchealth v1.5.0
+	connectrpc.com/grpcreflect v1.3.0
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/cloudflare/tableflip v1.2.3
 	github.com/hashicorp/go-hclog v1.6.3

@@ -6,7 +6,9 @@
 // client id and a request id, kept across retries, so a retry is never
 // applied twice. Calls go over TLS and carry a bearer token as Options and
 // Credentials say; Unauthenticated, PermissionDenied and a certificate
-// refused at the handshake are final answers, never retried.
+// refused at the handshake are final answers, never retried. The client
+// follows the cluster's membership: every Status it reads names the
+// members' client addresses, which replace the endpoints it was given.
 package client
 
 import (
@@ -115,21 +117,42 @@ type Options struct {
 	// OnRetry, when set, is called before every retry with the NOT_READY
 	// detail (nil for a transport error) and the error.
 	OnRetry func(nr *xcev1.NotReady, err error)
+	// RefreshInterval is how often, while calls are made, the client asks
+	// a node for the cluster's members (a Status call, in the background)
+	// to follow members added and removed; after a NOT_READY answer or an
+	// unreachable node it asks again after at most a second. Default 30s;
+	// negative: only the caller's Status calls teach it the members.
+	RefreshInterval time.Duration
 }
 
-// Client talks to a cluster. It is safe for concurrent use.
-type Client struct {
-	endpoints []string
-	opts      Options
-	http      *http.Client
-	scheme    string // "http://" or "https://"
-	connect   []connect.ClientOption
-	seq       atomic.Uint64
+// minRefresh spaces the member refreshes a failing call asks for.
+const minRefresh = time.Second
 
-	mu      sync.Mutex
-	current string
-	svcs    map[string]xcev1connect.ControllerServiceClient
-	wsvcs   map[string]xcev1connect.WorkerServiceClient
+// Client talks to a cluster. It is safe for concurrent use; Close stops
+// its background member refresh.
+type Client struct {
+	opts    Options
+	http    *http.Client
+	scheme  string // "http://" or "https://"
+	connect []connect.ClientOption
+	seq     atomic.Uint64
+
+	// stop ends a running member refresh; refreshes counts them.
+	stop      context.Context
+	cancel    context.CancelFunc
+	refreshes sync.WaitGroup
+
+	mu sync.Mutex
+	// endpoints are the members' client addresses once a Status named
+	// them, the given addresses until then.
+	endpoints []string
+	current   string
+	// refreshing: a member refresh runs; lastRefresh is when the last began.
+	refreshing  bool
+	closed      bool
+	lastRefresh time.Time
+	svcs        map[string]xcev1connect.ControllerServiceClient
+	wsvcs       map[string]xcev1connect.WorkerServiceClient
 }
 
 // New returns a client for the given HOST:PORT endpoints.
@@ -172,11 +195,116 @@ func New(endpoints []string, opts Options) (*Client, error) {
 	if opts.MaxBackoff <= 0 {
 		opts.MaxBackoff = time.Second
 	}
+	if opts.RefreshInterval == 0 {
+		opts.RefreshInterval = 30 * time.Second
+	}
+	stop, cancel := context.WithCancel(context.Background())
 	return &Client{
 		endpoints: eps, opts: opts, http: opts.HTTPClient, current: eps[0], scheme: scheme, connect: copts,
+		stop: stop, cancel: cancel,
 		svcs:  make(map[string]xcev1connect.ControllerServiceClient),
 		wsvcs: make(map[string]xcev1connect.WorkerServiceClient),
 	}, nil
+}
+
+// Close stops the background member refresh, waits for it, and closes the
+// idle connections. Calls made after Close still work, without refresh.
+func (c *Client) Close() {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	c.cancel()
+	c.refreshes.Wait()
+	c.http.CloseIdleConnections()
+}
+
+// learn replaces the endpoints with the client addresses of members, keeping
+// the order of those already known and appending new ones. A list that
+// names no client address teaches nothing: the client never drops to no
+// endpoint.
+func (c *Client) learn(members []*xcev1.Member) {
+	var addrs []string
+	seen := map[string]bool{}
+	for _, m := range members {
+		if a := strings.TrimSpace(m.GetClientAddr()); a != "" && !seen[a] {
+			seen[a] = true
+			addrs = append(addrs, a)
+		}
+	}
+	if len(addrs) == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	eps := make([]string, 0, len(addrs))
+	kept := map[string]bool{}
+	for _, e := range c.endpoints {
+		if seen[e] {
+			eps = append(eps, e)
+			kept[e] = true
+		}
+	}
+	for _, a := range addrs {
+		if !kept[a] {
+			eps = append(eps, a)
+		}
+	}
+	for _, e := range c.endpoints {
+		if !seen[e] {
+			// A member that is gone: its stubs go too.
+			delete(c.svcs, e)
+			delete(c.wsvcs, e)
+		}
+	}
+	c.endpoints = eps
+	if !seen[c.current] {
+		c.current = eps[0]
+	}
+}
+
+// maybeRefresh starts a background member refresh when one is due: every
+// RefreshInterval while calls are made, or after minRefresh when a call
+// failed (urgent), since a failing node may be one that left.
+func (c *Client) maybeRefresh(urgent bool) {
+	if c.opts.RefreshInterval < 0 {
+		return
+	}
+	every := c.opts.RefreshInterval
+	if urgent {
+		every = min(every, minRefresh)
+	}
+	now := time.Now()
+	c.mu.Lock()
+	if c.closed || c.refreshing || (!c.lastRefresh.IsZero() && now.Sub(c.lastRefresh) < every) {
+		c.mu.Unlock()
+		return
+	}
+	c.refreshing, c.lastRefresh = true, now
+	first := c.current
+	c.mu.Unlock()
+	c.refreshes.Go(func() {
+		defer func() {
+			c.mu.Lock()
+			c.refreshing = false
+			c.mu.Unlock()
+		}()
+		c.refresh(first)
+	})
+}
+
+// refresh asks one endpoint after another, from first, for its Status
+// until one answers (Status learns the members it names).
+func (c *Client) refresh(first string) {
+	ep := first
+	for range c.Endpoints() {
+		ctx, cancel := context.WithTimeout(c.stop, c.opts.AttemptTimeout)
+		_, err := c.Status(ctx, ep)
+		cancel()
+		if err == nil || c.stop.Err() != nil {
+			return
+		}
+		ep = c.next(ep)
+	}
 }
 
 // ClientID is the id the client writes under.
@@ -223,6 +351,8 @@ func (c *Client) setCur(ep string) {
 
 // next returns the endpoint after ep in the list (the first if ep is not in it).
 func (c *Client) next(ep string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	for i, e := range c.endpoints {
 		if e == ep {
 			return c.endpoints[(i+1)%len(c.endpoints)]
@@ -266,6 +396,7 @@ func (c *Client) doWorker(ctx context.Context, call func(ctx context.Context, s 
 // node that does not answer costs at most one attempt timeout. Every
 // service of the API shares it, and the endpoint that last served.
 func retry[S any](ctx context.Context, c *Client, stub func(ep string) S, call func(ctx context.Context, s S) error) error {
+	c.maybeRefresh(false)
 	ep := c.cur()
 	var last *xcev1.NotReady
 	var lastErr error
@@ -291,6 +422,9 @@ func retry[S any](ctx context.Context, c *Client, stub func(ep string) S, call f
 			return giveUp(ctx, last, lastErr)
 		}
 		var wait time.Duration
+		if isNotReady || retryable(ctx, err) && !badCertificate(err) {
+			c.maybeRefresh(true)
+		}
 		if isNotReady {
 			unanswered.Reset()
 			if nr.LeaderAddr != "" && nr.LeaderAddr != ep && hops < 3 {
@@ -551,7 +685,8 @@ func (c *Client) Heartbeat(ctx context.Context, req *xcev1.HeartbeatRequest) (*x
 }
 
 // Status asks one endpoint for its status, without retry: status answers in
-// every role, so a failure means the node is unreachable.
+// every role, so a failure means the node is unreachable. The members it
+// names become the client's endpoints.
 func (c *Client) Status(ctx context.Context, endpoint string) (*xcev1.StatusResponse, error) {
 	r, err := c.svc(endpoint).Status(ctx, connect.NewRequest(&xcev1.StatusRequest{}))
 	if err != nil {
@@ -566,11 +701,17 @@ func (c *Client) Status(ctx context.Context, endpoint string) (*xcev1.StatusResp
 		}
 		return nil, err
 	}
+	c.learn(r.Msg.GetMembers())
 	return r.Msg, nil
 }
 
-// Endpoints are the configured addresses.
-func (c *Client) Endpoints() []string { return c.endpoints }
+// Endpoints are the addresses the client calls: the members' client
+// addresses once a Status named them, the given ones until then.
+func (c *Client) Endpoints() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.endpoints...)
+}
 
 // CloseIdleConnections closes the idle connections of the client's HTTP
 // client (and the goroutines that keep them), for a caller that is done.

@@ -371,9 +371,59 @@ func (n *Node) peerTLS() []netio.StreamOption {
 		peers[p.PeerAddr] = p.ID
 	}
 	return []netio.StreamOption{netio.WithPeerTLS(netio.PeerTLS{
-		Files: files, Cluster: n.cfg.ClusterID, Peers: peers,
+		Files: files, Cluster: n.cfg.ClusterID, Peers: peers, Members: n.peerTLSMembers,
 		Metrics: n.metrics.peerTLS, Logger: n.log.With().Str("component", "peer_tls").Logger(),
 	})}
+}
+
+// liveMembers is the backend's latest configuration; ok is false while it is
+// not known (no backend yet, or one whose members do not change), when
+// the config's peers stand in.
+func (n *Node) liveMembers() ([]ha.Member, bool) {
+	b := n.backend.Load()
+	if b == nil {
+		return nil, false
+	}
+	m, ok := b.Backend.(ha.Membership)
+	if !ok {
+		return nil, false
+	}
+	members, _, _, err := m.Members()
+	if err != nil {
+		return nil, false
+	}
+	return members, true
+}
+
+// peerTLSMembers is the configuration's peer addresses and node ids, which
+// the peer port's TLS accepts and dials (nil: the config's peers). It runs
+// at each peer handshake, on the stream layer's goroutines.
+func (n *Node) peerTLSMembers() map[string]string {
+	members, ok := n.liveMembers()
+	if !ok {
+		return nil
+	}
+	out := make(map[string]string, len(members))
+	for _, m := range members {
+		out[m.PeerAddr] = m.ID
+	}
+	return out
+}
+
+// syncQuorumVoters gives the write quorum the configuration's voters: members
+// are added, promoted and removed at run time, and non-voters never count.
+func (n *Node) syncQuorumVoters() {
+	members, ok := n.liveMembers()
+	if !ok {
+		return
+	}
+	var voters []string
+	for _, m := range members {
+		if m.Voter {
+			voters = append(voters, m.ID)
+		}
+	}
+	n.quorum.SetVoters(voters)
 }
 
 // Backend names the election backend; info describes a Kafka-coordinated
@@ -476,6 +526,7 @@ func (n *Node) loop(ctx context.Context) error {
 			switch ev := ev.(type) {
 			case raftStarted:
 				n.backend.Store(&backendBox{ev.b})
+				n.syncQuorumVoters()
 				signals = ev.b.Signals()
 				n.step(ha.Started{})
 				n.step(ev.b.View())
@@ -504,6 +555,7 @@ func (n *Node) loop(ctx context.Context) error {
 			n.signal(sig)
 		case <-tick.C:
 			if b := n.backend.Load(); b != nil {
+				n.syncQuorumVoters()
 				n.step(b.View())
 			}
 		}
@@ -546,6 +598,7 @@ func (n *Node) perform(fx ha.Effect) {
 			n.termStop = nil
 		}
 	case ha.Establish:
+		n.syncQuorumVoters()
 		n.quorum.Reset(time.Now())
 		n.primaryTerm = fx.Term
 		n.establish(fx.Term)

@@ -140,6 +140,7 @@ func NewService(node Node, reg prometheus.Registerer, workers Workers, options .
 		mux.Handle(path, h)
 	}
 	mountStreams(mux, services)
+	s.mountHealth(mux)
 	if s.authn.Enforced() {
 		return s, "/", withTLS(mux)
 	}

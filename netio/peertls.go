@@ -39,8 +39,9 @@ const (
 	// PeerRefusedOtherCluster: the certificate names a node of another
 	// cluster.
 	PeerRefusedOtherCluster = "other_cluster"
-	// PeerRefusedWrongNode: the certificate names a node that is not among
-	// peers, or, dialling, not the node whose address was dialled.
+	// PeerRefusedWrongNode: the certificate names a node that is not a
+	// member of the cluster's configuration, or, dialling, not the node
+	// the configuration gives the address dialled.
 	PeerRefusedWrongNode = "wrong_node"
 	// PeerRefusedByPeer: the other end aborted the handshake, refusing this
 	// node's certificate (its own log says why).
@@ -67,7 +68,7 @@ func NewPeerTLSMetrics(reg prometheus.Registerer) *PeerTLSMetrics {
 		Name: "xce_peer_tls_refused_total",
 		Help: "Peer connections refused at the TLS handshake of the peer port, either end, by reason: plaintext (the peer has no peer_tls), " +
 			"no_certificate, bad_certificate (does not verify against peer_tls.ca_file), expired, not_a_node (a client's certificate, or no xce identity), " +
-			"other_cluster, wrong_node (a node not among peers, or not the one dialled), refused_by_peer (the other end refused this node's certificate), " +
+			"other_cluster, wrong_node (a node not in the cluster's configuration, or not the one dialled), refused_by_peer (the other end refused this node's certificate), " +
 			"handshake (any other failure).",
 	}, []string{"reason"})}
 	if reg != nil {
@@ -94,16 +95,24 @@ func (m *PeerTLSMetrics) inc(reason string) {
 
 // PeerTLS is the peer port's mutual TLS: both ends present a certificate
 // signed by the cluster's CA that names their node of this cluster
-// (tlsconf.Identity, kind node).
+// (tlsconf.Identity, kind node), and that node is a member of the
+// cluster's configuration (docs/operations.md, "TLS on the peer port").
 type PeerTLS struct {
 	// Files are peer_tls's CA, certificate and key; renewed files are
 	// used for new handshakes without a restart.
 	Files tlsconf.Files
 	// Cluster is this node's cluster id.
 	Cluster string
-	// Peers maps each voter's peer address to its node id: an accepted
-	// peer must name one of them, a dialled one the node of its address.
+	// Peers maps each member's peer address to its node id, as the config
+	// names them; it stands in while Members is nil or returns nil.
 	Peers map[string]string
+	// Members, when set, returns the current configuration's members
+	// (peer address → node id). It is called at each handshake, from the
+	// goroutines that make them, so a member added or removed at run time
+	// is accepted or refused from the next connection on. nil means not
+	// known yet (Peers is used); an empty map is a configuration that does
+	// not hold this node yet.
+	Members func() map[string]string
 	// Metrics, when set, count the refusals.
 	Metrics *PeerTLSMetrics
 	// Logger receives each refusal, once per peer and reason.
@@ -113,13 +122,10 @@ type PeerTLS struct {
 // peerTLS is a PeerTLS in use.
 type peerTLS struct {
 	PeerTLS
-	src    *tlsconf.Source
-	ids    map[string]bool
+	src *tlsconf.Source
+	// self is the node this node's certificate names.
+	self   string
 	server *tls.Config
-	// clients are the configurations that dial each peer address; other
-	// addresses use anyPeer.
-	clients map[string]*tls.Config
-	anyPeer *tls.Config
 
 	mu     sync.Mutex
 	logged map[refusalKey]bool
@@ -139,7 +145,7 @@ func newPeerTLS(p PeerTLS) (*peerTLS, error) {
 	if err != nil {
 		return nil, fmt.Errorf("peer_tls: %w", err)
 	}
-	t := &peerTLS{PeerTLS: p, src: src, ids: map[string]bool{}, clients: map[string]*tls.Config{}, logged: map[refusalKey]bool{}}
+	t := &peerTLS{PeerTLS: p, src: src, logged: map[refusalKey]bool{}}
 	log := p.Logger
 	src.OnReload = func(err error) {
 		if err != nil {
@@ -148,19 +154,24 @@ func newPeerTLS(p PeerTLS) (*peerTLS, error) {
 		}
 		log.Info().Time("expires", src.Expiry()).Msg("peer_tls: loaded renewed certificate files for new handshakes")
 	}
-	for addr, id := range p.Peers {
-		t.ids[id] = true
-		t.clients[addr] = src.ClientConfig("", t.verifier(id))
-	}
-	t.anyPeer = src.ClientConfig("", t.verifier(""))
-	t.server = src.ServerConfig(tlsconf.ClientAuthRequired, t.verifier(""))
+	t.server = src.ServerConfig(tlsconf.ClientAuthRequired, t.acceptVerifier())
 	var name string
 	if id, ok := tlsconf.IdentityOf(src.Leaf()); ok {
-		name = id.String()
+		name, t.self = id.String(), id.Name
 	}
 	log.Info().Str("certificate", name).Time("expires", src.Expiry()).
-		Msg("peer port: mutual TLS; a peer must present a certificate of the cluster's CA naming a node in peers")
+		Msg("peer port: mutual TLS; a peer must present a certificate of the cluster's CA naming a member of the cluster's configuration")
 	return t, nil
+}
+
+// members is the current configuration: peer address → node id.
+func (t *peerTLS) members() map[string]string {
+	if t.Members != nil {
+		if m := t.Members(); m != nil {
+			return m
+		}
+	}
+	return t.Peers
 }
 
 // refusal is a certificate refused for reason.
@@ -172,26 +183,62 @@ type refusal struct {
 func (r *refusal) Error() string { return r.err.Error() }
 func (r *refusal) Unwrap() error { return r.err }
 
-// verifier vets a peer's verified certificate: it names a node of this
-// cluster, and that node is want, or any voter when want is empty.
-func (t *peerTLS) verifier(want string) func(*x509.Certificate) error {
-	nv := tlsconf.NodeVerifier(t.Cluster, func() string { return want })
-	return func(c *x509.Certificate) error {
-		id, ok := tlsconf.IdentityOf(c)
-		if err := nv(c); err != nil {
-			switch {
-			case !ok || id.Kind != tlsconf.KindNode:
-				return &refusal{PeerRefusedNotANode, err}
-			case id.Cluster != t.Cluster:
-				return &refusal{PeerRefusedOtherCluster, err}
-			default:
-				return &refusal{PeerRefusedWrongNode, err}
-			}
+// nodeOf vets that a verified certificate names a node of this cluster
+// whose name want (when set) returns, and returns that node.
+func (t *peerTLS) nodeOf(c *x509.Certificate, want func() string) (string, error) {
+	id, ok := tlsconf.IdentityOf(c)
+	if err := tlsconf.NodeVerifier(t.Cluster, want)(c); err != nil {
+		switch {
+		case !ok || id.Kind != tlsconf.KindNode:
+			return "", &refusal{PeerRefusedNotANode, err}
+		case id.Cluster != t.Cluster:
+			return "", &refusal{PeerRefusedOtherCluster, err}
+		default:
+			return "", &refusal{PeerRefusedWrongNode, err}
 		}
-		if want == "" && !t.ids[id.Name] {
-			return &refusal{PeerRefusedWrongNode, fmt.Errorf("certificate names %s, not one of this cluster's peers", id)}
+	}
+	return id.Name, nil
+}
+
+// acceptVerifier vets a connecting peer: a node of this cluster that is a
+// member of the current configuration. A node that is not in a
+// configuration itself (one joining, before its leader's first entries
+// reach it) accepts any node of this cluster: its new leader dials it
+// before the configuration that names both reaches it.
+func (t *peerTLS) acceptVerifier() func(*x509.Certificate) error {
+	return func(c *x509.Certificate) error {
+		name, err := t.nodeOf(c, nil)
+		if err != nil {
+			return err
+		}
+		member, selfMember := false, false
+		for _, id := range t.members() {
+			member = member || id == name
+			selfMember = selfMember || id == t.self
+		}
+		if !member && selfMember {
+			return &refusal{PeerRefusedWrongNode, fmt.Errorf("certificate names node %q of cluster %q, not a member of this cluster's configuration", name, t.Cluster)}
 		}
 		return nil
+	}
+}
+
+// dialVerifier vets a dialled peer at addr: the node the configuration
+// gives that address, or, for an address it does not hold, any member.
+func (t *peerTLS) dialVerifier(addr string) func(*x509.Certificate) error {
+	return func(c *x509.Certificate) error {
+		m := t.members()
+		want := m[addr]
+		name, err := t.nodeOf(c, func() string { return want })
+		if err != nil || want != "" {
+			return err
+		}
+		for _, id := range m {
+			if id == name {
+				return nil
+			}
+		}
+		return &refusal{PeerRefusedWrongNode, fmt.Errorf("certificate names node %q of cluster %q, not a member of this cluster's configuration", name, t.Cluster)}
 	}
 }
 
@@ -253,11 +300,7 @@ func (t *peerTLS) refused(side, peer string, err error) (string, error) {
 // dial completes the TLS handshake on a connection to addr within
 // deadline.
 func (t *peerTLS) dial(c net.Conn, addr string, deadline time.Time) (net.Conn, error) {
-	cfg, ok := t.clients[addr]
-	if !ok {
-		cfg = t.anyPeer
-	}
-	tc := tls.Client(c, cfg)
+	tc := tls.Client(c, t.src.ClientConfig("", t.dialVerifier(addr)))
 	_ = c.SetDeadline(deadline)
 	err := tc.Handshake()
 	_ = c.SetDeadline(time.Time{})

@@ -81,10 +81,15 @@ type echoServer struct {
 
 func startEcho(t *testing.T, files tlsconf.Files, peers map[string]string, ln net.Listener) *echoServer {
 	t.Helper()
+	return startEchoTLS(t, PeerTLS{Files: files, Cluster: "c1", Peers: peers}, ln)
+}
+
+// startEchoTLS is startEcho with p's TLS (its metrics and logger set here).
+func startEchoTLS(t *testing.T, p PeerTLS, ln net.Listener) *echoServer {
+	t.Helper()
 	e := &echoServer{log: &syncBuf{}, metrics: NewPeerTLSMetrics(prometheus.NewRegistry())}
-	s, err := NewStreamLayer(ln, ln.Addr().String(), "", WithPeerTLS(PeerTLS{
-		Files: files, Cluster: "c1", Peers: peers, Metrics: e.metrics, Logger: zerolog.New(e.log),
-	}))
+	p.Metrics, p.Logger = e.metrics, zerolog.New(e.log)
+	s, err := NewStreamLayer(ln, ln.Addr().String(), "", WithPeerTLS(p))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,15 +128,20 @@ func count(m *PeerTLSMetrics, reason string) float64 {
 // dialer is node id's stream layer, for dialling only.
 func dialer(t *testing.T, files tlsconf.Files, peers map[string]string) (*StreamLayer, *PeerTLSMetrics) {
 	t.Helper()
+	return dialerTLS(t, PeerTLS{Files: files, Cluster: "c1", Peers: peers})
+}
+
+// dialerTLS is dialer with p's TLS (its metrics set here).
+func dialerTLS(t *testing.T, p PeerTLS) (*StreamLayer, *PeerTLSMetrics) {
+	t.Helper()
 	ln, err := Listen("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
 	m := NewPeerTLSMetrics(nil)
-	s, err := NewStreamLayer(ln, ln.Addr().String(), "", WithPeerTLS(PeerTLS{
-		Files: files, Cluster: "c1", Peers: peers, Metrics: m, Logger: zerolog.Nop(),
-	}))
+	p.Metrics, p.Logger = m, zerolog.Nop()
+	s, err := NewStreamLayer(ln, ln.Addr().String(), "", WithPeerTLS(p))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -361,5 +371,130 @@ func TestPeerTLSDialPlaintextPort(t *testing.T) {
 	_, err = d.Dial(raft.ServerAddress(ln.Addr().String()), 2*time.Second)
 	if err == nil || !strings.Contains(err.Error(), "is peer_tls set on that node?") {
 		t.Fatalf("dial a plaintext port: %v, want the hint", err)
+	}
+}
+
+// config is a configuration that changes while handshakes read it.
+type config struct {
+	mu sync.Mutex
+	m  map[string]string
+}
+
+func (c *config) set(m map[string]string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.m = m
+}
+
+func (c *config) members() map[string]string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m
+}
+
+// A node added to the configuration at run time is accepted from then on
+// and refused before; a removed one is refused once it is gone.
+func TestPeerTLSAcceptFollowsTheConfiguration(t *testing.T) {
+	ca := newPKI(t, "c1")
+	ln, err := Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvAddr := ln.Addr().String()
+	// The config's peers name n1 to n3; the configuration is what counts.
+	peers := map[string]string{srvAddr: "n1", "127.0.0.1:1": "n2", "127.0.0.1:2": "n3"}
+	cfg := &config{m: map[string]string{srvAddr: "n1", "127.0.0.1:1": "n2"}}
+	srv := startEchoTLS(t, PeerTLS{Files: ca.files(node("c1", "n1"), 0), Cluster: "c1", Peers: peers, Members: cfg.members}, ln)
+	n2, _ := dialer(t, ca.files(node("c1", "n2"), 0), peers)
+	n3, _ := dialer(t, ca.files(node("c1", "n3"), 0), peers)
+	n4, _ := dialer(t, ca.files(node("c1", "n4"), 0), peers)
+
+	if err := roundTrip(n2, srvAddr); err != nil {
+		t.Fatalf("n2, a member: %v", err)
+	}
+	for _, d := range []*StreamLayer{n3, n4} {
+		if err := roundTrip(d, srvAddr); err == nil {
+			t.Fatal("a node in peers but not in the configuration talked")
+		}
+	}
+	testutil.Eventually(t, 5*time.Second, "2 refusals", func() bool { return srv.refused(PeerRefusedWrongNode) == 2 })
+
+	cfg.set(map[string]string{srvAddr: "n1", "127.0.0.1:1": "n2", "127.0.0.1:4": "n4"})
+	if err := roundTrip(n4, srvAddr); err != nil {
+		t.Fatalf("n4, added at run time: %v", err)
+	}
+	cfg.set(map[string]string{srvAddr: "n1", "127.0.0.1:4": "n4"})
+	if err := roundTrip(n2, srvAddr); err == nil {
+		t.Fatal("n2, removed, still talks")
+	}
+	testutil.Eventually(t, 5*time.Second, "the removed node refused", func() bool { return srv.refused(PeerRefusedWrongNode) == 3 })
+	if err := roundTrip(n4, srvAddr); err != nil {
+		t.Fatalf("n4 after n2's removal: %v", err)
+	}
+
+	// Members not known yet: the config's peers stand in.
+	cfg.set(nil)
+	if err := roundTrip(n3, srvAddr); err != nil {
+		t.Fatalf("n3 of peers, no configuration known: %v", err)
+	}
+}
+
+// A node that no configuration holds yet (one joining) accepts any node of
+// its cluster, its new leader, and nothing else; once the configuration
+// holds it, only members.
+func TestPeerTLSJoiningNodeAcceptsItsLeader(t *testing.T) {
+	ca := newPKI(t, "c1")
+	ln, err := Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvAddr := ln.Addr().String()
+	cfg := &config{m: map[string]string{}}
+	srv := startEchoTLS(t, PeerTLS{Files: ca.files(node("c1", "n4"), 0), Cluster: "c1",
+		Peers: map[string]string{"127.0.0.1:1": "n1"}, Members: cfg.members}, ln)
+	n1, _ := dialer(t, ca.files(node("c1", "n1"), 0), map[string]string{srvAddr: "n4"})
+	if err := roundTrip(n1, srvAddr); err != nil {
+		t.Fatalf("the leader to a joining node: %v", err)
+	}
+	other, _ := dialer(t, ca.files(node("c2", "m1"), 0), map[string]string{srvAddr: "n4"})
+	if err := roundTrip(other, srvAddr); err == nil {
+		t.Fatal("a node of another cluster talked to a joining node")
+	}
+	testutil.Eventually(t, 5*time.Second, "other cluster refused", func() bool { return srv.refused(PeerRefusedOtherCluster) == 1 })
+
+	cfg.set(map[string]string{"127.0.0.1:2": "n2", srvAddr: "n4"})
+	if err := roundTrip(n1, srvAddr); err == nil {
+		t.Fatal("n1, not in the configuration that holds this node, talked")
+	}
+	testutil.Eventually(t, 5*time.Second, "n1 refused", func() bool { return srv.refused(PeerRefusedWrongNode) == 1 })
+}
+
+// Dialling an address the configuration gained at run time checks the
+// certificate names the node the configuration gives that address; an
+// address no configuration holds must be a member's.
+func TestPeerTLSDialFollowsTheConfiguration(t *testing.T) {
+	ca := newPKI(t, "c1")
+	ln, err := Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvAddr := ln.Addr().String()
+	startEcho(t, ca.files(node("c1", "n4"), 0), map[string]string{"127.0.0.1:1": "n1", srvAddr: "n4"}, ln)
+	cfg := &config{m: map[string]string{"127.0.0.1:1": "n1", "127.0.0.1:2": "n2"}}
+	d, m := dialerTLS(t, PeerTLS{Files: ca.files(node("c1", "n1"), 0), Cluster: "c1",
+		Peers: map[string]string{"127.0.0.1:1": "n1"}, Members: cfg.members})
+	if err := roundTrip(d, srvAddr); err == nil || !strings.Contains(err.Error(), "not a member") {
+		t.Fatalf("dial n4 before it is a member: %v, want refused", err)
+	}
+	cfg.set(map[string]string{"127.0.0.1:1": "n1", srvAddr: "n4"})
+	if err := roundTrip(d, srvAddr); err != nil {
+		t.Fatalf("dial n4, added at run time: %v", err)
+	}
+	cfg.set(map[string]string{"127.0.0.1:1": "n1", srvAddr: "n5"})
+	if err := roundTrip(d, srvAddr); err == nil || !strings.Contains(err.Error(), `want node "n5"`) {
+		t.Fatalf("dial the address of n5 answered by n4: %v, want refused", err)
+	}
+	if got := count(m, PeerRefusedWrongNode); got != 2 {
+		t.Errorf("dial side counted %v wrong_node, want 2", got)
 	}
 }

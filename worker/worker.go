@@ -155,7 +155,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrConfig, err)
 	}
-	defer c.CloseIdleConnections()
+	defer c.Close()
 	w := &worker{
 		cfg: cfg,
 		c:   c,
