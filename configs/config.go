@@ -24,6 +24,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/xce/xce/fence"
+	"github.com/xce/xce/ha/autopilot"
 	"github.com/xce/xce/ha/raftha"
 	"github.com/xce/xce/ha/succession"
 	"github.com/xce/xce/netio"
@@ -41,14 +42,26 @@ type Config struct {
 	// PeerListenAddr, when set, is where the Raft listener binds (behind NAT
 	// or a proxy, peers dial peer_addr); outbound peer connections then
 	// leave from its host, so peers see a stable source address.
-	PeerListenAddr string   `yaml:"peer_listen_addr"`
-	Peers          []Peer   `yaml:"peers"` // every voter, this node included
-	HA             HA       `yaml:"ha"`
-	Raft           Raft     `yaml:"raft"`
-	Kafka          Kafka    `yaml:"kafka"`
-	Assignor       Assignor `yaml:"assignor"`
-	Limits         Limits   `yaml:"limits"`
-	Log            Log      `yaml:"log"`
+	PeerListenAddr string `yaml:"peer_listen_addr"`
+	// Peers are the voters a new cluster starts with, this node included:
+	// they bootstrap its first configuration. Once the data dir holds
+	// Raft state the cluster's own configuration says who the members are
+	// (members are added and removed through the API) and a change here
+	// has no effect on it. With join, list only this node or nothing.
+	Peers []Peer `yaml:"peers"`
+	// Join lists client addresses (host:port) of members of an existing
+	// cluster. A node with join and an empty data dir does not bootstrap:
+	// it asks those members to add it, starts as a non-voter and becomes
+	// a voter once autopilot promotes it. Ignored once the data dir holds
+	// Raft state. Raft backend only.
+	Join      []string  `yaml:"join"`
+	Autopilot Autopilot `yaml:"autopilot"`
+	HA        HA        `yaml:"ha"`
+	Raft      Raft      `yaml:"raft"`
+	Kafka     Kafka     `yaml:"kafka"`
+	Assignor  Assignor  `yaml:"assignor"`
+	Limits    Limits    `yaml:"limits"`
+	Log       Log       `yaml:"log"`
 	// TLS secures the client port (API, /healthz, /readyz, /metrics).
 	TLS ClientTLS `yaml:"tls"`
 	// PeerTLS secures the peer port with mutual TLS: every peer presents a
@@ -171,6 +184,26 @@ type Assignor struct {
 	HeartbeatInterval Duration `yaml:"heartbeat_interval"` // default 1s, below session_timeout/2
 }
 
+// Autopilot decides, on the leader, when a non-voter becomes a voter and
+// when a dead voter is replaced (docs/design.md, "Membership").
+type Autopilot struct {
+	// A non-voter must stay healthy this long before it is promoted.
+	StabilizationTime Duration `yaml:"stabilization_time"` // default 10s
+	// A server more log entries than this behind the leader is not
+	// healthy.
+	MaxLag uint64 `yaml:"max_lag"` // default 1024
+	// A server the leader has not heard from for longer than this is not
+	// healthy.
+	LastContactThreshold Duration `yaml:"last_contact_threshold"` // default 2s
+	// Remove a voter unhealthy for dead_server_timeout once a stabilized
+	// non-voter is ready to replace it, never the leader and never below
+	// a healthy quorum. Default false.
+	CleanupDeadServers bool `yaml:"cleanup_dead_servers"`
+	// How long a voter must be unhealthy before cleanup_dead_servers
+	// removes it; at least last_contact_threshold.
+	DeadServerTimeout Duration `yaml:"dead_server_timeout"` // default 30s
+}
+
 // Peer is one voter of the cluster.
 type Peer struct {
 	ID         string `yaml:"id"`          // unique in the cluster
@@ -283,9 +316,16 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 // settings a package uses are that package's (see convert.go).
 func Default() Config {
 	r, a, f, l := raftha.DefaultConfig(), placement.DefaultConfig(), fence.DefaultConfig(), succession.DefaultLeaseConfig()
-	n := netio.DefaultLimits()
+	n, ap := netio.DefaultLimits(), autopilot.DefaultConfig()
 	return Config{
 		ClusterID: "local",
+		Autopilot: Autopilot{
+			StabilizationTime:    Duration{ap.StabilizationTime},
+			MaxLag:               ap.MaxLag,
+			LastContactThreshold: Duration{ap.LastContactThreshold},
+			CleanupDeadServers:   ap.CleanupDeadServers,
+			DeadServerTimeout:    Duration{ap.DeadServerTimeout},
+		},
 		HA: HA{Backend: BackendRaft, Lease: millis(l.LeaseMillis), Renew: millis(l.RenewMillis),
 			Stagger: millis(l.StaggerMillis)},
 		Raft: Raft{

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/xce/xce/fence"
+	"github.com/xce/xce/ha/autopilot"
 	"github.com/xce/xce/ha/kafkaha"
 	"github.com/xce/xce/ha/raftha"
 	"github.com/xce/xce/ha/succession"
@@ -22,12 +23,14 @@ import (
 // asks the package, then names each problem by its YAML key).
 
 // RaftConfig returns the Raft backend's settings: the raft section, the
-// limits.peer section, node_id and each peer's peer_addr. The caller sets
+// limits.peer section, node_id, each peer's peer_addr, and Join when join
+// lists any address. The caller sets
 // CampaignAllowed.
 func (c *Config) RaftConfig() raftha.Config {
 	r, p := c.Raft, c.Limits.Peer
 	rc := raftha.Config{
 		NodeID:             c.NodeID,
+		Join:               len(c.Join) > 0,
 		HeartbeatTimeout:   r.HeartbeatTimeout.Duration,
 		ElectionTimeout:    r.ElectionTimeout.Duration,
 		LeaderLeaseTimeout: r.LeaderLeaseTimeout.Duration,
@@ -46,6 +49,27 @@ func (c *Config) RaftConfig() raftha.Config {
 		rc.Peers = append(rc.Peers, raftha.Peer{ID: pe.ID, Addr: pe.PeerAddr})
 	}
 	return rc
+}
+
+// AutopilotConfig returns autopilot's settings from the autopilot section.
+func (c *Config) AutopilotConfig() autopilot.Config {
+	a := c.Autopilot
+	return autopilot.Config{
+		StabilizationTime:    a.StabilizationTime.Duration,
+		MaxLag:               a.MaxLag,
+		LastContactThreshold: a.LastContactThreshold.Duration,
+		CleanupDeadServers:   a.CleanupDeadServers,
+		DeadServerTimeout:    a.DeadServerTimeout.Duration,
+	}
+}
+
+// autopilotKeys are the YAML keys of autopilot.Config's fields, as its
+// Validate names them.
+var autopilotKeys = map[string]string{
+	"stabilization_time":     "autopilot.stabilization_time",
+	"max_lag":                "autopilot.max_lag",
+	"last_contact_threshold": "autopilot.last_contact_threshold",
+	"dead_server_timeout":    "autopilot.dead_server_timeout",
 }
 
 // PeerTLSFiles are the peer_tls section's files (all empty: plaintext).

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/xce/xce/fence"
+	"github.com/xce/xce/ha/autopilot"
 	"github.com/xce/xce/ha/raftha"
 	"github.com/xce/xce/ha/succession"
 	"github.com/xce/xce/internal/kafkaopts"
@@ -66,6 +67,7 @@ func TestDefaultsAreThePackages(t *testing.T) {
 	sameFields(t, "fence.Config", c.FenceConfig(), fence.DefaultConfig(), "Brokers", "TransactionalID", "Logger")
 	sameFields(t, "succession.LeaseConfig", c.KafkaLease(), succession.DefaultLeaseConfig())
 	sameFields(t, "netio.Limits", c.ClientLimits(), netio.DefaultLimits())
+	sameFields(t, "autopilot.Config", c.AutopilotConfig(), autopilot.DefaultConfig())
 	sameFields(t, "kafkaha.Config.Lease", c.KafkaHAConfig().Lease, succession.DefaultLeaseConfig())
 	if c.Raft.LogSegmentSize != raftlog.DefaultSegmentSize {
 		t.Errorf("raft.log_segment_size defaults to %d, the log's default is %d", c.Raft.LogSegmentSize, raftlog.DefaultSegmentSize)

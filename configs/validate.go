@@ -44,7 +44,9 @@ func (c *Config) Validate() error {
 		p.add("client_addr", "must differ from peer_addr (both are %q)", c.PeerAddr)
 	}
 	c.validatePeers(&p)
+	c.validateJoin(&p)
 	p.from(c.RaftConfig().Validate(), raftKeys)
+	p.from(c.AutopilotConfig().Validate(), autopilotKeys)
 	if s := c.Raft.LogSegmentSize; s < minSegmentSize || s > maxSegmentSize {
 		p.add("raft.log_segment_size", "must be between %d (1 MiB) and %d (1 GiB) bytes (got %d)", minSegmentSize, maxSegmentSize, s)
 	}
@@ -80,7 +82,9 @@ func (c *Config) Validate() error {
 
 func (c *Config) validatePeers(p *problems) {
 	if len(c.Peers) == 0 {
-		p.add("peers", "at least one peer required")
+		if len(c.Join) == 0 {
+			p.add("peers", "at least one peer required")
+		}
 		return
 	}
 	ids := map[string]int{}
@@ -125,6 +129,37 @@ func (c *Config) validatePeers(p *problems) {
 	}
 	if s.ClientAddr != c.ClientAddr {
 		p.add(fmt.Sprintf("peers[%d].client_addr", self), "this node's entry has %q but top-level client_addr is %q; they must be equal", s.ClientAddr, c.ClientAddr)
+	}
+}
+
+// validateJoin checks join: dialable addresses, each once, none this
+// node's own, and peers listing at most this node, since a joining node
+// learns the members from the cluster it joins (a longer list would
+// suggest it bootstraps with them, which it does not).
+func (c *Config) validateJoin(p *problems) {
+	if len(c.Join) == 0 {
+		return
+	}
+	seen := map[string]int{}
+	for i, a := range c.Join {
+		at := fmt.Sprintf("join[%d]", i)
+		if !p.addr(at, a, true) {
+			continue
+		}
+		if j, dup := seen[a]; dup {
+			p.add(at, "duplicate address %q (also join[%d])", a, j)
+			continue
+		}
+		seen[a] = i
+		if a == c.ClientAddr {
+			p.add(at, "%q is this node's own client_addr; list members of the cluster to join", a)
+		}
+	}
+	if len(c.Peers) > 1 || len(c.Peers) == 1 && c.Peers[0].ID != c.NodeID {
+		p.add("peers", "with join, list only this node or nothing: a joining node learns the members from the cluster (got %d peers)", len(c.Peers))
+	}
+	if c.HA.Backend == BackendKafka {
+		p.add("join", "needs ha.backend raft: with kafka, members need no joining")
 	}
 }
 

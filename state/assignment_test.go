@@ -838,8 +838,8 @@ func TestAssignmentSnapshotRoundTrip(t *testing.T) {
 	src := buildAssignFSM(t, "c1")
 	checkAssignBuiltState(t, src)
 	b := persistSnapshot(t, src)
-	if v := binary.BigEndian.Uint32(b[len(snapshotMagic):]); v != 3 {
-		t.Fatalf("snapshot version %d, want 3", v)
+	if v := binary.BigEndian.Uint32(b[len(snapshotMagic):]); v != snapshotVersion {
+		t.Fatalf("snapshot version %d, want %d", v, snapshotVersion)
 	}
 	dst := NewFSM("c1")
 	if err := restoreBytes(dst, b); err != nil {

@@ -30,14 +30,23 @@ const (
 	// applied in order (see EncodeBatch). A leader writes it only when every
 	// voter's binary applies it (LogFormat).
 	CmdBatch CmdType = 6
+	// CmdSetMember sets one member's record in the member table (see
+	// MemberRecord); CmdRemoveMember removes it. A leader writes them only
+	// when every voter's binary applies them (LogFormatMembers).
+	CmdSetMember    CmdType = 7
+	CmdRemoveMember CmdType = 8
 )
 
 // LogFormat is the newest log format this binary applies: 1 for the
-// original commands, LogFormatBatch (2) adds CmdBatch. Nodes report it in
-// their status so a leader knows when every voter can apply a batch.
+// original commands, LogFormatBatch (2) adds CmdBatch, LogFormatMembers (3)
+// adds CmdSetMember and CmdRemoveMember. Nodes report it in their status
+// so a leader knows when every voter can apply a command: it writes a
+// command of format n only once every voter reports at least n, since a
+// voter that cannot decode an entry diverges from the others.
 const (
-	LogFormat      = LogFormatBatch
-	LogFormatBatch = 2
+	LogFormat        = LogFormatMembers
+	LogFormatBatch   = 2
+	LogFormatMembers = 3
 )
 
 // MaxBatch bounds the commands of one CmdBatch entry; MaxBatchBytes its
@@ -83,6 +92,9 @@ type Command struct {
 	Assign AssignmentDelta
 	// Batch is CmdBatch's commands, in order: each a submit or a delete.
 	Batch []Command
+	// Member is CmdSetMember's record; only its ID is used by
+	// CmdRemoveMember.
+	Member MemberRecord
 }
 
 // AssignmentDelta takes the assignment from generation Base to Generation
@@ -138,6 +150,12 @@ func (c *Command) Encode() []byte {
 			b = appendStrings(b, p.Warmups)
 		}
 		b = appendStrings(b, d.Removed)
+	case CmdSetMember:
+		b = appendString(b, c.Member.ID)
+		b = appendString(b, c.Member.PeerAddr)
+		b = appendString(b, c.Member.ClientAddr)
+	case CmdRemoveMember:
+		b = appendString(b, c.Member.ID)
 	}
 	return b
 }
@@ -270,6 +288,22 @@ func DecodeCommand(b []byte) (Command, error) {
 				d.fail(fmt.Sprintf("batch command %d: type %d is not a submit or a delete", i, sub.Type))
 			default:
 				c.Batch = append(c.Batch, sub)
+			}
+		}
+	case CmdSetMember:
+		c.Member.ID = d.string(maxMemberIDLen)
+		c.Member.PeerAddr = d.string(maxAddrLen)
+		c.Member.ClientAddr = d.string(maxAddrLen)
+		if d.err == nil {
+			if err := c.Member.Validate(); err != nil {
+				d.fail(err.Error())
+			}
+		}
+	case CmdRemoveMember:
+		c.Member.ID = d.string(maxMemberIDLen)
+		if d.err == nil {
+			if err := validMemberID(c.Member.ID); err != nil {
+				d.fail(err.Error())
 			}
 		}
 	default:

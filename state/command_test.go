@@ -43,6 +43,10 @@ func sampleCommands() []Command {
 			{Type: CmdDeleteTask, ClientID: "c2", RequestID: "r9", Task: Task{ID: "t1"}},
 			{Type: CmdSubmitTask, ClientID: long, RequestID: long, Task: Task{ID: long, StandbyReplicas: 300}},
 		}},
+		{Type: CmdSetMember, Member: MemberRecord{ID: "n4", PeerAddr: "10.0.0.4:7000", ClientAddr: "10.0.0.4:8080"}},
+		{Type: CmdSetMember, Member: MemberRecord{ID: strings.Repeat("m", maxMemberIDLen), PeerAddr: "[::1]:1", ClientAddr: "node-4.example.com:65535"}},
+		{Type: CmdRemoveMember, Member: MemberRecord{ID: "n4"}},
+		{Type: CmdRemoveMember, Member: MemberRecord{ID: "a.b-c_D9"}},
 	}
 }
 
@@ -65,7 +69,7 @@ func TestCommandRoundTrip(t *testing.T) {
 			t.Fatalf("re-encode of %+v differs:\n% x\n% x", c, again, b)
 		}
 	}
-	for _, ct := range []CmdType{CmdNoop, CmdSubmitTask, CmdDeleteTask, CmdSetAssignment} {
+	for _, ct := range []CmdType{CmdNoop, CmdSubmitTask, CmdDeleteTask, CmdSetAssignment, CmdBatch, CmdSetMember, CmdRemoveMember} {
 		if !seen[ct] {
 			t.Errorf("CmdType %d not covered", ct)
 		}
@@ -86,6 +90,10 @@ func TestCommandEncodingIsStable(t *testing.T) {
 			[]byte{1, 2, 0, 0, 1, 't', 0, 0xac, 0x02}},
 		{Command{Type: CmdDeleteTask, ClientID: "c", RequestID: "r", Task: Task{ID: "t"}},
 			[]byte{1, 3, 1, 'c', 1, 'r', 1, 't'}},
+		{Command{Type: CmdSetMember, Member: MemberRecord{ID: "n", PeerAddr: "h:1", ClientAddr: "h:2"}},
+			[]byte{1, 7, 1, 'n', 3, 'h', ':', '1', 3, 'h', ':', '2'}},
+		{Command{Type: CmdRemoveMember, Member: MemberRecord{ID: "n"}},
+			[]byte{1, 8, 1, 'n'}},
 	}
 	for _, tc := range cases {
 		if got := tc.c.Encode(); !bytes.Equal(got, tc.want) {
@@ -260,6 +268,9 @@ func FuzzDecodeCommand(f *testing.F) {
 	f.Add([]byte{commandVersion})
 	f.Add([]byte{commandVersion, 9})
 	f.Add([]byte{commandVersion, byte(CmdSubmitTask), 0x80, 0x00, 0, 0, 0, 0})
+	f.Add([]byte{commandVersion, byte(CmdSetMember), 1, 'n', 3, 'h', ':', '1', 3, 'h', ':', '0'})
+	f.Add([]byte{commandVersion, byte(CmdRemoveMember), 0})
+	f.Add([]byte{commandVersion, byte(CmdRemoveMember), 1, '/'})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := DecodeCommand(b)
 		if err != nil {

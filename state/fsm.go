@@ -155,6 +155,9 @@ type FSM struct {
 	// deleted task dropping its placement), so readers can cache indexes.
 	assignVer uint64
 
+	// members is the member table (see MemberRecord), by id.
+	members map[string]MemberRecord
+
 	applied   atomic.Uint64
 	dedupHits atomic.Uint64
 	// sawBatch is set once this FSM applied a CmdBatch entry (not carried
@@ -173,6 +176,7 @@ func NewFSM(clusterID string) *FSM {
 		tasks:      make(map[string]*Task),
 		dedup:      make(map[dedupKey]Result),
 		assignment: make(map[string]Placement),
+		members:    make(map[string]MemberRecord),
 	}
 	ch := make(chan struct{})
 	f.appliedCh.Store(&ch)
@@ -312,6 +316,10 @@ func (f *FSM) applyCommandLocked(l Entry, seq uint32, c *Command) Result {
 		return Result{Index: l.Index}
 	case CmdSetAssignment:
 		return f.assignLocked(l, &c.Assign)
+	case CmdSetMember:
+		return f.setMemberLocked(l.Index, c.Member)
+	case CmdRemoveMember:
+		return f.removeMemberLocked(l.Index, c.Member.ID)
 	case CmdSubmitTask:
 		r = f.submitLocked(l.Index, c.Task)
 		if r.Code == CodeOK {
@@ -566,7 +574,7 @@ func (f *FSM) DedupLen() int {
 // always loads.
 const (
 	snapshotMagic   = "XCESNAP\n"
-	snapshotVersion = 3
+	snapshotVersion = 4
 )
 
 // ErrBadSnapshot is returned for a snapshot that is not ours, is newer than
@@ -597,10 +605,16 @@ type snapshotV3 struct {
 	Assignment           []Placement `json:"assignment"`
 }
 
+// snapshotV4 adds the member table.
+type snapshotV4 struct {
+	snapshotV3
+	Members []MemberRecord `json:"members"`
+}
+
 // Snapshot holds the state as of one index: tasks are shared with the
 // FSM (never modified in place), the rest is copied.
 type Snapshot struct {
-	s     snapshotV3
+	s     snapshotV4
 	tasks []*Task
 }
 
@@ -609,7 +623,7 @@ type Snapshot struct {
 func (f *FSM) Snapshot() *Snapshot {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	s := snapshotV3{snapshotV2: snapshotV2{snapshotV1: snapshotV1{
+	s := snapshotV4{snapshotV3: snapshotV3{snapshotV2: snapshotV2{snapshotV1: snapshotV1{
 		ClusterID:    f.clusterID,
 		AppliedIndex: f.applied.Load(),
 		Dedup:        f.order.all(),
@@ -618,6 +632,9 @@ func (f *FSM) Snapshot() *Snapshot {
 	}, Outbox: slices.Clone(f.outbox), Published: f.published},
 		AssignmentGeneration: f.assignGen,
 		Assignment:           make([]Placement, 0, len(f.assignment)),
+	}, Members: make([]MemberRecord, 0, len(f.members))}
+	for _, m := range f.members {
+		s.Members = append(s.Members, m)
 	}
 	// Pointers, not copies: copying a large registry's tasks while Apply
 	// waits, and the garbage collection that much allocation forces, held
@@ -639,6 +656,7 @@ func (f *FSM) Snapshot() *Snapshot {
 func (s *Snapshot) Write(w io.Writer) error {
 	slices.SortFunc(s.tasks, func(a, b *Task) int { return strings.Compare(a.ID, b.ID) })
 	slices.SortFunc(s.s.Assignment, func(a, b Placement) int { return strings.Compare(a.Task, b.Task) })
+	slices.SortFunc(s.s.Members, func(a, b MemberRecord) int { return strings.Compare(a.ID, b.ID) })
 	bw := bufio.NewWriterSize(w, 1<<20)
 	if err := writeSnapshot(bw, &s.s, s.tasks); err != nil {
 		return err
@@ -647,7 +665,7 @@ func (s *Snapshot) Write(w io.Writer) error {
 }
 
 // writeSnapshot writes s with tasks in place of s.Tasks.
-func writeSnapshot(w io.Writer, s *snapshotV3, tasks []*Task) error {
+func writeSnapshot(w io.Writer, s *snapshotV4, tasks []*Task) error {
 	var hdr [len(snapshotMagic) + 4]byte
 	copy(hdr[:], snapshotMagic)
 	binary.BigEndian.PutUint32(hdr[len(snapshotMagic):], snapshotVersion)
@@ -661,7 +679,7 @@ func writeSnapshot(w io.Writer, s *snapshotV3, tasks []*Task) error {
 // element by element: marshalling a large registry in one piece held the
 // whole document in memory and the GC it caused stalled the node long
 // enough for its peers to miss heartbeats.
-func writeBody(w io.Writer, s *snapshotV3, tasks []*Task) error {
+func writeBody(w io.Writer, s *snapshotV4, tasks []*Task) error {
 	ew := &errWriter{w: w}
 	enc := json.NewEncoder(ew)
 	field := func(name string, v any, first bool) {
@@ -718,6 +736,15 @@ func writeBody(w io.Writer, s *snapshotV3, tasks []*Task) error {
 			ew.err = enc.Encode(&s.Assignment[i])
 		}
 	}
+	ew.write(`],"members":[`)
+	for i := range s.Members {
+		if i > 0 {
+			ew.write(",")
+		}
+		if ew.err == nil {
+			ew.err = enc.Encode(&s.Members[i])
+		}
+	}
 	ew.write("]}\n")
 	return ew.err
 }
@@ -738,7 +765,7 @@ func (e *errWriter) Write(p []byte) (int, error) {
 
 func (e *errWriter) write(s string) { _, _ = e.Write([]byte(s)) }
 
-func readSnapshot(r io.Reader) (*snapshotV3, error) {
+func readSnapshot(r io.Reader) (*snapshotV4, error) {
 	var hdr [len(snapshotMagic) + 4]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return nil, fmt.Errorf("%w: header: %v", ErrBadSnapshot, err)
@@ -754,7 +781,7 @@ func readSnapshot(r io.Reader) (*snapshotV3, error) {
 		if err := dec.Decode(&s); err != nil {
 			return nil, fmt.Errorf("%w: version 1 body: %v", ErrBadSnapshot, err)
 		}
-		return &snapshotV3{snapshotV2: snapshotV2{snapshotV1: s}}, nil
+		return &snapshotV4{snapshotV3: snapshotV3{snapshotV2: snapshotV2{snapshotV1: s}}}, nil
 	case 2:
 		var s snapshotV2
 		dec := json.NewDecoder(r)
@@ -762,13 +789,21 @@ func readSnapshot(r io.Reader) (*snapshotV3, error) {
 		if err := dec.Decode(&s); err != nil {
 			return nil, fmt.Errorf("%w: version 2 body: %v", ErrBadSnapshot, err)
 		}
-		return &snapshotV3{snapshotV2: s}, nil
+		return &snapshotV4{snapshotV3: snapshotV3{snapshotV2: s}}, nil
 	case 3:
 		var s snapshotV3
 		dec := json.NewDecoder(r)
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&s); err != nil {
 			return nil, fmt.Errorf("%w: version 3 body: %v", ErrBadSnapshot, err)
+		}
+		return &snapshotV4{snapshotV3: s}, nil
+	case 4:
+		var s snapshotV4
+		dec := json.NewDecoder(r)
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&s); err != nil {
+			return nil, fmt.Errorf("%w: version 4 body: %v", ErrBadSnapshot, err)
 		}
 		return &s, nil
 	default:
@@ -798,6 +833,16 @@ func (f *FSM) Restore(r io.Reader) error {
 	for _, e := range s.Dedup {
 		dedup[dedupKey{e.Client, e.Request}] = e.Result
 	}
+	members := make(map[string]MemberRecord, len(s.Members))
+	for _, m := range s.Members {
+		if err := m.Validate(); err != nil {
+			return fmt.Errorf("%w: %v", ErrBadSnapshot, err)
+		}
+		if _, dup := members[m.ID]; dup {
+			return fmt.Errorf("%w: member %s listed twice", ErrBadSnapshot, m.ID)
+		}
+		members[m.ID] = m
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.tasks, f.dedup, f.order = tasks, dedup, queueOf(s.Dedup)
@@ -805,6 +850,7 @@ func (f *FSM) Restore(r io.Reader) error {
 	f.outbox, f.published = s.Outbox, s.Published
 	f.assignGen, f.assignment = s.AssignmentGeneration, assignment
 	f.assignVer++
+	f.members = members
 	if s.DedupWindow > 0 {
 		f.window = s.DedupWindow
 	}

@@ -12,8 +12,15 @@ import (
 // timings (the config's raft section) and the bounds of the peer port (its
 // limits.peer section).
 type Config struct {
-	NodeID             string
-	Peers              []Peer
+	NodeID string
+	// Peers are the voters a fresh data dir is bootstrapped with; once
+	// raft has state they are ignored (raft's configuration holds the
+	// members).
+	Peers []Peer
+	// Join: a fresh data dir is not bootstrapped; the node starts with an
+	// empty configuration and waits for a leader to add it (Membership's
+	// AddNonvoter). Ignored once the data dir has raft state.
+	Join               bool
 	HeartbeatTimeout   time.Duration
 	ElectionTimeout    time.Duration
 	LeaderLeaseTimeout time.Duration

@@ -22,6 +22,7 @@ type Peer struct {
 // Raft is the Raft election backend: hashicorp/raft with prevote over a
 // stream layer the caller owns.
 type Raft struct {
+	id       string
 	r        *raft.Raft
 	trans    *raft.NetworkTransport
 	observer *raft.Observer
@@ -31,7 +32,8 @@ type Raft struct {
 }
 
 // Start bootstraps a fresh data dir from the peer list (never one with
-// state) and starts raft. It blocks while raft restores its snapshot and log,
+// state), unless cfg.Join, and starts raft. From then on raft's committed
+// configuration, not the peer list, says who the members are. It blocks while raft restores its snapshot and log,
 // so the controller calls it off its event loop. Raft drives fsm through
 // a FSM.
 func Start(cfg Config, fsm *state.FSM, store *persist.Store, stream raft.StreamLayer, logger hclog.Logger) (*Raft, error) {
@@ -81,7 +83,13 @@ func startWith(cfg Config, fsm raft.FSM, store *persist.Store, stream raft.Strea
 		trans.Close()
 		return nil, fmt.Errorf("read raft state: %w", err)
 	}
-	if !has {
+	switch {
+	case !has && cfg.Join:
+		// A joining node starts with no configuration: it neither
+		// campaigns nor votes for itself, and waits for a leader to add it
+		// as a non-voter and send it the log or a snapshot.
+		logger.Info("no raft state: waiting to be added to a cluster")
+	case !has:
 		var servers []raft.Server
 		for _, p := range cfg.Peers {
 			servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.Addr)})
@@ -97,7 +105,7 @@ func startWith(cfg Config, fsm raft.FSM, store *persist.Store, stream raft.Strea
 		trans.Close()
 		return nil, fmt.Errorf("start raft: %w", err)
 	}
-	b := &Raft{r: r, trans: trans, signals: make(chan ha.Signal, 256), waves: newWaves(r)}
+	b := &Raft{id: cfg.NodeID, r: r, trans: trans, signals: make(chan ha.Signal, 256), waves: newWaves(r)}
 	// The filter turns raft's observations into signals and forwards them
 	// itself, without blocking; raft's own channel is never used.
 	b.observer = raft.NewObserver(nil, false, func(o *raft.Observation) bool {
@@ -123,7 +131,7 @@ func (b *Raft) Signals() <-chan ha.Signal { return b.signals }
 // signalOf is the signal an observation makes, if any.
 func signalOf(o *raft.Observation) (ha.Signal, bool) {
 	switch d := o.Data.(type) {
-	case raft.LeaderObservation, raft.RaftState:
+	case raft.LeaderObservation, raft.RaftState, raft.PeerObservation:
 		return ha.Signal{}, true
 	case raft.FailedHeartbeatObservation:
 		return ha.Signal{Peer: string(d.PeerID), LastContact: d.LastContact}, true

@@ -176,6 +176,12 @@ type Raft struct {
 	// of the main loop.
 	latestConfiguration atomic.Value
 
+	// configurationState and progress are published by the main goroutine
+	// for ConfigurationState and Progress (membership_state.go).
+	configurationState atomic.Pointer[ConfigurationState]
+	progressLock       sync.Mutex
+	progress           map[ServerID]*followerReplication
+
 	// RPC chan comes from the transport layer
 	rpcCh <-chan RPC
 

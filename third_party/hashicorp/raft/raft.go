@@ -562,6 +562,7 @@ func (r *Raft) runLeader() {
 		}
 
 		// Clear all the state
+		r.publishProgress(nil)
 		r.leaderState.commitCh = nil
 		r.leaderState.commitment = nil
 		r.leaderState.inflight = nil
@@ -676,6 +677,8 @@ func (r *Raft) startStopReplication() {
 		delete(r.leaderState.replState, serverID)
 		r.observe(PeerObservation{Peer: repl.peer, Removed: true})
 	}
+
+	r.publishProgress(r.leaderState.replState)
 
 	// Update peers metric
 	metrics.SetGauge([]string{"raft", "peers"}, float32(len(r.configurations.latest.Servers)))
@@ -2398,12 +2401,14 @@ func (r *Raft) setLatestConfiguration(c Configuration, i uint64) {
 	r.configurations.latest = c
 	r.configurations.latestIndex = i
 	r.latestConfiguration.Store(c.Clone())
+	r.publishConfigurationState()
 }
 
 // setCommittedConfiguration stores the committed configuration.
 func (r *Raft) setCommittedConfiguration(c Configuration, i uint64) {
 	r.configurations.committed = c
 	r.configurations.committedIndex = i
+	r.publishConfigurationState()
 }
 
 // getLatestConfiguration reads the configuration from a copy of the main

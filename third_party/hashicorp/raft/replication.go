@@ -73,6 +73,10 @@ type followerReplication struct {
 	// lastContactLock protects 'lastContact'.
 	lastContactLock sync.RWMutex
 
+	// matchIndex is the last log index known to be stored on the follower
+	// (voter or not), for Raft.Progress.
+	matchIndex atomic.Uint64
+
 	// failures counts the number of failed RPCs since the last success, which is
 	// used to apply backoff.
 	failures uint64
@@ -369,6 +373,7 @@ func (r *Raft) sendLatestSnapshot(s *followerReplication) (bool, error) {
 		// Update the indexes
 		atomic.StoreUint64(&s.nextIndex, meta.Index+1)
 		s.commitment.match(peer.ID, meta.Index)
+		s.matchIndex.Store(meta.Index)
 
 		// Clear any failures
 		s.failures = 0
@@ -682,6 +687,7 @@ func updateLastAppended(s *followerReplication, req *AppendEntriesRequest) {
 		last := logs[len(logs)-1]
 		atomic.StoreUint64(&s.nextIndex, last.Index+1)
 		s.commitment.match(s.peer.ID, last.Index)
+		s.matchIndex.Store(last.Index)
 	}
 
 	// Notify still leader
