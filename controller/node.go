@@ -148,6 +148,13 @@ type Node struct {
 	quorumChk   *delaymgr.Handle
 	// leader is the running term's services, nil when none run.
 	leader *leaderTerm
+
+	// members is what the term's services learned of the membership,
+	// read by the API.
+	members memberState
+	// joining: the node started with join addresses on an empty data dir
+	// and waits to be added (set in Run before the backend starts).
+	joining bool
 }
 
 // leaderTerm is one term's leader-only services, run in one group.
@@ -201,6 +208,7 @@ func New(opts Options) (*Node, error) {
 	if n.fsm == nil {
 		n.fsm = state.NewFSM(cfg.ClusterID)
 	}
+	n.members.cmds.Store(&notPrimaryYet)
 	n.metrics = newMetrics(opts.Registry, n)
 	n.view.Store(ha.NewView(ha.View{Role: ha.RoleInit, Reason: "starting"}))
 	return n, nil
@@ -323,6 +331,18 @@ func (n *Node) Run(ctx context.Context, api http.Handler) (err error) {
 		closePeer()
 		return err
 	}
+	if join := configJoin(n.cfg); len(join) > 0 && n.opts.StartBackend == nil {
+		has, err := store.HasState()
+		if err != nil {
+			closePeer()
+			store.Close()
+			return fmt.Errorf("read raft state: %w", err)
+		}
+		n.joining = !has
+		if has {
+			n.log.Info().Strs("join", join).Msg("the data dir holds raft state: the join addresses are not used")
+		}
+	}
 	start := n.opts.StartBackend
 	if start == nil {
 		stream, err := netio.NewStreamLayer(pl, n.cfg.PeerAddr, dialFrom, n.peerTLS()...)
@@ -402,7 +422,7 @@ func (n *Node) HandOff(ctx context.Context) error {
 		return nil
 	}
 	b := n.backend.Load()
-	if b == nil || len(n.cfg.Peers) < 2 {
+	if b == nil || n.voterCount() < 2 {
 		return errors.New("no other node can take over")
 	}
 	n.log.Info().Msg("handing leadership on before the upgrade")
@@ -438,6 +458,9 @@ func (n *Node) raftConfig(store *persist.Store) raftha.Config {
 	// A node whose storage fails would win an election only to fail
 	// its first write and step down again, churning terms.
 	rc.CampaignAllowed = func() error { return store.Health().Err }
+	// A joining node waits to be added rather than bootstrapping a
+	// cluster of its own.
+	setRaftJoin(&rc, n.joining)
 	return rc
 }
 
@@ -477,6 +500,10 @@ func (n *Node) loop(ctx context.Context) error {
 			case raftStarted:
 				n.backend.Store(&backendBox{ev.b})
 				signals = ev.b.Signals()
+				if n.joining {
+					join := configJoin(n.cfg)
+					n.wg.Go(func() { n.runJoin(join) })
+				}
 				n.step(ha.Started{})
 				n.step(ev.b.View())
 			case raftFailed:
@@ -561,7 +588,7 @@ func (n *Node) perform(fx ha.Effect) {
 		if b == nil {
 			return
 		}
-		if len(n.cfg.Peers) < 2 {
+		if n.voterCount() < 2 {
 			// No other node can take over; the machine asks again
 			// only after the cause is gone.
 			n.log.Warn().Str("reason", fx.Reason).Msg("not serving as PRIMARY, and no other node can take over")
@@ -626,7 +653,9 @@ func (n *Node) establish(term uint64) {
 	g, gctx := errgroup.WithContext(ctx)
 	lt := &leaderTerm{cancel: cancel, done: make(chan struct{})}
 	n.leader = lt
-	services := append([]LeaderService{batchGate{n}}, n.opts.Services...)
+	n.members.cmds.Store(&memberGateClosed)
+	n.members.pilot.Store(nil)
+	services := append([]LeaderService{batchGate{n}, &autopilotService{n: n}}, n.opts.Services...)
 	for _, s := range services {
 		if st, ok := s.(Starter); ok {
 			if err := st.Start(term); err != nil {
@@ -661,6 +690,7 @@ func (n *Node) revoke() {
 	n.leader = nil
 	lt.cancel()
 	<-lt.done
+	n.members.cmds.Store(&notPrimaryYet)
 }
 
 // publish derives the client-visible View from the machine and the quorum
@@ -694,10 +724,8 @@ func (n *Node) publish() {
 			v.Reason = "no write quorum"
 		}
 	}
-	for _, p := range n.cfg.Peers {
-		if p.ID == v.LeaderID {
-			v.LeaderAddr = p.ClientAddr
-		}
+	if v.LeaderID != "" {
+		v.LeaderAddr = n.ClientAddrs()[v.LeaderID]
 	}
 	old := n.view.Load()
 	v.Stopping = old.Stopping
@@ -722,7 +750,7 @@ func (n *Node) stop(store *persist.Store) {
 	n.log.Info().Str("role", v.Role.String()).Msg("stopping")
 
 	b := n.backend.Load()
-	if b != nil && n.machine.Role() == ha.RolePrimary && len(n.cfg.Peers) > 1 {
+	if b != nil && n.machine.Role() == ha.RolePrimary && n.voterCount() > 1 {
 		done := make(chan error, 1)
 		go func() { done <- b.TransferLeadership() }()
 		select {
