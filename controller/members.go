@@ -39,9 +39,6 @@ type memberState struct {
 // Membership is the backend's membership (docs/design.md, "Membership"):
 // ErrNoMembership for a backend whose members cannot change.
 func (n *Node) Membership() (ha.Membership, error) {
-	if n.opts.StartBackend != nil {
-		return nil, ErrNoMembership
-	}
 	b := n.backend.Load()
 	if b == nil {
 		return nil, ha.ErrNotLeader

@@ -32,8 +32,9 @@ var (
 	encodeRemoveMember = state.EncodeRemoveMember
 )
 
-func fsmMembers(f *state.FSM) []memberRecord     { return f.Members() }
-func setRaftJoin(rc *raftha.Config, join bool)   { rc.Join = join }
-func configJoin(c *configs.Config) []string      { return c.Join }
-func autopilotConfig(c *configs.Config) apConfig { return c.AutopilotConfig() }
-func newAutopilot(cfg apConfig) stepper          { return autopilot.New(cfg) }
+func fsmMembers(f *state.FSM) []memberRecord          { return f.Members() }
+func setRaftJoin(rc *raftha.Config, join bool)        { rc.Join = join }
+func setConfigJoin(c *configs.Config, addrs []string) { c.Join = addrs }
+func configJoin(c *configs.Config) []string           { return c.Join }
+func autopilotConfig(c *configs.Config) apConfig      { return c.AutopilotConfig() }
+func newAutopilot(cfg apConfig) stepper               { return autopilot.New(cfg) }

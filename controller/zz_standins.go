@@ -10,6 +10,7 @@ package controller
 // below to the real one.
 
 import (
+	"sync"
 	"time"
 
 	"github.com/xce/xce/configs"
@@ -39,8 +40,24 @@ func fsmMembers(*state.FSM) []memberRecord { return nil }
 // setRaftJoin stands in for setting raftha.Config.Join.
 func setRaftJoin(*raftha.Config, bool) {}
 
-// configJoin stands in for configs.Config.Join.
-func configJoin(*configs.Config) []string { return nil }
+// configJoin stands in for configs.Config.Join, setConfigJoin for setting
+// it (tests).
+func configJoin(c *configs.Config) []string {
+	standinJoinMu.Lock()
+	defer standinJoinMu.Unlock()
+	return standinJoin[c]
+}
+
+func setConfigJoin(c *configs.Config, addrs []string) {
+	standinJoinMu.Lock()
+	defer standinJoinMu.Unlock()
+	standinJoin[c] = addrs
+}
+
+var (
+	standinJoinMu sync.Mutex
+	standinJoin   = map[*configs.Config][]string{}
+)
 
 // autopilotConfig stands in for (*configs.Config).AutopilotConfig.
 func autopilotConfig(*configs.Config) apConfig {
