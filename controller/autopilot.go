@@ -41,7 +41,11 @@ func (a *autopilotService) Run(ctx context.Context, _ uint64) error {
 	if m == nil {
 		return nil
 	}
-	pilot := newAutopilot(autopilotConfig(a.n.cfg))
+	cfg := autopilotConfig(a.n.cfg)
+	if a.n.tunePilot != nil {
+		a.n.tunePilot(&cfg)
+	}
+	pilot := newAutopilot(cfg)
 	a.absent = make(map[string]time.Time)
 	defer a.n.members.pilot.Store(nil)
 	tick := time.NewTicker(autopilotEvery)

@@ -152,6 +152,8 @@ type Node struct {
 	// members is what the term's services learned of the membership,
 	// read by the API.
 	members memberState
+	// tunePilot, when set, adjusts the autopilot's settings (tests).
+	tunePilot func(*apConfig)
 	// joining: the node started with join addresses on an empty data dir
 	// and waits to be added (set in Run before the backend starts).
 	joining bool
