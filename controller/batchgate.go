@@ -31,7 +31,8 @@ type batchGate struct{ n *Node }
 func (batchGate) Name() string { return "batch-gate" }
 
 // Run runs the gate, then holds batch entries on until ctx ends. A backend
-// without batch entries (the Kafka backend) has nothing to gate.
+// without batch entries (the Kafka backend) has nothing to gate. Member
+// commands (log format 3) are gated the same way once batches are on.
 func (g batchGate) Run(ctx context.Context, _ uint64) error {
 	b, ok := g.n.batcher()
 	if !ok {
@@ -39,6 +40,9 @@ func (g batchGate) Run(ctx context.Context, _ uint64) error {
 	}
 	defer b.SetBatches(false)
 	g.n.runBatchGate(ctx, b)
+	if g.n.membership() != nil {
+		g.n.runMemberGate(ctx)
+	}
 	<-ctx.Done()
 	return nil
 }
@@ -52,22 +56,17 @@ const batchGatePoll = time.Second
 // so a cluster in the middle of a rolling upgrade from a binary without
 // them keeps writing entries its old nodes can apply. A voter that does not
 // answer counts as old until this node has applied a batch entry. The gate
-// asks until they all agree or ctx ends (the term's leadership ends);
+// asks the current voters (the configuration's, at their client addresses)
+// until they all agree or ctx ends (the term's leadership ends);
 // batchGate.Run turns batches off when the term ends. Downgrading a node below log format 2 once
 // batches were written is not supported: the log it catches up from may
 // hold them.
 func (n *Node) runBatchGate(ctx context.Context, b batcher) {
-	var others []string
-	for _, p := range n.cfg.Peers {
-		if p.ID != n.cfg.NodeID {
-			others = append(others, p.ClientAddr)
-		}
-	}
-	if len(others) == 0 {
+	if len(n.otherVoters()) == 0 {
 		b.SetBatches(true)
 		return
 	}
-	cl, err := client.New(others, client.Options{Credentials: n.peerCallCredentials()})
+	cl, err := n.statusClient()
 	if err != nil {
 		n.log.Warn().Err(err).Msg("batch entries stay off: no client for the voters")
 		return
@@ -77,13 +76,14 @@ func (n *Node) runBatchGate(ctx context.Context, b batcher) {
 	defer tick.Stop()
 	var lastMissing string
 	for {
-		old, silent := n.votersWithoutBatches(ctx, cl, others)
+		voters := n.otherVoters()
+		old, silent := n.votersBelow(ctx, cl, voters, state.LogFormatBatch)
 		// A voter that does not answer (down, restarting) holds the gate
 		// only until the log holds a batch entry: from then on every voter
 		// that catches up must apply them anyway.
 		if len(old) == 0 && (len(silent) == 0 || n.fsm.AppliedBatch()) {
 			b.SetBatches(true)
-			n.log.Info().Int("voters", len(others)+1).Strs("not_answering", silent).Msg("every voter applies batch entries: writes go to raft in batches")
+			n.log.Info().Int("voters", len(voters)+1).Strs("not_answering", silent).Msg("every voter applies batch entries: writes go to raft in batches")
 			return
 		}
 		if m := strings.Join(append(old, silent...), ", "); m != lastMissing {
@@ -98,21 +98,70 @@ func (n *Node) runBatchGate(ctx context.Context, b batcher) {
 	}
 }
 
-// votersWithoutBatches asks each address for its status and returns those
-// that answered with a log format below 2 and those that did not answer.
-func (n *Node) votersWithoutBatches(ctx context.Context, cl *client.Client, addrs []string) (old, silent []string) {
-	for _, addr := range addrs {
+// runMemberGate allows member commands (the member table's records) in this
+// term once every voter answers with a log format that applies them
+// (state's log format 3): a voter on an older binary would stop at such an
+// entry. Unlike batches, a voter that does not answer holds the gate for
+// good: member records are not urgent (the configuration itself changes
+// without them), and the leader writes the missing ones when it can.
+func (n *Node) runMemberGate(ctx context.Context) {
+	cl, err := n.statusClient()
+	if err != nil {
+		n.log.Warn().Err(err).Msg("member records stay off: no client for the voters")
+		return
+	}
+	defer cl.CloseIdleConnections()
+	tick := time.NewTicker(batchGatePoll)
+	defer tick.Stop()
+	var lastMissing string
+	for {
+		old, silent := n.votersBelow(ctx, cl, n.otherVoters(), logFormatMembers)
+		missing := strings.Join(append(old, silent...), ", ")
+		if missing == "" {
+			n.members.cmds.Store(nil)
+			n.log.Info().Msg("every voter applies member records: membership records are written")
+			return
+		}
+		why := fmt.Sprintf("member records wait until every voter applies them (log format %d): %s", logFormatMembers, missing)
+		n.members.cmds.Store(&why)
+		if missing != lastMissing {
+			n.log.Info().Str("voters", missing).Msgf("member records stay off until these voters apply them (log format %d)", logFormatMembers)
+			lastMissing = missing
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// votersBelow asks each voter for its status and returns those that
+// answered with a log format below format and those that did not answer
+// (or have no client address known).
+func (n *Node) votersBelow(ctx context.Context, cl *client.Client, voters []voterAddr, format uint32) (old, silent []string) {
+	for _, v := range voters {
+		if v.addr == "" {
+			silent = append(silent, fmt.Sprintf("%s (no client address known)", v.id))
+			continue
+		}
 		actx, cancel := context.WithTimeout(ctx, batchGatePoll)
-		s, err := cl.Status(actx, addr)
+		s, err := cl.Status(actx, v.addr)
 		cancel()
 		switch {
 		case err != nil:
-			silent = append(silent, fmt.Sprintf("%s (no answer: %v)", addr, err))
-		case s.LogFormat < state.LogFormatBatch:
-			old = append(old, fmt.Sprintf("%s %s (log format %d, version %q)", s.NodeId, addr, s.LogFormat, s.Version))
+			silent = append(silent, fmt.Sprintf("%s (no answer: %v)", v.addr, err))
+		case s.LogFormat < format:
+			old = append(old, fmt.Sprintf("%s %s (log format %d, version %q)", s.NodeId, v.addr, s.LogFormat, s.Version))
 		}
 	}
 	return old, silent
+}
+
+// statusClient asks other nodes for their status (Client.Status names the
+// node asked; the client's own endpoint is never called).
+func (n *Node) statusClient() (*client.Client, error) {
+	return client.New([]string{n.cfg.ClientAddr}, client.Options{Credentials: n.peerCallCredentials()})
 }
 
 // peerCallCredentials are what this node presents when it calls another

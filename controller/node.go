@@ -148,6 +148,15 @@ type Node struct {
 	quorumChk   *delaymgr.Handle
 	// leader is the running term's services, nil when none run.
 	leader *leaderTerm
+
+	// members is what the term's services learned of the membership,
+	// read by the API.
+	members memberState
+	// tunePilot, when set, adjusts the autopilot's settings (tests).
+	tunePilot func(*apConfig)
+	// joining: the node started with join addresses on an empty data dir
+	// and waits to be added (set in Run before the backend starts).
+	joining bool
 }
 
 // leaderTerm is one term's leader-only services, run in one group.
@@ -201,6 +210,7 @@ func New(opts Options) (*Node, error) {
 	if n.fsm == nil {
 		n.fsm = state.NewFSM(cfg.ClusterID)
 	}
+	n.members.cmds.Store(&notPrimaryYet)
 	n.metrics = newMetrics(opts.Registry, n)
 	n.view.Store(ha.NewView(ha.View{Role: ha.RoleInit, Reason: "starting"}))
 	return n, nil
@@ -322,6 +332,18 @@ func (n *Node) Run(ctx context.Context, api http.Handler) (err error) {
 	if err != nil {
 		closePeer()
 		return err
+	}
+	if join := configJoin(n.cfg); len(join) > 0 && n.opts.StartBackend == nil {
+		has, err := store.HasState()
+		if err != nil {
+			closePeer()
+			store.Close()
+			return fmt.Errorf("read raft state: %w", err)
+		}
+		n.joining = !has
+		if has {
+			n.log.Info().Strs("join", join).Msg("the data dir holds raft state: the join addresses are not used")
+		}
 	}
 	start := n.opts.StartBackend
 	if start == nil {
@@ -452,7 +474,7 @@ func (n *Node) HandOff(ctx context.Context) error {
 		return nil
 	}
 	b := n.backend.Load()
-	if b == nil || len(n.cfg.Peers) < 2 {
+	if b == nil || n.voterCount() < 2 {
 		return errors.New("no other node can take over")
 	}
 	n.log.Info().Msg("handing leadership on before the upgrade")
@@ -488,6 +510,9 @@ func (n *Node) raftConfig(store *persist.Store) raftha.Config {
 	// A node whose storage fails would win an election only to fail
 	// its first write and step down again, churning terms.
 	rc.CampaignAllowed = func() error { return store.Health().Err }
+	// A joining node waits to be added rather than bootstrapping a
+	// cluster of its own.
+	setRaftJoin(&rc, n.joining)
 	return rc
 }
 
@@ -528,6 +553,10 @@ func (n *Node) loop(ctx context.Context) error {
 				n.backend.Store(&backendBox{ev.b})
 				n.syncQuorumVoters()
 				signals = ev.b.Signals()
+				if n.joining {
+					join := configJoin(n.cfg)
+					n.wg.Go(func() { n.runJoin(join) })
+				}
 				n.step(ha.Started{})
 				n.step(ev.b.View())
 			case raftFailed:
@@ -614,7 +643,7 @@ func (n *Node) perform(fx ha.Effect) {
 		if b == nil {
 			return
 		}
-		if len(n.cfg.Peers) < 2 {
+		if n.voterCount() < 2 {
 			// No other node can take over; the machine asks again
 			// only after the cause is gone.
 			n.log.Warn().Str("reason", fx.Reason).Msg("not serving as PRIMARY, and no other node can take over")
@@ -679,7 +708,9 @@ func (n *Node) establish(term uint64) {
 	g, gctx := errgroup.WithContext(ctx)
 	lt := &leaderTerm{cancel: cancel, done: make(chan struct{})}
 	n.leader = lt
-	services := append([]LeaderService{batchGate{n}}, n.opts.Services...)
+	n.members.cmds.Store(&memberGateClosed)
+	n.members.pilot.Store(nil)
+	services := append([]LeaderService{batchGate{n}, &autopilotService{n: n}}, n.opts.Services...)
 	for _, s := range services {
 		if st, ok := s.(Starter); ok {
 			if err := st.Start(term); err != nil {
@@ -714,6 +745,7 @@ func (n *Node) revoke() {
 	n.leader = nil
 	lt.cancel()
 	<-lt.done
+	n.members.cmds.Store(&notPrimaryYet)
 }
 
 // publish derives the client-visible View from the machine and the quorum
@@ -747,10 +779,8 @@ func (n *Node) publish() {
 			v.Reason = "no write quorum"
 		}
 	}
-	for _, p := range n.cfg.Peers {
-		if p.ID == v.LeaderID {
-			v.LeaderAddr = p.ClientAddr
-		}
+	if v.LeaderID != "" {
+		v.LeaderAddr = n.ClientAddrs()[v.LeaderID]
 	}
 	old := n.view.Load()
 	v.Stopping = old.Stopping
@@ -775,7 +805,7 @@ func (n *Node) stop(store *persist.Store) {
 	n.log.Info().Str("role", v.Role.String()).Msg("stopping")
 
 	b := n.backend.Load()
-	if b != nil && n.machine.Role() == ha.RolePrimary && len(n.cfg.Peers) > 1 {
+	if b != nil && n.machine.Role() == ha.RolePrimary && n.voterCount() > 1 {
 		done := make(chan error, 1)
 		go func() { done <- b.TransferLeadership() }()
 		select {

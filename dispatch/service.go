@@ -37,6 +37,8 @@ type Node interface {
 	Outbox() (epoch, lag uint64, state string)
 	// Backend names the election backend; info is set for kafka.
 	Backend() (name string, info *ha.RoleInfo)
+	// Membership is what the cluster methods need (cluster.go).
+	Membership
 }
 
 // Methods maps every procedure of the API to its class. Each method is
@@ -257,6 +259,7 @@ func (s *Service) status(v *ha.View) *xcev1.StatusResponse {
 		Tasks:        uint64(s.node.FSM().NumTasks()),
 		LogFormat:    state.LogFormat,
 	}
+	st.Members = s.statusMembers(v.LeaderID)
 	s.securityStatus(st)
 	var info *ha.RoleInfo
 	st.Backend, info = s.node.Backend()

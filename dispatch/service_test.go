@@ -52,6 +52,9 @@ type fakeNode struct {
 	applyErr   error
 	applyFails int // failures left; <0 means always
 	barrierErr error
+
+	// cluster is the membership side (cluster_test.go).
+	cluster clusterFake
 }
 
 func newFakeNode(nodeID string, v ha.View) *fakeNode {
