@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/xce/xce/ha"
+	"github.com/xce/xce/ha/autopilot"
 )
 
 // Timings of the autopilot.
@@ -41,11 +42,8 @@ func (a *autopilotService) Run(ctx context.Context, _ uint64) error {
 	if m == nil {
 		return nil
 	}
-	cfg := autopilotConfig(a.n.cfg)
-	if a.n.tunePilot != nil {
-		a.n.tunePilot(&cfg)
-	}
-	pilot := newAutopilot(cfg)
+	cfg := a.n.cfg.AutopilotConfig()
+	pilot := autopilot.New(cfg)
 	a.absent = make(map[string]time.Time)
 	defer a.n.members.pilot.Store(nil)
 	tick := time.NewTicker(autopilotEvery)
@@ -62,10 +60,10 @@ func (a *autopilotService) Run(ctx context.Context, _ uint64) error {
 
 // autopilotServers are the autopilot's inputs from the configuration: each
 // member's suffrage, last contact and lag behind the leader's last index.
-func autopilotServers(self string, members []ha.Member, lastIndex uint64) []apServer {
-	servers := make([]apServer, 0, len(members))
+func autopilotServers(self string, members []ha.Member, lastIndex uint64) []autopilot.Server {
+	servers := make([]autopilot.Server, 0, len(members))
 	for _, mb := range members {
-		s := apServer{ID: mb.ID, Voter: mb.Voter, Leader: mb.ID == self, LastContact: mb.LastContact}
+		s := autopilot.Server{ID: mb.ID, Voter: mb.Voter, Leader: mb.ID == self, LastContact: mb.LastContact}
 		switch {
 		case s.Leader:
 			s.LastContact = 0
@@ -96,17 +94,17 @@ func (a *autopilotService) step(ctx context.Context, m ha.Membership, pilot step
 }
 
 // act performs the autopilot's action.
-func (a *autopilotService) act(ctx context.Context, m ha.Membership, act apAction) {
+func (a *autopilotService) act(ctx context.Context, m ha.Membership, act autopilot.Action) {
 	n := a.n
 	octx, cancel := context.WithTimeout(ctx, autopilotOpTimeout)
 	defer cancel()
 	switch act.Kind {
-	case apPromote:
+	case autopilot.Promote:
 		n.log.Info().Str("member", act.ID).Str("reason", act.Reason).Msg("autopilot: promoting a non-voter to voter")
 		if err := m.Promote(octx, act.ID); err != nil {
 			n.log.Warn().Err(err).Str("member", act.ID).Msg("autopilot: promotion failed; deciding again next tick")
 		}
-	case apRemove:
+	case autopilot.Remove:
 		n.log.Warn().Str("member", act.ID).Str("reason", act.Reason).Msg("autopilot: removing a dead server")
 		if err := m.Remove(octx, act.ID); err != nil {
 			n.log.Warn().Err(err).Str("member", act.ID).Msg("autopilot: removal failed; deciding again next tick")
@@ -133,7 +131,7 @@ func (a *autopilotService) reconcile(ctx context.Context, members []ha.Member, n
 		in[mb.ID] = mb
 	}
 	have := make(map[string]bool)
-	for _, r := range fsmMembers(n.fsm) {
+	for _, r := range n.fsm.Members() {
 		have[r.ID] = true
 		if _, ok := in[r.ID]; ok {
 			delete(a.absent, r.ID)

@@ -115,17 +115,17 @@ func (n *Node) runMemberGate(ctx context.Context) {
 	defer tick.Stop()
 	var lastMissing string
 	for {
-		old, silent := n.votersBelow(ctx, cl, n.otherVoters(), logFormatMembers)
+		old, silent := n.votersBelow(ctx, cl, n.otherVoters(), state.LogFormatMembers)
 		missing := strings.Join(append(old, silent...), ", ")
 		if missing == "" {
 			n.members.cmds.Store(nil)
 			n.log.Info().Msg("every voter applies member records: membership records are written")
 			return
 		}
-		why := fmt.Sprintf("member records wait until every voter applies them (log format %d): %s", logFormatMembers, missing)
+		why := fmt.Sprintf("member records wait until every voter applies them (log format %d): %s", state.LogFormatMembers, missing)
 		n.members.cmds.Store(&why)
 		if missing != lastMissing {
-			n.log.Info().Str("voters", missing).Msgf("member records stay off until these voters apply them (log format %d)", logFormatMembers)
+			n.log.Info().Str("voters", missing).Msgf("member records stay off until these voters apply them (log format %d)", state.LogFormatMembers)
 			lastMissing = missing
 		}
 		select {

@@ -8,11 +8,13 @@ import (
 	"time"
 
 	"github.com/xce/xce/ha"
+	"github.com/xce/xce/ha/autopilot"
+	"github.com/xce/xce/state"
 )
 
 // stepper is the autopilot's decision function (package ha/autopilot).
 type stepper interface {
-	Step(servers []apServer, pending bool, now time.Time) apDecision
+	Step(servers []autopilot.Server, pending bool, now time.Time) autopilot.Decision
 }
 
 // ErrNoMembership answers a membership method on a backend whose members
@@ -33,7 +35,7 @@ type memberState struct {
 	cmds atomic.Pointer[string]
 	// pilot is the autopilot's last decision in the current term; nil
 	// when the node is not PRIMARY or none was made yet.
-	pilot atomic.Pointer[apDecision]
+	pilot atomic.Pointer[autopilot.Decision]
 }
 
 // Membership is the backend's membership (docs/design.md, "Membership"):
@@ -70,7 +72,7 @@ func (n *Node) ClientAddrs() map[string]string {
 			addrs[p.ID] = p.ClientAddr
 		}
 	}
-	for _, r := range fsmMembers(n.fsm) {
+	for _, r := range n.fsm.Members() {
 		if r.ClientAddr != "" {
 			addrs[r.ID] = r.ClientAddr
 		}
@@ -92,7 +94,7 @@ func (n *Node) WriteMember(ctx context.Context, id, peerAddr, clientAddr string)
 	if err := n.MembersWritable(); err != nil {
 		return err
 	}
-	cmd, err := encodeSetMember(memberRecord{ID: id, PeerAddr: peerAddr, ClientAddr: clientAddr})
+	cmd, err := state.EncodeSetMember(state.MemberRecord{ID: id, PeerAddr: peerAddr, ClientAddr: clientAddr})
 	if err != nil {
 		return err
 	}
@@ -105,7 +107,7 @@ func (n *Node) DeleteMember(ctx context.Context, id string) error {
 	if err := n.MembersWritable(); err != nil {
 		return err
 	}
-	cmd, err := encodeRemoveMember(id)
+	cmd, err := state.EncodeRemoveMember(id)
 	if err != nil {
 		return err
 	}
@@ -121,7 +123,7 @@ func (n *Node) MemberHealth(id string) (healthy bool, state string, known bool) 
 	if d == nil {
 		return false, "", false
 	}
-	for _, s := range d.Servers {
+	for _, s := range d.States {
 		if s.ID == id {
 			return s.Healthy, s.State, true
 		}

@@ -15,6 +15,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/xce/xce/ha"
+	"github.com/xce/xce/ha/autopilot"
 	"github.com/xce/xce/internal/testutil"
 	xcev1 "github.com/xce/xce/proto/xce/v1"
 	"github.com/xce/xce/proto/xce/v1/xcev1connect"
@@ -123,7 +124,7 @@ func TestAutopilotServers(t *testing.T) {
 		{ID: "n3", LastContact: -1, MatchIndex: 0},
 		{ID: "n4", LastContact: time.Millisecond, MatchIndex: 120}, // ahead of a stale read of the last index
 	}, 100)
-	want := []apServer{
+	want := []autopilot.Server{
 		{ID: "n1", Voter: true, Leader: true},
 		{ID: "n2", Voter: true, LastContact: 5 * time.Millisecond, Lag: 10},
 		{ID: "n3", LastContact: -1, Lag: 100},
@@ -137,14 +138,14 @@ func TestAutopilotServers(t *testing.T) {
 // scripted is a decision function that answers the decisions given, in
 // order, then no action.
 type scripted struct {
-	decisions []apDecision
-	inputs    [][]apServer
+	decisions []autopilot.Decision
+	inputs    [][]autopilot.Server
 }
 
-func (s *scripted) Step(servers []apServer, _ bool, _ time.Time) apDecision {
+func (s *scripted) Step(servers []autopilot.Server, _ bool, _ time.Time) autopilot.Decision {
 	s.inputs = append(s.inputs, servers)
 	if len(s.decisions) == 0 {
-		return apDecision{}
+		return autopilot.Decision{}
 	}
 	d := s.decisions[0]
 	s.decisions = s.decisions[1:]
@@ -159,9 +160,9 @@ func TestAutopilotStep(t *testing.T) {
 	b := withMembers(n)
 	b.members = append(b.members, ha.Member{ID: "n4", PeerAddr: "127.0.0.1:9004"})
 	a := &autopilotService{n: n, absent: map[string]time.Time{}}
-	pilot := &scripted{decisions: []apDecision{
-		{Servers: []apServerState{{ID: "n4", Healthy: true, State: "promoting"}}, Action: &apAction{Kind: apPromote, ID: "n4", Reason: "caught up"}},
-		{Action: &apAction{Kind: apRemove, ID: "n3", Reason: "dead"}},
+	pilot := &scripted{decisions: []autopilot.Decision{
+		{States: []autopilot.ServerState{{ID: "n4", Healthy: true, State: "promoting"}}, Action: &autopilot.Action{Kind: autopilot.Promote, ID: "n4", Reason: "caught up"}},
+		{Action: &autopilot.Action{Kind: autopilot.Remove, ID: "n3", Reason: "dead"}},
 	}}
 	ctx := context.Background()
 	now := time.Now()
@@ -197,7 +198,7 @@ func TestAutopilotStep(t *testing.T) {
 
 // The member gate opens once every voter reports log format 3.
 func TestMemberGate(t *testing.T) {
-	a, old := startFakePeer(t, logFormatMembers), startFakePeer(t, 2)
+	a, old := startFakePeer(t, state.LogFormatMembers), startFakePeer(t, 2)
 	n := gateNode(t, a.addr(), old.addr())
 	withMembers(n)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -208,7 +209,7 @@ func TestMemberGate(t *testing.T) {
 		err := n.MembersWritable()
 		return err != nil && strings.Contains(err.Error(), old.addr()+" (log format 2")
 	})
-	old.format.Store(logFormatMembers)
+	old.format.Store(state.LogFormatMembers)
 	waitDone(t, done, 5*batchGatePoll, "every voter on log format 3")
 	if err := n.MembersWritable(); err != nil {
 		t.Fatal(err)

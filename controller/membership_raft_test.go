@@ -23,15 +23,12 @@ type raftNode struct {
 	done chan error
 }
 
-func startRaftNode(t *testing.T, cfg *configs.Config, tune func(*Node)) *raftNode {
+func startRaftNode(t *testing.T, cfg *configs.Config) *raftNode {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	n, err := New(Options{Config: cfg, Logger: zerolog.New(zerolog.NewTestWriter(t)).With().Str("node", cfg.NodeID).Logger(), Registry: reg})
 	if err != nil {
 		t.Fatal(err)
-	}
-	if tune != nil {
-		tune(n)
 	}
 	_, api := dispatch.New(n, reg, nil)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -62,8 +59,10 @@ func raftConfigs(t *testing.T, count, voters int) []*configs.Config {
 		cfg.ClientAddr, cfg.PeerAddr = p.ClientAddr, p.PeerAddr
 		cfg.Peers = append([]configs.Peer(nil), peers[:voters]...)
 		if i >= voters {
-			cfg.Peers = append(cfg.Peers, p)
+			// A joining node learns the members from the cluster.
+			cfg.Peers = []configs.Peer{p}
 		}
+		cfg.Autopilot.StabilizationTime = configs.Duration{Duration: 500 * time.Millisecond}
 		if err := cfg.Validate(); err != nil {
 			t.Fatal(err)
 		}
@@ -84,33 +83,29 @@ func primaryOf(nodes []*raftNode) *Node {
 // TestJoinAndPromote runs three real Raft nodes in process and starts a
 // fourth with join addresses on an empty data dir: it asks to be added,
 // follows as a STANDBY non-voter, and the autopilot promotes it once it
-// has stayed healthy for the (short) stabilization time. It needs the Raft
-// backend's membership; before that exists it skips.
+// has stayed healthy for the (short) stabilization time.
 func TestJoinAndPromote(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts four raft nodes")
 	}
 	cfgs := raftConfigs(t, 4, 3)
-	short := func(n *Node) {
-		n.tunePilot = func(c *apConfig) { c.StabilizationTime = 500 * time.Millisecond }
-	}
 	var nodes []*raftNode
 	for _, cfg := range cfgs[:3] {
-		nodes = append(nodes, startRaftNode(t, cfg, short))
+		nodes = append(nodes, startRaftNode(t, cfg))
 	}
 	var p *Node
 	testutil.Eventually(t, 10*time.Second, "a PRIMARY", func() bool { p = primaryOf(nodes); return p != nil })
 	m, err := p.Membership()
 	if err != nil {
-		t.Skipf("the raft backend offers no membership yet: %v", err)
+		t.Fatalf("the raft backend offers no membership: %v", err)
 	}
 
 	var joins []string
 	for _, c := range cfgs[:3] {
 		joins = append(joins, c.ClientAddr)
 	}
-	setConfigJoin(cfgs[3], joins)
-	n4 := startRaftNode(t, cfgs[3], short)
+	cfgs[3].Join = joins
+	n4 := startRaftNode(t, cfgs[3])
 
 	voter := func(id string) (in, isVoter bool) {
 		members, _, _, err := m.Members()

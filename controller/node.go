@@ -152,8 +152,6 @@ type Node struct {
 	// members is what the term's services learned of the membership,
 	// read by the API.
 	members memberState
-	// tunePilot, when set, adjusts the autopilot's settings (tests).
-	tunePilot func(*apConfig)
 	// joining: the node started with join addresses on an empty data dir
 	// and waits to be added (set in Run before the backend starts).
 	joining bool
@@ -333,7 +331,7 @@ func (n *Node) Run(ctx context.Context, api http.Handler) (err error) {
 		closePeer()
 		return err
 	}
-	if join := configJoin(n.cfg); len(join) > 0 && n.opts.StartBackend == nil {
+	if join := n.cfg.Join; len(join) > 0 && n.opts.StartBackend == nil {
 		has, err := store.HasState()
 		if err != nil {
 			closePeer()
@@ -512,7 +510,7 @@ func (n *Node) raftConfig(store *persist.Store) raftha.Config {
 	rc.CampaignAllowed = func() error { return store.Health().Err }
 	// A joining node waits to be added rather than bootstrapping a
 	// cluster of its own.
-	setRaftJoin(&rc, n.joining)
+	rc.Join = n.joining
 	return rc
 }
 
@@ -554,7 +552,7 @@ func (n *Node) loop(ctx context.Context) error {
 				n.syncQuorumVoters()
 				signals = ev.b.Signals()
 				if n.joining {
-					join := configJoin(n.cfg)
+					join := n.cfg.Join
 					n.wg.Go(func() { n.runJoin(join) })
 				}
 				n.step(ha.Started{})
