@@ -81,7 +81,7 @@ func New(cfg *configs.Config, o Options) (srv *Server, err error) {
 	if listen == nil {
 		listen = net.Listen
 	}
-	if len(cfg.Peers)%2 == 0 {
+	if len(cfg.Join) == 0 && len(cfg.Peers)%2 == 0 {
 		log.Warn().Int("voters", len(cfg.Peers)).Msg("an even number of voters tolerates no more failures than one fewer")
 	}
 	set := convert(cfg, log)

@@ -72,6 +72,9 @@ type Node struct {
 	ConfigPath string
 	LogPath    string
 	PidFile    string // "" without Options.PidFiles
+	// Join, for a node added by AddNode, are the members' client
+	// addresses it joins through; its peers list only itself.
+	Join []string
 
 	mu        sync.Mutex
 	proc      *Process // the current (or last) process
@@ -166,8 +169,15 @@ func (c *Cluster) Config(i int) configs.Config {
 	cfg := configs.Default()
 	cfg.NodeID, cfg.ClusterID, cfg.DataDir = n.ID, c.opts.ClusterID, n.DataDir
 	cfg.ClientAddr, cfg.PeerAddr = n.ClientAddr, n.PeerAddr
-	for _, p := range c.Nodes {
-		cfg.Peers = append(cfg.Peers, configs.Peer{ID: p.ID, PeerAddr: p.PeerAddr, ClientAddr: p.ClientAddr})
+	if n.Join != nil {
+		cfg.Join = n.Join
+		cfg.Peers = []configs.Peer{{ID: n.ID, PeerAddr: n.PeerAddr, ClientAddr: n.ClientAddr}}
+	} else {
+		for _, p := range c.Nodes {
+			if p.Join == nil {
+				cfg.Peers = append(cfg.Peers, configs.Peer{ID: p.ID, PeerAddr: p.PeerAddr, ClientAddr: p.ClientAddr})
+			}
+		}
 	}
 	cfg.Log = configs.Log{Level: "info", Format: "json"}
 	c.secureConfig(n, &cfg)
