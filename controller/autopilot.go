@@ -82,6 +82,9 @@ func (a *autopilotService) step(ctx context.Context, m ha.Membership, pilot step
 		n.log.Debug().Err(err).Msg("autopilot: no configuration to look at")
 		return
 	}
+	for _, id := range n.members.takeRemoved() {
+		pilot.Forget(id)
+	}
 	d := pilot.Step(autopilotServers(n.cfg.NodeID, members, m.LastIndex()), pending, now)
 	n.members.pilot.Store(&d)
 	if d.Action != nil {

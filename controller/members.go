@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sort"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 // stepper is the autopilot's decision function (package ha/autopilot).
 type stepper interface {
 	Step(servers []autopilot.Server, pending bool, now time.Time) autopilot.Decision
+	Forget(id string)
 }
 
 // ErrNoMembership answers a membership method on a backend whose members
@@ -36,6 +38,38 @@ type memberState struct {
 	// pilot is the autopilot's last decision in the current term; nil
 	// when the node is not PRIMARY or none was made yet.
 	pilot atomic.Pointer[autopilot.Decision]
+
+	// removed are the ids removed through Membership since the
+	// autopilot's last step: it forgets them, so that one added again
+	// under the same id is stabilized afresh.
+	mu      sync.Mutex
+	removed []string
+}
+
+// takeRemoved returns and clears the ids removed since the last call.
+func (s *memberState) takeRemoved() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.removed
+	s.removed = nil
+	return r
+}
+
+// forgetting is the backend's membership with its removals reported to
+// the autopilot.
+type forgetting struct {
+	ha.Membership
+	s *memberState
+}
+
+func (f forgetting) Remove(ctx context.Context, id string) error {
+	err := f.Membership.Remove(ctx, id)
+	if err == nil {
+		f.s.mu.Lock()
+		f.s.removed = append(f.s.removed, id)
+		f.s.mu.Unlock()
+	}
+	return err
 }
 
 // Membership is the backend's membership (docs/design.md, "Membership"):
@@ -49,7 +83,7 @@ func (n *Node) Membership() (ha.Membership, error) {
 	if !ok {
 		return nil, ErrNoMembership
 	}
-	return m, nil
+	return forgetting{Membership: m, s: &n.members}, nil
 }
 
 // membership is Membership for the node's own services: nil when there is

@@ -140,7 +140,10 @@ func TestAutopilotServers(t *testing.T) {
 type scripted struct {
 	decisions []autopilot.Decision
 	inputs    [][]autopilot.Server
+	forgot    []string
 }
+
+func (s *scripted) Forget(id string) { s.forgot = append(s.forgot, id) }
 
 func (s *scripted) Step(servers []autopilot.Server, _ bool, _ time.Time) autopilot.Decision {
 	s.inputs = append(s.inputs, servers)
@@ -193,6 +196,23 @@ func TestAutopilotStep(t *testing.T) {
 	}
 	if in := pilot.inputs[0]; len(in) != 4 || !in[0].Leader || in[3].Lag != 100 {
 		t.Fatalf("inputs %+v", in)
+	}
+
+	// A removal through the API reaches the autopilot at its next step,
+	// so that the id, added again, is stabilized afresh.
+	m, err := n.Membership()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Remove(ctx, "n4"); err != nil {
+		t.Fatal(err)
+	}
+	if len(pilot.forgot) != 0 {
+		t.Fatalf("forgot %v before the step", pilot.forgot)
+	}
+	a.step(ctx, b, pilot, now)
+	if !slices.Equal(pilot.forgot, []string{"n4"}) {
+		t.Fatalf("forgot %v, want [n4]", pilot.forgot)
 	}
 }
 

@@ -220,49 +220,50 @@ func (c *clusterService) add(ctx context.Context, m ha.Membership, members []ha.
 // has caught up and stayed healthy.
 func (c *clusterService) AddMember(ctx context.Context, req *connect.Request[xcev1.AddMemberRequest]) (*connect.Response[xcev1.AddMemberResponse], error) {
 	r := req.Msg
-	if err := checkID(r.Id); err != nil {
+	if err := checkMember(r.Id, r.PeerAddr, r.ClientAddr); err != nil {
 		return nil, err
 	}
-	if err := checkAddr("peer_addr", r.PeerAddr); err != nil {
-		return nil, err
-	}
-	if r.ClientAddr != "" {
-		if err := checkAddr("client_addr", r.ClientAddr); err != nil {
-			return nil, err
-		}
-	}
-	m, err := c.membership()
-	if err != nil {
-		return nil, err
-	}
-	members, err := c.stable(m)
-	if err != nil {
-		return nil, err
-	}
-	pb, err := c.add(ctx, m, members, r.Id, r.PeerAddr, r.ClientAddr)
+	pb, err := c.addOrSame(ctx, r.Id, r.PeerAddr, r.ClientAddr)
 	if err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&xcev1.AddMemberResponse{Member: pb}), nil
 }
 
+// checkMember validates a member to add: its id, and both addresses (the
+// member record needs the client address: clients and leader hints use it).
+func checkMember(id, peerAddr, clientAddr string) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	if err := checkAddr("peer_addr", peerAddr); err != nil {
+		return err
+	}
+	return checkAddr("client_addr", clientAddr)
+}
+
 // Join is AddMember on a node's own behalf (the authorizer lets the node
-// role join only as itself). It is idempotent: a node already a member at
-// the same addresses gets its member back.
+// role join only as itself).
 func (c *clusterService) Join(ctx context.Context, req *connect.Request[xcev1.JoinRequest]) (*connect.Response[xcev1.JoinResponse], error) {
 	r := req.Msg
 	if cluster := c.s.node.Config().ClusterID; r.ClusterId != cluster {
 		return nil, invalid("cluster_id %q: this is cluster %q", r.ClusterId, cluster)
 	}
-	if err := checkID(r.Id); err != nil {
+	if err := checkMember(r.Id, r.PeerAddr, r.ClientAddr); err != nil {
 		return nil, err
 	}
-	if err := checkAddr("peer_addr", r.PeerAddr); err != nil {
+	pb, err := c.addOrSame(ctx, r.Id, r.PeerAddr, r.ClientAddr)
+	if err != nil {
 		return nil, err
 	}
-	if err := checkAddr("client_addr", r.ClientAddr); err != nil {
-		return nil, err
-	}
+	return connect.NewResponse(&xcev1.JoinResponse{Member: pb}), nil
+}
+
+// addOrSame adds id as a non-voter. It is idempotent, so that a retried
+// add or a joining node asking again is answered alike: an id already a
+// member at the same addresses gets its member back (its record written
+// if it has none yet); at other addresses it is AlreadyExists.
+func (c *clusterService) addOrSame(ctx context.Context, id, peerAddr, clientAddr string) (*xcev1.Member, error) {
 	m, err := c.membership()
 	if err != nil {
 		return nil, err
@@ -271,28 +272,24 @@ func (c *clusterService) Join(ctx context.Context, req *connect.Request[xcev1.Jo
 	if err != nil {
 		return nil, c.memberErr(err)
 	}
-	if mb, ok := find(members, r.Id); ok {
-		have := c.s.node.ClientAddrs()[r.Id]
-		if mb.PeerAddr != r.PeerAddr || (have != "" && have != r.ClientAddr) {
+	if mb, ok := find(members, id); ok {
+		have := c.s.node.ClientAddrs()[id]
+		if mb.PeerAddr != peerAddr || (have != "" && have != clientAddr) {
 			return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf(
-				"node %q is a member at peer_addr %q, client_addr %q; it asks to join at %q, %q: remove the member first",
-				r.Id, mb.PeerAddr, have, r.PeerAddr, r.ClientAddr))
+				"%q is a member at peer_addr %q, client_addr %q, not at %q, %q: remove the member first",
+				id, mb.PeerAddr, have, peerAddr, clientAddr))
 		}
 		if have == "" && c.s.node.MembersWritable() == nil {
-			if err := c.s.node.WriteMember(ctx, r.Id, r.PeerAddr, r.ClientAddr); err != nil {
+			if err := c.s.node.WriteMember(ctx, id, peerAddr, clientAddr); err != nil {
 				return nil, c.memberErr(err)
 			}
 		}
-		return connect.NewResponse(&xcev1.JoinResponse{Member: memberPB(mb, r.ClientAddr, c.s.node.View().LeaderID)}), nil
+		return memberPB(mb, clientAddr, c.s.node.View().LeaderID), nil
 	}
 	if members, err = c.stable(m); err != nil {
 		return nil, err
 	}
-	pb, err := c.add(ctx, m, members, r.Id, r.PeerAddr, r.ClientAddr)
-	if err != nil {
-		return nil, err
-	}
-	return connect.NewResponse(&xcev1.JoinResponse{Member: pb}), nil
+	return c.add(ctx, m, members, id, peerAddr, clientAddr)
 }
 
 // PromoteMember makes a non-voter a voter (the autopilot does it on its

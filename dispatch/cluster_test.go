@@ -214,14 +214,15 @@ func TestAddMemberRules(t *testing.T) {
 		msg              string
 	}{
 		{name: "ok", id: "n5", peer: "10.0.0.5:7201", client: "10.0.0.5:7101"},
-		{name: "bad id", id: "n 5", peer: "10.0.0.5:7201", code: connect.CodeInvalidArgument, msg: "id"},
-		{name: "no peer host", id: "n5", peer: ":7201", code: connect.CodeInvalidArgument, msg: "peer_addr"},
+		{name: "bad id", id: "n 5", peer: "10.0.0.5:7201", client: "10.0.0.5:7101", code: connect.CodeInvalidArgument, msg: "id"},
+		{name: "no peer host", id: "n5", peer: ":7201", client: "10.0.0.5:7101", code: connect.CodeInvalidArgument, msg: "peer_addr"},
+		{name: "no client addr", id: "n5", peer: "10.0.0.5:7201", code: connect.CodeInvalidArgument, msg: "client_addr"},
 		{name: "bad client addr", id: "n5", peer: "10.0.0.5:7201", client: "nope", code: connect.CodeInvalidArgument, msg: "client_addr"},
-		{name: "duplicate id", id: "n2", peer: "10.0.0.5:7201", code: connect.CodeAlreadyExists, msg: `member "n2" exists`},
-		{name: "duplicate peer addr", id: "n5", peer: "10.0.0.3:7201", code: connect.CodeAlreadyExists, msg: `member "n3"`},
+		{name: "duplicate id", id: "n2", peer: "10.0.0.5:7201", client: "10.0.0.5:7101", code: connect.CodeAlreadyExists, msg: `"n2" is a member`},
+		{name: "duplicate peer addr", id: "n5", peer: "10.0.0.3:7201", client: "10.0.0.5:7101", code: connect.CodeAlreadyExists, msg: `member "n3"`},
 		{name: "duplicate client addr", id: "n5", peer: "10.0.0.5:7201", client: "10.0.0.2:7101", code: connect.CodeAlreadyExists, msg: `member "n2"`},
-		{name: "change in progress", id: "n5", peer: "10.0.0.5:7201", pending: true, code: connect.CodeFailedPrecondition, msg: "a membership change is in progress"},
-		{name: "old voters", id: "n5", peer: "10.0.0.5:7201", writable: errors.New("voter n2 on log format 2"),
+		{name: "change in progress", id: "n5", peer: "10.0.0.5:7201", client: "10.0.0.5:7101", pending: true, code: connect.CodeFailedPrecondition, msg: "a membership change is in progress"},
+		{name: "old voters", id: "n5", peer: "10.0.0.5:7201", client: "10.0.0.5:7101", writable: errors.New("voter n2 on log format 2"),
 			code: connect.CodeFailedPrecondition, msg: "log format 2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -429,7 +430,7 @@ func TestMembershipNeedsRaft(t *testing.T) {
 			return err
 		},
 		"AddMember": func() error {
-			_, err := cl.AddMember(ctx, connect.NewRequest(&xcev1.AddMemberRequest{Id: "n5", PeerAddr: "10.0.0.5:7201"}))
+			_, err := cl.AddMember(ctx, connect.NewRequest(&xcev1.AddMemberRequest{Id: "n5", PeerAddr: "10.0.0.5:7201", ClientAddr: "10.0.0.5:7101"}))
 			return err
 		},
 		"PromoteMember": func() error {
@@ -454,5 +455,22 @@ func TestMembershipNeedsRaft(t *testing.T) {
 		if !strings.Contains(err.Error(), "need the raft backend") {
 			t.Fatalf("%s: %v", name, err)
 		}
+	}
+}
+
+// Adding a member again at the same addresses (a retried add) answers the
+// member and changes nothing.
+func TestAddMemberAgain(t *testing.T) {
+	n, fm := clusterNode()
+	cl := clusterClient(t, n)
+	resp, err := cl.AddMember(ctxT(t), connect.NewRequest(&xcev1.AddMemberRequest{Id: "n4", PeerAddr: "10.0.0.4:7201", ClientAddr: "10.0.0.4:7101"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := resp.Msg.Member; m.Id != "n4" || m.Voter || m.ClientAddr != "10.0.0.4:7101" {
+		t.Fatalf("member %+v", m)
+	}
+	if c, w := fm.changes(), n.recordWrites(); len(c) != 0 || len(w) != 0 {
+		t.Fatalf("changed: configuration %v, records %v", c, w)
 	}
 }

@@ -185,6 +185,11 @@ func New(cfg Config) *Autopilot {
 	return &Autopilot{cfg: cfg, since: map[string]health{}}
 }
 
+// Forget drops what a knows of id, so that a server removed and added
+// again under the same id between two steps starts its stabilization
+// afresh.
+func (a *Autopilot) Forget(id string) { delete(a.since, id) }
+
 // Step takes the servers of the latest configuration as the leader sees
 // them, whether that configuration is still pending, and the time, and
 // decides. Rules:

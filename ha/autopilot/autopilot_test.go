@@ -164,6 +164,24 @@ func TestStepStates(t *testing.T) {
 	}
 }
 
+// A server removed and added again under the same id between two steps
+// (so that no step saw it gone) starts its stabilization afresh once
+// forgotten.
+func TestForgetRestartsStabilization(t *testing.T) {
+	a := New(DefaultConfig())
+	a.Step(servers("n1:L n2:v n3:v n4:N"), false, at(0))
+	a.Forget("n4")
+	d := a.Step(servers("n1:L n2:v n3:v n4:N"), false, at(20))
+	if d.Action != nil {
+		t.Fatalf("promoted a forgotten server at once: %+v", d.Action)
+	}
+	for _, st := range d.States {
+		if st.ID == "n4" && (st.State != "stabilizing" || st.HealthySince != at(20)) {
+			t.Errorf("n4 after Forget: %+v, want stabilizing since %v", st, at(20))
+		}
+	}
+}
+
 func TestHealthy(t *testing.T) {
 	c := DefaultConfig()
 	for _, tc := range []struct {
