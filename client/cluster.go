@@ -26,13 +26,12 @@ var ErrFailedPrecondition = errors.New("refused in the cluster's current state")
 // from a second request. A retry follows an attempt whose outcome is
 // unknown (the node went away or the attempt timed out after it may have
 // appended the change; a NOT_READY may come from a primary that lost its
-// leadership after appending it). So before sending a change again, the
-// client reads the primary's configuration and stops if the change is
-// already in it: the member is there (AddMember), a voter (PromoteMember),
-// gone (RemoveMember), or the leadership has moved (TransferLeader). The
-// server answers a repeated add of the same member "already a member" with
-// success and a removal of a non-member NOT_FOUND "not a member", so even a
-// change made twice ends in the state asked for.
+// leadership after appending it). Adding a member again at the same
+// addresses and promoting a voter are answered as the change made, so those
+// are simply sent again. A removal or a transfer is not: before sending one
+// again, the client reads the primary's configuration and stops if the
+// member is gone (RemoveMember) or the leadership has moved
+// (TransferLeader).
 
 // clusterStubs returns a ClusterService stub per endpoint, made on first
 // use by one call.
@@ -114,17 +113,7 @@ func (c *Client) ListMembers(ctx context.Context, stale bool) (*xcev1.ListMember
 func (c *Client) AddMember(ctx context.Context, id, peerAddr, clientAddr string) (*xcev1.Member, error) {
 	req := &xcev1.AddMemberRequest{Id: id, PeerAddr: peerAddr, ClientAddr: clientAddr}
 	var out *xcev1.Member
-	err := c.doCluster(ctx, func(ctx context.Context, s xcev1connect.ClusterServiceClient, attempt int) error {
-		if attempt > 1 {
-			ms, err := listMembers(ctx, s, false)
-			if err != nil {
-				return err
-			}
-			if m := findMember(ms.Members, id); m != nil && m.PeerAddr == peerAddr {
-				out = m
-				return nil
-			}
-		}
+	err := c.doCluster(ctx, func(ctx context.Context, s xcev1connect.ClusterServiceClient, _ int) error {
 		r, err := s.AddMember(ctx, connect.NewRequest(req))
 		if err == nil {
 			out = r.Msg.Member
@@ -134,25 +123,14 @@ func (c *Client) AddMember(ctx context.Context, id, peerAddr, clientAddr string)
 	return out, err
 }
 
-// PromoteMember makes the non-voter id a voter now, without waiting for
-// the primary's own promotion; the primary refuses (ErrFailedPrecondition)
-// a member that has not caught up. Promoting a voter succeeds and returns
-// it, so a retry after an unknown outcome is harmless. An unknown id is
-// ErrNotFound.
+// PromoteMember makes the non-voter id a voter now, caught up or not,
+// without waiting for the primary's own promotion. Promoting a voter
+// succeeds and returns it, so a retry after an unknown outcome is harmless.
+// An unknown id is ErrNotFound.
 func (c *Client) PromoteMember(ctx context.Context, id string) (*xcev1.Member, error) {
 	req := &xcev1.PromoteMemberRequest{Id: id}
 	var out *xcev1.Member
-	err := c.doCluster(ctx, func(ctx context.Context, s xcev1connect.ClusterServiceClient, attempt int) error {
-		if attempt > 1 {
-			ms, err := listMembers(ctx, s, false)
-			if err != nil {
-				return err
-			}
-			if m := findMember(ms.Members, id); m != nil && m.Voter {
-				out = m
-				return nil
-			}
-		}
+	err := c.doCluster(ctx, func(ctx context.Context, s xcev1connect.ClusterServiceClient, _ int) error {
 		r, err := s.PromoteMember(ctx, connect.NewRequest(req))
 		if err == nil {
 			out = r.Msg.Member

@@ -292,24 +292,34 @@ func (c *clusterService) addOrSame(ctx context.Context, id, peerAddr, clientAddr
 	return c.add(ctx, m, members, id, peerAddr, clientAddr)
 }
 
+// existing is the membership, its stable configuration and member id in
+// it: NotFound when id is not a member.
+func (c *clusterService) existing(id string) (ha.Membership, []ha.Member, ha.Member, error) {
+	if err := checkID(id); err != nil {
+		return nil, nil, ha.Member{}, err
+	}
+	m, err := c.membership()
+	if err != nil {
+		return nil, nil, ha.Member{}, err
+	}
+	members, err := c.stable(m)
+	if err != nil {
+		return nil, nil, ha.Member{}, err
+	}
+	mb, ok := find(members, id)
+	if !ok {
+		return nil, nil, ha.Member{}, connect.NewError(connect.CodeNotFound, fmt.Errorf("no member %q", id))
+	}
+	return m, members, mb, nil
+}
+
 // PromoteMember makes a non-voter a voter (the autopilot does it on its
 // own once the member is healthy; this is the operator's way).
 func (c *clusterService) PromoteMember(ctx context.Context, req *connect.Request[xcev1.PromoteMemberRequest]) (*connect.Response[xcev1.PromoteMemberResponse], error) {
 	id := req.Msg.Id
-	if err := checkID(id); err != nil {
-		return nil, err
-	}
-	m, err := c.membership()
+	m, _, mb, err := c.existing(id)
 	if err != nil {
 		return nil, err
-	}
-	members, err := c.stable(m)
-	if err != nil {
-		return nil, err
-	}
-	mb, ok := find(members, id)
-	if !ok {
-		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no member %q", id))
 	}
 	if !mb.Voter {
 		if err := m.Promote(ctx, id); err != nil {
@@ -343,20 +353,9 @@ func removalSafe(members []ha.Member, id string, healthy func(id string) bool) (
 // NOT_READY, and the client retries the removal on the new primary.
 func (c *clusterService) RemoveMember(ctx context.Context, req *connect.Request[xcev1.RemoveMemberRequest]) (*connect.Response[xcev1.RemoveMemberResponse], error) {
 	id, force := req.Msg.Id, req.Msg.Force
-	if err := checkID(id); err != nil {
-		return nil, err
-	}
-	m, err := c.membership()
+	m, members, mb, err := c.existing(id)
 	if err != nil {
 		return nil, err
-	}
-	members, err := c.stable(m)
-	if err != nil {
-		return nil, err
-	}
-	mb, ok := find(members, id)
-	if !ok {
-		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no member %q", id))
 	}
 	self := c.s.node.Config().NodeID
 	if mb.Voter {

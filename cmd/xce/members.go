@@ -117,7 +117,8 @@ func membersCmd() *cobra.Command {
 		Long: `List and change the members of the Raft configuration. Every command goes to the
 PRIMARY, following NOT_READY hints like the other client commands; changes need the
 admin role where permissions are on. A change retried after an answer that never came
-is checked against the configuration first, so it is never made twice
+is either answered as made (an add, a promotion) or checked against the configuration
+first (a removal, a transfer), so it is never made twice
 (docs/operations.md, "Changing the members").`,
 	}
 	cmd.AddCommand(membersListCmd(), membersAddCmd(), membersRemoveCmd(), membersPromoteCmd())
