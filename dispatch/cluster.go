@@ -74,16 +74,34 @@ func (c *clusterService) memberErr(err error) error {
 
 // stable is the configuration when no change is in progress: membership
 // changes go one at a time.
-func (c *clusterService) stable(m ha.Membership) ([]ha.Member, error) {
-	members, index, pending, err := m.Members()
-	if err != nil {
-		return nil, c.memberErr(err)
+func (c *clusterService) stable(ctx context.Context, m ha.Membership) ([]ha.Member, error) {
+	wait, cancel := context.WithTimeout(ctx, pendingWait)
+	defer cancel()
+	for {
+		members, index, pending, err := m.Members()
+		if err != nil {
+			return nil, c.memberErr(err)
+		}
+		if !pending {
+			return members, nil
+		}
+		// A change is committed within a round trip to the voters; the
+		// one before this request (often the autopilot's promotion) is
+		// waited for briefly rather than refused at once.
+		select {
+		case <-wait.Done():
+			return nil, failedPrecondition("a membership change is in progress (configuration at index %d is not committed yet); retry once it is", index)
+		case <-time.After(pendingPoll):
+		}
 	}
-	if pending {
-		return nil, failedPrecondition("a membership change is in progress (configuration at index %d is not committed yet); retry once it is", index)
-	}
-	return members, nil
 }
+
+// How long a change waits for the one before it to commit, and how often
+// it looks.
+const (
+	pendingWait = 2 * time.Second
+	pendingPoll = 10 * time.Millisecond
+)
 
 func find(members []ha.Member, id string) (ha.Member, bool) {
 	for _, mb := range members {
@@ -286,7 +304,7 @@ func (c *clusterService) addOrSame(ctx context.Context, id, peerAddr, clientAddr
 		}
 		return memberPB(mb, clientAddr, c.s.node.View().LeaderID), nil
 	}
-	if members, err = c.stable(m); err != nil {
+	if members, err = c.stable(ctx, m); err != nil {
 		return nil, err
 	}
 	return c.add(ctx, m, members, id, peerAddr, clientAddr)
@@ -294,7 +312,7 @@ func (c *clusterService) addOrSame(ctx context.Context, id, peerAddr, clientAddr
 
 // existing is the membership, its stable configuration and member id in
 // it: NotFound when id is not a member.
-func (c *clusterService) existing(id string) (ha.Membership, []ha.Member, ha.Member, error) {
+func (c *clusterService) existing(ctx context.Context, id string) (ha.Membership, []ha.Member, ha.Member, error) {
 	if err := checkID(id); err != nil {
 		return nil, nil, ha.Member{}, err
 	}
@@ -302,7 +320,7 @@ func (c *clusterService) existing(id string) (ha.Membership, []ha.Member, ha.Mem
 	if err != nil {
 		return nil, nil, ha.Member{}, err
 	}
-	members, err := c.stable(m)
+	members, err := c.stable(ctx, m)
 	if err != nil {
 		return nil, nil, ha.Member{}, err
 	}
@@ -317,7 +335,7 @@ func (c *clusterService) existing(id string) (ha.Membership, []ha.Member, ha.Mem
 // own once the member is healthy; this is the operator's way).
 func (c *clusterService) PromoteMember(ctx context.Context, req *connect.Request[xcev1.PromoteMemberRequest]) (*connect.Response[xcev1.PromoteMemberResponse], error) {
 	id := req.Msg.Id
-	m, _, mb, err := c.existing(id)
+	m, _, mb, err := c.existing(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -353,7 +371,7 @@ func removalSafe(members []ha.Member, id string, healthy func(id string) bool) (
 // NOT_READY, and the client retries the removal on the new primary.
 func (c *clusterService) RemoveMember(ctx context.Context, req *connect.Request[xcev1.RemoveMemberRequest]) (*connect.Response[xcev1.RemoveMemberResponse], error) {
 	id, force := req.Msg.Id, req.Msg.Force
-	m, members, mb, err := c.existing(id)
+	m, members, mb, err := c.existing(ctx, id)
 	if err != nil {
 		return nil, err
 	}

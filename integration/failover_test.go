@@ -220,8 +220,18 @@ func TestPartitionIsolatedPrimary(t *testing.T) {
 	}
 	s, _ := c.Status(p)
 	t.Logf("isolated %s stopped admitting writes after %v: %s", c.Node(p).ID, stoppedAfter.Round(time.Millisecond), describeStatus(s))
+	// A client pinned to the isolated node: one following the members
+	// would reach the new primary through the client ports, which the
+	// partition leaves open.
+	opts := c.clientOptions()
+	opts.RefreshInterval = -1
+	pinned, err := client.New([]string{c.Node(p).ClientAddr}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pinned.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	_, err := c.ClientOf(c.Node(p).ClientAddr).Submit(ctx, client.Task{ID: "to-the-isolated-node"})
+	_, err = pinned.Submit(ctx, client.Task{ID: "to-the-isolated-node"})
 	cancel()
 	var nr *client.NotReadyError
 	if !errors.As(err, &nr) || nr.Last == nil {

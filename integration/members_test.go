@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -162,6 +163,33 @@ func TestMembersReplaceDeadNode(t *testing.T) {
 	load.stopAndCheck(t, cl)
 	if n := load.res.Errors; n != 0 {
 		t.Errorf("%d calls failed (only retried NOT_READY is allowed)", n)
+	}
+
+	// The new node's status names the members, itself included, with
+	// their client addresses.
+	r := runXCE(t, 10*time.Second, "status", "--addr", c.Node(n4).ClientAddr, "--json")
+	var st struct {
+		Members []struct {
+			ID         string `json:"id"`
+			ClientAddr string `json:"client_addr"`
+			Voter      bool   `json:"voter"`
+		} `json:"members"`
+	}
+	if err := json.Unmarshal([]byte(r.Stdout), &st); err != nil {
+		t.Fatalf("status --json: %v\n%s", err, r.Stdout)
+	}
+	var got []string
+	for _, m := range st.Members {
+		if m.Voter {
+			got = append(got, m.ID+"@"+m.ClientAddr)
+		}
+	}
+	var want []string
+	for _, i := range live {
+		want = append(want, c.Node(i).ID+"@"+c.Node(i).ClientAddr)
+	}
+	if !slices.Equal(sorted(got), sorted(want)) {
+		t.Errorf("status members %v, want %v", got, want)
 	}
 }
 

@@ -83,6 +83,16 @@ type statusJSON struct {
 	Auth              string `json:"auth"`
 	TLSCertExpiry     string `json:"tls_cert_expiry,omitempty"`
 	PeerTLSCertExpiry string `json:"peer_tls_cert_expiry,omitempty"`
+	// backend raft: the configuration as this node knows it.
+	Members []statusMemberJSON `json:"members,omitempty"`
+}
+
+type statusMemberJSON struct {
+	ID         string `json:"id"`
+	PeerAddr   string `json:"peer_addr"`
+	ClientAddr string `json:"client_addr"`
+	Voter      bool   `json:"voter"`
+	Primary    bool   `json:"primary"`
 }
 
 type rosterJSON struct {
@@ -120,6 +130,9 @@ func statusCmd() *cobra.Command {
 				for _, m := range s.Roster {
 					out.Roster = append(out.Roster, rosterJSON{Member: m.MemberId, Rank: m.Rank, Offset: m.Offset})
 				}
+				for _, m := range s.Members {
+					out.Members = append(out.Members, statusMemberJSON{ID: m.Id, PeerAddr: m.PeerAddr, ClientAddr: m.ClientAddr, Voter: m.Voter, Primary: m.Primary})
+				}
 				w := cmd.OutOrStdout()
 				if f.json {
 					return printJSON(w, out)
@@ -135,6 +148,13 @@ func statusCmd() *cobra.Command {
 				fmt.Fprintf(tw, "kafka\t%s, epoch %d, outbox lag %d\n", out.KafkaState, out.KafkaEpoch, out.OutboxLag)
 				fmt.Fprintf(tw, "backend\t%s\n", out.Backend)
 				fmt.Fprintf(tw, "security\tauth %s, insecure %v, tls cert expires %q, peer cert expires %q\n", out.Auth, out.Insecure, out.TLSCertExpiry, out.PeerTLSCertExpiry)
+				for _, m := range out.Members {
+					kind := "voter"
+					if !m.Voter {
+						kind = "non-voter"
+					}
+					fmt.Fprintf(tw, "member %s\t%s, peer %s, client %s\n", m.ID, kind, m.PeerAddr, m.ClientAddr)
+				}
 				if out.Backend == "kafka" {
 					fmt.Fprintf(tw, "lease\t%s until %s\n", out.LeaseHolder, out.LeaseDeadline)
 					for _, m := range out.Roster {
