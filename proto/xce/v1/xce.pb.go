@@ -1236,7 +1236,9 @@ type TaskPlacement struct {
 	// Workers holding standby copies, by id.
 	Standbys []string `protobuf:"bytes,3,rep,name=standbys,proto3" json:"standbys,omitempty"`
 	// Workers restoring extra copies before an active or standby moves there.
-	Warmups       []string `protobuf:"bytes,4,rep,name=warmups,proto3" json:"warmups,omitempty"`
+	Warmups []string `protobuf:"bytes,4,rep,name=warmups,proto3" json:"warmups,omitempty"`
+	// The task epoch: it grows each time the task gets a new active.
+	Epoch         uint64 `protobuf:"varint,5,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1297,6 +1299,13 @@ func (x *TaskPlacement) GetWarmups() []string {
 		return x.Warmups
 	}
 	return nil
+}
+
+func (x *TaskPlacement) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
 }
 
 type GetAssignmentRequest struct {
@@ -1897,8 +1906,13 @@ type HeartbeatRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	WorkerId string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
 	// Lag (records behind) of every task the worker holds state for.
-	Lags          map[string]int64 `protobuf:"bytes,2,rep,name=lags,proto3" json:"lags,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
-	Facts         []*Fact          `protobuf:"bytes,3,rep,name=facts,proto3" json:"facts,omitempty"`
+	Lags  map[string]int64 `protobuf:"bytes,2,rep,name=lags,proto3" json:"lags,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	Facts []*Fact          `protobuf:"bytes,3,rep,name=facts,proto3" json:"facts,omitempty"`
+	// The tasks the worker runs as active right now (it has not stopped
+	// them). The primary grants a moved active to its new worker only once
+	// the old one no longer lists it, or its session has expired plus a
+	// margin (docs/design.md, "At most one active").
+	Running       []string `protobuf:"bytes,4,rep,name=running,proto3" json:"running,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1954,16 +1968,38 @@ func (x *HeartbeatRequest) GetFacts() []*Fact {
 	return nil
 }
 
+func (x *HeartbeatRequest) GetRunning() []string {
+	if x != nil {
+		return x.Running
+	}
+	return nil
+}
+
 type HeartbeatResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Generation of the committed assignment the lists below come from.
-	Generation          uint64   `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	Generation uint64 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	// The actives the worker may run now: assigned to it and granted (a
+	// moved active is granted only once its previous worker stopped it).
 	Actives             []string `protobuf:"bytes,2,rep,name=actives,proto3" json:"actives,omitempty"`
 	Standbys            []string `protobuf:"bytes,3,rep,name=standbys,proto3" json:"standbys,omitempty"`
 	Warmups             []string `protobuf:"bytes,4,rep,name=warmups,proto3" json:"warmups,omitempty"`
 	HeartbeatIntervalMs uint32   `protobuf:"varint,5,opt,name=heartbeat_interval_ms,json=heartbeatIntervalMs,proto3" json:"heartbeat_interval_ms,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// The task epoch of every task in actives, standbys and warmups: it grows
+	// each time the task gets a new active, and the worker fences its own
+	// downstream writes with it.
+	Epochs map[string]uint64 `protobuf:"bytes,6,rep,name=epochs,proto3" json:"epochs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// Actives assigned to the worker but not granted yet: their previous
+	// worker has not confirmed it stopped them. The worker keeps them as
+	// standbys (restoring) until granted.
+	PendingActives []string `protobuf:"bytes,7,rep,name=pending_actives,json=pendingActives,proto3" json:"pending_actives,omitempty"`
+	// How long the worker may run its actives after the send time of its last
+	// acknowledged heartbeat without hearing from a primary again: shorter
+	// than its session timeout by a margin, so it stops them before the
+	// primary may grant them elsewhere.
+	ActiveLeaseMs uint32 `protobuf:"varint,8,opt,name=active_lease_ms,json=activeLeaseMs,proto3" json:"active_lease_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HeartbeatResponse) Reset() {
@@ -2027,6 +2063,27 @@ func (x *HeartbeatResponse) GetWarmups() []string {
 func (x *HeartbeatResponse) GetHeartbeatIntervalMs() uint32 {
 	if x != nil {
 		return x.HeartbeatIntervalMs
+	}
+	return 0
+}
+
+func (x *HeartbeatResponse) GetEpochs() map[string]uint64 {
+	if x != nil {
+		return x.Epochs
+	}
+	return nil
+}
+
+func (x *HeartbeatResponse) GetPendingActives() []string {
+	if x != nil {
+		return x.PendingActives
+	}
+	return nil
+}
+
+func (x *HeartbeatResponse) GetActiveLeaseMs() uint32 {
+	if x != nil {
+		return x.ActiveLeaseMs
 	}
 	return 0
 }
@@ -2958,12 +3015,13 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12\x12\n" +
 	"\x04rank\x18\x02 \x01(\rR\x04rank\x12\x16\n" +
 	"\x06offset\x18\x03 \x01(\x03R\x06offset\"\x14\n" +
-	"\x12WatchStatusRequest\"v\n" +
+	"\x12WatchStatusRequest\"\x8c\x01\n" +
 	"\rTaskPlacement\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x16\n" +
 	"\x06active\x18\x02 \x01(\tR\x06active\x12\x1a\n" +
 	"\bstandbys\x18\x03 \x03(\tR\bstandbys\x12\x18\n" +
-	"\awarmups\x18\x04 \x03(\tR\awarmups\"M\n" +
+	"\awarmups\x18\x04 \x03(\tR\awarmups\x12\x14\n" +
+	"\x05epoch\x18\x05 \x01(\x04R\x05epoch\"M\n" +
 	"\x14GetAssignmentRequest\x125\n" +
 	"\vconsistency\x18\x01 \x01(\x0e2\x13.xce.v1.ConsistencyR\vconsistency\"\x8f\x02\n" +
 	"\x0eTaskAssignment\x123\n" +
@@ -3019,14 +3077,15 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"generation\x18\x01 \x01(\x04R\n" +
 	"generation\x12,\n" +
 	"\x12session_timeout_ms\x18\x02 \x01(\rR\x10sessionTimeoutMs\x122\n" +
-	"\x15heartbeat_interval_ms\x18\x03 \x01(\rR\x13heartbeatIntervalMs\"\xc4\x01\n" +
+	"\x15heartbeat_interval_ms\x18\x03 \x01(\rR\x13heartbeatIntervalMs\"\xde\x01\n" +
 	"\x10HeartbeatRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x126\n" +
 	"\x04lags\x18\x02 \x03(\v2\".xce.v1.HeartbeatRequest.LagsEntryR\x04lags\x12\"\n" +
-	"\x05facts\x18\x03 \x03(\v2\f.xce.v1.FactR\x05facts\x1a7\n" +
+	"\x05facts\x18\x03 \x03(\v2\f.xce.v1.FactR\x05facts\x12\x18\n" +
+	"\arunning\x18\x04 \x03(\tR\arunning\x1a7\n" +
 	"\tLagsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xb7\x01\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x82\x03\n" +
 	"\x11HeartbeatResponse\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
@@ -3034,7 +3093,13 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"\aactives\x18\x02 \x03(\tR\aactives\x12\x1a\n" +
 	"\bstandbys\x18\x03 \x03(\tR\bstandbys\x12\x18\n" +
 	"\awarmups\x18\x04 \x03(\tR\awarmups\x122\n" +
-	"\x15heartbeat_interval_ms\x18\x05 \x01(\rR\x13heartbeatIntervalMs\"\xf0\x01\n" +
+	"\x15heartbeat_interval_ms\x18\x05 \x01(\rR\x13heartbeatIntervalMs\x12=\n" +
+	"\x06epochs\x18\x06 \x03(\v2%.xce.v1.HeartbeatResponse.EpochsEntryR\x06epochs\x12'\n" +
+	"\x0fpending_actives\x18\a \x03(\tR\x0ependingActives\x12&\n" +
+	"\x0factive_lease_ms\x18\b \x01(\rR\ractiveLeaseMs\x1a9\n" +
+	"\vEpochsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\xf0\x01\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\tpeer_addr\x18\x02 \x01(\tR\bpeerAddr\x12\x1f\n" +
@@ -3141,7 +3206,7 @@ func file_xce_v1_xce_proto_rawDescGZIP() []byte {
 }
 
 var file_xce_v1_xce_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_xce_v1_xce_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_xce_v1_xce_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_xce_v1_xce_proto_goTypes = []any{
 	(Role)(0),                      // 0: xce.v1.Role
 	(Consistency)(0),               // 1: xce.v1.Consistency
@@ -3190,6 +3255,7 @@ var file_xce_v1_xce_proto_goTypes = []any{
 	nil,                            // 44: xce.v1.TaskAssignment.LagsEntry
 	nil,                            // 45: xce.v1.WorkerInfo.LagsEntry
 	nil,                            // 46: xce.v1.HeartbeatRequest.LagsEntry
+	nil,                            // 47: xce.v1.HeartbeatResponse.EpochsEntry
 }
 var file_xce_v1_xce_proto_depIdxs = []int32{
 	0,  // 0: xce.v1.NotReady.role:type_name -> xce.v1.Role
@@ -3210,50 +3276,51 @@ var file_xce_v1_xce_proto_depIdxs = []int32{
 	2,  // 15: xce.v1.Fact.kind:type_name -> xce.v1.FactKind
 	46, // 16: xce.v1.HeartbeatRequest.lags:type_name -> xce.v1.HeartbeatRequest.LagsEntry
 	24, // 17: xce.v1.HeartbeatRequest.facts:type_name -> xce.v1.Fact
-	1,  // 18: xce.v1.ListMembersRequest.consistency:type_name -> xce.v1.Consistency
-	29, // 19: xce.v1.ListMembersResponse.members:type_name -> xce.v1.Member
-	29, // 20: xce.v1.AddMemberResponse.member:type_name -> xce.v1.Member
-	29, // 21: xce.v1.PromoteMemberResponse.member:type_name -> xce.v1.Member
-	29, // 22: xce.v1.JoinResponse.member:type_name -> xce.v1.Member
-	13, // 23: xce.v1.ControllerService.Status:input_type -> xce.v1.StatusRequest
-	16, // 24: xce.v1.ControllerService.WatchStatus:input_type -> xce.v1.WatchStatusRequest
-	5,  // 25: xce.v1.ControllerService.SubmitTask:input_type -> xce.v1.SubmitTaskRequest
-	7,  // 26: xce.v1.ControllerService.GetTask:input_type -> xce.v1.GetTaskRequest
-	9,  // 27: xce.v1.ControllerService.ListTasks:input_type -> xce.v1.ListTasksRequest
-	11, // 28: xce.v1.ControllerService.DeleteTask:input_type -> xce.v1.DeleteTaskRequest
-	18, // 29: xce.v1.ControllerService.GetAssignment:input_type -> xce.v1.GetAssignmentRequest
-	21, // 30: xce.v1.ControllerService.ListWorkers:input_type -> xce.v1.ListWorkersRequest
-	25, // 31: xce.v1.WorkerService.Register:input_type -> xce.v1.RegisterRequest
-	27, // 32: xce.v1.WorkerService.Heartbeat:input_type -> xce.v1.HeartbeatRequest
-	30, // 33: xce.v1.ClusterService.ListMembers:input_type -> xce.v1.ListMembersRequest
-	32, // 34: xce.v1.ClusterService.AddMember:input_type -> xce.v1.AddMemberRequest
-	34, // 35: xce.v1.ClusterService.PromoteMember:input_type -> xce.v1.PromoteMemberRequest
-	36, // 36: xce.v1.ClusterService.RemoveMember:input_type -> xce.v1.RemoveMemberRequest
-	38, // 37: xce.v1.ClusterService.TransferLeader:input_type -> xce.v1.TransferLeaderRequest
-	40, // 38: xce.v1.ClusterService.Join:input_type -> xce.v1.JoinRequest
-	42, // 39: xce.v1.ClusterService.SaveSnapshot:input_type -> xce.v1.SaveSnapshotRequest
-	14, // 40: xce.v1.ControllerService.Status:output_type -> xce.v1.StatusResponse
-	14, // 41: xce.v1.ControllerService.WatchStatus:output_type -> xce.v1.StatusResponse
-	6,  // 42: xce.v1.ControllerService.SubmitTask:output_type -> xce.v1.SubmitTaskResponse
-	8,  // 43: xce.v1.ControllerService.GetTask:output_type -> xce.v1.GetTaskResponse
-	10, // 44: xce.v1.ControllerService.ListTasks:output_type -> xce.v1.ListTasksResponse
-	12, // 45: xce.v1.ControllerService.DeleteTask:output_type -> xce.v1.DeleteTaskResponse
-	20, // 46: xce.v1.ControllerService.GetAssignment:output_type -> xce.v1.GetAssignmentResponse
-	23, // 47: xce.v1.ControllerService.ListWorkers:output_type -> xce.v1.ListWorkersResponse
-	26, // 48: xce.v1.WorkerService.Register:output_type -> xce.v1.RegisterResponse
-	28, // 49: xce.v1.WorkerService.Heartbeat:output_type -> xce.v1.HeartbeatResponse
-	31, // 50: xce.v1.ClusterService.ListMembers:output_type -> xce.v1.ListMembersResponse
-	33, // 51: xce.v1.ClusterService.AddMember:output_type -> xce.v1.AddMemberResponse
-	35, // 52: xce.v1.ClusterService.PromoteMember:output_type -> xce.v1.PromoteMemberResponse
-	37, // 53: xce.v1.ClusterService.RemoveMember:output_type -> xce.v1.RemoveMemberResponse
-	39, // 54: xce.v1.ClusterService.TransferLeader:output_type -> xce.v1.TransferLeaderResponse
-	41, // 55: xce.v1.ClusterService.Join:output_type -> xce.v1.JoinResponse
-	43, // 56: xce.v1.ClusterService.SaveSnapshot:output_type -> xce.v1.SnapshotChunk
-	40, // [40:57] is the sub-list for method output_type
-	23, // [23:40] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	47, // 18: xce.v1.HeartbeatResponse.epochs:type_name -> xce.v1.HeartbeatResponse.EpochsEntry
+	1,  // 19: xce.v1.ListMembersRequest.consistency:type_name -> xce.v1.Consistency
+	29, // 20: xce.v1.ListMembersResponse.members:type_name -> xce.v1.Member
+	29, // 21: xce.v1.AddMemberResponse.member:type_name -> xce.v1.Member
+	29, // 22: xce.v1.PromoteMemberResponse.member:type_name -> xce.v1.Member
+	29, // 23: xce.v1.JoinResponse.member:type_name -> xce.v1.Member
+	13, // 24: xce.v1.ControllerService.Status:input_type -> xce.v1.StatusRequest
+	16, // 25: xce.v1.ControllerService.WatchStatus:input_type -> xce.v1.WatchStatusRequest
+	5,  // 26: xce.v1.ControllerService.SubmitTask:input_type -> xce.v1.SubmitTaskRequest
+	7,  // 27: xce.v1.ControllerService.GetTask:input_type -> xce.v1.GetTaskRequest
+	9,  // 28: xce.v1.ControllerService.ListTasks:input_type -> xce.v1.ListTasksRequest
+	11, // 29: xce.v1.ControllerService.DeleteTask:input_type -> xce.v1.DeleteTaskRequest
+	18, // 30: xce.v1.ControllerService.GetAssignment:input_type -> xce.v1.GetAssignmentRequest
+	21, // 31: xce.v1.ControllerService.ListWorkers:input_type -> xce.v1.ListWorkersRequest
+	25, // 32: xce.v1.WorkerService.Register:input_type -> xce.v1.RegisterRequest
+	27, // 33: xce.v1.WorkerService.Heartbeat:input_type -> xce.v1.HeartbeatRequest
+	30, // 34: xce.v1.ClusterService.ListMembers:input_type -> xce.v1.ListMembersRequest
+	32, // 35: xce.v1.ClusterService.AddMember:input_type -> xce.v1.AddMemberRequest
+	34, // 36: xce.v1.ClusterService.PromoteMember:input_type -> xce.v1.PromoteMemberRequest
+	36, // 37: xce.v1.ClusterService.RemoveMember:input_type -> xce.v1.RemoveMemberRequest
+	38, // 38: xce.v1.ClusterService.TransferLeader:input_type -> xce.v1.TransferLeaderRequest
+	40, // 39: xce.v1.ClusterService.Join:input_type -> xce.v1.JoinRequest
+	42, // 40: xce.v1.ClusterService.SaveSnapshot:input_type -> xce.v1.SaveSnapshotRequest
+	14, // 41: xce.v1.ControllerService.Status:output_type -> xce.v1.StatusResponse
+	14, // 42: xce.v1.ControllerService.WatchStatus:output_type -> xce.v1.StatusResponse
+	6,  // 43: xce.v1.ControllerService.SubmitTask:output_type -> xce.v1.SubmitTaskResponse
+	8,  // 44: xce.v1.ControllerService.GetTask:output_type -> xce.v1.GetTaskResponse
+	10, // 45: xce.v1.ControllerService.ListTasks:output_type -> xce.v1.ListTasksResponse
+	12, // 46: xce.v1.ControllerService.DeleteTask:output_type -> xce.v1.DeleteTaskResponse
+	20, // 47: xce.v1.ControllerService.GetAssignment:output_type -> xce.v1.GetAssignmentResponse
+	23, // 48: xce.v1.ControllerService.ListWorkers:output_type -> xce.v1.ListWorkersResponse
+	26, // 49: xce.v1.WorkerService.Register:output_type -> xce.v1.RegisterResponse
+	28, // 50: xce.v1.WorkerService.Heartbeat:output_type -> xce.v1.HeartbeatResponse
+	31, // 51: xce.v1.ClusterService.ListMembers:output_type -> xce.v1.ListMembersResponse
+	33, // 52: xce.v1.ClusterService.AddMember:output_type -> xce.v1.AddMemberResponse
+	35, // 53: xce.v1.ClusterService.PromoteMember:output_type -> xce.v1.PromoteMemberResponse
+	37, // 54: xce.v1.ClusterService.RemoveMember:output_type -> xce.v1.RemoveMemberResponse
+	39, // 55: xce.v1.ClusterService.TransferLeader:output_type -> xce.v1.TransferLeaderResponse
+	41, // 56: xce.v1.ClusterService.Join:output_type -> xce.v1.JoinResponse
+	43, // 57: xce.v1.ClusterService.SaveSnapshot:output_type -> xce.v1.SnapshotChunk
+	41, // [41:58] is the sub-list for method output_type
+	24, // [24:41] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_xce_v1_xce_proto_init() }
@@ -3267,7 +3334,7 @@ func file_xce_v1_xce_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_xce_v1_xce_proto_rawDesc), len(file_xce_v1_xce_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   44,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   3,
 		},
