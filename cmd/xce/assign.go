@@ -53,6 +53,9 @@ type planOutput struct {
 	Assignment map[string]placementJSON `json:"assignment"`
 	Followup   bool                     `json:"followup"`
 	Moves      []moveJSON               `json:"moves"`
+	// Departed lists the workers previous names that are gone; moves are
+	// relative to previous without them, so a lost active moves from "".
+	Departed []string `json:"departed"`
 }
 
 // parsePlanInput decodes and checks the what-if input: unknown keys, ids
@@ -119,18 +122,35 @@ func parsePlanInput(r io.Reader) (assign.Input, error) {
 		}
 		out.Workers = append(out.Workers, assign.Worker{ID: w.ID, Capacity: w.Capacity, Lags: w.Lags})
 	}
+	// A worker named in previous but missing from workers has gone: its
+	// copies are lost, which is the what-if an operator asks about when a
+	// worker dies, so it is an input like any other (the assignor drops it).
 	for task, p := range in.Previous {
 		if !tasks[task] {
 			return out, fmt.Errorf("previous: unknown task %q", task)
 		}
-		for _, w := range append(append([]string{p.Active}, p.Standbys...), p.Warmups...) {
-			if w != "" && !workers[w] {
-				return out, fmt.Errorf("previous[%q]: unknown worker %q", task, w)
-			}
-		}
 		out.Previous[task] = assign.Placement{Active: p.Active, Standbys: p.Standbys, Warmups: p.Warmups}
 	}
 	return out, nil
+}
+
+// departedWorkers lists, sorted, the workers the previous assignment names
+// that are not in the input's workers: their copies are lost.
+func departedWorkers(in assign.Input) []string {
+	live := make(map[string]bool, len(in.Workers))
+	for _, w := range in.Workers {
+		live[w.ID] = true
+	}
+	var gone []string
+	for _, p := range in.Previous {
+		for _, w := range append(append([]string{p.Active}, p.Standbys...), p.Warmups...) {
+			if w != "" && !live[w] && !slices.Contains(gone, w) {
+				gone = append(gone, w)
+			}
+		}
+	}
+	slices.Sort(gone)
+	return gone
 }
 
 func assignCmd() *cobra.Command {
@@ -163,7 +183,8 @@ func assignCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			out := planOutput{Assignment: map[string]placementJSON{}, Followup: res.Followup, Moves: []moveJSON{}}
+			out := planOutput{Assignment: map[string]placementJSON{}, Followup: res.Followup, Moves: []moveJSON{},
+				Departed: nonNil(departedWorkers(in))}
 			for task, p := range res.Assignment {
 				out.Assignment[task] = placementJSON{Active: p.Active, Standbys: nonNil(p.Standbys), Warmups: nonNil(p.Warmups)}
 			}
@@ -187,6 +208,9 @@ func assignCmd() *cobra.Command {
 			}
 			if err := tw.Flush(); err != nil {
 				return err
+			}
+			if len(out.Departed) > 0 {
+				fmt.Fprintf(w, "\ndeparted workers (their copies are lost): %s\n", strings.Join(out.Departed, ","))
 			}
 			fmt.Fprintf(w, "\n%d moves; follow-up rebalance needed: %v\n", len(out.Moves), out.Followup)
 			for _, m := range out.Moves {

@@ -1,6 +1,11 @@
 package main
 
 import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -14,7 +19,6 @@ func TestParsePlanInputErrors(t *testing.T) {
 		{`{"tasks":[{"id":"a"}],"workers":[{"id":"W","capacity":1,"lags":{"b":0}}]}`, `workers[0].lags: unknown task "b"`},
 		{`{"tasks":[{"id":"a"}],"workers":[{"id":"W","capacity":1,"lags":{"a":-5}}]}`, `workers[0].lags["a"]: -5 is negative`},
 		{`{"tasks":[{"id":"a"}],"previous":{"b":{"active":"W"}}}`, `previous: unknown task "b"`},
-		{`{"tasks":[{"id":"a"}],"previous":{"a":{"active":"X"}}}`, `previous["a"]: unknown worker "X"`},
 		{`{"config":{"max_warmup_replicas":0}}`, `max_warmup_replicas`},
 		{`{"config":{"probing_rebalance_interval":"soon"}}`, `config.probing_rebalance_interval`},
 		{`{"tasks":[],"extra":1}`, `unknown field "extra"`},
@@ -37,5 +41,68 @@ func TestParsePlanInputDefaults(t *testing.T) {
 	}
 	if len(in.Tasks) != 1 || len(in.Workers) != 1 || in.Previous["0_0"].Active != "C1" {
 		t.Fatalf("input %+v", in)
+	}
+}
+
+// departedInput is example 2 of docs/design.md, "The assignor", right after
+// I1 died: the previous assignment still names I1, which is no longer among
+// the workers. Standbys are caught up (lag 0).
+const departedInput = `{
+  "config": {"num_standby_replicas": 1},
+  "tasks": [{"id":"T1","stateful":true},{"id":"T2","stateful":true},{"id":"T3","stateful":true},{"id":"T4","stateful":true}],
+  "workers": [
+    {"id":"I2","capacity":1,"lags":{"T2":0,"T1":0,"T4":0}},
+    {"id":"I3","capacity":1,"lags":{"T3":0,"T2":0}}
+  ],
+  "previous": {
+    "T1": {"active":"I1","standbys":["I2"]},
+    "T2": {"active":"I2","standbys":["I3"]},
+    "T3": {"active":"I3","standbys":["I1"]},
+    "T4": {"active":"I1","standbys":["I2"]}
+  }
+}`
+
+// A previous assignment that names a departed worker is planned like any
+// other: that worker's copies are lost, its actives go to their standbys.
+func TestAssignPlanDepartedWorker(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "in.json")
+	if err := os.WriteFile(file, []byte(departedInput), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, code := runCmd(t, assignCmd(), "plan", "--input", file, "--json")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+	var got planOutput
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	// I2 {T1,T4 | T2,T3}, I3 {T2,T3 | T1,T4}: one plan, no follow-up.
+	want := map[string]placementJSON{
+		"T1": {Active: "I2", Standbys: []string{"I3"}, Warmups: []string{}},
+		"T2": {Active: "I3", Standbys: []string{"I2"}, Warmups: []string{}},
+		"T3": {Active: "I3", Standbys: []string{"I2"}, Warmups: []string{}},
+		"T4": {Active: "I2", Standbys: []string{"I3"}, Warmups: []string{}},
+	}
+	if !reflect.DeepEqual(got.Assignment, want) || got.Followup {
+		t.Fatalf("got %+v followup %v, want %+v", got.Assignment, got.Followup, want)
+	}
+	if !reflect.DeepEqual(got.Departed, []string{"I1"}) {
+		t.Fatalf("departed %v, want [I1]", got.Departed)
+	}
+	// I1's actives have no previous worker left: they move from nowhere.
+	for _, m := range got.Moves {
+		if m.From == "I1" {
+			t.Fatalf("move %+v from the departed worker", m)
+		}
+	}
+	if !slices.ContainsFunc(got.Moves, func(m moveJSON) bool { return m == moveJSON{Task: "T1", Kind: "active", To: "I2"} }) {
+		t.Fatalf("moves %+v lack T1's active going to I2", got.Moves)
+	}
+
+	text, code := runCmd(t, assignCmd(), "plan", "--input", file)
+	if code != exitOK || !strings.Contains(text, "departed workers (their copies are lost): I1") ||
+		!strings.Contains(text, "T1    I2      I3") {
+		t.Fatalf("exit %d, text output:\n%s", code, text)
 	}
 }
