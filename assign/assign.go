@@ -75,10 +75,18 @@
 //     promoted, the old active's worker takes its slot (a swap); surplus
 //     standbys go (lagging, then loaded ones first); missing ones go to a
 //     worker that held the active, then to caught-up workers, then to the
-//     least loaded. Then the copies are balanced like the actives; moving a
-//     running, caught-up copy onto a worker that is not caught up takes a
-//     warm-up slot too. The standbys of a task whose active move waits
-//     (step 4) stay put.
+//     most caught-up workers with state, then to the least loaded. Then the
+//     copies are balanced like the actives; moving a running, caught-up
+//     copy onto a worker that is not caught up takes a warm-up slot too.
+//     The standbys of a task whose active move waits (step 4) stay put.
+//     Last, a new target copy (its worker held no copy of the task in
+//     Previous) on a worker that is not caught up moves to the most
+//     caught-up eligible worker when every worker stays inside its band in
+//     each class the copy counts in (actives for an active, copies for
+//     both) and, for an active, a warm-up slot allows: of equally balanced
+//     placements, the one with the least to restore, as Kafka Streams picks
+//     the most caught-up client. So a new standby or warm-up never lands on
+//     a worker with no state while one a little behind would do as well.
 //  4. The output is the target, except that a move onto a worker that is not
 //     caught up waits: the copy stays where it holds state and the target
 //     worker warms up, as a warm-up or, when the target turns the old

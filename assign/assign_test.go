@@ -312,3 +312,45 @@ func TestBadInput(t *testing.T) {
 	}
 	assertAssignment(t, "departed", res.Assignment, Assignment{"a": pl("x")})
 }
+
+// TestNewStandbyGoesToTheMostCaughtUp: T runs on A without a standby; B
+// has no state for T and C is 1,000 records behind (not caught up with an
+// acceptable recovery lag of 100). Both are free, so the new standby goes
+// to C, which has less to restore, although B comes first by id.
+func TestNewStandbyGoesToTheMostCaughtUp(t *testing.T) {
+	cfg := haConfig()
+	cfg.AcceptableRecoveryLag = 100
+	res := mustPlan(t, Input{
+		Config: cfg,
+		Tasks:  stateful("T"),
+		Workers: []Worker{
+			{ID: "A", Capacity: 1, Lags: map[string]int64{"T": 0}},
+			{ID: "B", Capacity: 1},
+			{ID: "C", Capacity: 1, Lags: map[string]int64{"T": 1000}},
+		},
+		Previous: Assignment{"T": pl("A", "gone")},
+	})
+	assertAssignment(t, "new standby", res.Assignment, Assignment{"T": pl("A", "C")})
+}
+
+// TestNewWarmupGoesToTheMostCaughtUp: A runs T1 and T2 and must give one
+// up; B has no state and C is 1,000 records behind on T2. The move waits
+// for a warm-up, which goes to C.
+func TestNewWarmupGoesToTheMostCaughtUp(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.AcceptableRecoveryLag = 100
+	res := mustPlan(t, Input{
+		Config: cfg,
+		Tasks:  stateful("T1", "T2"),
+		Workers: []Worker{
+			{ID: "A", Capacity: 1, Lags: map[string]int64{"T1": 0, "T2": 0}},
+			{ID: "B", Capacity: 1},
+			{ID: "C", Capacity: 1, Lags: map[string]int64{"T2": 1000}},
+		},
+		Previous: Assignment{"T1": pl("A"), "T2": pl("A")},
+	})
+	assertAssignment(t, "new warm-up", res.Assignment, Assignment{"T1": pl("A"), "T2": warm(pl("A"), "C")})
+	if !res.Followup {
+		t.Fatal("the warm-up needs a follow-up rebalance")
+	}
+}

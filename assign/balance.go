@@ -76,6 +76,22 @@ func (c *counter) receiver(phase, u int) bool {
 	return c.cnt[u] < c.lo[u]
 }
 
+// inBand reports whether every worker is inside its band.
+func (c *counter) inBand() bool {
+	for w := range c.cnt {
+		if c.cnt[w] < c.lo[w] || c.cnt[w] > c.hi[w] {
+			return false
+		}
+	}
+	return true
+}
+
+// keeps reports whether moving one item from w to u leaves both inside
+// their bands.
+func (c *counter) keeps(w, u int) bool {
+	return c.cnt[w]-1 >= c.lo[w] && c.cnt[u]+1 <= c.hi[u]
+}
+
 // needed reports whether a phase has both a donor and a receiver, so that
 // balanced classes cost one scan.
 func (c *counter) needed(phase int) bool {

@@ -49,6 +49,17 @@ func TestExample2WorkerDiesStandbysCaughtUp(t *testing.T) {
 // lagging standbys. I1 dies: I2 {T1,T2,T4 | T3}, I3 {T3 | T1,T2,T4}, I3
 // restoring T4. Once I3 has caught up on T4: I2 {T1,T2 | T3,T4},
 // I3 {T3,T4 | T1,T2}.
+//
+// I3 must take one of I2's three actives. The text has it restore T4, for
+// which it holds no state, rather than take over T2, whose lagging standby
+// it holds (less to restore). The rule that a new copy goes to the most
+// caught-up worker does not decide this: it picks the worker for a copy
+// (here I3 is the only one that can hold T1's and T4's standbys), not the
+// task for a worker. The assignor gets T4 because, once T1 and T4 have
+// their new standbys on I3, it counts a standby with no state yet as a
+// lagging standby like T2's and takes the highest task. A rule that gave
+// I3 the task it has the least to restore of would end in
+// I2 {T1,T4 | T2,T3}, I3 {T2,T3 | T1,T4} instead.
 func TestExample3WorkerDiesStandbysLagging(t *testing.T) {
 	s := newScenario(t, "T1 T2 T3 T4", "I1 {T1,T4 | T3}", "I2 {T2 | T1,T4}", "I3 {T3 | T2}")
 	s.lags("I1", "T3=lagging")

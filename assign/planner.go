@@ -604,6 +604,121 @@ func (p *planner) placeStandbys() {
 		}
 	}
 	p.balanceCopies(c)
+	p.preferCaughtUp(c)
+}
+
+// preferCaughtUp moves each new target copy on a worker that is not caught
+// up (it would restore from scratch or from far behind) to the most caught-up
+// eligible worker, as long as both workers stay inside their bands in every
+// class the copy counts in (actives for an active, stateful copies for
+// both): the balancing steps pick receivers by load, and among equally
+// balanced placements the one with the least to restore is cheapest, as in
+// Kafka Streams. New means that the worker held no copy of the task in
+// Previous; a copy a worker already runs or restores stays, so that a plan
+// fed its own output does not move it again. A class with a worker outside
+// its band is left alone: a move there could open a balancing move that the
+// balancing steps did not consider. Every move lowers one copy's lag and
+// raises none, so the loop ends.
+func (p *planner) preferCaughtUp(copies *counter) {
+	acts := newCounter(p.cntA, len(p.stateful), p.weight, p.totalW)
+	if !copies.inBand() {
+		return
+	}
+	actsOK := acts.inBand()
+	held := func(t, w int) bool {
+		return p.origA[t] == w || slices.Contains(p.origS[t], w) || slices.Contains(p.origW[t], w)
+	}
+	for changed := true; changed; {
+		changed = false
+		for _, t := range p.stateful {
+			if w := p.astar[t]; actsOK && !held(t, w) && !p.caughtUp(w, t) {
+				u := p.moreCaughtUp(t, w, acts, func(u int) bool { return acts.keeps(w, u) && copies.keeps(w, u) })
+				if u >= 0 && p.retargetActive(t, w, u) {
+					acts.cnt[w]--
+					acts.cnt[u]++
+					copies.cnt[w]--
+					copies.cnt[u]++
+					changed = true
+				}
+			}
+			// Iterate over a copy: a move reorders the list.
+			p.scratch = append(p.scratch[:0], p.sstar[t]...)
+			for _, w := range p.scratch {
+				if held(t, w) || p.caughtUp(w, t) {
+					continue
+				}
+				if u := p.moreCaughtUp(t, w, copies, func(u int) bool { return copies.keeps(w, u) }); u >= 0 {
+					p.retargetStandby(t, w, u)
+					copies.cnt[w]--
+					copies.cnt[u]++
+					changed = true
+				}
+			}
+		}
+	}
+}
+
+// effLag is the lag of w on t for ranking destinations: every caught-up
+// worker counts as fully caught up, as in the rest of the planner.
+func (p *planner) effLag(w, t int) int64 {
+	if l := p.lag(w, t); l > p.cfg.AcceptableRecoveryLag {
+		return l
+	}
+	return 0
+}
+
+// moreCaughtUp returns the eligible worker (capacity above 0, holding no
+// target copy of t, accepted by ok) that is strictly more caught up on t
+// than w, the most caught up first, then the least loaded in class c, then
+// by id; -1 when there is none. Only a worker with state can be more caught
+// up than w, which is not caught up.
+func (p *planner) moreCaughtUp(t, w int, c *counter, ok func(int) bool) int {
+	best, bestLag, lw := -1, int64(0), p.effLag(w, t)
+	for _, e := range p.lags[t] {
+		u := e.w
+		l := p.effLag(u, t)
+		if u == w || l >= lw || p.weight[u] == 0 || p.holds(t, u) || !ok(u) {
+			continue
+		}
+		if best < 0 || l < bestLag || (l == bestLag && cmpLoad(c.cnt[u]+1, c.weight[u], c.cnt[best]+1, c.weight[best]) < 0) {
+			best, bestLag = u, l
+		}
+	}
+	return best
+}
+
+// retargetActive moves the target active of t from w to u, taking or
+// freeing a warm-up slot as u needs one or not; it reports false, changing
+// nothing, when u needs a slot and none is left.
+func (p *planner) retargetActive(t, w, u int) bool {
+	switch need := p.needsWarmup(t, u); {
+	case need && !p.paid[t]:
+		if p.budget == 0 {
+			return false
+		}
+		p.budget--
+		p.paid[t] = true
+	case !need && p.paid[t]:
+		p.budget++
+		p.paid[t] = false
+	}
+	p.astar[t] = u
+	return true
+}
+
+// retargetStandby moves a target standby of t from w to u; a copy that
+// waits on the worker for w to warm up now waits for u, or not at all when
+// u is caught up.
+func (p *planner) retargetStandby(t, w, u int) {
+	if i := slices.IndexFunc(p.pend[t], func(m pendingMove) bool { return m.to == w }); i >= 0 {
+		if p.caughtUp(u, t) {
+			p.pend[t] = slices.Delete(p.pend[t], i, i+1)
+			p.budget++
+		} else {
+			p.pend[t][i].to = u
+		}
+	}
+	p.sstar[t] = insertSorted(removeSorted(p.sstar[t], w), u)
 }
 
 // dropFirst orders surplus standbys of t for removal: lagging before caught
@@ -622,8 +737,9 @@ func (p *planner) dropFirst(t, a, b int) bool {
 // fillCandidate picks the worker for a missing standby of t: one that held
 // the active (kept even above its ceiling when caught up, since its state is
 // worth keeping and balancing may still move it), then the least loaded
-// caught-up worker, then the least loaded warm-up holder (each only while
-// below its ceiling), else the least loaded worker that does not hold t.
+// caught-up worker, then the most caught-up worker with state, then the
+// least loaded warm-up holder (each only while below its ceiling), else the
+// least loaded worker that does not hold t.
 func (p *planner) fillCandidate(t int, hi []int, lighter func(a, b int) bool, h *workerHeap) int {
 	ok := func(w int) bool {
 		return w >= 0 && p.weight[w] > 0 && p.copies[w] < hi[w] && !p.holds(t, w)
@@ -637,6 +753,16 @@ func (p *planner) fillCandidate(t int, hi []int, lighter func(a, b int) bool, h 
 	for _, e := range p.lags[t] {
 		if e.lag <= p.cfg.AcceptableRecoveryLag && ok(e.w) && (best < 0 || lighter(e.w, best)) {
 			best = e.w
+		}
+	}
+	if best >= 0 {
+		return best
+	}
+	// Nobody free is caught up: the most caught up has the least to restore.
+	bestLag := int64(0)
+	for _, e := range p.lags[t] {
+		if ok(e.w) && (best < 0 || e.lag < bestLag || (e.lag == bestLag && lighter(e.w, best))) {
+			best, bestLag = e.w, e.lag
 		}
 	}
 	if best >= 0 {

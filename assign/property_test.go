@@ -592,3 +592,96 @@ func TestPropertyIdempotent(t *testing.T) {
 		t.Fatalf("%d inputs not idempotent", bad)
 	}
 }
+
+// TestPropertyNewCopiesGoToTheMostCaughtUp: a new standby or warm-up (its
+// worker held no copy of the task in Previous) never goes to a worker that
+// is less caught up than another eligible one (capacity above 0, holding
+// no copy of the task) when moving it there would keep the same balance.
+// Caught-up workers count as equally caught up. A standby or warm-up in the
+// output stands for a target copy on its worker (an active or a standby);
+// the same balance means that every worker was inside its band, in each
+// class that copy counts in (actives for an active, stateful copies for
+// both), and stays inside it after the move; and, for an active, that the
+// move would not need a warm-up slot when none is left.
+func TestPropertyNewCopiesGoToTheMostCaughtUp(t *testing.T) {
+	checked := 0
+	for seed := range seeds(t, 3000) {
+		r := rand.New(rand.NewPCG(uint64(seed), 6))
+		in := genInput(r)
+		p, res := runPlanner(t, in)
+		if p.nW == 0 {
+			continue
+		}
+		f := newFacts(in)
+		prev := f.cleanPrev()
+		eff := func(w string, task string) int64 {
+			if f.caughtUp(w, task) {
+				return 0
+			}
+			return f.lagOf(w, task)
+		}
+		// The target's counts per worker id and the bands of its classes.
+		acts, copies := map[string]int{}, map[string]int{}
+		for _, ti := range p.stateful {
+			acts[p.workers[p.astar[ti]].ID]++
+			copies[p.workers[p.astar[ti]].ID]++
+			for _, s := range p.sstar[ti] {
+				copies[p.workers[s].ID]++
+			}
+		}
+		type class struct {
+			cnt map[string]int
+			n   int
+		}
+		bandFor := func(c class, w string) (int, int) { return bandOf(c.n, f.weight[w], f.totalW) }
+		inBand := func(c class) bool {
+			for _, w := range in.Workers {
+				if lo, hi := bandFor(c, w.ID); c.cnt[w.ID] < lo || c.cnt[w.ID] > hi {
+					return false
+				}
+			}
+			return true
+		}
+		keeps := func(c class, w, u string) bool {
+			loW, _ := bandFor(c, w)
+			_, hiU := bandFor(c, u)
+			return inBand(c) && c.cnt[w]-1 >= loW && c.cnt[u]+1 <= hiU
+		}
+		actClass := class{acts, len(p.stateful)}
+		copyClass := class{copies, len(p.stateful) * (1 + p.k)}
+		for _, ti := range p.stateful {
+			task := p.tasks[ti].ID
+			out, old := res.Assignment[task], prev[task]
+			oldHolders := append(append([]string{old.Active}, old.Standbys...), old.Warmups...)
+			target := map[string]bool{p.workers[p.astar[ti]].ID: true}
+			for _, s := range p.sstar[ti] {
+				target[p.workers[s].ID] = true
+			}
+			for _, w := range append(slices.Clone(out.Standbys), out.Warmups...) {
+				if slices.Contains(oldHolders, w) || f.caughtUp(w, task) {
+					continue
+				}
+				if !target[w] {
+					t.Fatalf("seed %d: new copy of %s on %s stands for no target copy", seed, task, w)
+				}
+				checked++
+				active := p.workers[p.astar[ti]].ID == w
+				for _, u := range in.Workers {
+					if target[u.ID] || f.weight[u.ID] == 0 || eff(u.ID, task) >= eff(w, task) {
+						continue
+					}
+					// An active target that restores as a previous standby
+					// holds no warm-up slot; moving it onto a worker that
+					// needs one is not possible once none is left.
+					ui := slices.IndexFunc(p.workers, func(x Worker) bool { return x.ID == u.ID })
+					noSlot := active && p.needsWarmup(ti, ui) && !p.paid[ti] && p.budget == 0
+					if !noSlot && keeps(copyClass, w, u.ID) && (!active || keeps(actClass, w, u.ID)) {
+						t.Fatalf("seed %d: new copy of %s on %s (lag %d), but %s (lag %d) would keep the balance\n%s",
+							seed, task, w, f.lagOf(w, task), u.ID, f.lagOf(u.ID, task), fmtAssignment(res.Assignment))
+					}
+				}
+			}
+		}
+	}
+	t.Logf("%d new copies on workers that were not caught up", checked)
+}
