@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/xce/xce/configs"
+	"github.com/xce/xce/state"
 	"github.com/xce/xce/persist"
 )
 
@@ -58,16 +59,20 @@ func Restore(f *File, cfg *configs.Config, floor uint64, logger hclog.Logger) (r
 	// A new cluster's first election is in the term after the backup's:
 	// never term 0, which raft reads as no state.
 	term := max(h.Term, 1)
-	if err := fsm.Rebase(cfg.ClusterID, index); err != nil {
-		return r, err
-	}
 	var conf raft.Configuration
+	var members []state.MemberRecord
 	for _, p := range cfg.Peers {
 		conf.Servers = append(conf.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.PeerAddr)})
+		members = append(members, state.MemberRecord{ID: p.ID, PeerAddr: p.PeerAddr, ClientAddr: p.ClientAddr})
 		r.Voters = append(r.Voters, p.ID)
 	}
 	if len(conf.Servers) == 0 {
 		return r, errors.New("the config names no peers")
+	}
+	// The new cluster's members are the config's peers, the member table
+	// included: the backup's records name the old cluster's addresses.
+	if err := fsm.Rebase(cfg.ClusterID, index, members); err != nil {
+		return r, err
 	}
 
 	defer func() {

@@ -25,13 +25,26 @@ func SnapshotClusterID(r io.Reader) (string, error) {
 	return s.ClusterID, nil
 }
 
-// Rebase gives a restored state the cluster id clusterID and the applied
-// index applied, which may not be below the one it holds. A backup
-// restored as a new cluster is installed at an index past the last event
-// the old cluster published (so new events follow it downstream), under
-// the new cluster's id; the snapshot written after Rebase records both,
-// so a node that restores it has the applied index raft gives it.
-func (f *FSM) Rebase(clusterID string, applied uint64) error {
+// Rebase gives a restored state the cluster id clusterID, the applied
+// index applied, which may not be below the one it holds, and the member
+// table members. A backup restored as a new cluster is installed at an
+// index past the last event the old cluster published (so new events
+// follow it downstream), under the new cluster's id, with the new
+// cluster's members (the old ones' addresses would send clients and leader
+// hints to machines that are gone); the snapshot written after Rebase
+// records all three, so a node that restores it has the applied index raft
+// gives it.
+func (f *FSM) Rebase(clusterID string, applied uint64, members []MemberRecord) error {
+	table := make(map[string]MemberRecord, len(members))
+	for _, m := range members {
+		if err := m.Validate(); err != nil {
+			return fmt.Errorf("rebase: %w", err)
+		}
+		if _, dup := table[m.ID]; dup {
+			return fmt.Errorf("rebase: member %q listed twice", m.ID)
+		}
+		table[m.ID] = m
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if cur := f.applied.Load(); applied < cur {
@@ -39,5 +52,6 @@ func (f *FSM) Rebase(clusterID string, applied uint64) error {
 	}
 	f.clusterID = clusterID
 	f.applied.Store(applied)
+	f.members = table
 	return nil
 }

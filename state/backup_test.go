@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"os"
+	"reflect"
 	"testing"
 )
 
@@ -25,17 +26,23 @@ func TestSnapshotClusterID(t *testing.T) {
 	}
 }
 
-// Rebase moves the state to another cluster and a later index, which its
-// snapshot carries and a node of that cluster restores; it never moves
-// back.
+// Rebase moves the state to another cluster, a later index and the new
+// cluster's members, which its snapshot carries and a node of that cluster
+// restores; it never moves back.
 func TestRebase(t *testing.T) {
 	f := NewFSM("old")
 	c := Command{Type: CmdSubmitTask, Task: Task{ID: "a"}}
 	f.Apply(7, 1, c.Encode())
-	if err := f.Rebase("new", 6); err == nil {
+	old, _ := EncodeSetMember(MemberRecord{ID: "n1", PeerAddr: "10.0.0.1:7201", ClientAddr: "10.0.0.1:7101"})
+	f.Apply(8, 1, old)
+	members := []MemberRecord{{ID: "n1", PeerAddr: "10.0.1.1:7201", ClientAddr: "10.0.1.1:7101"}}
+	if err := f.Rebase("new", 6, members); err == nil {
 		t.Error("rebased below the applied index")
 	}
-	if err := f.Rebase("new", 100); err != nil {
+	if err := f.Rebase("new", 100, []MemberRecord{{ID: "n1"}}); err == nil {
+		t.Error("rebased with a member without addresses")
+	}
+	if err := f.Rebase("new", 100, members); err != nil {
 		t.Fatal(err)
 	}
 	s := f.Snapshot()
@@ -55,5 +62,8 @@ func TestRebase(t *testing.T) {
 	}
 	if _, ok := g.Task("a"); !ok || g.AppliedIndex() != 100 {
 		t.Errorf("restored: task a %v, applied %d", ok, g.AppliedIndex())
+	}
+	if got := g.Members(); !reflect.DeepEqual(got, members) {
+		t.Errorf("restored members %+v, want the new cluster's %+v", got, members)
 	}
 }
