@@ -168,16 +168,31 @@ func wantHeartbeat(t *testing.T, f *fakeController, at time.Duration, lags map[s
 	}
 }
 
-func startWorker(t *testing.T, f *fakeController, cfg Config) (cancel func() error) {
+func startWorker(t *testing.T, f *fakeController, cfg Config, simCfg SimulatorConfig) (cancel func() error) {
+	t.Helper()
+	sim, err := NewSimulator(simCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startHandler(t, f, cfg, sim)
+}
+
+// startHandler runs a worker with handler h against f until the returned
+// function is called; that returns what Run returned.
+func startHandler(t *testing.T, f *fakeController, cfg Config, h Handler) (cancel func() error) {
 	t.Helper()
 	cfg.Controllers = []string{"controller:1"}
 	cfg.HTTPClient = f.httpClient()
 	if testing.Verbose() {
 		cfg.Logger = zerolog.New(zerolog.NewTestWriter(t))
 	}
+	w, err := New(cfg, h)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- Run(ctx, cfg) }()
+	go func() { done <- w.Run(ctx) }()
 	return func() error {
 		stop()
 		return <-done
@@ -192,7 +207,7 @@ func TestRunHeartbeatsAndSimulates(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const step = 500 * time.Millisecond
 		f := newFakeController(500)
-		stop := startWorker(t, f, Config{ID: "w1", Capacity: 2, RestoreRate: 20_000, DropLag: 30_000})
+		stop := startWorker(t, f, Config{ID: "w1", Capacity: 2}, SimulatorConfig{RestoreRate: 20_000, DropLag: 30_000})
 		synctest.Wait()
 		if f.registered() != 1 {
 			t.Fatalf("%d registrations", f.registered())
@@ -268,7 +283,7 @@ func TestRunWaitsForAPrimary(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeController(1000)
 		f.notReady = 20 // about 2s of refusals at retry-after 100ms
-		stop := startWorker(t, f, Config{ID: "w1", Capacity: 1})
+		stop := startWorker(t, f, Config{ID: "w1", Capacity: 1}, SimulatorConfig{})
 		time.Sleep(10 * time.Second)
 		synctest.Wait()
 		if f.registered() != 1 {
@@ -284,12 +299,13 @@ func TestRunWaitsForAPrimary(t *testing.T) {
 }
 
 // TestRunHeartbeatsThroughAnOutage: failed heartbeats do not stop the
-// worker; its state keeps restoring and the next heartbeat reports it.
+// worker; a standby keeps restoring (the lease bounds actives only) and
+// the next heartbeat reports it.
 func TestRunHeartbeatsThroughAnOutage(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeController(1000)
-		f.assign(1, []string{"a"}, nil, nil)
-		stop := startWorker(t, f, Config{ID: "w1", Capacity: 1, RestoreRate: 1000, InitialLag: 100_000})
+		f.assign(1, nil, []string{"a"}, nil)
+		stop := startWorker(t, f, Config{ID: "w1", Capacity: 1}, SimulatorConfig{RestoreRate: 1000, InitialLag: 100_000})
 		synctest.Wait()
 		f.mu.Lock()
 		f.notReady = 1 << 30
@@ -318,7 +334,7 @@ func TestRunRefusals(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeController(1000)
 		// The controller refuses the arguments: Run gives up.
-		stop := startWorker(t, f, Config{ID: "w1", Capacity: 5000})
+		stop := startWorker(t, f, Config{ID: "w1", Capacity: 5000}, SimulatorConfig{})
 		synctest.Wait()
 		if err := stop(); err == nil || !strings.Contains(err.Error(), "capacity") {
 			t.Fatalf("Run: %v, want the controller's refusal", err)
@@ -327,7 +343,7 @@ func TestRunRefusals(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		// The controller refuses who the worker is: Run gives up too.
 		f := newFakeController(1000)
-		stop := startWorker(t, f, Config{ID: "intruder", Capacity: 1})
+		stop := startWorker(t, f, Config{ID: "intruder", Capacity: 1}, SimulatorConfig{})
 		synctest.Wait()
 		if err := stop(); !errors.Is(err, client.ErrPermissionDenied) || !strings.Contains(err.Error(), "may not register") {
 			t.Fatalf("Run: %v, want PermissionDenied", err)
@@ -338,10 +354,15 @@ func TestRunRefusals(t *testing.T) {
 		{ID: "bad id", Controllers: []string{"x:1"}},
 		{ID: "w1"},
 		{ID: "w1", Controllers: []string{" "}},
-		{ID: "w1", Controllers: []string{"x:1"}, RestoreRate: -1},
 	} {
-		if err := Run(context.Background(), cfg); !errors.Is(err, ErrConfig) {
-			t.Errorf("Run(%+v): %v, want ErrConfig", cfg, err)
+		if _, err := New(cfg, &Simulator{}); !errors.Is(err, ErrConfig) {
+			t.Errorf("New(%+v): %v, want ErrConfig", cfg, err)
 		}
+	}
+	if _, err := New(Config{ID: "w1", Controllers: []string{"x:1"}}, nil); !errors.Is(err, ErrConfig) {
+		t.Errorf("New without a handler: %v, want ErrConfig", err)
+	}
+	if _, err := NewSimulator(SimulatorConfig{RestoreRate: -1}); !errors.Is(err, ErrConfig) {
+		t.Errorf("NewSimulator with a negative rate: %v, want ErrConfig", err)
 	}
 }
