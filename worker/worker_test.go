@@ -3,9 +3,11 @@ package worker
 import (
 	"context"
 	"errors"
+	"io"
 	"maps"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/xce/xce/client"
+	"github.com/xce/xce/internal/testutil"
 	xcev1 "github.com/xce/xce/proto/xce/v1"
 	"github.com/xce/xce/proto/xce/v1/xcev1connect"
 )
@@ -38,6 +41,10 @@ type fakeController struct {
 	intervalMs uint32
 	// notReady refuses calls with NOT_READY while it is > 0 (decremented).
 	notReady int
+	// delay is how long a heartbeat takes to answer (fake time).
+	delay time.Duration
+	// logs collects the worker's log.
+	logs testutil.SyncBuffer
 }
 
 type heartbeat struct {
@@ -87,6 +94,13 @@ func (f *fakeController) Heartbeat(_ context.Context, req *connect.Request[xcev1
 		return nil, connect.NewError(connect.CodeFailedPrecondition, errors.New("unknown worker: register again"))
 	}
 	f.heartbeats = append(f.heartbeats, heartbeat{at: time.Since(f.start), req: proto.CloneOf(req.Msg)})
+	if f.delay > 0 {
+		// The answer comes from the state after the delay, as a primary's
+		// would come from its state when it answers.
+		f.mu.Unlock()
+		time.Sleep(f.delay)
+		f.mu.Lock()
+	}
 	r := proto.CloneOf(&f.copies)
 	r.HeartbeatIntervalMs = f.intervalMs
 	return connect.NewResponse(r), nil
@@ -97,6 +111,27 @@ func (f *fakeController) assign(gen uint64, actives, standbys, warmups []string)
 	f.mu.Lock()
 	f.copies = xcev1.HeartbeatResponse{Generation: gen, Actives: actives, Standbys: standbys, Warmups: warmups}
 	f.mu.Unlock()
+}
+
+// answer sets the whole answer of the next heartbeats.
+func (f *fakeController) answer(r *xcev1.HeartbeatResponse) {
+	f.mu.Lock()
+	f.copies = *proto.CloneOf(r)
+	f.mu.Unlock()
+}
+
+// setNotReady makes the next n calls fail with NOT_READY.
+func (f *fakeController) setNotReady(n int) {
+	f.mu.Lock()
+	f.notReady = n
+	f.mu.Unlock()
+}
+
+// all returns every heartbeat so far.
+func (f *fakeController) all() []heartbeat {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.heartbeats)
 }
 
 // failover forgets every session, as a new primary would.
@@ -183,9 +218,11 @@ func startHandler(t *testing.T, f *fakeController, cfg Config, h Handler) (cance
 	t.Helper()
 	cfg.Controllers = []string{"controller:1"}
 	cfg.HTTPClient = f.httpClient()
+	var out io.Writer = &f.logs
 	if testing.Verbose() {
-		cfg.Logger = zerolog.New(zerolog.NewTestWriter(t))
+		out = io.MultiWriter(&f.logs, zerolog.NewTestWriter(t))
 	}
+	cfg.Logger = zerolog.New(out)
 	w, err := New(cfg, h)
 	if err != nil {
 		t.Fatal(err)
@@ -193,10 +230,17 @@ func startHandler(t *testing.T, f *fakeController, cfg Config, h Handler) (cance
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
-	return func() error {
-		stop()
-		return <-done
+	var once sync.Once
+	var runErr error
+	cancel = func() error {
+		once.Do(func() {
+			stop()
+			runErr = <-done
+		})
+		return runErr
 	}
+	t.Cleanup(func() { _ = cancel() }) // a failed test stops it too
+	return cancel
 }
 
 // TestRunHeartbeatsAndSimulates drives a worker on fake time: it registers,
