@@ -346,7 +346,10 @@ func (w *Worker) reconcile(ctx context.Context, now time.Time) time.Time {
 		}
 	}
 	for t, rt := range s.retries {
-		if c, ok := want[t]; !ok || c != rt.c {
+		// An active whose grant waits for the next answer keeps its
+		// backoff; a copy the answer changed or dropped starts afresh.
+		c, ok := want[t]
+		if (ok && c != rt.c) || (!ok && (rt.c.Role != Active || !slices.Contains(s.resp.actives, t))) {
 			delete(s.retries, t)
 		}
 	}
