@@ -81,18 +81,33 @@ func (s *Sim) Assign(actives, standbys, warmups []string) {
 			want[t] = l.role
 		}
 	}
-	for t, c := range s.copies {
-		if _, ok := want[t]; !ok && c.role != Unheld {
-			c.role, c.unheld = Unheld, 0
+	for t := range s.copies {
+		if _, ok := want[t]; !ok {
+			s.Release(t)
 		}
 	}
 	for t, r := range want {
-		c, ok := s.copies[t]
-		if !ok {
-			c = &copyState{lag: float64(max(s.cfg.InitialLag, 0))}
-			s.copies[t] = c
-		}
-		c.role, c.unheld = r, 0
+		s.Hold(t, r)
+	}
+}
+
+// Hold makes the worker hold a copy of task in role r (Active, Standby or
+// Warmup): a task it has no state for starts at InitialLag, one it keeps
+// state for goes on from its lag.
+func (s *Sim) Hold(task string, r Role) {
+	c, ok := s.copies[task]
+	if !ok {
+		c = &copyState{lag: float64(max(s.cfg.InitialLag, 0))}
+		s.copies[task] = c
+	}
+	c.role, c.unheld = r, 0
+}
+
+// Release makes task Unheld: the worker keeps its state until the drop
+// bound. A task it has no state for is left alone.
+func (s *Sim) Release(task string) {
+	if c, ok := s.copies[task]; ok && c.role != Unheld {
+		c.role, c.unheld = Unheld, 0
 	}
 }
 

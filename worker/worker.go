@@ -1,23 +1,25 @@
-// Package worker is a reference worker for xce: it registers with the
-// controller's primary, heartbeats at the interval the controller gives,
-// registers again when the primary has no session for it (after a
+// Package worker is the worker library of xce. A worker process builds a
+// Worker from a Config and a Handler and calls Run; the library registers
+// with the controller's primary, heartbeats at the interval the controller
+// gives, registers again when the primary has no session for it (after a
 // controller failover), follows the leader through the client library, and
-// simulates the state of the task copies it is given.
+// runs every copy of a task the controller gives the worker in its own
+// goroutine, through the Handler (docs/design.md, "Tasks, workers,
+// assignments").
 //
-// The simulation (Sim) is pure: for every task the worker holds a copy of
-// (active, standby or warm-up), the lag falls at RestoreRate records/s
-// toward 0 and stays there (an active also processes its input); a copy
-// the worker no longer holds falls behind at GrowthRate records/s and is
-// dropped when its lag passes DropLag or after DropAfter unheld, whichever
-// comes first. A task the worker has no state for has no lag entry; a copy
-// newly assigned without state starts at InitialLag, so warm-ups are
-// visible.
+// At most one active per task: an active copy runs only while the primary
+// grants it (HeartbeatResponse.actives) and while the worker's lease holds,
+// that is while less than active_lease_ms has passed since the send time of
+// its last acknowledged heartbeat, on the monotonic clock. The lease is
+// shorter than the session timeout, so a worker cut off from the primary
+// stops its actives before the primary may give them to another worker. The
+// worker lists in HeartbeatRequest.running every active whose Run has not
+// returned; the primary grants a moved active to its new worker only once
+// the old one no longer lists it. Handlers call Fence right before every
+// externally visible action.
 //
-// Facts: a NOTIFY whenever the worker's set of actives changes ("actives:
-// t1,t2" or "no actives"), and an UPDATE per active task ("running" when
-// caught up, "restoring" while it restores). Facts are sent when they
-// change and again after every registration, since a new primary knows
-// none of them.
+// The reference worker of `xce worker` is the Simulator, a Handler that
+// simulates the state of its copies (see Sim).
 package worker
 
 import (
@@ -28,6 +30,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -37,14 +41,7 @@ import (
 	xcev1 "github.com/xce/xce/proto/xce/v1"
 )
 
-// Defaults of Config.
 const (
-	DefaultRestoreRate = 10_000
-	DefaultInitialLag  = 50_000
-	// DefaultDropLag is 100 times the default acceptable recovery lag
-	// (10000): a copy that far behind is worth less than a fresh restore.
-	DefaultDropLag   = 1_000_000
-	DefaultDropAfter = 60 * time.Second
 	// defaultInterval is the heartbeat interval until the controller says.
 	defaultInterval = time.Second
 	// registerTimeout bounds one registration (NOT_READY is retried until then).
@@ -66,17 +63,6 @@ type Config struct {
 	Capacity uint32
 	// ClientAddr is where the worker serves its own clients (informational).
 	ClientAddr string
-	// RestoreRate: records/s a held copy catches up (0: DefaultRestoreRate).
-	RestoreRate float64
-	// GrowthRate: records/s an unheld copy falls behind (0: RestoreRate).
-	GrowthRate float64
-	// InitialLag: lag of a copy assigned without state (0:
-	// DefaultInitialLag; negative: start caught up).
-	InitialLag int64
-	// DropLag, DropAfter: an unheld copy is dropped past either (0: the
-	// defaults, 1,000,000 records and 60s).
-	DropLag   int64
-	DropAfter time.Duration
 	// Logger receives the worker's log lines.
 	Logger zerolog.Logger
 	// HTTPClient carries the calls (nil: the client library's default).
@@ -92,10 +78,10 @@ type Config struct {
 
 var idRe = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
 
-// ErrConfig wraps every configuration error of Run.
+// ErrConfig wraps every configuration error of New.
 var ErrConfig = errors.New("worker config")
 
-func (cfg Config) withDefaults() (Config, error) {
+func (cfg Config) validate() (Config, error) {
 	if !idRe.MatchString(cfg.ID) {
 		return cfg, fmt.Errorf("%w: id %q: must be 1-128 characters of [A-Za-z0-9._-]", ErrConfig, cfg.ID)
 	}
@@ -109,96 +95,98 @@ func (cfg Config) withDefaults() (Config, error) {
 		return cfg, fmt.Errorf("%w: no controller address", ErrConfig)
 	}
 	cfg.Controllers = eps
-	if cfg.RestoreRate == 0 {
-		cfg.RestoreRate = DefaultRestoreRate
-	}
-	if cfg.GrowthRate == 0 {
-		cfg.GrowthRate = cfg.RestoreRate
-	}
-	switch {
-	case cfg.InitialLag == 0:
-		cfg.InitialLag = DefaultInitialLag
-	case cfg.InitialLag < 0:
-		cfg.InitialLag = 0
-	}
-	if cfg.DropLag == 0 {
-		cfg.DropLag = DefaultDropLag
-	}
-	if cfg.DropAfter == 0 {
-		cfg.DropAfter = DefaultDropAfter
-	}
-	switch {
-	case cfg.RestoreRate < 0 || cfg.RestoreRate > 1e12:
-		return cfg, fmt.Errorf("%w: restore rate %v: must be positive", ErrConfig, cfg.RestoreRate)
-	case cfg.GrowthRate < 0 || cfg.GrowthRate > 1e12:
-		return cfg, fmt.Errorf("%w: growth rate %v: must be positive", ErrConfig, cfg.GrowthRate)
-	case cfg.DropLag < 0:
-		return cfg, fmt.Errorf("%w: drop lag %d: must be positive", ErrConfig, cfg.DropLag)
-	case cfg.DropAfter < 0:
-		return cfg, fmt.Errorf("%w: drop after %s: must be positive", ErrConfig, cfg.DropAfter)
-	}
 	return cfg, nil
 }
 
-// Run runs the worker until ctx ends; it returns nil then. It returns an
-// error only for a bad Config, or when the controller refuses the
-// registration's arguments or the worker's credentials (Unauthenticated,
-// PermissionDenied, a certificate refused at the handshake). Every goroutine it starts has stopped when it
-// returns.
-func Run(ctx context.Context, cfg Config) error {
-	cfg, err := cfg.withDefaults()
+// Worker is one worker process's session with the controllers and the
+// copies it runs. Build it with New; Run it once.
+type Worker struct {
+	cfg Config
+	h   Handler
+	c   *client.Client
+	log zerolog.Logger
+	ran atomic.Bool
+
+	// wake tells the supervisor that something changed (a heartbeat was
+	// acknowledged, a copy's Run returned).
+	wake chan struct{}
+
+	// The protocol loop's own state.
+	registered     bool
+	interval       time.Duration
+	sessionTimeout time.Duration
+	sentNotice     *string           // facts the current session has acknowledged
+	sentUpdates    map[string]string // task → UPDATE text
+	failing        bool              // a heartbeat failed: log the outage once
+
+	mu sync.Mutex
+	st state
+}
+
+// New checks cfg and returns a worker that runs h's copies. It returns an
+// error wrapping ErrConfig for a bad Config.
+func New(cfg Config, h Handler) (*Worker, error) {
+	cfg, err := cfg.validate()
 	if err != nil {
-		return err
+		return nil, err
+	}
+	if h == nil {
+		return nil, fmt.Errorf("%w: no handler", ErrConfig)
 	}
 	c, err := client.New(cfg.Controllers, client.Options{HTTPClient: cfg.HTTPClient, AttemptTimeout: cfg.AttemptTimeout,
 		Credentials: cfg.Credentials})
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrConfig, err)
+		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
-	defer c.Close()
-	w := &worker{
-		cfg: cfg,
-		c:   c,
-		log: cfg.Logger.With().Str("worker_id", cfg.ID).Logger(),
-		sim: NewSim(SimConfig{
-			RestoreRate: cfg.RestoreRate, GrowthRate: cfg.GrowthRate, InitialLag: cfg.InitialLag,
-			DropLag: cfg.DropLag, DropAfter: cfg.DropAfter,
-		}),
+	return &Worker{
+		cfg: cfg, h: h, c: c,
+		log:         cfg.Logger.With().Str("worker_id", cfg.ID).Logger(),
+		wake:        make(chan struct{}, 1),
 		interval:    defaultInterval,
 		sentUpdates: map[string]string{},
+		st:          newState(),
+	}, nil
+}
+
+// Run runs the worker until ctx ends; it returns nil then. It returns an
+// error only when the controller refuses the registration's arguments or
+// the worker's credentials (Unauthenticated, PermissionDenied, a
+// certificate refused at the handshake), or when called a second time.
+// Every copy's Run has returned, and every goroutine Run started has
+// stopped, when it returns.
+func (w *Worker) Run(ctx context.Context) error {
+	if w.ran.Swap(true) {
+		return errors.New("worker: Run called twice")
 	}
-	return w.run(ctx)
+	defer w.c.Close()
+	w.log.Info().Strs("controllers", w.cfg.Controllers).Uint32("capacity", w.cfg.Capacity).Msg("worker starting")
+	pctx, pcancel := context.WithCancel(ctx)
+	defer pcancel()
+	perr := make(chan error, 1)
+	go func() { perr <- w.protocol(pctx) }()
+	err, protocolDone := w.supervise(ctx, perr)
+	pcancel()
+	if !protocolDone {
+		<-perr
+	}
+	if err != nil {
+		return err
+	}
+	w.log.Info().Msg("worker stopped")
+	return nil
 }
 
-type worker struct {
-	cfg Config
-	c   *client.Client
-	log zerolog.Logger
-	sim *Sim
-
-	registered     bool
-	interval       time.Duration
-	sessionTimeout time.Duration
-	lastAdvance    time.Time
-
-	// The copies of the last heartbeat answer.
-	known                      bool
-	gen                        uint64
-	actives, standbys, warmups []string
-
-	// Facts the current session has acknowledged.
-	sentNotice  *string
-	sentUpdates map[string]string
-
-	// failing is set after a failed heartbeat, so that an outage is
-	// logged once at warn level, not once per interval.
-	failing bool
+// poke wakes the supervisor.
+func (w *Worker) poke() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
 }
 
-func (w *worker) run(ctx context.Context) error {
-	w.log.Info().Strs("controllers", w.cfg.Controllers).Uint32("capacity", w.cfg.Capacity).
-		Float64("restore_rate", w.cfg.RestoreRate).Int64("initial_lag", w.cfg.InitialLag).Msg("worker starting")
-	w.lastAdvance = time.Now()
+// protocol registers and heartbeats until ctx ends (nil) or the controller
+// refuses the worker (the error).
+func (w *Worker) protocol(ctx context.Context) error {
 	retry := backoff.Backoff{Min: time.Second, Max: 10 * time.Second}
 	for {
 		justRegistered := false
@@ -206,14 +194,14 @@ func (w *worker) run(ctx context.Context) error {
 			err := w.register(ctx)
 			switch {
 			case ctx.Err() != nil:
-				return w.stopped()
+				return nil
 			case errors.Is(err, client.ErrInvalid), refused(err):
 				return fmt.Errorf("register: %w", err)
 			case err != nil:
 				wait := retry.Next()
 				w.log.Warn().Err(err).Dur("retry_in", wait).Msg("register failed")
 				if !backoff.Sleep(ctx, wait) {
-					return w.stopped()
+					return nil
 				}
 				continue
 			}
@@ -223,13 +211,13 @@ func (w *worker) run(ctx context.Context) error {
 		start := time.Now()
 		w.heartbeat(ctx, justRegistered)
 		if ctx.Err() != nil {
-			return w.stopped()
+			return nil
 		}
 		if !w.registered && !justRegistered {
 			continue // register again at once
 		}
 		if !backoff.Sleep(ctx, w.interval-time.Since(start)) {
-			return w.stopped()
+			return nil
 		}
 	}
 }
@@ -241,12 +229,7 @@ func refused(err error) bool {
 		errors.Is(err, client.ErrBadCertificate)
 }
 
-func (w *worker) stopped() error {
-	w.log.Info().Msg("worker stopped")
-	return nil
-}
-
-func (w *worker) register(ctx context.Context) error {
+func (w *Worker) register(ctx context.Context) error {
 	rctx, cancel := context.WithTimeout(ctx, registerTimeout)
 	defer cancel()
 	r, err := w.c.Register(rctx, w.cfg.ID, w.cfg.Capacity, w.cfg.ClientAddr)
@@ -266,19 +249,6 @@ func (w *worker) register(ctx context.Context) error {
 	return nil
 }
 
-// advance brings the simulation to now and logs what changed.
-func (w *worker) advance() {
-	now := time.Now()
-	caughtUp, dropped := w.sim.Advance(now.Sub(w.lastAdvance))
-	w.lastAdvance = now
-	for _, t := range caughtUp {
-		w.log.Info().Str("task", t).Str("role", w.sim.Role(t).String()).Msg("caught up")
-	}
-	for _, t := range dropped {
-		w.log.Info().Str("task", t).Msg("dropped the state of a task no longer held")
-	}
-}
-
 // noticeText is the NOTIFY text for a set of actives.
 func noticeText(actives []string) string {
 	if len(actives) == 0 {
@@ -291,24 +261,37 @@ func noticeText(actives []string) string {
 	return s
 }
 
-// updateText is the UPDATE text of an active task.
-func (w *worker) updateText(task string) string {
-	if lag, ok := w.sim.Lag(task); ok && lag == 0 {
+// updateText is the UPDATE text of an active task: "running" once it has
+// caught up (lag 0), "restoring" before.
+func updateText(lags map[string]int64, task string) string {
+	if lag, ok := lags[task]; ok && lag == 0 {
 		return "running"
 	}
 	return "restoring"
 }
 
-// request builds the heartbeat: every lag, and the facts the session has
-// not acknowledged yet.
-func (w *worker) request() *xcev1.HeartbeatRequest {
-	req := &xcev1.HeartbeatRequest{WorkerId: w.cfg.ID, Lags: w.sim.Lags()}
-	if n := noticeText(w.actives); w.sentNotice == nil || *w.sentNotice != n {
+// request builds the heartbeat: every lag, the actives whose Run has not
+// returned, and the facts the session has not acknowledged yet. From here
+// until the answer, the worker starts no active it does not list as
+// running (state.sent).
+func (w *Worker) request() *xcev1.HeartbeatRequest {
+	var lags map[string]int64
+	if l, ok := w.h.(Lagger); ok {
+		lags = l.Lags()
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if lags == nil {
+		lags = w.st.reportedLags()
+	}
+	req := &xcev1.HeartbeatRequest{WorkerId: w.cfg.ID, Lags: lags, Running: w.st.sent()}
+	actives := w.st.resp.actives
+	if n := noticeText(actives); w.sentNotice == nil || *w.sentNotice != n {
 		req.Facts = append(req.Facts, &xcev1.Fact{Kind: xcev1.FactKind_FACT_KIND_NOTIFY, Text: n})
 	}
 	updates := 0
-	for _, t := range w.actives {
-		if u := w.updateText(t); w.sentUpdates[t] != u && updates < maxUpdates {
+	for _, t := range actives {
+		if u := updateText(lags, t); w.sentUpdates[t] != u && updates < maxUpdates {
 			req.Facts = append(req.Facts, &xcev1.Fact{Kind: xcev1.FactKind_FACT_KIND_UPDATE, TaskId: t, Text: u})
 			updates++
 		}
@@ -317,7 +300,7 @@ func (w *worker) request() *xcev1.HeartbeatRequest {
 }
 
 // acked records the facts of a heartbeat the primary accepted.
-func (w *worker) acked(req *xcev1.HeartbeatRequest) {
+func (w *Worker) acked(req *xcev1.HeartbeatRequest, actives []string) {
 	for _, f := range req.Facts {
 		switch f.Kind {
 		case xcev1.FactKind_FACT_KIND_NOTIFY:
@@ -329,15 +312,18 @@ func (w *worker) acked(req *xcev1.HeartbeatRequest) {
 	}
 	// A task that is no longer active gets its update again if it returns.
 	for t := range w.sentUpdates {
-		if !slices.Contains(w.actives, t) {
+		if !slices.Contains(actives, t) {
 			delete(w.sentUpdates, t)
 		}
 	}
 }
 
-func (w *worker) heartbeat(ctx context.Context, justRegistered bool) {
-	w.advance()
+func (w *Worker) heartbeat(ctx context.Context, justRegistered bool) {
 	req := w.request()
+	// The lease counts from before the call: the primary hears the
+	// heartbeat no earlier, whichever attempt of the client's retries
+	// reaches it.
+	sent := time.Now()
 	// Through an election the client retries for a while; past half a
 	// session the next heartbeat starts over with fresher lags.
 	timeout := max(w.interval, w.sessionTimeout/2)
@@ -364,27 +350,25 @@ func (w *worker) heartbeat(ctx context.Context, justRegistered bool) {
 		w.log.Info().Msg("heartbeats go through again")
 		w.failing = false
 	}
-	w.apply(resp)
-	w.acked(req)
-}
-
-// apply takes the copies of a heartbeat answer.
-func (w *worker) apply(r *xcev1.HeartbeatResponse) {
-	if r.HeartbeatIntervalMs > 0 {
-		w.interval = time.Duration(r.HeartbeatIntervalMs) * time.Millisecond
+	if resp.HeartbeatIntervalMs > 0 {
+		w.interval = time.Duration(resp.HeartbeatIntervalMs) * time.Millisecond
 	}
-	same := w.known && r.Generation == w.gen && slices.Equal(r.Actives, w.actives) &&
-		slices.Equal(r.Standbys, w.standbys) && slices.Equal(r.Warmups, w.warmups)
-	if same {
-		return
+	// Without a lease from the primary the session timeout bounds it.
+	lease := time.Duration(resp.ActiveLeaseMs) * time.Millisecond
+	if lease <= 0 {
+		lease = w.sessionTimeout
 	}
-	prev := w.gen
-	w.known, w.gen = true, r.Generation
-	w.actives, w.standbys, w.warmups = slices.Clone(r.Actives), slices.Clone(r.Standbys), slices.Clone(r.Warmups)
-	w.sim.Assign(w.actives, w.standbys, w.warmups)
-	w.log.Info().Uint64("generation", r.Generation).Uint64("previous_generation", prev).
-		Strs("actives", nonNil(w.actives)).Strs("standbys", nonNil(w.standbys)).Strs("warmups", nonNil(w.warmups)).
-		Interface("lags", w.sim.Lags()).Msg("assignment changed")
+	w.mu.Lock()
+	changed, prev := w.st.ack(resp, sent, lease)
+	w.mu.Unlock()
+	w.acked(req, resp.Actives)
+	if changed {
+		w.log.Info().Uint64("generation", resp.Generation).Uint64("previous_generation", prev).
+			Strs("actives", nonNil(resp.Actives)).Strs("pending_actives", nonNil(resp.PendingActives)).
+			Strs("standbys", nonNil(resp.Standbys)).Strs("warmups", nonNil(resp.Warmups)).
+			Interface("epochs", resp.Epochs).Msg("assignment changed")
+	}
+	w.poke()
 }
 
 func nonNil(s []string) []string {

@@ -3,9 +3,11 @@ package worker
 import (
 	"context"
 	"errors"
+	"io"
 	"maps"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/xce/xce/client"
+	"github.com/xce/xce/internal/testutil"
 	xcev1 "github.com/xce/xce/proto/xce/v1"
 	"github.com/xce/xce/proto/xce/v1/xcev1connect"
 )
@@ -38,6 +41,10 @@ type fakeController struct {
 	intervalMs uint32
 	// notReady refuses calls with NOT_READY while it is > 0 (decremented).
 	notReady int
+	// delay is how long a heartbeat takes to answer (fake time).
+	delay time.Duration
+	// logs collects the worker's log.
+	logs testutil.SyncBuffer
 }
 
 type heartbeat struct {
@@ -87,6 +94,13 @@ func (f *fakeController) Heartbeat(_ context.Context, req *connect.Request[xcev1
 		return nil, connect.NewError(connect.CodeFailedPrecondition, errors.New("unknown worker: register again"))
 	}
 	f.heartbeats = append(f.heartbeats, heartbeat{at: time.Since(f.start), req: proto.CloneOf(req.Msg)})
+	if f.delay > 0 {
+		// The answer comes from the state after the delay, as a primary's
+		// would come from its state when it answers.
+		f.mu.Unlock()
+		time.Sleep(f.delay)
+		f.mu.Lock()
+	}
 	r := proto.CloneOf(&f.copies)
 	r.HeartbeatIntervalMs = f.intervalMs
 	return connect.NewResponse(r), nil
@@ -97,6 +111,27 @@ func (f *fakeController) assign(gen uint64, actives, standbys, warmups []string)
 	f.mu.Lock()
 	f.copies = xcev1.HeartbeatResponse{Generation: gen, Actives: actives, Standbys: standbys, Warmups: warmups}
 	f.mu.Unlock()
+}
+
+// answer sets the whole answer of the next heartbeats.
+func (f *fakeController) answer(r *xcev1.HeartbeatResponse) {
+	f.mu.Lock()
+	f.copies = *proto.CloneOf(r)
+	f.mu.Unlock()
+}
+
+// setNotReady makes the next n calls fail with NOT_READY.
+func (f *fakeController) setNotReady(n int) {
+	f.mu.Lock()
+	f.notReady = n
+	f.mu.Unlock()
+}
+
+// all returns every heartbeat so far.
+func (f *fakeController) all() []heartbeat {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.heartbeats)
 }
 
 // failover forgets every session, as a new primary would.
@@ -168,20 +203,44 @@ func wantHeartbeat(t *testing.T, f *fakeController, at time.Duration, lags map[s
 	}
 }
 
-func startWorker(t *testing.T, f *fakeController, cfg Config) (cancel func() error) {
+func startWorker(t *testing.T, f *fakeController, cfg Config, simCfg SimulatorConfig) (cancel func() error) {
+	t.Helper()
+	sim, err := NewSimulator(simCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startHandler(t, f, cfg, sim)
+}
+
+// startHandler runs a worker with handler h against f until the returned
+// function is called; that returns what Run returned.
+func startHandler(t *testing.T, f *fakeController, cfg Config, h Handler) (cancel func() error) {
 	t.Helper()
 	cfg.Controllers = []string{"controller:1"}
 	cfg.HTTPClient = f.httpClient()
+	var out io.Writer = &f.logs
 	if testing.Verbose() {
-		cfg.Logger = zerolog.New(zerolog.NewTestWriter(t))
+		out = io.MultiWriter(&f.logs, zerolog.NewTestWriter(t))
+	}
+	cfg.Logger = zerolog.New(out)
+	w, err := New(cfg, h)
+	if err != nil {
+		t.Fatal(err)
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- Run(ctx, cfg) }()
-	return func() error {
-		stop()
-		return <-done
+	go func() { done <- w.Run(ctx) }()
+	var once sync.Once
+	var runErr error
+	cancel = func() error {
+		once.Do(func() {
+			stop()
+			runErr = <-done
+		})
+		return runErr
 	}
+	t.Cleanup(func() { _ = cancel() }) // a failed test stops it too
+	return cancel
 }
 
 // TestRunHeartbeatsAndSimulates drives a worker on fake time: it registers,
@@ -192,7 +251,7 @@ func TestRunHeartbeatsAndSimulates(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const step = 500 * time.Millisecond
 		f := newFakeController(500)
-		stop := startWorker(t, f, Config{ID: "w1", Capacity: 2, RestoreRate: 20_000, DropLag: 30_000})
+		stop := startWorker(t, f, Config{ID: "w1", Capacity: 2}, SimulatorConfig{RestoreRate: 20_000, DropLag: 30_000})
 		synctest.Wait()
 		if f.registered() != 1 {
 			t.Fatalf("%d registrations", f.registered())
@@ -268,7 +327,7 @@ func TestRunWaitsForAPrimary(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeController(1000)
 		f.notReady = 20 // about 2s of refusals at retry-after 100ms
-		stop := startWorker(t, f, Config{ID: "w1", Capacity: 1})
+		stop := startWorker(t, f, Config{ID: "w1", Capacity: 1}, SimulatorConfig{})
 		time.Sleep(10 * time.Second)
 		synctest.Wait()
 		if f.registered() != 1 {
@@ -284,12 +343,13 @@ func TestRunWaitsForAPrimary(t *testing.T) {
 }
 
 // TestRunHeartbeatsThroughAnOutage: failed heartbeats do not stop the
-// worker; its state keeps restoring and the next heartbeat reports it.
+// worker; a standby keeps restoring (the lease bounds actives only) and
+// the next heartbeat reports it.
 func TestRunHeartbeatsThroughAnOutage(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeController(1000)
-		f.assign(1, []string{"a"}, nil, nil)
-		stop := startWorker(t, f, Config{ID: "w1", Capacity: 1, RestoreRate: 1000, InitialLag: 100_000})
+		f.assign(1, nil, []string{"a"}, nil)
+		stop := startWorker(t, f, Config{ID: "w1", Capacity: 1}, SimulatorConfig{RestoreRate: 1000, InitialLag: 100_000})
 		synctest.Wait()
 		f.mu.Lock()
 		f.notReady = 1 << 30
@@ -318,7 +378,7 @@ func TestRunRefusals(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeController(1000)
 		// The controller refuses the arguments: Run gives up.
-		stop := startWorker(t, f, Config{ID: "w1", Capacity: 5000})
+		stop := startWorker(t, f, Config{ID: "w1", Capacity: 5000}, SimulatorConfig{})
 		synctest.Wait()
 		if err := stop(); err == nil || !strings.Contains(err.Error(), "capacity") {
 			t.Fatalf("Run: %v, want the controller's refusal", err)
@@ -327,7 +387,7 @@ func TestRunRefusals(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		// The controller refuses who the worker is: Run gives up too.
 		f := newFakeController(1000)
-		stop := startWorker(t, f, Config{ID: "intruder", Capacity: 1})
+		stop := startWorker(t, f, Config{ID: "intruder", Capacity: 1}, SimulatorConfig{})
 		synctest.Wait()
 		if err := stop(); !errors.Is(err, client.ErrPermissionDenied) || !strings.Contains(err.Error(), "may not register") {
 			t.Fatalf("Run: %v, want PermissionDenied", err)
@@ -338,10 +398,15 @@ func TestRunRefusals(t *testing.T) {
 		{ID: "bad id", Controllers: []string{"x:1"}},
 		{ID: "w1"},
 		{ID: "w1", Controllers: []string{" "}},
-		{ID: "w1", Controllers: []string{"x:1"}, RestoreRate: -1},
 	} {
-		if err := Run(context.Background(), cfg); !errors.Is(err, ErrConfig) {
-			t.Errorf("Run(%+v): %v, want ErrConfig", cfg, err)
+		if _, err := New(cfg, &Simulator{}); !errors.Is(err, ErrConfig) {
+			t.Errorf("New(%+v): %v, want ErrConfig", cfg, err)
 		}
+	}
+	if _, err := New(Config{ID: "w1", Controllers: []string{"x:1"}}, nil); !errors.Is(err, ErrConfig) {
+		t.Errorf("New without a handler: %v, want ErrConfig", err)
+	}
+	if _, err := NewSimulator(SimulatorConfig{RestoreRate: -1}); !errors.Is(err, ErrConfig) {
+		t.Errorf("NewSimulator with a negative rate: %v, want ErrConfig", err)
 	}
 }

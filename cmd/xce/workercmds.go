@@ -33,35 +33,38 @@ type workerFlags struct {
 	creds                       credFlags
 }
 
-// config turns the flags into a worker.Config (usage errors for bad values).
-func (f *workerFlags) config() (worker.Config, error) {
+// config turns the flags into a worker.Config and the simulator's config
+// (usage errors for bad values).
+func (f *workerFlags) config() (worker.Config, worker.SimulatorConfig, error) {
 	if f.id == "" {
-		return worker.Config{}, usageErr("worker: --id is required")
+		return worker.Config{}, worker.SimulatorConfig{}, usageErr("worker: --id is required")
 	}
 	switch {
 	case f.restoreRate <= 0:
-		return worker.Config{}, usageErr("--restore-rate: %v is not positive", f.restoreRate)
+		return worker.Config{}, worker.SimulatorConfig{}, usageErr("--restore-rate: %v is not positive", f.restoreRate)
 	case f.initialLag < 0:
-		return worker.Config{}, usageErr("--initial-lag: %d is negative", f.initialLag)
+		return worker.Config{}, worker.SimulatorConfig{}, usageErr("--initial-lag: %d is negative", f.initialLag)
 	case f.dropLag <= 0:
-		return worker.Config{}, usageErr("--drop-lag: %d is not positive", f.dropLag)
+		return worker.Config{}, worker.SimulatorConfig{}, usageErr("--drop-lag: %d is not positive", f.dropLag)
 	case f.dropAfter <= 0:
-		return worker.Config{}, usageErr("--drop-after: %s is not positive", f.dropAfter)
+		return worker.Config{}, worker.SimulatorConfig{}, usageErr("--drop-after: %s is not positive", f.dropAfter)
 	}
 	initial := f.initialLag
 	if initial == 0 {
-		initial = -1 // worker.Config: negative means "caught up at once"
+		initial = -1 // worker.SimulatorConfig: negative means "caught up at once"
 	}
 	return worker.Config{
-		ID: f.id, Controllers: strings.Split(f.controllers, ","), Capacity: f.capacity, ClientAddr: f.clientAddr,
-		RestoreRate: f.restoreRate, InitialLag: initial, DropLag: f.dropLag, DropAfter: f.dropAfter,
-		Credentials: f.creds.credentials(),
-	}, nil
+			ID: f.id, Controllers: strings.Split(f.controllers, ","), Capacity: f.capacity, ClientAddr: f.clientAddr,
+			Credentials: f.creds.credentials(),
+		}, worker.SimulatorConfig{
+			RestoreRate: f.restoreRate, InitialLag: initial, DropLag: f.dropLag, DropAfter: f.dropAfter,
+		}, nil
 }
 
-// runWorker runs a reference worker until ctx ends.
+// runWorker runs a reference worker until ctx ends: the worker library
+// with the simulator as its handler.
 func runWorker(ctx context.Context, f *workerFlags, stderr io.Writer) error {
-	cfg, err := f.config()
+	cfg, simCfg, err := f.config()
 	if err != nil {
 		return err
 	}
@@ -70,13 +73,21 @@ func runWorker(ctx context.Context, f *workerFlags, stderr io.Writer) error {
 		return usageErr("%v", err)
 	}
 	cfg.Logger = log
-	if err := worker.Run(ctx, cfg); err != nil {
+	simCfg.Logger = log.With().Str("worker_id", cfg.ID).Logger()
+	sim, err := worker.NewSimulator(simCfg)
+	if err != nil {
+		return usageErr("%v", err)
+	}
+	log.Info().Str("worker_id", cfg.ID).Float64("restore_rate", sim.Config().RestoreRate).
+		Int64("initial_lag", sim.Config().InitialLag).Msg("simulating state")
+	w, err := worker.New(cfg, sim)
+	if err != nil {
 		if errors.Is(err, worker.ErrConfig) || errors.Is(err, client.ErrInvalid) {
 			return usageErr("%v", err)
 		}
 		return err
 	}
-	return nil
+	return w.Run(ctx)
 }
 
 func workerCmd() *cobra.Command {
@@ -91,7 +102,9 @@ standby, warm-up) catches up at --restore-rate records/s from --initial-lag
 (a task it has no state for) down to 0; a copy it no longer holds falls behind
 at the same rate and is dropped past --drop-lag or after --drop-after. It
 reports its lags, a notice when its actives change, and "running" or
-"restoring" for each active task.`,
+"restoring" for each active task. It runs an active only while the primary
+grants it and its lease holds (a heartbeat acknowledged within the lease the
+primary gives), and lists the actives it runs in every heartbeat.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -244,16 +244,19 @@ func TestWorkerCommandsExitCodes(t *testing.T) {
 
 func TestWorkerFlagsConfig(t *testing.T) {
 	f := workerFlags{id: "w1", controllers: "a:1, b:2", capacity: 3, restoreRate: 500, initialLag: 0, dropLag: 10, dropAfter: time.Second}
-	cfg, err := f.config()
+	cfg, sim, err := f.config()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.ID != "w1" || len(cfg.Controllers) != 2 || cfg.Capacity != 3 || cfg.RestoreRate != 500 || cfg.InitialLag != -1 || cfg.DropLag != 10 || cfg.DropAfter != time.Second {
+	if cfg.ID != "w1" || len(cfg.Controllers) != 2 || cfg.Capacity != 3 {
 		t.Fatalf("config %+v", cfg)
 	}
+	if sim.RestoreRate != 500 || sim.InitialLag != -1 || sim.DropLag != 10 || sim.DropAfter != time.Second {
+		t.Fatalf("simulator config %+v", sim)
+	}
 	f.initialLag = 7
-	if cfg, _ = f.config(); cfg.InitialLag != 7 {
-		t.Fatalf("initial lag %d", cfg.InitialLag)
+	if _, sim, _ = f.config(); sim.InitialLag != 7 {
+		t.Fatalf("initial lag %d", sim.InitialLag)
 	}
 }
 
