@@ -918,9 +918,10 @@ func (f *FSM) Restore(r io.Reader) error {
 }
 
 // restoreEpochs returns the task epochs of a snapshot and sets each
-// placement's epoch from them. Version 5 lists them; they must name
-// existing tasks, once each, with an epoch above zero, and cover every
-// placement with an active worker. Older versions predate epochs: a task
+// placement's epoch from them; every placement must be of a task that
+// exists. Version 5 lists the epochs; they must name existing tasks, once
+// each, with an epoch above zero, and cover every placement with an active
+// worker. Older versions predate epochs: a task
 // with an active worker restores with epoch 1, any other with 0 (its
 // history is not in the snapshot; docs/design.md, "Tasks, workers,
 // assignments").
@@ -946,6 +947,9 @@ func restoreEpochs(version uint32, s *snapshotV5, tasks map[string]*Task, assign
 		epochs[e.Task] = e.Epoch
 	}
 	for id, p := range assignment {
+		if _, exists := tasks[id]; !exists {
+			return nil, fmt.Errorf("%w: placement of task %q, which does not exist", ErrBadSnapshot, id)
+		}
 		if p.Epoch != 0 {
 			return nil, fmt.Errorf("%w: placement of task %q carries an epoch (epochs are listed apart)", ErrBadSnapshot, id)
 		}
