@@ -112,8 +112,8 @@ func (s *Service) ListWorkers(ctx context.Context, _ *connect.Request[xcev1.List
 	return connect.NewResponse(resp), nil
 }
 
-// GetAssignment reads the committed assignment; on the primary it adds the
-// soft facts (lags, pending reasons, updates).
+// GetAssignment reads the committed assignment, with each task's epoch; on
+// the primary it adds the soft facts (lags, pending reasons, updates).
 func (s *Service) GetAssignment(ctx context.Context, req *connect.Request[xcev1.GetAssignmentRequest]) (*connect.Response[xcev1.GetAssignmentResponse], error) {
 	if err := s.readBarrier(ctx, req.Msg.Consistency); err != nil {
 		return nil, err
@@ -133,9 +133,13 @@ func (s *Service) GetAssignment(ctx context.Context, req *connect.Request[xcev1.
 	resp := &xcev1.GetAssignmentResponse{Generation: gen, AppliedIndex: applied, Settling: settling, Followup: followup,
 		Tasks: make([]*xcev1.TaskAssignment, 0, len(tasks))}
 	for _, t := range tasks {
-		p := a[t.ID]
+		p, placed := a[t.ID]
+		if !placed {
+			// A task whose placement was removed keeps its epoch.
+			p.Epoch = fsm.TaskEpoch(t.ID)
+		}
 		ta := &xcev1.TaskAssignment{
-			Placement: &xcev1.TaskPlacement{TaskId: t.ID, Active: p.Active, Standbys: p.Standbys, Warmups: p.Warmups},
+			Placement: &xcev1.TaskPlacement{TaskId: t.ID, Active: p.Active, Standbys: p.Standbys, Warmups: p.Warmups, Epoch: p.Epoch},
 			Stateful:  t.Stateful,
 		}
 		if st, ok := soft[t.ID]; ok {

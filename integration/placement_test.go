@@ -126,7 +126,7 @@ func (m placementOf) String() string {
 	var b strings.Builder
 	for _, id := range slices.Sorted(maps.Keys(m)) {
 		p := m[id]
-		fmt.Fprintf(&b, "%s:%s|%s|%s ", id, p.Active, strings.Join(p.Standbys, ","), strings.Join(p.Warmups, ","))
+		fmt.Fprintf(&b, "%s:%s@%d|%s|%s ", id, p.Active, p.Epoch, strings.Join(p.Standbys, ","), strings.Join(p.Warmups, ","))
 	}
 	return b.String()
 }
@@ -276,12 +276,18 @@ func TestWorkerDeathAndJoin(t *testing.T) {
 }
 
 // TestControllerFailoverKeepsPlacement: SIGKILL the primary; the new primary
-// waits for the workers to report and changes no placement.
+// waits for the workers to report and changes no placement, and it gives
+// every task the epoch the old one did (each node derives them itself).
 func TestControllerFailoverKeepsPlacement(t *testing.T) {
 	const tasks = 9
 	c, _ := placementCluster(t, tasks)
 	settled := settledPlacement(t, c, tasks, []string{"w1", "w2", "w3"}, raceSlack(30*time.Second))
 	before := placements(settled)
+	for id, p := range before {
+		if p.Epoch == 0 {
+			t.Fatalf("task %s has active %s and epoch 0", id, p.Active)
+		}
+	}
 
 	p := c.WaitRoles(raceSlack(5 * time.Second))
 	c.Kill(p)

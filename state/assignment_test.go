@@ -32,6 +32,12 @@ func unplacedTask(id string, index uint64) Task {
 	return Task{ID: id, CreatedIndex: index, State: TaskStatePending, PendingReason: "no worker available"}
 }
 
+// epoched is p as the FSM hands it out, carrying its task's epoch e.
+func epoched(p Placement, e uint64) Placement {
+	p.Epoch = e
+	return p
+}
+
 // assignState is the assignment part of an FSM.
 type assignState struct {
 	Gen        uint64
@@ -67,6 +73,14 @@ func assignOf(t testing.TB, f *FSM) assignState {
 		if _, ok := f.tasks[id]; !ok {
 			t.Fatalf("placement of task %q, which does not exist", id)
 		}
+		if p.Epoch != f.epochs[id] || p.Active != "" && p.Epoch == 0 {
+			t.Fatalf("placement %+v, task epoch %d", p, f.epochs[id])
+		}
+	}
+	for id, e := range f.epochs {
+		if _, ok := f.tasks[id]; !ok || e == 0 {
+			t.Fatalf("epoch %d of task %q (exists: %v)", e, id, ok)
+		}
 	}
 	for id, tk := range f.tasks {
 		p, ok := f.assignment[id]
@@ -91,11 +105,23 @@ type fullState struct {
 	State  fsmState
 	Outbox outboxState
 	Assign assignState
+	// Epochs holds the epoch of every task that has one.
+	Epochs map[string]uint64
 }
 
 func fullStateOf(t testing.TB, f *FSM) fullState {
 	t.Helper()
 	s := fullState{State: stateOf(t, f), Outbox: outboxOf(t, f), Assign: assignOf(t, f)}
+	f.mu.RLock()
+	if len(f.epochs) > 0 {
+		s.Epochs = maps.Clone(f.epochs)
+	}
+	f.mu.RUnlock()
+	for _, tk := range s.State.Tasks {
+		if got := f.TaskEpoch(tk.ID); got != s.Epochs[tk.ID] {
+			t.Fatalf("TaskEpoch(%q) = %d, FSM holds %d", tk.ID, got, s.Epochs[tk.ID])
+		}
+	}
 	all, ver := f.AllTasks()
 	slices.SortFunc(all, func(a, b Task) int { return strings.Compare(a.ID, b.ID) })
 	if len(all) == 0 {
@@ -510,7 +536,7 @@ func TestAssignmentApply(t *testing.T) {
 		t.Fatalf("first delta: %+v", r)
 	}
 	events = append(events, Event{Index: 4, Term: 2, Kind: EventAssignment, Key: "cl", Generation: 1, Placements: []Placement{pa, pb}})
-	want := assignState{Gen: 1, Placements: map[string]Placement{"a": pa, "b": pb}}
+	want := assignState{Gen: 1, Placements: map[string]Placement{"a": epoched(pa, 1), "b": pb}}
 	if got := assignOf(t, f); !reflect.DeepEqual(got, want) {
 		t.Fatalf("after first delta:\n got %+v\nwant %+v", got, want)
 	}
@@ -563,7 +589,7 @@ func TestAssignmentApply(t *testing.T) {
 		t.Fatalf("second delta: %+v", r)
 	}
 	events = append(events, Event{Index: 9, Term: 3, Kind: EventAssignment, Key: "cl", Generation: 2, Placements: []Placement{pc, pa2}, Removed: []string{"b"}})
-	want = assignState{Gen: 2, Placements: map[string]Placement{"a": pa2, "c": pc}}
+	want = assignState{Gen: 2, Placements: map[string]Placement{"a": epoched(pa2, 2), "c": epoched(pc, 1)}}
 	if got := assignOf(t, f); !reflect.DeepEqual(got, want) {
 		t.Fatalf("after second delta:\n got %+v\nwant %+v", got, want)
 	}
@@ -578,7 +604,10 @@ func TestAssignmentApply(t *testing.T) {
 		t.Fatalf("delete a: %+v", r)
 	}
 	events = append(events, Event{Index: 10, Term: 3, Kind: EventTaskDeleted, TaskID: "a", Task: assignedTask("a", 1)})
-	want = assignState{Gen: 2, Placements: map[string]Placement{"c": pc}}
+	if e := f.TaskEpoch("a"); e != 0 {
+		t.Fatalf("deleted task a has epoch %d", e)
+	}
+	want = assignState{Gen: 2, Placements: map[string]Placement{"c": epoched(pc, 1)}}
 	if got := assignOf(t, f); !reflect.DeepEqual(got, want) {
 		t.Fatalf("after delete:\n got %+v\nwant %+v", got, want)
 	}
@@ -608,12 +637,12 @@ func TestAssignmentApply(t *testing.T) {
 	delete(m, "c")
 	m["a"] = Placement{Task: "a", Active: "evil"}
 	m["zz"] = Placement{Task: "zz"}
-	if gen2, m2 := f.Assignment(); gen2 != gen || !reflect.DeepEqual(m2, map[string]Placement{"c": pc}) {
+	if gen2, m2 := f.Assignment(); gen2 != gen || !reflect.DeepEqual(m2, map[string]Placement{"c": epoched(pc, 1)}) {
 		t.Fatalf("changing Assignment()'s map changed the FSM: %d %+v", gen2, m2)
 	}
 	gen, m = f.Assignment()
 	m["c"] = Placement{Task: "c", Active: "evil"}
-	if _, m2 := f.Assignment(); !reflect.DeepEqual(m2["c"], pc) {
+	if _, m2 := f.Assignment(); !reflect.DeepEqual(m2["c"], epoched(pc, 1)) {
 		t.Fatalf("replacing a placement in Assignment()'s map changed the FSM: %+v", m2["c"])
 	}
 	if got := assignOf(t, f); !reflect.DeepEqual(got, want) || gen != 3 {
@@ -781,7 +810,7 @@ func checkAssignBuiltState(t *testing.T, f *FSM) {
 		{Index: 21, Term: 5, Kind: EventTaskSubmitted, TaskID: "eta", Task: pendingTask("eta", 21)},
 		{Index: 22, Term: 5, Kind: EventAssignment, Key: cluster, Generation: 3, Placements: []Placement{pEta}},
 	})
-	wantAssign := assignState{Gen: 3, Placements: map[string]Placement{"epsilon": pEpsilon2, "eta": pEta, "zeta": pZeta}}
+	wantAssign := assignState{Gen: 3, Placements: map[string]Placement{"epsilon": epoched(pEpsilon2, 1), "eta": pEta, "zeta": epoched(pZeta, 1)}}
 	if got := assignOf(t, f); !reflect.DeepEqual(got, wantAssign) {
 		t.Fatalf("assignment:\n got %+v\nwant %+v", got, wantAssign)
 	}
@@ -803,13 +832,16 @@ func checkAssignBuiltBehaviour(t *testing.T, f *FSM) {
 		t.Fatalf("conflicting delta changed state:\n%+v\n%+v", before, after)
 	}
 
+	// delta's epoch is 1 if the FSM applied its first placement, 0 if it
+	// restored a snapshot older than epochs (delta had no placement then).
 	pDelta := Placement{Task: "delta", Active: "w9", Standbys: []string{"w1"}}
+	deltaEpoch := f.TaskEpoch("delta")
 	if r := applyTerm(t, f, 24, 6, assignCmd(3, []Placement{pDelta}, "eta")); r != (Result{Index: 24}) {
 		t.Fatalf("delta from the current generation: %+v", r)
 	}
 	got := assignOf(t, f)
-	if got.Gen != 4 || len(got.Placements) != 3 || !reflect.DeepEqual(got.Placements["delta"], pDelta) || got.Placements["eta"].Task != "" {
-		t.Fatalf("assignment after delta 3 -> 4: %+v", got)
+	if got.Gen != 4 || len(got.Placements) != 3 || !reflect.DeepEqual(got.Placements["delta"], epoched(pDelta, deltaEpoch+1)) || got.Placements["eta"].Task != "" {
+		t.Fatalf("assignment after delta 3 -> 4 (delta's epoch was %d): %+v", deltaEpoch, got)
 	}
 	if tk, _ := f.Task("delta"); tk != assignedTask("delta", 9) {
 		t.Fatalf("delta after delta 3 -> 4: %+v", tk)
@@ -904,7 +936,7 @@ func TestAssignmentSnapshotIsDeterministic(t *testing.T) {
 			t.Fatalf("snapshot %d of an equal state differs", i)
 		}
 	}
-	s, err := readSnapshot(bytes.NewReader(pa))
+	s, _, err := readSnapshot(bytes.NewReader(pa))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -956,8 +988,8 @@ func TestOldSnapshotsHaveNoAssignment(t *testing.T) {
 		if got := assignOf(t, f); got.Gen != 0 || got.Placements != nil {
 			t.Fatalf("%s: assignment after restore %+v", tc.file, got)
 		}
-		if tk, _ := f.Task("alpha"); tk.State != TaskStatePending {
-			t.Fatalf("%s: alpha after restore %+v", tc.file, tk)
+		if tk, _ := f.Task("alpha"); tk.State != TaskStatePending || f.TaskEpoch("alpha") != 0 {
+			t.Fatalf("%s: alpha after restore %+v, epoch %d", tc.file, tk, f.TaskEpoch("alpha"))
 		}
 		if r := applyTerm(t, f, tc.applied+1, 9, assignCmd(1, nil)); r.Code != CodeConflict {
 			t.Fatalf("%s: delta from generation 1 after restore: %+v", tc.file, r)
@@ -966,7 +998,7 @@ func TestOldSnapshotsHaveNoAssignment(t *testing.T) {
 		if r := applyTerm(t, f, tc.applied+2, 9, assignCmd(0, []Placement{p})); r != (Result{Index: tc.applied + 2}) {
 			t.Fatalf("%s: delta from generation 0 after restore: %+v", tc.file, r)
 		}
-		if got := assignOf(t, f); got.Gen != 1 || !reflect.DeepEqual(got.Placements, map[string]Placement{"alpha": p}) {
+		if got := assignOf(t, f); got.Gen != 1 || !reflect.DeepEqual(got.Placements, map[string]Placement{"alpha": epoched(p, 1)}) {
 			t.Fatalf("%s: assignment after the first delta %+v", tc.file, got)
 		}
 		fullStateOf(t, f)
@@ -1110,9 +1142,11 @@ func TestAssignmentDeterministic(t *testing.T) {
 			}
 			one := newFSM()
 
-			// Model: generation and placements of existing tasks.
+			// Model: generation, placements and epochs of existing tasks.
 			var gen uint64
 			model := map[string]Placement{}
+			epochs := map[string]uint64{}
+			newActives := 0
 			var single []any
 			applied, conflicts, skipped, placedUnplaced := 0, 0, 0, 0
 			// Refused deltas, by the rule they break.
@@ -1136,6 +1170,7 @@ func TestAssignmentDeterministic(t *testing.T) {
 					for i, sub := range c.Batch {
 						if r := out.(BatchResult)[i]; sub.Type == CmdDeleteTask && r.Code == CodeOK && r.Index == l.Index {
 							delete(model, r.Task.ID)
+							delete(epochs, r.Task.ID)
 						}
 					}
 					continue
@@ -1176,7 +1211,11 @@ func TestAssignmentDeterministic(t *testing.T) {
 						}
 						if p.Active == "" {
 							placedUnplaced++
+						} else if p.Active != model[p.Task].Active {
+							epochs[p.Task]++
+							newActives++
 						}
+						p.Epoch = epochs[p.Task]
 						model[p.Task] = p
 					}
 					for _, id := range c.Assign.Removed {
@@ -1185,6 +1224,7 @@ func TestAssignmentDeterministic(t *testing.T) {
 				case CmdDeleteTask:
 					if res.Code == CodeOK && res.Index == l.Index {
 						delete(model, res.Task.ID)
+						delete(epochs, res.Task.ID)
 					}
 				}
 				want := assignState{Gen: gen, Placements: maps.Clone(model)}
@@ -1194,10 +1234,18 @@ func TestAssignmentDeterministic(t *testing.T) {
 				if got := assignOf(t, one); !reflect.DeepEqual(got, want) {
 					t.Fatalf("after entry %d: assignment %+v, model %+v", l.Index, got, want)
 				}
+				for id, e := range epochs {
+					if got := one.TaskEpoch(id); got != e {
+						t.Fatalf("after entry %d: epoch of %s is %d, model %d", l.Index, id, got, e)
+					}
+				}
 			}
-			if applied < 20 || conflicts < 5 || skipped == 0 || placedUnplaced == 0 || len(model) == 0 {
-				t.Fatalf("weak test log: %d deltas applied, %d conflicts, %d skipped placements, %d without active, %d placed at the end",
-					applied, conflicts, skipped, placedUnplaced, len(model))
+			if applied < 20 || conflicts < 5 || skipped == 0 || placedUnplaced == 0 || len(model) == 0 || newActives < 10 {
+				t.Fatalf("weak test log: %d deltas applied, %d conflicts, %d skipped placements, %d without active, %d placed at the end, %d new actives",
+					applied, conflicts, skipped, placedUnplaced, len(model), newActives)
+			}
+			if got := fullStateOf(t, one).Epochs; len(got) != len(epochs) {
+				t.Fatalf("epochs %v, model %v", got, epochs)
 			}
 			for _, rule := range rules {
 				if invalid[rule] == 0 {

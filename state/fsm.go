@@ -46,6 +46,11 @@ type Placement struct {
 	Active   string   `json:"active,omitempty"`
 	Standbys []string `json:"standbys,omitempty"`
 	Warmups  []string `json:"warmups,omitempty"`
+	// Epoch is the task's epoch (see FSM.TaskEpoch) on the placements the
+	// FSM hands out. It is derived when the assignment is applied, never
+	// commanded: CmdSetAssignment does not encode it, and placements in
+	// deltas and in assignment events leave it zero.
+	Epoch uint64 `json:"epoch,omitempty"`
 }
 
 // Event is a committed change that goes downstream through the outbox,
@@ -154,6 +159,10 @@ type FSM struct {
 	// assignVer counts changes of the assignment map (a new generation, or a
 	// deleted task dropping its placement), so readers can cache indexes.
 	assignVer uint64
+	// epochs maps task id to its epoch (see TaskEpoch), for tasks that
+	// exist and ever had an active worker; every stored placement carries
+	// its task's epoch as well.
+	epochs map[string]uint64
 
 	// members is the member table (see MemberRecord), by id.
 	members map[string]MemberRecord
@@ -176,6 +185,7 @@ func NewFSM(clusterID string) *FSM {
 		tasks:      make(map[string]*Task),
 		dedup:      make(map[dedupKey]Result),
 		assignment: make(map[string]Placement),
+		epochs:     make(map[string]uint64),
 		members:    make(map[string]MemberRecord),
 	}
 	ch := make(chan struct{})
@@ -355,6 +365,9 @@ func (f *FSM) deleteLocked(index uint64, id string) Result {
 		return Result{Index: index, Code: CodeNotFound, Task: Task{ID: id}}
 	}
 	delete(f.tasks, id)
+	// The epoch goes with the task: one submitted again under the same id
+	// counts from zero.
+	delete(f.epochs, id)
 	if _, ok := f.assignment[id]; ok {
 		delete(f.assignment, id)
 		f.assignVer++
@@ -364,7 +377,10 @@ func (f *FSM) deleteLocked(index uint64, id string) Result {
 }
 
 // assignLocked applies an assignment delta. Placements of tasks deleted
-// since the plan are skipped; every replica skips the same ones.
+// since the plan are skipped; every replica skips the same ones. A
+// placement that gives its task an active worker other than the one it had
+// (none counts as other) starts a new epoch of the task (docs/design.md,
+// "Tasks, workers, assignments").
 func (f *FSM) assignLocked(l Entry, d *AssignmentDelta) Result {
 	if d.Base != f.assignGen {
 		return Result{Index: l.Index, Code: CodeConflict, Err: fmt.Sprintf("assignment delta from generation %d, current is %d", d.Base, f.assignGen)}
@@ -377,6 +393,11 @@ func (f *FSM) assignLocked(l Entry, d *AssignmentDelta) Result {
 		if !ok {
 			continue
 		}
+		ev.Placements = append(ev.Placements, p)
+		if p.Active != "" && p.Active != f.assignment[p.Task].Active {
+			f.epochs[p.Task]++
+		}
+		p.Epoch = f.epochs[p.Task]
 		f.assignment[p.Task] = p
 		t := *old
 		if p.Active != "" {
@@ -385,7 +406,6 @@ func (f *FSM) assignLocked(l Entry, d *AssignmentDelta) Result {
 			t.State, t.PendingReason = TaskStatePending, "no worker available"
 		}
 		f.tasks[p.Task] = &t
-		ev.Placements = append(ev.Placements, p)
 	}
 	for _, id := range d.Removed {
 		if _, ok := f.assignment[id]; !ok {
@@ -404,11 +424,24 @@ func (f *FSM) assignLocked(l Entry, d *AssignmentDelta) Result {
 }
 
 // Assignment returns the assignment's generation and a copy of its map
-// (the placements themselves are shared: they are never modified).
+// (the placements themselves are shared: they are never modified). Each
+// placement carries its task's epoch.
 func (f *FSM) Assignment() (uint64, map[string]Placement) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	return f.assignGen, maps.Clone(f.assignment)
+}
+
+// TaskEpoch returns the epoch of the task: how many times the committed
+// assignment gave it a new active worker (a non-empty active other than the
+// one it had just before, the first one included). A task that loses its
+// active keeps its epoch; 0 means it never had one, or does not exist. A
+// deleted task's epoch goes with it. Every placement Assignment returns
+// carries its task's epoch too.
+func (f *FSM) TaskEpoch(id string) uint64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.epochs[id]
 }
 
 // AssignmentGeneration returns the assignment's generation and the version
@@ -574,7 +607,7 @@ func (f *FSM) DedupLen() int {
 // always loads.
 const (
 	snapshotMagic   = "XCESNAP\n"
-	snapshotVersion = 4
+	snapshotVersion = 5
 )
 
 // ErrBadSnapshot is returned for a snapshot that is not ours, is newer than
@@ -611,10 +644,23 @@ type snapshotV4 struct {
 	Members []MemberRecord `json:"members"`
 }
 
+// snapshotV5 adds the task epochs. Placements in its assignment leave
+// their epoch out: Epochs is the one place a snapshot keeps them.
+type snapshotV5 struct {
+	snapshotV4
+	Epochs []taskEpoch `json:"epochs"`
+}
+
+// taskEpoch is one task's epoch in a snapshot.
+type taskEpoch struct {
+	Task  string `json:"task"`
+	Epoch uint64 `json:"epoch"`
+}
+
 // Snapshot holds the state as of one index: tasks are shared with the
 // FSM (never modified in place), the rest is copied.
 type Snapshot struct {
-	s     snapshotV4
+	s     snapshotV5
 	tasks []*Task
 }
 
@@ -623,7 +669,7 @@ type Snapshot struct {
 func (f *FSM) Snapshot() *Snapshot {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	s := snapshotV4{snapshotV3: snapshotV3{snapshotV2: snapshotV2{snapshotV1: snapshotV1{
+	s := snapshotV5{snapshotV4: snapshotV4{snapshotV3: snapshotV3{snapshotV2: snapshotV2{snapshotV1: snapshotV1{
 		ClusterID:    f.clusterID,
 		AppliedIndex: f.applied.Load(),
 		Dedup:        f.order.all(),
@@ -632,7 +678,12 @@ func (f *FSM) Snapshot() *Snapshot {
 	}, Outbox: slices.Clone(f.outbox), Published: f.published},
 		AssignmentGeneration: f.assignGen,
 		Assignment:           make([]Placement, 0, len(f.assignment)),
-	}, Members: make([]MemberRecord, 0, len(f.members))}
+	}, Members: make([]MemberRecord, 0, len(f.members))},
+		Epochs: make([]taskEpoch, 0, len(f.epochs)),
+	}
+	for id, e := range f.epochs {
+		s.Epochs = append(s.Epochs, taskEpoch{Task: id, Epoch: e})
+	}
 	for _, m := range f.members {
 		s.Members = append(s.Members, m)
 	}
@@ -644,6 +695,7 @@ func (f *FSM) Snapshot() *Snapshot {
 		tasks = append(tasks, t)
 	}
 	for _, p := range f.assignment {
+		p.Epoch = 0 // kept in Epochs
 		s.Assignment = append(s.Assignment, p)
 	}
 	// Sorting (for a deterministic file) happens in Write, off the lock
@@ -657,6 +709,7 @@ func (s *Snapshot) Write(w io.Writer) error {
 	slices.SortFunc(s.tasks, func(a, b *Task) int { return strings.Compare(a.ID, b.ID) })
 	slices.SortFunc(s.s.Assignment, func(a, b Placement) int { return strings.Compare(a.Task, b.Task) })
 	slices.SortFunc(s.s.Members, func(a, b MemberRecord) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortFunc(s.s.Epochs, func(a, b taskEpoch) int { return strings.Compare(a.Task, b.Task) })
 	bw := bufio.NewWriterSize(w, 1<<20)
 	if err := writeSnapshot(bw, &s.s, s.tasks); err != nil {
 		return err
@@ -665,7 +718,7 @@ func (s *Snapshot) Write(w io.Writer) error {
 }
 
 // writeSnapshot writes s with tasks in place of s.Tasks.
-func writeSnapshot(w io.Writer, s *snapshotV4, tasks []*Task) error {
+func writeSnapshot(w io.Writer, s *snapshotV5, tasks []*Task) error {
 	var hdr [len(snapshotMagic) + 4]byte
 	copy(hdr[:], snapshotMagic)
 	binary.BigEndian.PutUint32(hdr[len(snapshotMagic):], snapshotVersion)
@@ -679,7 +732,7 @@ func writeSnapshot(w io.Writer, s *snapshotV4, tasks []*Task) error {
 // element by element: marshalling a large registry in one piece held the
 // whole document in memory and the GC it caused stalled the node long
 // enough for its peers to miss heartbeats.
-func writeBody(w io.Writer, s *snapshotV4, tasks []*Task) error {
+func writeBody(w io.Writer, s *snapshotV5, tasks []*Task) error {
 	ew := &errWriter{w: w}
 	enc := json.NewEncoder(ew)
 	field := func(name string, v any, first bool) {
@@ -745,6 +798,15 @@ func writeBody(w io.Writer, s *snapshotV4, tasks []*Task) error {
 			ew.err = enc.Encode(&s.Members[i])
 		}
 	}
+	ew.write(`],"epochs":[`)
+	for i := range s.Epochs {
+		if i > 0 {
+			ew.write(",")
+		}
+		if ew.err == nil {
+			ew.err = enc.Encode(&s.Epochs[i])
+		}
+	}
 	ew.write("]}\n")
 	return ew.err
 }
@@ -765,56 +827,45 @@ func (e *errWriter) Write(p []byte) (int, error) {
 
 func (e *errWriter) write(s string) { _, _ = e.Write([]byte(s)) }
 
-func readSnapshot(r io.Reader) (*snapshotV4, error) {
+// readSnapshot reads a snapshot of any version this binary reads, as the
+// newest body, and returns its version: what a version lacks is left empty.
+func readSnapshot(r io.Reader) (*snapshotV5, uint32, error) {
 	var hdr [len(snapshotMagic) + 4]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return nil, fmt.Errorf("%w: header: %v", ErrBadSnapshot, err)
+		return nil, 0, fmt.Errorf("%w: header: %v", ErrBadSnapshot, err)
 	}
 	if string(hdr[:len(snapshotMagic)]) != snapshotMagic {
-		return nil, fmt.Errorf("%w: not an xce snapshot", ErrBadSnapshot)
+		return nil, 0, fmt.Errorf("%w: not an xce snapshot", ErrBadSnapshot)
 	}
-	switch v := binary.BigEndian.Uint32(hdr[len(snapshotMagic):]); v {
+	v := binary.BigEndian.Uint32(hdr[len(snapshotMagic):])
+	var s snapshotV5
+	var body any
+	switch v {
 	case 1:
-		var s snapshotV1
-		dec := json.NewDecoder(r)
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&s); err != nil {
-			return nil, fmt.Errorf("%w: version 1 body: %v", ErrBadSnapshot, err)
-		}
-		return &snapshotV4{snapshotV3: snapshotV3{snapshotV2: snapshotV2{snapshotV1: s}}}, nil
+		body = &s.snapshotV1
 	case 2:
-		var s snapshotV2
-		dec := json.NewDecoder(r)
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&s); err != nil {
-			return nil, fmt.Errorf("%w: version 2 body: %v", ErrBadSnapshot, err)
-		}
-		return &snapshotV4{snapshotV3: snapshotV3{snapshotV2: s}}, nil
+		body = &s.snapshotV2
 	case 3:
-		var s snapshotV3
-		dec := json.NewDecoder(r)
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&s); err != nil {
-			return nil, fmt.Errorf("%w: version 3 body: %v", ErrBadSnapshot, err)
-		}
-		return &snapshotV4{snapshotV3: s}, nil
+		body = &s.snapshotV3
 	case 4:
-		var s snapshotV4
-		dec := json.NewDecoder(r)
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&s); err != nil {
-			return nil, fmt.Errorf("%w: version 4 body: %v", ErrBadSnapshot, err)
-		}
-		return &s, nil
+		body = &s.snapshotV4
+	case 5:
+		body = &s
 	default:
-		return nil, fmt.Errorf("%w: version %d is newer than this binary reads (%d)", ErrBadSnapshot, v, snapshotVersion)
+		return nil, 0, fmt.Errorf("%w: version %d is newer than this binary reads (%d)", ErrBadSnapshot, v, snapshotVersion)
 	}
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(body); err != nil {
+		return nil, 0, fmt.Errorf("%w: version %d body: %v", ErrBadSnapshot, v, err)
+	}
+	return &s, v, nil
 }
 
 // Restore replaces the state with the snapshot read from r. A snapshot of
 // another cluster is refused, and a failed Restore changes nothing.
 func (f *FSM) Restore(r io.Reader) error {
-	s, err := readSnapshot(bufio.NewReader(r))
+	s, version, err := readSnapshot(bufio.NewReader(r))
 	if err != nil {
 		return err
 	}
@@ -828,6 +879,10 @@ func (f *FSM) Restore(r io.Reader) error {
 	assignment := make(map[string]Placement, len(s.Assignment))
 	for _, p := range s.Assignment {
 		assignment[p.Task] = p
+	}
+	epochs, err := restoreEpochs(version, s, tasks, assignment)
+	if err != nil {
+		return err
 	}
 	dedup := make(map[dedupKey]Result, len(s.Dedup))
 	for _, e := range s.Dedup {
@@ -848,7 +903,7 @@ func (f *FSM) Restore(r io.Reader) error {
 	f.tasks, f.dedup, f.order = tasks, dedup, queueOf(s.Dedup)
 	f.taskVer++
 	f.outbox, f.published = s.Outbox, s.Published
-	f.assignGen, f.assignment = s.AssignmentGeneration, assignment
+	f.assignGen, f.assignment, f.epochs = s.AssignmentGeneration, assignment, epochs
 	f.assignVer++
 	f.members = members
 	if s.DedupWindow > 0 {
@@ -860,4 +915,49 @@ func (f *FSM) Restore(r io.Reader) error {
 	f.applied.Store(s.AppliedIndex)
 	f.signalApplied()
 	return nil
+}
+
+// restoreEpochs returns the task epochs of a snapshot and sets each
+// placement's epoch from them; every placement must be of a task that
+// exists. Version 5 lists the epochs; they must name existing tasks, once
+// each, with an epoch above zero, and cover every placement with an active
+// worker. Older versions predate epochs: a task
+// with an active worker restores with epoch 1, any other with 0 (its
+// history is not in the snapshot; docs/design.md, "Tasks, workers,
+// assignments").
+func restoreEpochs(version uint32, s *snapshotV5, tasks map[string]*Task, assignment map[string]Placement) (map[string]uint64, error) {
+	epochs := make(map[string]uint64, len(s.Epochs))
+	if version < 5 {
+		for id, p := range assignment {
+			if p.Active != "" {
+				epochs[id] = 1
+			}
+		}
+	}
+	for _, e := range s.Epochs {
+		switch _, exists := tasks[e.Task]; {
+		case !exists:
+			return nil, fmt.Errorf("%w: epoch of task %q, which does not exist", ErrBadSnapshot, e.Task)
+		case e.Epoch == 0:
+			return nil, fmt.Errorf("%w: epoch 0 listed for task %q", ErrBadSnapshot, e.Task)
+		}
+		if _, dup := epochs[e.Task]; dup {
+			return nil, fmt.Errorf("%w: epoch of task %q listed twice", ErrBadSnapshot, e.Task)
+		}
+		epochs[e.Task] = e.Epoch
+	}
+	for id, p := range assignment {
+		if _, exists := tasks[id]; !exists {
+			return nil, fmt.Errorf("%w: placement of task %q, which does not exist", ErrBadSnapshot, id)
+		}
+		if p.Epoch != 0 {
+			return nil, fmt.Errorf("%w: placement of task %q carries an epoch (epochs are listed apart)", ErrBadSnapshot, id)
+		}
+		if p.Active != "" && epochs[id] == 0 {
+			return nil, fmt.Errorf("%w: task %q has an active worker and no epoch", ErrBadSnapshot, id)
+		}
+		p.Epoch = epochs[id]
+		assignment[id] = p
+	}
+	return epochs, nil
 }

@@ -239,6 +239,7 @@ type taskAssignmentJSON struct {
 	TaskID        string           `json:"task_id"`
 	Stateful      bool             `json:"stateful"`
 	Active        string           `json:"active"`
+	Epoch         uint64           `json:"epoch"`
 	Standbys      []string         `json:"standbys"`
 	Warmups       []string         `json:"warmups"`
 	Lags          map[string]int64 `json:"lags"`
@@ -260,7 +261,7 @@ func assignmentOut(r *xcev1.GetAssignmentResponse) assignmentJSON {
 	for i, t := range r.Tasks {
 		p := t.GetPlacement()
 		out.Tasks[i] = taskAssignmentJSON{
-			TaskID: p.GetTaskId(), Stateful: t.Stateful, Active: p.GetActive(),
+			TaskID: p.GetTaskId(), Stateful: t.Stateful, Active: p.GetActive(), Epoch: p.GetEpoch(),
 			Standbys: nonNil(p.GetStandbys()), Warmups: nonNil(p.GetWarmups()),
 			Lags: nonNilLags(t.Lags), PendingReason: t.PendingReason, Update: t.Update,
 		}
@@ -278,7 +279,7 @@ func printAssignment(w io.Writer, r *xcev1.GetAssignmentResponse) error {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TASK\tSTATEFUL\tACTIVE\tSTANDBYS\tWARMUPS\tLAGS\tSTATUS")
+	fmt.Fprintln(tw, "TASK\tSTATEFUL\tACTIVE\tEPOCH\tSTANDBYS\tWARMUPS\tLAGS\tSTATUS")
 	for _, t := range r.Tasks {
 		p := t.GetPlacement()
 		active := p.GetActive()
@@ -292,7 +293,7 @@ func printAssignment(w io.Writer, r *xcev1.GetAssignmentResponse) error {
 		if status == "" {
 			status = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%v\t%s\t%s\t%s\t%s\t%s\n", p.GetTaskId(), t.Stateful, active,
+		fmt.Fprintf(tw, "%s\t%v\t%s\t%d\t%s\t%s\t%s\t%s\n", p.GetTaskId(), t.Stateful, active, p.GetEpoch(),
 			listCell(p.GetStandbys(), 4), listCell(p.GetWarmups(), 4), lagsCell(t.Lags), status)
 	}
 	return tw.Flush()
@@ -303,10 +304,12 @@ func assignmentCmd() *cobra.Command {
 	var stale bool
 	cmd := &cobra.Command{
 		Use:   "assignment",
-		Short: "Print the committed assignment: each task's active, standbys and warm-ups",
-		Long: `Print the committed assignment: each task's active worker, standbys and
-warm-ups. The primary adds the lags its workers report and each active's
-status; a --stale read may be served by a STANDBY, without them.`,
+		Short: "Print the committed assignment: each task's active, epoch, standbys and warm-ups",
+		Long: `Print the committed assignment: each task's active worker, epoch, standbys
+and warm-ups. A task's epoch grows by one each time the assignment gives it
+a new active worker (0: it never had one). The primary adds the lags its
+workers report and each active's status; a --stale read may be served by a
+STANDBY, without them.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return f.call(func(ctx context.Context, c *client.Client) error {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -59,7 +60,7 @@ func (f *fakeAPI) GetAssignment(_ context.Context, req *connect.Request[xcev1.Ge
 	}
 	f.stale.Store(req.Msg.Consistency == xcev1.Consistency_CONSISTENCY_STALE)
 	return connect.NewResponse(&xcev1.GetAssignmentResponse{Generation: 4, AppliedIndex: 17, Followup: true, Tasks: []*xcev1.TaskAssignment{
-		{Placement: &xcev1.TaskPlacement{TaskId: "t1", Active: "w1", Standbys: []string{"w2"}, Warmups: []string{"w3"}}, Stateful: true,
+		{Placement: &xcev1.TaskPlacement{TaskId: "t1", Active: "w1", Standbys: []string{"w2"}, Warmups: []string{"w3"}, Epoch: 3}, Stateful: true,
 			Lags: map[string]int64{"w1": 0, "w2": 40, "w3": 30000}, Update: "running"},
 		{Placement: &xcev1.TaskPlacement{TaskId: "t2"}, PendingReason: "no worker"},
 	}}), nil
@@ -184,10 +185,10 @@ func TestAssignmentCommand(t *testing.T) {
 		t.Fatalf("json %+v", got)
 	}
 	t1, t2 := got.Tasks[0], got.Tasks[1]
-	if t1.TaskID != "t1" || !t1.Stateful || t1.Active != "w1" || t1.Standbys[0] != "w2" || t1.Warmups[0] != "w3" || t1.Lags["w3"] != 30000 {
+	if t1.TaskID != "t1" || !t1.Stateful || t1.Active != "w1" || t1.Epoch != 3 || t1.Standbys[0] != "w2" || t1.Warmups[0] != "w3" || t1.Lags["w3"] != 30000 {
 		t.Errorf("t1 %+v", t1)
 	}
-	if t2.TaskID != "t2" || t2.Active != "" || t2.Standbys == nil || t2.Warmups == nil || t2.Lags == nil {
+	if t2.TaskID != "t2" || t2.Active != "" || t2.Epoch != 0 || t2.Standbys == nil || t2.Warmups == nil || t2.Lags == nil {
 		t.Errorf("t2 %+v (lists must be [] not null)", t2)
 	}
 	var raw map[string]any
@@ -195,6 +196,12 @@ func TestAssignmentCommand(t *testing.T) {
 	for _, k := range []string{"generation", "settling", "followup", "tasks"} {
 		if _, ok := raw[k]; !ok {
 			t.Errorf("json without %q", k)
+		}
+	}
+	// Every task has an epoch, 0 included.
+	for i, task := range raw["tasks"].([]any) {
+		if e, ok := task.(map[string]any)["epoch"]; !ok || e != []float64{3, 0}[i] {
+			t.Errorf("task %d: epoch %v (present: %v)", i, e, ok)
 		}
 	}
 
@@ -212,6 +219,16 @@ func TestAssignmentCommand(t *testing.T) {
 	for _, want := range []string{"generation 4 (applied index 17), 2 tasks; moves wait for warm-ups", "TASK", "w1=0 w2=40 w3=30000", "running", "(pending: no worker)"} {
 		if !strings.Contains(table, want) {
 			t.Errorf("table without %q:\n%s", want, table)
+		}
+	}
+	lines := strings.Split(table, "\n")
+	for i, want := range [][]string{
+		{"TASK", "STATEFUL", "ACTIVE", "EPOCH", "STANDBYS"},
+		{"t1", "true", "w1", "3", "w2"},
+		{"t2", "false", "-", "0", "-"},
+	} {
+		if f := strings.Fields(lines[1+i]); len(f) < len(want) || !slices.Equal(f[:len(want)], want) {
+			t.Errorf("table line %d %q, want it to start with %q", 1+i, lines[1+i], want)
 		}
 	}
 }
