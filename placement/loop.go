@@ -29,13 +29,17 @@ func (s *Service) Start(term uint64) error {
 		started:     now,
 		settleUntil: now.Add(s.cfg.Settle),
 		workers:     make(map[string]*session),
+		gone:        make(map[string]*departed),
+		holders:     make(map[string]map[string]bool),
 		kick:        make(chan struct{}, 1),
 		delays:      delaymgr.New(delaymgr.RealClock()),
 	}
 	if gen, _ := s.fsm.AssignmentGeneration(); gen == 0 {
 		// Nothing placed yet: there is no placement a hasty plan could
-		// disturb, so plan as soon as workers come.
+		// disturb, so plan as soon as workers come; and no earlier primary
+		// granted an active, so grants need not wait either.
 		ts.settleUntil = now
+		ts.fresh = true
 	}
 	s.mu.Lock()
 	old := s.term
@@ -144,6 +148,9 @@ func (s *Service) loop(ctx context.Context, ts *termState) {
 }
 
 // expire ends the sessions of silent workers and reports whether any ended.
+// What an ended session held keeps counting for grants until the worker's
+// lease has surely run out (SessionTimeout + GrantMargin after it was last
+// heard); then it is forgotten.
 func (s *Service) expire(ts *termState) bool {
 	now := time.Now()
 	var gone []string
@@ -152,6 +159,15 @@ func (s *Service) expire(ts *termState) bool {
 		if now.Sub(w.lastSeen) >= s.cfg.SessionTimeout {
 			delete(ts.workers, id)
 			gone = append(gone, id)
+			if h := w.holds(); len(h) > 0 {
+				ts.gone[id] = &departed{heard: w.lastSeen, holds: h}
+			}
+		}
+	}
+	for id, g := range ts.gone {
+		if now.Sub(g.heard) >= s.cfg.SessionTimeout+s.cfg.GrantMargin {
+			delete(ts.gone, id)
+			setHolds(ts, id, g.holds, nil)
 		}
 	}
 	n := len(ts.workers)

@@ -99,6 +99,17 @@ type Copies struct {
 	Warmups    []string
 }
 
+// Answer is a heartbeat's answer: the worker's copies, its assigned
+// actives split into those granted (Actives) and those not yet
+// (PendingActives; docs/design.md, "At most one active"), the task epochs
+// of all of them, and the active lease.
+type Answer struct {
+	Copies
+	PendingActives []string
+	Epochs         map[string]uint64
+	ActiveLease    time.Duration
+}
+
 // RegisterInfo answers a registration.
 type RegisterInfo struct {
 	Generation        uint64
@@ -164,6 +175,28 @@ type session struct {
 	notice     string
 	updates    map[string]string
 	pending    map[string]string
+	// running is the worker's last running report; granted the actives
+	// the answer to it granted. Together they are what it may hold (see
+	// grants.go).
+	running map[string]bool
+	granted map[string]bool
+}
+
+// holds returns the tasks the session's worker may run as active.
+func (w *session) holds() map[string]bool {
+	h := maps.Clone(w.running)
+	if h == nil {
+		h = map[string]bool{}
+	}
+	maps.Copy(h, w.granted)
+	return h
+}
+
+// departed is what a term keeps of an expired session until the worker's
+// lease has surely run out: what it held and when it was last heard.
+type departed struct {
+	heard time.Time
+	holds map[string]bool
 }
 
 type termState struct {
@@ -172,8 +205,14 @@ type termState struct {
 	// settleUntil is when planning may start.
 	settleUntil time.Time
 	workers     map[string]*session
-	kick        chan struct{}
-	delays      *delaymgr.Manager
+	// fresh: nothing was assigned when the term started (see GrantInput).
+	fresh bool
+	// gone are the expired sessions whose holds still count, by worker.
+	gone map[string]*departed
+	// holders indexes holds (of sessions and of gone) by task.
+	holders map[string]map[string]bool
+	kick    chan struct{}
+	delays  *delaymgr.Manager
 	// Written by the loop only, read under Service.mu.
 	followup bool
 }
@@ -220,6 +259,12 @@ func (s *Service) Register(id string, capacity uint32, addr string) (RegisterInf
 		return RegisterInfo{}, fmt.Errorf("%w: %d sessions", ErrTooManyWorkers, MaxWorkers)
 	case !known:
 		w = &session{id: id, registered: now, lags: map[string]int64{}, updates: map[string]string{}, pending: map[string]string{}}
+		if g := ts.gone[id]; g != nil {
+			// Back after its session expired: until it reports, it may
+			// still hold what it held (the holders index keeps it).
+			w.running = g.holds
+			delete(ts.gone, id)
+		}
 		ts.workers[id] = w
 	}
 	changed := !known || w.capacity != int(capacity)
@@ -234,50 +279,59 @@ func (s *Service) Register(id string, capacity uint32, addr string) (RegisterInf
 	return RegisterInfo{Generation: gen, SessionTimeout: s.cfg.SessionTimeout, HeartbeatInterval: s.cfg.HeartbeatInterval}, nil
 }
 
-// Heartbeat renews a session, records the worker's lags and facts, and
-// returns the worker's copies in the committed assignment.
-func (s *Service) Heartbeat(id string, lags map[string]int64, facts []Fact) (Copies, error) {
+// Heartbeat renews a session, records the worker's lags, facts and the
+// actives it runs, and answers with the worker's copies in the committed
+// assignment, its assigned actives split into granted and pending.
+func (s *Service) Heartbeat(id string, lags map[string]int64, facts []Fact, running []string) (Answer, error) {
 	if !validID(id) {
-		return Copies{}, fmt.Errorf("%w: worker_id %q: must be 1-128 characters of [A-Za-z0-9._-]", ErrInvalid, id)
+		return Answer{}, fmt.Errorf("%w: worker_id %q: must be 1-128 characters of [A-Za-z0-9._-]", ErrInvalid, id)
 	}
 	if len(lags) > MaxLags {
-		return Copies{}, fmt.Errorf("%w: %d lags (at most %d)", ErrInvalid, len(lags), MaxLags)
+		return Answer{}, fmt.Errorf("%w: %d lags (at most %d)", ErrInvalid, len(lags), MaxLags)
 	}
 	for _, t := range slices.Sorted(maps.Keys(lags)) {
 		if !validID(t) {
-			return Copies{}, fmt.Errorf("%w: lags: task id %q", ErrInvalid, t)
+			return Answer{}, fmt.Errorf("%w: lags: task id %q", ErrInvalid, t)
 		}
 		if lags[t] < 0 {
-			return Copies{}, fmt.Errorf("%w: lags: negative lag %d for task %q", ErrInvalid, lags[t], t)
+			return Answer{}, fmt.Errorf("%w: lags: negative lag %d for task %q", ErrInvalid, lags[t], t)
+		}
+	}
+	if len(running) > MaxLags {
+		return Answer{}, fmt.Errorf("%w: %d running tasks (at most %d)", ErrInvalid, len(running), MaxLags)
+	}
+	for _, t := range running {
+		if !validID(t) {
+			return Answer{}, fmt.Errorf("%w: running: task id %q", ErrInvalid, t)
 		}
 	}
 	if len(facts) > MaxFacts {
-		return Copies{}, fmt.Errorf("%w: %d facts (at most %d)", ErrInvalid, len(facts), MaxFacts)
+		return Answer{}, fmt.Errorf("%w: %d facts (at most %d)", ErrInvalid, len(facts), MaxFacts)
 	}
 	for i, f := range facts {
 		if len(f.Text) > MaxFactText {
-			return Copies{}, fmt.Errorf("%w: facts[%d]: text longer than %d bytes", ErrInvalid, i, MaxFactText)
+			return Answer{}, fmt.Errorf("%w: facts[%d]: text longer than %d bytes", ErrInvalid, i, MaxFactText)
 		}
 		switch f.Kind {
 		case FactNotify:
 		case FactUpdate, FactSetPendingReason, FactClearPendingReason:
 			if !validID(f.Task) {
-				return Copies{}, fmt.Errorf("%w: facts[%d]: task_id %q", ErrInvalid, i, f.Task)
+				return Answer{}, fmt.Errorf("%w: facts[%d]: task_id %q", ErrInvalid, i, f.Task)
 			}
 		default:
-			return Copies{}, fmt.Errorf("%w: facts[%d]: unknown kind %d", ErrInvalid, i, f.Kind)
+			return Answer{}, fmt.Errorf("%w: facts[%d]: unknown kind %d", ErrInvalid, i, f.Kind)
 		}
 	}
 	s.mu.Lock()
 	ts, err := s.current()
 	if err != nil {
 		s.mu.Unlock()
-		return Copies{}, err
+		return Answer{}, err
 	}
 	w, ok := ts.workers[id]
 	if !ok {
 		s.mu.Unlock()
-		return Copies{}, fmt.Errorf("%w: worker %q has no session with this primary", ErrUnknownWorker, id)
+		return Answer{}, fmt.Errorf("%w: worker %q has no session with this primary", ErrUnknownWorker, id)
 	}
 	w.lastSeen = time.Now()
 	crossed := s.crossed(w.lags, lags)
@@ -301,12 +355,91 @@ func (s *Service) Heartbeat(id string, lags map[string]int64, facts []Fact) (Cop
 			delete(w.pending, f.Task)
 		}
 	}
+	a := s.answer(ts, w, running)
 	s.mu.Unlock()
 	if crossed != "" {
 		s.log.Debug().Str("worker", id).Str("task", crossed).Msg("a lag crossed the acceptable recovery lag: planning")
 		kick(ts)
 	}
-	return s.copiesOf(id), nil
+	return a, nil
+}
+
+// answer records a worker's running report, decides the grants of its
+// assigned actives and builds its heartbeat's answer. Callers hold s.mu.
+func (s *Service) answer(ts *termState, w *session, running []string) Answer {
+	c := s.copiesOf(w.id)
+	now := time.Now()
+	report := make(map[string]bool, len(running))
+	for _, t := range running {
+		report[t] = true
+	}
+	self := maps.Clone(report)
+	maps.Copy(self, w.granted)
+	in := GrantInput{
+		Now: now, TermStart: ts.started, Fresh: ts.fresh,
+		SessionTimeout: s.cfg.SessionTimeout, Margin: s.cfg.GrantMargin,
+		Actives: make(map[string]string, len(c.Actives)),
+		Holders: map[string][]string{},
+		Workers: map[string]GrantWorker{w.id: {Heard: now, Holds: self}},
+	}
+	for _, t := range c.Actives {
+		in.Actives[t] = w.id
+		for h := range ts.holders[t] {
+			if h == w.id {
+				continue
+			}
+			in.Holders[t] = append(in.Holders[t], h)
+			if _, ok := in.Workers[h]; ok {
+				continue
+			}
+			if o := ts.workers[h]; o != nil {
+				in.Workers[h] = GrantWorker{Heard: o.lastSeen, Holds: o.holds()}
+			} else if g := ts.gone[h]; g != nil {
+				in.Workers[h] = GrantWorker{Heard: g.heard, Holds: g.holds}
+			}
+		}
+	}
+	d := grants(in)
+	before := w.holds()
+	w.running, w.granted = report, d.Granted
+	setHolds(ts, w.id, before, w.holds())
+
+	a := Answer{Copies: c, Epochs: map[string]uint64{}, ActiveLease: s.cfg.ActiveLease()}
+	a.Actives = nil
+	for _, t := range c.Actives {
+		if d.Granted[t] {
+			a.Actives = append(a.Actives, t)
+		} else {
+			a.PendingActives = append(a.PendingActives, t)
+		}
+	}
+	for _, l := range [][]string{c.Actives, c.Standbys, c.Warmups} {
+		for _, t := range l {
+			a.Epochs[t] = taskEpoch(s.fsm, t)
+		}
+	}
+	return a
+}
+
+// setHolds moves worker id's entries in the holders index from the tasks
+// it held to those it holds now.
+func setHolds(ts *termState, id string, before, after map[string]bool) {
+	for t := range before {
+		if !after[t] {
+			delete(ts.holders[t], id)
+			if len(ts.holders[t]) == 0 {
+				delete(ts.holders, t)
+			}
+		}
+	}
+	for t := range after {
+		if !before[t] {
+			if ts.holders[t] == nil {
+				ts.holders[t] = map[string]bool{}
+			}
+			ts.holders[t][id] = true
+		}
+	}
 }
 
 // crossed returns a task whose caught-up state differs between two lag

@@ -133,9 +133,9 @@ func (r *rig) register(id string, capacity uint32) {
 	}
 }
 
-func (r *rig) beat(id string, lags map[string]int64, facts ...Fact) Copies {
+func (r *rig) beat(id string, lags map[string]int64, facts ...Fact) Answer {
 	r.t.Helper()
-	c, err := r.svc.Heartbeat(id, lags, facts)
+	c, err := r.svc.Heartbeat(id, lags, facts, nil)
 	if err != nil {
 		r.t.Fatalf("heartbeat %s: %v", id, err)
 	}
@@ -497,14 +497,14 @@ func TestRequestsOffThePrimaryAndBadInput(t *testing.T) {
 		if _, err := r.svc.Register("w1", 1, ""); !errors.Is(err, ErrNotServing) {
 			t.Fatalf("Register before Start: %v", err)
 		}
-		if _, err := r.svc.Heartbeat("w1", nil, nil); !errors.Is(err, ErrNotServing) {
+		if _, err := r.svc.Heartbeat("w1", nil, nil, nil); !errors.Is(err, ErrNotServing) {
 			t.Fatalf("Heartbeat before Start: %v", err)
 		}
 		if _, _, err := r.svc.Workers(); !errors.Is(err, ErrNotServing) {
 			t.Fatalf("Workers before Start: %v", err)
 		}
 		revoke := r.establish(1)
-		if _, err := r.svc.Heartbeat("w1", nil, nil); !errors.Is(err, ErrUnknownWorker) {
+		if _, err := r.svc.Heartbeat("w1", nil, nil, nil); !errors.Is(err, ErrUnknownWorker) {
 			t.Fatalf("heartbeat without registration: %v", err)
 		}
 		r.register("w1", 1)
@@ -514,11 +514,11 @@ func TestRequestsOffThePrimaryAndBadInput(t *testing.T) {
 		}{
 			{"bad id", func() error { _, err := r.svc.Register("w 1", 1, ""); return err }()},
 			{"huge capacity", func() error { _, err := r.svc.Register("w2", assign.MaxCapacity+1, ""); return err }()},
-			{"negative lag", func() error { _, err := r.svc.Heartbeat("w1", map[string]int64{"t0": -1}, nil); return err }()},
-			{"bad task id", func() error { _, err := r.svc.Heartbeat("w1", map[string]int64{"t/0": 1}, nil); return err }()},
-			{"bad fact", func() error { _, err := r.svc.Heartbeat("w1", nil, []Fact{{Kind: 9}}); return err }()},
+			{"negative lag", func() error { _, err := r.svc.Heartbeat("w1", map[string]int64{"t0": -1}, nil, nil); return err }()},
+			{"bad task id", func() error { _, err := r.svc.Heartbeat("w1", map[string]int64{"t/0": 1}, nil, nil); return err }()},
+			{"bad fact", func() error { _, err := r.svc.Heartbeat("w1", nil, []Fact{{Kind: 9}}, nil); return err }()},
 			{"long fact", func() error {
-				_, err := r.svc.Heartbeat("w1", nil, []Fact{{Kind: FactNotify, Text: string(make([]byte, MaxFactText+1))}})
+				_, err := r.svc.Heartbeat("w1", nil, []Fact{{Kind: FactNotify, Text: string(make([]byte, MaxFactText+1))}}, nil)
 				return err
 			}()},
 		}
@@ -544,12 +544,12 @@ func TestRequestsOffThePrimaryAndBadInput(t *testing.T) {
 			t.Fatalf("notice %q", ws[0].Notice)
 		}
 		revoke()
-		if _, err := r.svc.Heartbeat("w1", nil, nil); !errors.Is(err, ErrNotServing) {
+		if _, err := r.svc.Heartbeat("w1", nil, nil, nil); !errors.Is(err, ErrNotServing) {
 			t.Fatalf("Heartbeat after the term: %v", err)
 		}
 		// A new term starts with no sessions.
 		defer r.establish(2)()
-		if _, err := r.svc.Heartbeat("w1", nil, nil); !errors.Is(err, ErrUnknownWorker) {
+		if _, err := r.svc.Heartbeat("w1", nil, nil, nil); !errors.Is(err, ErrUnknownWorker) {
 			t.Fatalf("heartbeat in a new term: %v", err)
 		}
 	})
@@ -589,7 +589,7 @@ func TestOneTermAtATime(t *testing.T) {
 		}
 		r.register("w1", 1)
 		revoke()
-		if _, err := r.svc.Heartbeat("w1", nil, nil); !errors.Is(err, ErrNotServing) {
+		if _, err := r.svc.Heartbeat("w1", nil, nil, nil); !errors.Is(err, ErrNotServing) {
 			t.Fatalf("Heartbeat after the term: %v", err)
 		}
 		defer r.establish(2)()
