@@ -1,6 +1,7 @@
 package placement
 
 import (
+	"maps"
 	"time"
 )
 
@@ -121,4 +122,137 @@ func grants(in GrantInput) GrantDecision {
 		d.Granted[task] = true
 	}
 	return d
+}
+
+// grantBook is a term's record of what each worker may hold, kept from
+// its heartbeats and the answers to them; it decides grants with grants.
+// It reads no clock and has no lock: the Service calls it under its mutex
+// with the time, and the timing model (model_test.go) drives it directly.
+type grantBook struct {
+	start           time.Time
+	fresh           bool
+	timeout, margin time.Duration
+	workers         map[string]*grantRecord
+	// holders indexes the records' holds by task.
+	holders map[string]map[string]bool
+}
+
+// grantRecord is one worker's: live while it has a session, kept after
+// the session ended until its lease has surely run out.
+type grantRecord struct {
+	live    bool
+	heard   time.Time
+	running map[string]bool
+	granted map[string]bool
+}
+
+func (r *grantRecord) holds() map[string]bool {
+	h := maps.Clone(r.running)
+	if h == nil {
+		h = map[string]bool{}
+	}
+	maps.Copy(h, r.granted)
+	return h
+}
+
+func newGrantBook(start time.Time, fresh bool, timeout, margin time.Duration) *grantBook {
+	return &grantBook{start: start, fresh: fresh, timeout: timeout, margin: margin,
+		workers: map[string]*grantRecord{}, holders: map[string]map[string]bool{}}
+}
+
+// heard notes a message from worker id (a registration or a heartbeat):
+// it has a session. A worker back after its session ended keeps what it
+// held until it reports.
+func (b *grantBook) heard(id string, now time.Time) {
+	r := b.workers[id]
+	if r == nil {
+		r = &grantRecord{}
+		b.workers[id] = r
+	}
+	r.live = true
+	if now.After(r.heard) {
+		r.heard = now
+	}
+}
+
+// report records worker id's heartbeat, sent with the tasks it runs, and
+// decides which of actives (the tasks assigned to it as active) it may run;
+// the answer's grants count among what it may hold from then on.
+func (b *grantBook) report(id string, now time.Time, running, actives []string) GrantDecision {
+	b.heard(id, now)
+	r := b.workers[id]
+	rep := make(map[string]bool, len(running))
+	for _, t := range running {
+		rep[t] = true
+	}
+	self := maps.Clone(rep)
+	maps.Copy(self, r.granted)
+	in := GrantInput{
+		Now: now, TermStart: b.start, Fresh: b.fresh, SessionTimeout: b.timeout, Margin: b.margin,
+		Actives: make(map[string]string, len(actives)),
+		Holders: map[string][]string{},
+		Workers: map[string]GrantWorker{id: {Heard: now, Holds: self}},
+	}
+	for _, t := range actives {
+		in.Actives[t] = id
+		for h := range b.holders[t] {
+			if h == id {
+				continue
+			}
+			in.Holders[t] = append(in.Holders[t], h)
+			if _, ok := in.Workers[h]; !ok {
+				o := b.workers[h]
+				in.Workers[h] = GrantWorker{Heard: o.heard, Holds: o.holds()}
+			}
+		}
+	}
+	d := grants(in)
+	before := r.holds()
+	r.running, r.granted = rep, d.Granted
+	b.index(id, before, r.holds())
+	return d
+}
+
+// expire notes that worker id's session ended; what it held still counts
+// until prune forgets it.
+func (b *grantBook) expire(id string) {
+	r := b.workers[id]
+	if r == nil {
+		return
+	}
+	r.live = false
+	if len(r.running) == 0 && len(r.granted) == 0 {
+		delete(b.workers, id)
+	}
+}
+
+// prune forgets the ended sessions whose lease has surely run out.
+func (b *grantBook) prune(now time.Time) {
+	for id, r := range b.workers {
+		if !r.live && now.Sub(r.heard) >= b.timeout+b.margin {
+			b.index(id, r.holds(), nil)
+			delete(b.workers, id)
+		}
+	}
+}
+
+// index moves worker id's entries in holders from the tasks it held to
+// those it holds now.
+func (b *grantBook) index(id string, before, after map[string]bool) {
+	for t := range before {
+		if !after[t] {
+			delete(b.holders[t], id)
+			if len(b.holders[t]) == 0 {
+				delete(b.holders, t)
+			}
+		}
+	}
+	for t := range after {
+		if !before[t] {
+			if b.holders[t] == nil {
+				b.holders[t] = map[string]bool{}
+			}
+			b.holders[t][id] = true
+		}
+	}
 }

@@ -29,18 +29,18 @@ func (s *Service) Start(term uint64) error {
 		started:     now,
 		settleUntil: now.Add(s.cfg.Settle),
 		workers:     make(map[string]*session),
-		gone:        make(map[string]*departed),
-		holders:     make(map[string]map[string]bool),
 		kick:        make(chan struct{}, 1),
 		delays:      delaymgr.New(delaymgr.RealClock()),
 	}
+	fresh := false
 	if gen, _ := s.fsm.AssignmentGeneration(); gen == 0 {
 		// Nothing placed yet: there is no placement a hasty plan could
 		// disturb, so plan as soon as workers come; and no earlier primary
 		// granted an active, so grants need not wait either.
 		ts.settleUntil = now
-		ts.fresh = true
+		fresh = true
 	}
+	ts.grants = newGrantBook(now, fresh, s.cfg.SessionTimeout, s.cfg.GrantMargin)
 	s.mu.Lock()
 	old := s.term
 	if old == nil {
@@ -159,17 +159,10 @@ func (s *Service) expire(ts *termState) bool {
 		if now.Sub(w.lastSeen) >= s.cfg.SessionTimeout {
 			delete(ts.workers, id)
 			gone = append(gone, id)
-			if h := w.holds(); len(h) > 0 {
-				ts.gone[id] = &departed{heard: w.lastSeen, holds: h}
-			}
+			ts.grants.expire(id)
 		}
 	}
-	for id, g := range ts.gone {
-		if now.Sub(g.heard) >= s.cfg.SessionTimeout+s.cfg.GrantMargin {
-			delete(ts.gone, id)
-			setHolds(ts, id, g.holds, nil)
-		}
-	}
+	ts.grants.prune(now)
 	n := len(ts.workers)
 	s.mu.Unlock()
 	slices.Sort(gone)

@@ -175,28 +175,6 @@ type session struct {
 	notice     string
 	updates    map[string]string
 	pending    map[string]string
-	// running is the worker's last running report; granted the actives
-	// the answer to it granted. Together they are what it may hold (see
-	// grants.go).
-	running map[string]bool
-	granted map[string]bool
-}
-
-// holds returns the tasks the session's worker may run as active.
-func (w *session) holds() map[string]bool {
-	h := maps.Clone(w.running)
-	if h == nil {
-		h = map[string]bool{}
-	}
-	maps.Copy(h, w.granted)
-	return h
-}
-
-// departed is what a term keeps of an expired session until the worker's
-// lease has surely run out: what it held and when it was last heard.
-type departed struct {
-	heard time.Time
-	holds map[string]bool
 }
 
 type termState struct {
@@ -205,14 +183,10 @@ type termState struct {
 	// settleUntil is when planning may start.
 	settleUntil time.Time
 	workers     map[string]*session
-	// fresh: nothing was assigned when the term started (see GrantInput).
-	fresh bool
-	// gone are the expired sessions whose holds still count, by worker.
-	gone map[string]*departed
-	// holders indexes holds (of sessions and of gone) by task.
-	holders map[string]map[string]bool
-	kick    chan struct{}
-	delays  *delaymgr.Manager
+	// grants records what each worker may hold as active.
+	grants *grantBook
+	kick   chan struct{}
+	delays *delaymgr.Manager
 	// Written by the loop only, read under Service.mu.
 	followup bool
 }
@@ -259,16 +233,11 @@ func (s *Service) Register(id string, capacity uint32, addr string) (RegisterInf
 		return RegisterInfo{}, fmt.Errorf("%w: %d sessions", ErrTooManyWorkers, MaxWorkers)
 	case !known:
 		w = &session{id: id, registered: now, lags: map[string]int64{}, updates: map[string]string{}, pending: map[string]string{}}
-		if g := ts.gone[id]; g != nil {
-			// Back after its session expired: until it reports, it may
-			// still hold what it held (the holders index keeps it).
-			w.running = g.holds
-			delete(ts.gone, id)
-		}
 		ts.workers[id] = w
 	}
 	changed := !known || w.capacity != int(capacity)
 	w.capacity, w.addr, w.lastSeen = int(capacity), addr, now
+	ts.grants.heard(id, now)
 	n := len(ts.workers)
 	s.mu.Unlock()
 	if changed {
@@ -368,42 +337,7 @@ func (s *Service) Heartbeat(id string, lags map[string]int64, facts []Fact, runn
 // assigned actives and builds its heartbeat's answer. Callers hold s.mu.
 func (s *Service) answer(ts *termState, w *session, running []string) Answer {
 	c := s.copiesOf(w.id)
-	now := time.Now()
-	report := make(map[string]bool, len(running))
-	for _, t := range running {
-		report[t] = true
-	}
-	self := maps.Clone(report)
-	maps.Copy(self, w.granted)
-	in := GrantInput{
-		Now: now, TermStart: ts.started, Fresh: ts.fresh,
-		SessionTimeout: s.cfg.SessionTimeout, Margin: s.cfg.GrantMargin,
-		Actives: make(map[string]string, len(c.Actives)),
-		Holders: map[string][]string{},
-		Workers: map[string]GrantWorker{w.id: {Heard: now, Holds: self}},
-	}
-	for _, t := range c.Actives {
-		in.Actives[t] = w.id
-		for h := range ts.holders[t] {
-			if h == w.id {
-				continue
-			}
-			in.Holders[t] = append(in.Holders[t], h)
-			if _, ok := in.Workers[h]; ok {
-				continue
-			}
-			if o := ts.workers[h]; o != nil {
-				in.Workers[h] = GrantWorker{Heard: o.lastSeen, Holds: o.holds()}
-			} else if g := ts.gone[h]; g != nil {
-				in.Workers[h] = GrantWorker{Heard: g.heard, Holds: g.holds}
-			}
-		}
-	}
-	d := grants(in)
-	before := w.holds()
-	w.running, w.granted = report, d.Granted
-	setHolds(ts, w.id, before, w.holds())
-
+	d := ts.grants.report(w.id, w.lastSeen, running, c.Actives)
 	a := Answer{Copies: c, Epochs: map[string]uint64{}, ActiveLease: s.cfg.ActiveLease()}
 	a.Actives = nil
 	for _, t := range c.Actives {
@@ -419,27 +353,6 @@ func (s *Service) answer(ts *termState, w *session, running []string) Answer {
 		}
 	}
 	return a
-}
-
-// setHolds moves worker id's entries in the holders index from the tasks
-// it held to those it holds now.
-func setHolds(ts *termState, id string, before, after map[string]bool) {
-	for t := range before {
-		if !after[t] {
-			delete(ts.holders[t], id)
-			if len(ts.holders[t]) == 0 {
-				delete(ts.holders, t)
-			}
-		}
-	}
-	for t := range after {
-		if !before[t] {
-			if ts.holders[t] == nil {
-				ts.holders[t] = map[string]bool{}
-			}
-			ts.holders[t][id] = true
-		}
-	}
 }
 
 // crossed returns a task whose caught-up state differs between two lag
