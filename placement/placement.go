@@ -16,6 +16,11 @@
 // caught-up warm-up or standby takes over without waiting for a probing
 // rebalance), and when a probing rebalance is due after a plan that left
 // moves waiting (scheduled with delaymgr).
+//
+// A heartbeat's answer grants the worker only those of its assigned actives
+// that no other worker may still run (grants.go; docs/design.md, "At most
+// one active"): the others are pending until their previous worker reports
+// them stopped or its lease has surely run out.
 package placement
 
 import (
