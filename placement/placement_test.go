@@ -268,14 +268,15 @@ func TestSilentWorkerExpiresAndStandbysTakeOver(t *testing.T) {
 			r.register(w, 1)
 		}
 		settle(200 * time.Millisecond)
-		// A worker holds (caught up) every copy it was given; it reports
-		// what it held, then learns its copies from the answer.
+		// A worker holds (caught up) every copy it was given, a pending
+		// active as a standby; it reports what it held, then learns its
+		// copies from the answer.
 		last := map[string]map[string]int64{}
 		lagsOf := func(w string) map[string]int64 {
 			c := r.beat(w, last[w])
 			m := map[string]int64{}
 			defer func() { last[w] = m }()
-			for _, t := range append(append(c.Actives, c.Standbys...), c.Warmups...) {
+			for _, t := range slices.Concat(c.Actives, c.PendingActives, c.Standbys, c.Warmups) {
 				m[t] = 0
 			}
 			return m
