@@ -182,6 +182,12 @@ type Assignor struct {
 	SessionTimeout Duration `yaml:"session_timeout"` // default 10s
 	// HeartbeatInterval is what workers are told to use.
 	HeartbeatInterval Duration `yaml:"heartbeat_interval"` // default 1s, below session_timeout/2
+	// GrantMargin: a worker runs its actives at most session_timeout −
+	// grant_margin (its active lease) after sending its last acknowledged
+	// heartbeat, and an active it held moves to another worker no sooner
+	// than session_timeout + grant_margin after the primary last heard from
+	// it (docs/design.md, "At most one active").
+	GrantMargin Duration `yaml:"grant_margin"` // default 0: session_timeout/5; the lease must exceed heartbeat_interval
 }
 
 // Autopilot decides, on the leader, when a non-voter becomes a voter and
@@ -347,6 +353,7 @@ func Default() Config {
 			ProbingRebalanceInterval: Duration{a.Assign.ProbingRebalanceInterval},
 			SessionTimeout:           Duration{a.SessionTimeout},
 			HeartbeatInterval:        Duration{a.HeartbeatInterval},
+			GrantMargin:              Duration{a.GrantMargin},
 		},
 		Limits: Limits{
 			Client: ClientLimits{

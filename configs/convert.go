@@ -106,6 +106,7 @@ func (c *Config) AssignorConfig() placement.Config {
 	pc.Assign.ProbingRebalanceInterval = a.ProbingRebalanceInterval.Duration
 	pc.SessionTimeout = a.SessionTimeout.Duration
 	pc.HeartbeatInterval = a.HeartbeatInterval.Duration
+	pc.GrantMargin = a.GrantMargin.Duration
 	return pc
 }
 
@@ -118,6 +119,7 @@ var assignorKeys = map[string]string{
 	"probing_rebalance_interval": "assignor.probing_rebalance_interval",
 	"session_timeout":            "assignor.session_timeout",
 	"heartbeat_interval":         "assignor.heartbeat_interval",
+	"grant_margin":               "assignor.grant_margin",
 }
 
 // FenceConfig returns the outbox publisher's settings from the kafka

@@ -89,7 +89,7 @@ raft: {heartbeat_timeout: 300ms, election_timeout: 400ms, leader_lease_timeout: 
 kafka: {brokers: ["k1:9092"], topic: events, transactional_id_prefix: tx,
   tls: {ca_file: ca.pem, cert_file: c.pem, key_file: c-key.pem}, sasl: {mechanism: SCRAM-SHA-512, username: xce, password_file: pw}}
 assignor: {acceptable_recovery_lag: 5, max_warmup_replicas: 3, num_standby_replicas: 1,
-  probing_rebalance_interval: 2m, session_timeout: 4s, heartbeat_interval: 500ms}
+  probing_rebalance_interval: 2m, session_timeout: 4s, heartbeat_interval: 500ms, grant_margin: 1s}
 limits: {client: {max_connections: 10, read_timeout: 2s}, peer: {max_connections: 64, max_message_bytes: 20971520, first_byte_timeout: 2s, read_timeout: 3s, idle_timeout: 5m}}
 `)
 	r := c.RaftConfig()
@@ -106,7 +106,8 @@ limits: {client: {max_connections: 10, read_timeout: 2s}, peer: {max_connections
 	}
 	a := c.AssignorConfig()
 	if a.Assign.AcceptableRecoveryLag != 5 || a.Assign.MaxWarmupReplicas != 3 || a.Assign.NumStandbyReplicas != 1 ||
-		a.Assign.ProbingRebalanceInterval != 2*time.Minute || a.SessionTimeout != 4*time.Second || a.HeartbeatInterval != 500*time.Millisecond {
+		a.Assign.ProbingRebalanceInterval != 2*time.Minute || a.SessionTimeout != 4*time.Second || a.HeartbeatInterval != 500*time.Millisecond ||
+		a.GrantMargin != time.Second || a.ActiveLease() != 3*time.Second {
 		t.Errorf("AssignorConfig %+v", a)
 	}
 	if f := c.FenceConfig(); !reflect.DeepEqual(f.Brokers, []string{"k1:9092"}) || f.Topic != "events" || f.TransactionalID != "tx.c1.primary" {
@@ -149,6 +150,8 @@ func TestPackageProblemsNameTheKeys(t *testing.T) {
 		{"heartbeat too short", func(c *Config) { c.Assignor.HeartbeatInterval = ms(10) }, "assignor.heartbeat_interval: must be at least 50ms (got 10ms)"},
 		{"heartbeat above half", func(c *Config) { c.Assignor.HeartbeatInterval = Duration{6 * time.Second} },
 			"assignor.heartbeat_interval: must be at most half of assignor.session_timeout (6s > 10s/2)"},
+		{"grant margin leaves no lease", func(c *Config) { c.Assignor.GrantMargin = Duration{9500 * time.Millisecond} },
+			"assignor.grant_margin: assignor.session_timeout − assignor.grant_margin (the active lease, 500ms) must exceed assignor.heartbeat_interval (1s)"},
 		{"kafka cert without key", func(c *Config) { c.Kafka.TLS.CertFile = "c.pem" }, "kafka.tls.cert_file: cert_file and key_file are set together"},
 		{"kafka sasl mechanism", func(c *Config) { c.Kafka.SASL = KafkaSASL{Mechanism: "GSSAPI", Username: "u", PasswordFile: "p"} },
 			`kafka.sasl.mechanism: must be one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (got "GSSAPI")`},

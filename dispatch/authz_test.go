@@ -31,8 +31,8 @@ type acceptAll struct{}
 func (acceptAll) Register(string, uint32, string) (placement.RegisterInfo, error) {
 	return placement.RegisterInfo{Generation: 1}, nil
 }
-func (acceptAll) Heartbeat(string, map[string]int64, []placement.Fact) (placement.Copies, error) {
-	return placement.Copies{}, nil
+func (acceptAll) Heartbeat(string, map[string]int64, []placement.Fact, []string) (placement.Answer, error) {
+	return placement.Answer{}, nil
 }
 func (acceptAll) Workers() ([]placement.WorkerInfo, bool, error) { return nil, false, nil }
 func (acceptAll) Soft() (map[string]placement.TaskSoft, bool, bool, bool) {

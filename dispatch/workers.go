@@ -18,7 +18,7 @@ import (
 // Workers is the primary's worker sessions and assignor (placement.Service).
 type Workers interface {
 	Register(id string, capacity uint32, addr string) (placement.RegisterInfo, error)
-	Heartbeat(id string, lags map[string]int64, facts []placement.Fact) (placement.Copies, error)
+	Heartbeat(id string, lags map[string]int64, facts []placement.Fact, running []string) (placement.Answer, error)
 	Workers() ([]placement.WorkerInfo, bool, error)
 	Soft() (tasks map[string]placement.TaskSoft, settling, followup, ok bool)
 }
@@ -80,12 +80,20 @@ func (w *workerService) Heartbeat(ctx context.Context, req *connect.Request[xcev
 	for i, f := range m.Facts {
 		facts[i] = placement.Fact{Kind: int(f.Kind), Task: f.TaskId, Text: f.Text}
 	}
-	c, err := w.s.workers.Heartbeat(m.WorkerId, m.Lags, facts)
+	// A worker that gave up on this heartbeat has sent, or will send, a
+	// newer one; recording this one's running report after it could undo
+	// the newer report (docs/design.md, "At most one active").
+	if err := ctx.Err(); err != nil {
+		return nil, connect.NewError(connect.CodeCanceled, err)
+	}
+	a, err := w.s.workers.Heartbeat(m.WorkerId, m.Lags, facts, m.Running)
 	if err != nil {
 		return nil, w.s.workersErr(err)
 	}
 	return connect.NewResponse(&xcev1.HeartbeatResponse{
-		Generation: c.Generation, Actives: c.Actives, Standbys: c.Standbys, Warmups: c.Warmups,
+		Generation: a.Generation, Actives: a.Actives, Standbys: a.Standbys, Warmups: a.Warmups,
+		PendingActives: a.PendingActives, Epochs: a.Epochs,
+		ActiveLeaseMs:       uint32(a.ActiveLease.Milliseconds()),
 		HeartbeatIntervalMs: uint32(w.s.node.Config().Assignor.HeartbeatInterval.Milliseconds()),
 	}), nil
 }

@@ -15,6 +15,13 @@ type Config struct {
 	SessionTimeout time.Duration
 	// HeartbeatInterval is what workers are told to use.
 	HeartbeatInterval time.Duration
+	// GrantMargin separates a worker's active lease from its session: a
+	// worker runs its actives at most SessionTimeout − GrantMargin after
+	// sending its last acknowledged heartbeat, and a task it held is granted
+	// elsewhere no sooner than SessionTimeout + GrantMargin after the
+	// primary last heard from it (docs/design.md, "At most one active").
+	// Zero means SessionTimeout/5.
+	GrantMargin time.Duration
 	// Settle is how long a new primary waits for workers before it plans;
 	// zero means SessionTimeout. A cluster without any assignment yet has
 	// nothing to preserve and plans at once.
@@ -54,6 +61,7 @@ func (c Config) withDefaults() Config {
 	if c.Settle == 0 {
 		c.Settle = c.SessionTimeout
 	}
+	c.GrantMargin = c.margin()
 	if c.Tick <= 0 {
 		c.Tick = d.Tick
 	}
@@ -62,6 +70,18 @@ func (c Config) withDefaults() Config {
 	}
 	return c
 }
+
+// margin is GrantMargin, or its default when zero.
+func (c Config) margin() time.Duration {
+	if c.GrantMargin == 0 {
+		return c.SessionTimeout / 5
+	}
+	return c.GrantMargin
+}
+
+// ActiveLease is how long a worker may run its actives after sending its
+// last acknowledged heartbeat: SessionTimeout − GrantMargin.
+func (c Config) ActiveLease() time.Duration { return c.SessionTimeout - c.margin() }
 
 // Validate reports every invalid setting, each as "field: problem" with
 // the field in snake case; the assignor's own settings (Assign) are
@@ -77,6 +97,12 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("heartbeat_interval: must be at least %s (got %s)", MinHeartbeatInterval, hb))
 	case hb*2 > st:
 		errs = append(errs, fmt.Errorf("heartbeat_interval: must be at most half of session_timeout (%s > %s/2)", hb, st))
+	case c.GrantMargin < 0:
+		errs = append(errs, fmt.Errorf("grant_margin: must not be negative (got %s)", c.GrantMargin))
+	case c.ActiveLease() <= hb:
+		// A lease no longer than the heartbeat interval runs out between
+		// two heartbeats of a healthy worker.
+		errs = append(errs, fmt.Errorf("grant_margin: session_timeout − grant_margin (the active lease, %s) must exceed heartbeat_interval (%s)", c.ActiveLease(), hb))
 	}
 	return errors.Join(errs...)
 }

@@ -18,6 +18,13 @@ func TestConfigValidate(t *testing.T) {
 		{"heartbeat too short", func(c *Config) { c.HeartbeatInterval = 10 * time.Millisecond }, "heartbeat_interval: must be at least 50ms (got 10ms)"},
 		{"heartbeat above half", func(c *Config) { c.HeartbeatInterval = 6 * time.Second }, "heartbeat_interval: must be at most half of session_timeout (6s > 10s/2)"},
 		{"heartbeat at half", func(c *Config) { c.HeartbeatInterval = 5 * time.Second }, ""},
+		{"negative margin", func(c *Config) { c.GrantMargin = -time.Second }, "grant_margin: must not be negative (got -1s)"},
+		{"margin leaves no lease", func(c *Config) { c.GrantMargin = 10 * time.Second }, "grant_margin: session_timeout − grant_margin (the active lease, 0s) must exceed heartbeat_interval (1s)"},
+		{"lease at the heartbeat interval", func(c *Config) { c.GrantMargin = 9 * time.Second }, "grant_margin: session_timeout − grant_margin (the active lease, 1s) must exceed heartbeat_interval (1s)"},
+		{"lease above the heartbeat interval", func(c *Config) { c.GrantMargin = 8 * time.Second }, ""},
+		{"default margin at the shortest session", func(c *Config) {
+			c.SessionTimeout, c.HeartbeatInterval, c.GrantMargin = MinSessionTimeout, MinSessionTimeout/2, 0
+		}, ""},
 		{"assign settings", func(c *Config) { c.Assign.MaxWarmupReplicas = 0 }, "max_warmup_replicas: must be at least 1"},
 	} {
 		c := DefaultConfig()
@@ -30,6 +37,9 @@ func TestConfigValidate(t *testing.T) {
 // left zero is the session timeout.
 func TestNewFillsTheLoopTimings(t *testing.T) {
 	c := Config{Assign: DefaultConfig().Assign, SessionTimeout: 3 * time.Second, HeartbeatInterval: time.Second}.withDefaults()
+	if c.GrantMargin != 600*time.Millisecond || c.ActiveLease() != 2400*time.Millisecond {
+		t.Fatalf("default margin %s, lease %s; want session_timeout/5 and the rest", c.GrantMargin, c.ActiveLease())
+	}
 	if c.Settle != 3*time.Second || c.Tick != DefaultConfig().Tick || c.TaskReplan != DefaultConfig().TaskReplan {
 		t.Fatalf("withDefaults: %+v", c)
 	}

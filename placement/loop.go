@@ -32,11 +32,15 @@ func (s *Service) Start(term uint64) error {
 		kick:        make(chan struct{}, 1),
 		delays:      delaymgr.New(delaymgr.RealClock()),
 	}
+	fresh := false
 	if gen, _ := s.fsm.AssignmentGeneration(); gen == 0 {
 		// Nothing placed yet: there is no placement a hasty plan could
-		// disturb, so plan as soon as workers come.
+		// disturb, so plan as soon as workers come; and no earlier primary
+		// granted an active, so grants need not wait either.
 		ts.settleUntil = now
+		fresh = true
 	}
+	ts.grants = newGrantBook(now, fresh, s.cfg.SessionTimeout, s.cfg.GrantMargin)
 	s.mu.Lock()
 	old := s.term
 	if old == nil {
@@ -144,6 +148,9 @@ func (s *Service) loop(ctx context.Context, ts *termState) {
 }
 
 // expire ends the sessions of silent workers and reports whether any ended.
+// What an ended session held keeps counting for grants until the worker's
+// lease has surely run out (SessionTimeout + GrantMargin after it was last
+// heard); then it is forgotten.
 func (s *Service) expire(ts *termState) bool {
 	now := time.Now()
 	var gone []string
@@ -152,8 +159,10 @@ func (s *Service) expire(ts *termState) bool {
 		if now.Sub(w.lastSeen) >= s.cfg.SessionTimeout {
 			delete(ts.workers, id)
 			gone = append(gone, id)
+			ts.grants.expire(id)
 		}
 	}
+	ts.grants.prune(now)
 	n := len(ts.workers)
 	s.mu.Unlock()
 	slices.Sort(gone)

@@ -16,6 +16,11 @@
 // caught-up warm-up or standby takes over without waiting for a probing
 // rebalance), and when a probing rebalance is due after a plan that left
 // moves waiting (scheduled with delaymgr).
+//
+// A heartbeat's answer grants the worker only those of its assigned actives
+// that no other worker may still run (grants.go; docs/design.md, "At most
+// one active"): the others are pending until their previous worker reports
+// them stopped or its lease has surely run out.
 package placement
 
 import (
@@ -99,6 +104,17 @@ type Copies struct {
 	Warmups    []string
 }
 
+// Answer is a heartbeat's answer: the worker's copies, its assigned
+// actives split into those granted (Actives) and those not yet
+// (PendingActives; docs/design.md, "At most one active"), the task epochs
+// of all of them, and the active lease.
+type Answer struct {
+	Copies
+	PendingActives []string
+	Epochs         map[string]uint64
+	ActiveLease    time.Duration
+}
+
 // RegisterInfo answers a registration.
 type RegisterInfo struct {
 	Generation        uint64
@@ -172,8 +188,10 @@ type termState struct {
 	// settleUntil is when planning may start.
 	settleUntil time.Time
 	workers     map[string]*session
-	kick        chan struct{}
-	delays      *delaymgr.Manager
+	// grants records what each worker may hold as active.
+	grants *grantBook
+	kick   chan struct{}
+	delays *delaymgr.Manager
 	// Written by the loop only, read under Service.mu.
 	followup bool
 }
@@ -224,6 +242,7 @@ func (s *Service) Register(id string, capacity uint32, addr string) (RegisterInf
 	}
 	changed := !known || w.capacity != int(capacity)
 	w.capacity, w.addr, w.lastSeen = int(capacity), addr, now
+	ts.grants.heard(id, now)
 	n := len(ts.workers)
 	s.mu.Unlock()
 	if changed {
@@ -234,50 +253,59 @@ func (s *Service) Register(id string, capacity uint32, addr string) (RegisterInf
 	return RegisterInfo{Generation: gen, SessionTimeout: s.cfg.SessionTimeout, HeartbeatInterval: s.cfg.HeartbeatInterval}, nil
 }
 
-// Heartbeat renews a session, records the worker's lags and facts, and
-// returns the worker's copies in the committed assignment.
-func (s *Service) Heartbeat(id string, lags map[string]int64, facts []Fact) (Copies, error) {
+// Heartbeat renews a session, records the worker's lags, facts and the
+// actives it runs, and answers with the worker's copies in the committed
+// assignment, its assigned actives split into granted and pending.
+func (s *Service) Heartbeat(id string, lags map[string]int64, facts []Fact, running []string) (Answer, error) {
 	if !validID(id) {
-		return Copies{}, fmt.Errorf("%w: worker_id %q: must be 1-128 characters of [A-Za-z0-9._-]", ErrInvalid, id)
+		return Answer{}, fmt.Errorf("%w: worker_id %q: must be 1-128 characters of [A-Za-z0-9._-]", ErrInvalid, id)
 	}
 	if len(lags) > MaxLags {
-		return Copies{}, fmt.Errorf("%w: %d lags (at most %d)", ErrInvalid, len(lags), MaxLags)
+		return Answer{}, fmt.Errorf("%w: %d lags (at most %d)", ErrInvalid, len(lags), MaxLags)
 	}
 	for _, t := range slices.Sorted(maps.Keys(lags)) {
 		if !validID(t) {
-			return Copies{}, fmt.Errorf("%w: lags: task id %q", ErrInvalid, t)
+			return Answer{}, fmt.Errorf("%w: lags: task id %q", ErrInvalid, t)
 		}
 		if lags[t] < 0 {
-			return Copies{}, fmt.Errorf("%w: lags: negative lag %d for task %q", ErrInvalid, lags[t], t)
+			return Answer{}, fmt.Errorf("%w: lags: negative lag %d for task %q", ErrInvalid, lags[t], t)
+		}
+	}
+	if len(running) > MaxLags {
+		return Answer{}, fmt.Errorf("%w: %d running tasks (at most %d)", ErrInvalid, len(running), MaxLags)
+	}
+	for _, t := range running {
+		if !validID(t) {
+			return Answer{}, fmt.Errorf("%w: running: task id %q", ErrInvalid, t)
 		}
 	}
 	if len(facts) > MaxFacts {
-		return Copies{}, fmt.Errorf("%w: %d facts (at most %d)", ErrInvalid, len(facts), MaxFacts)
+		return Answer{}, fmt.Errorf("%w: %d facts (at most %d)", ErrInvalid, len(facts), MaxFacts)
 	}
 	for i, f := range facts {
 		if len(f.Text) > MaxFactText {
-			return Copies{}, fmt.Errorf("%w: facts[%d]: text longer than %d bytes", ErrInvalid, i, MaxFactText)
+			return Answer{}, fmt.Errorf("%w: facts[%d]: text longer than %d bytes", ErrInvalid, i, MaxFactText)
 		}
 		switch f.Kind {
 		case FactNotify:
 		case FactUpdate, FactSetPendingReason, FactClearPendingReason:
 			if !validID(f.Task) {
-				return Copies{}, fmt.Errorf("%w: facts[%d]: task_id %q", ErrInvalid, i, f.Task)
+				return Answer{}, fmt.Errorf("%w: facts[%d]: task_id %q", ErrInvalid, i, f.Task)
 			}
 		default:
-			return Copies{}, fmt.Errorf("%w: facts[%d]: unknown kind %d", ErrInvalid, i, f.Kind)
+			return Answer{}, fmt.Errorf("%w: facts[%d]: unknown kind %d", ErrInvalid, i, f.Kind)
 		}
 	}
 	s.mu.Lock()
 	ts, err := s.current()
 	if err != nil {
 		s.mu.Unlock()
-		return Copies{}, err
+		return Answer{}, err
 	}
 	w, ok := ts.workers[id]
 	if !ok {
 		s.mu.Unlock()
-		return Copies{}, fmt.Errorf("%w: worker %q has no session with this primary", ErrUnknownWorker, id)
+		return Answer{}, fmt.Errorf("%w: worker %q has no session with this primary", ErrUnknownWorker, id)
 	}
 	w.lastSeen = time.Now()
 	crossed := s.crossed(w.lags, lags)
@@ -301,12 +329,35 @@ func (s *Service) Heartbeat(id string, lags map[string]int64, facts []Fact) (Cop
 			delete(w.pending, f.Task)
 		}
 	}
+	a := s.answer(ts, w, running)
 	s.mu.Unlock()
 	if crossed != "" {
 		s.log.Debug().Str("worker", id).Str("task", crossed).Msg("a lag crossed the acceptable recovery lag: planning")
 		kick(ts)
 	}
-	return s.copiesOf(id), nil
+	return a, nil
+}
+
+// answer records a worker's running report, decides the grants of its
+// assigned actives and builds its heartbeat's answer. Callers hold s.mu.
+func (s *Service) answer(ts *termState, w *session, running []string) Answer {
+	c := s.copiesOf(w.id)
+	d := ts.grants.report(w.id, w.lastSeen, running, c.Actives)
+	a := Answer{Copies: c, Epochs: map[string]uint64{}, ActiveLease: s.cfg.ActiveLease()}
+	a.Actives = nil
+	for _, t := range c.Actives {
+		if d.Granted[t] {
+			a.Actives = append(a.Actives, t)
+		} else {
+			a.PendingActives = append(a.PendingActives, t)
+		}
+	}
+	for _, l := range [][]string{c.Actives, c.Standbys, c.Warmups} {
+		for _, t := range l {
+			a.Epochs[t] = taskEpoch(s.fsm, t)
+		}
+	}
+	return a
 }
 
 // crossed returns a task whose caught-up state differs between two lag

@@ -133,9 +133,9 @@ func (r *rig) register(id string, capacity uint32) {
 	}
 }
 
-func (r *rig) beat(id string, lags map[string]int64, facts ...Fact) Copies {
+func (r *rig) beat(id string, lags map[string]int64, facts ...Fact) Answer {
 	r.t.Helper()
-	c, err := r.svc.Heartbeat(id, lags, facts)
+	c, err := r.svc.Heartbeat(id, lags, facts, nil)
 	if err != nil {
 		r.t.Fatalf("heartbeat %s: %v", id, err)
 	}
@@ -268,14 +268,15 @@ func TestSilentWorkerExpiresAndStandbysTakeOver(t *testing.T) {
 			r.register(w, 1)
 		}
 		settle(200 * time.Millisecond)
-		// A worker holds (caught up) every copy it was given; it reports
-		// what it held, then learns its copies from the answer.
+		// A worker holds (caught up) every copy it was given, a pending
+		// active as a standby; it reports what it held, then learns its
+		// copies from the answer.
 		last := map[string]map[string]int64{}
 		lagsOf := func(w string) map[string]int64 {
 			c := r.beat(w, last[w])
 			m := map[string]int64{}
 			defer func() { last[w] = m }()
-			for _, t := range append(append(c.Actives, c.Standbys...), c.Warmups...) {
+			for _, t := range slices.Concat(c.Actives, c.PendingActives, c.Standbys, c.Warmups) {
 				m[t] = 0
 			}
 			return m
@@ -497,14 +498,14 @@ func TestRequestsOffThePrimaryAndBadInput(t *testing.T) {
 		if _, err := r.svc.Register("w1", 1, ""); !errors.Is(err, ErrNotServing) {
 			t.Fatalf("Register before Start: %v", err)
 		}
-		if _, err := r.svc.Heartbeat("w1", nil, nil); !errors.Is(err, ErrNotServing) {
+		if _, err := r.svc.Heartbeat("w1", nil, nil, nil); !errors.Is(err, ErrNotServing) {
 			t.Fatalf("Heartbeat before Start: %v", err)
 		}
 		if _, _, err := r.svc.Workers(); !errors.Is(err, ErrNotServing) {
 			t.Fatalf("Workers before Start: %v", err)
 		}
 		revoke := r.establish(1)
-		if _, err := r.svc.Heartbeat("w1", nil, nil); !errors.Is(err, ErrUnknownWorker) {
+		if _, err := r.svc.Heartbeat("w1", nil, nil, nil); !errors.Is(err, ErrUnknownWorker) {
 			t.Fatalf("heartbeat without registration: %v", err)
 		}
 		r.register("w1", 1)
@@ -514,11 +515,11 @@ func TestRequestsOffThePrimaryAndBadInput(t *testing.T) {
 		}{
 			{"bad id", func() error { _, err := r.svc.Register("w 1", 1, ""); return err }()},
 			{"huge capacity", func() error { _, err := r.svc.Register("w2", assign.MaxCapacity+1, ""); return err }()},
-			{"negative lag", func() error { _, err := r.svc.Heartbeat("w1", map[string]int64{"t0": -1}, nil); return err }()},
-			{"bad task id", func() error { _, err := r.svc.Heartbeat("w1", map[string]int64{"t/0": 1}, nil); return err }()},
-			{"bad fact", func() error { _, err := r.svc.Heartbeat("w1", nil, []Fact{{Kind: 9}}); return err }()},
+			{"negative lag", func() error { _, err := r.svc.Heartbeat("w1", map[string]int64{"t0": -1}, nil, nil); return err }()},
+			{"bad task id", func() error { _, err := r.svc.Heartbeat("w1", map[string]int64{"t/0": 1}, nil, nil); return err }()},
+			{"bad fact", func() error { _, err := r.svc.Heartbeat("w1", nil, []Fact{{Kind: 9}}, nil); return err }()},
 			{"long fact", func() error {
-				_, err := r.svc.Heartbeat("w1", nil, []Fact{{Kind: FactNotify, Text: string(make([]byte, MaxFactText+1))}})
+				_, err := r.svc.Heartbeat("w1", nil, []Fact{{Kind: FactNotify, Text: string(make([]byte, MaxFactText+1))}}, nil)
 				return err
 			}()},
 		}
@@ -544,12 +545,12 @@ func TestRequestsOffThePrimaryAndBadInput(t *testing.T) {
 			t.Fatalf("notice %q", ws[0].Notice)
 		}
 		revoke()
-		if _, err := r.svc.Heartbeat("w1", nil, nil); !errors.Is(err, ErrNotServing) {
+		if _, err := r.svc.Heartbeat("w1", nil, nil, nil); !errors.Is(err, ErrNotServing) {
 			t.Fatalf("Heartbeat after the term: %v", err)
 		}
 		// A new term starts with no sessions.
 		defer r.establish(2)()
-		if _, err := r.svc.Heartbeat("w1", nil, nil); !errors.Is(err, ErrUnknownWorker) {
+		if _, err := r.svc.Heartbeat("w1", nil, nil, nil); !errors.Is(err, ErrUnknownWorker) {
 			t.Fatalf("heartbeat in a new term: %v", err)
 		}
 	})
@@ -589,7 +590,7 @@ func TestOneTermAtATime(t *testing.T) {
 		}
 		r.register("w1", 1)
 		revoke()
-		if _, err := r.svc.Heartbeat("w1", nil, nil); !errors.Is(err, ErrNotServing) {
+		if _, err := r.svc.Heartbeat("w1", nil, nil, nil); !errors.Is(err, ErrNotServing) {
 			t.Fatalf("Heartbeat after the term: %v", err)
 		}
 		defer r.establish(2)()
