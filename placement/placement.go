@@ -75,6 +75,7 @@ type FSM interface {
 	AllTasks() ([]state.Task, uint64)
 	TaskVersion() uint64
 	Task(id string) (state.Task, bool)
+	TaskEpoch(id string) uint64
 }
 
 // ApplyFunc replicates a command and returns the FSM's result.
@@ -354,7 +355,7 @@ func (s *Service) answer(ts *termState, w *session, running []string) Answer {
 	}
 	for _, l := range [][]string{c.Actives, c.Standbys, c.Warmups} {
 		for _, t := range l {
-			a.Epochs[t] = taskEpoch(s.fsm, t)
+			a.Epochs[t] = s.fsm.TaskEpoch(t)
 		}
 	}
 	return a
