@@ -18,7 +18,7 @@ import (
 // Workers is the primary's worker sessions and assignor (placement.Service).
 type Workers interface {
 	Register(id string, capacity uint32, addr string) (placement.RegisterInfo, error)
-	Heartbeat(id string, lags map[string]int64, facts []placement.Fact, running []string) (placement.Answer, error)
+	HeartbeatSeq(id string, seq uint64, lags map[string]int64, facts []placement.Fact, running []string) (placement.Answer, error)
 	Workers() ([]placement.WorkerInfo, bool, error)
 	Soft() (tasks map[string]placement.TaskSoft, settling, followup, ok bool)
 }
@@ -35,6 +35,8 @@ func (s *Service) workersErr(err error) error {
 		return connect.NewError(connect.CodeInvalidArgument, err)
 	case errors.Is(err, placement.ErrUnknownWorker):
 		return connect.NewError(connect.CodeFailedPrecondition, err)
+	case errors.Is(err, placement.ErrStale):
+		return connect.NewError(connect.CodeAborted, err)
 	case errors.Is(err, placement.ErrTooManyWorkers):
 		return connect.NewError(connect.CodeResourceExhausted, err)
 	case errors.Is(err, placement.ErrNotServing):
@@ -86,7 +88,7 @@ func (w *workerService) Heartbeat(ctx context.Context, req *connect.Request[xcev
 	if err := ctx.Err(); err != nil {
 		return nil, connect.NewError(connect.CodeCanceled, err)
 	}
-	a, err := w.s.workers.Heartbeat(m.WorkerId, m.Lags, facts, m.Running)
+	a, err := w.s.workers.HeartbeatSeq(m.WorkerId, m.Seq, m.Lags, facts, m.Running)
 	if err != nil {
 		return nil, w.s.workersErr(err)
 	}

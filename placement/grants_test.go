@@ -1,6 +1,7 @@
 package placement
 
 import (
+	"errors"
 	"maps"
 	"slices"
 	"testing"
@@ -286,6 +287,34 @@ func TestNewPrimaryGrantsOnlyWhatItCanVouchFor(t *testing.T) {
 		}
 		if a := r.beatRunning("w2"); !slices.Equal(a.Actives, []string{"t1"}) {
 			t.Fatalf("w2 after %v: %+v, want t1 granted", time.Since(start), a)
+		}
+	})
+}
+
+// A numbered heartbeat that arrives after a later one of its session (one
+// the worker gave up on) is refused and changes nothing: its running report
+// is older than what the primary already heard.
+func TestStaleHeartbeatRefused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, 0)
+		revoke := r.establish(1)
+		defer revoke()
+		r.register("w1", 1)
+		if _, err := r.svc.HeartbeatSeq("w1", 2, nil, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		for _, seq := range []uint64{1, 2} {
+			if _, err := r.svc.HeartbeatSeq("w1", seq, nil, nil, []string{"t1"}); !errors.Is(err, ErrStale) {
+				t.Fatalf("heartbeat %d after 2: %v, want ErrStale", seq, err)
+			}
+		}
+		if _, err := r.svc.HeartbeatSeq("w1", 3, nil, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		// A new registration starts the numbers again.
+		r.register("w1", 1)
+		if _, err := r.svc.HeartbeatSeq("w1", 1, nil, nil, nil); err != nil {
+			t.Fatalf("first heartbeat of a new session: %v", err)
 		}
 	})
 }

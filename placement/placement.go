@@ -66,6 +66,9 @@ var (
 	ErrInvalid = errors.New("invalid request")
 	// ErrTooManyWorkers: MaxWorkers sessions exist already.
 	ErrTooManyWorkers = errors.New("too many workers")
+	// ErrStale: a numbered heartbeat that arrived after a later one of
+	// the same session; nothing of it was recorded.
+	ErrStale = errors.New("stale heartbeat")
 )
 
 // FSM is what the Service reads of the replicated state.
@@ -181,6 +184,8 @@ type session struct {
 	notice     string
 	updates    map[string]string
 	pending    map[string]string
+	// seq is the number of the last numbered heartbeat processed.
+	seq uint64
 }
 
 type termState struct {
@@ -243,6 +248,11 @@ func (s *Service) Register(id string, capacity uint32, addr string) (RegisterInf
 	}
 	changed := !known || w.capacity != int(capacity)
 	w.capacity, w.addr, w.lastSeen = int(capacity), addr, now
+	// A worker process that restarted numbers its heartbeats from 1 again;
+	// one that did not keeps counting up, so a heartbeat it sent before
+	// registering again and that arrives late is still refused once a
+	// newer one was processed.
+	w.seq = 0
 	ts.grants.heard(id, now)
 	n := len(ts.workers)
 	s.mu.Unlock()
@@ -258,6 +268,13 @@ func (s *Service) Register(id string, capacity uint32, addr string) (RegisterInf
 // actives it runs, and answers with the worker's copies in the committed
 // assignment, its assigned actives split into granted and pending.
 func (s *Service) Heartbeat(id string, lags map[string]int64, facts []Fact, running []string) (Answer, error) {
+	return s.HeartbeatSeq(id, 0, lags, facts, running)
+}
+
+// HeartbeatSeq is Heartbeat for the heartbeat numbered seq of its session
+// (0: not numbered): one numbered at or below the last processed is
+// refused with ErrStale and changes nothing.
+func (s *Service) HeartbeatSeq(id string, seq uint64, lags map[string]int64, facts []Fact, running []string) (Answer, error) {
 	if !validID(id) {
 		return Answer{}, fmt.Errorf("%w: worker_id %q: must be 1-128 characters of [A-Za-z0-9._-]", ErrInvalid, id)
 	}
@@ -307,6 +324,13 @@ func (s *Service) Heartbeat(id string, lags map[string]int64, facts []Fact, runn
 	if !ok {
 		s.mu.Unlock()
 		return Answer{}, fmt.Errorf("%w: worker %q has no session with this primary", ErrUnknownWorker, id)
+	}
+	if seq != 0 {
+		if seq <= w.seq {
+			s.mu.Unlock()
+			return Answer{}, fmt.Errorf("%w: worker %q sent heartbeat %d after %d", ErrStale, id, seq, w.seq)
+		}
+		w.seq = seq
 	}
 	w.lastSeen = time.Now()
 	crossed := s.crossed(w.lags, lags)

@@ -112,7 +112,10 @@ type Worker struct {
 	wake chan struct{}
 
 	// The protocol loop's own state.
-	registered     bool
+	registered bool
+	// seq numbers the heartbeats of the current registration (under mu),
+	// so the primary never processes one after a later one.
+	seq            uint64
 	interval       time.Duration
 	sessionTimeout time.Duration
 	sentNotice     *string           // facts the current session has acknowledged
@@ -284,7 +287,8 @@ func (w *Worker) request() *xcev1.HeartbeatRequest {
 	if lags == nil {
 		lags = w.st.reportedLags()
 	}
-	req := &xcev1.HeartbeatRequest{WorkerId: w.cfg.ID, Lags: lags, Running: w.st.sent()}
+	w.seq++
+	req := &xcev1.HeartbeatRequest{WorkerId: w.cfg.ID, Lags: lags, Running: w.st.sent(), Seq: w.seq}
 	actives := w.st.resp.actives
 	if n := noticeText(actives); w.sentNotice == nil || *w.sentNotice != n {
 		req.Facts = append(req.Facts, &xcev1.Fact{Kind: xcev1.FactKind_FACT_KIND_NOTIFY, Text: n})

@@ -1912,7 +1912,15 @@ type HeartbeatRequest struct {
 	// them). The primary grants a moved active to its new worker only once
 	// the old one no longer lists it, or its session has expired plus a
 	// margin (docs/design.md, "At most one active").
-	Running       []string `protobuf:"bytes,4,rep,name=running,proto3" json:"running,omitempty"`
+	Running []string `protobuf:"bytes,4,rep,name=running,proto3" json:"running,omitempty"`
+	// The worker numbers its heartbeats 1, 2, 3, … for as long as its process
+	// runs. The primary processes a worker's heartbeats in that order: one
+	// that arrives after a later one (a heartbeat the worker gave up on,
+	// delayed) is refused as stale and changes nothing, since its running
+	// report is older than what the primary already heard. A registration
+	// starts the primary's count again (the worker may have restarted).
+	// 0: not numbered.
+	Seq           uint64 `protobuf:"varint,5,opt,name=seq,proto3" json:"seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1973,6 +1981,13 @@ func (x *HeartbeatRequest) GetRunning() []string {
 		return x.Running
 	}
 	return nil
+}
+
+func (x *HeartbeatRequest) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
 }
 
 type HeartbeatResponse struct {
@@ -3077,12 +3092,13 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"generation\x18\x01 \x01(\x04R\n" +
 	"generation\x12,\n" +
 	"\x12session_timeout_ms\x18\x02 \x01(\rR\x10sessionTimeoutMs\x122\n" +
-	"\x15heartbeat_interval_ms\x18\x03 \x01(\rR\x13heartbeatIntervalMs\"\xde\x01\n" +
+	"\x15heartbeat_interval_ms\x18\x03 \x01(\rR\x13heartbeatIntervalMs\"\xf0\x01\n" +
 	"\x10HeartbeatRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x126\n" +
 	"\x04lags\x18\x02 \x03(\v2\".xce.v1.HeartbeatRequest.LagsEntryR\x04lags\x12\"\n" +
 	"\x05facts\x18\x03 \x03(\v2\f.xce.v1.FactR\x05facts\x12\x18\n" +
-	"\arunning\x18\x04 \x03(\tR\arunning\x1a7\n" +
+	"\arunning\x18\x04 \x03(\tR\arunning\x12\x10\n" +
+	"\x03seq\x18\x05 \x01(\x04R\x03seq\x1a7\n" +
 	"\tLagsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x82\x03\n" +
