@@ -113,8 +113,8 @@ type Worker struct {
 
 	// The protocol loop's own state.
 	registered bool
-	// seq numbers the heartbeats of the current registration (under mu),
-	// so the primary never processes one after a later one.
+	// seq numbers the worker's heartbeats (under mu), across
+	// registrations, so the primary never processes one after a later one.
 	seq            uint64
 	interval       time.Duration
 	sessionTimeout time.Duration
