@@ -1,0 +1,303 @@
+package kvworker
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/xce/xce/internal/testutil"
+	"github.com/xce/xce/worker"
+)
+
+const parts = 2
+
+// broker starts an in-process kfake broker with the worker's topics.
+func broker(t *testing.T) []string {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1),
+		kfake.SeedTopics(parts, DefaultInputTopic, DefaultChangelogTopic, DefaultOutputTopic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c.ListenAddrs()
+}
+
+func handler(t *testing.T, brokers []string, batch int) *Handler {
+	t.Helper()
+	h, err := New(Config{Brokers: brokers, StoreDir: t.TempDir(), BatchMax: batch, TxnTimeout: 5 * time.Second,
+		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// produceInput writes n records to input partition p, keys k0..k9 in turn.
+func produceInput(t *testing.T, brokers []string, p int32, from, n int) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var rs []*kgo.Record
+	for i := from; i < from+n; i++ {
+		rs = append(rs, &kgo.Record{Topic: DefaultInputTopic, Partition: p, Key: []byte(fmt.Sprintf("k%d", i%10)), Value: []byte("x")})
+	}
+	if err := cl.ProduceSync(context.Background(), rs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// committed is the task's committed input offset (-1: none).
+func committed(t *testing.T, brokers []string, task string, p int32) int64 {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	offs, err := kadm.NewClient(cl).FetchOffsets(kadm.RequireStable(context.Background()), Group(task))
+	if err != nil {
+		return -1
+	}
+	if o, ok := offs.Lookup(DefaultInputTopic, p); ok && o.Err == nil {
+		return o.At
+	}
+	return -1
+}
+
+// readOutput reads the output topic read_committed to its end and counts
+// each xce-input header.
+func readOutput(t *testing.T, brokers []string) map[string]int {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.KeepControlRecords(), kgo.ConsumeTopics(DefaultOutputTopic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ends, err := kadm.NewClient(cl).ListCommittedOffsets(ctx, DefaultOutputTopic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pos := map[int32]int64{}
+	done := func() bool {
+		ok := true
+		ends.Each(func(o kadm.ListedOffset) { ok = ok && pos[o.Partition] >= o.Offset })
+		return ok
+	}
+	seen := map[string]int{}
+	for !done() {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("output not read to its end: at %v, end %v", pos, ends)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			pos[r.Partition] = r.Offset + 1
+			if r.Attrs.IsControl() {
+				return
+			}
+			for _, h := range r.Headers {
+				if h.Key == HeaderInput {
+					seen[string(h.Value)]++
+				}
+			}
+		})
+	}
+	return seen
+}
+
+// run runs one copy in a goroutine. stop cancels it and returns Run's
+// error; done is closed once Run returned, and then err holds its error.
+func run(h *Handler, c Copy, lag *atomic.Int64) (stop func() error, done <-chan struct{}, err *error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := make(chan struct{})
+	var rerr error
+	go func() {
+		defer close(ch)
+		rerr = h.Run(ctx, c, func(l int64) {
+			if lag != nil {
+				lag.Store(l)
+			}
+		})
+	}()
+	return func() error {
+		cancel()
+		<-ch
+		return rerr
+	}, ch, &rerr
+}
+
+// TestExactlyOnceAcrossRestart: an active processes part of the input and
+// stops; a fresh active with an empty store elsewhere restores the counts
+// from the changelog and continues from the committed offset. The output,
+// read_committed, holds every input offset exactly once, and the counts
+// are the input's.
+func TestExactlyOnceAcrossRestart(t *testing.T) {
+	brokers := broker(t)
+	const n = 300
+	produceInput(t, brokers, 0, 0, n)
+
+	a := handler(t, brokers, 7)
+	stopA, _, _ := run(a, Copy{Task: "input-0", Role: worker.Active, Epoch: 1}, nil)
+	testutil.Eventually(t, 20*time.Second, "the first active commits some input", func() bool {
+		return committed(t, brokers, "input-0", 0) >= 50
+	})
+	if err := stopA(); err != nil {
+		t.Fatalf("first active: %v", err)
+	}
+	mid := committed(t, brokers, "input-0", 0)
+	produceInput(t, brokers, 0, n, n)
+
+	b := handler(t, brokers, 50)
+	stopB, _, _ := run(b, Copy{Task: "input-0", Role: worker.Active, Epoch: 2}, nil)
+	testutil.Eventually(t, 20*time.Second, "the second active commits all input", func() bool {
+		return committed(t, brokers, "input-0", 0) == 2*n
+	})
+	if err := stopB(); err != nil {
+		t.Fatalf("second active: %v", err)
+	}
+	t.Logf("first active committed %d of %d", mid, 2*n)
+
+	seen := readOutput(t, brokers)
+	for o := 0; o < 2*n; o++ {
+		if c := seen[fmt.Sprintf("0:%d", o)]; c != 1 {
+			t.Errorf("input offset %d is in the output %d times", o, c)
+		}
+	}
+	if len(seen) != 2*n {
+		t.Errorf("output has %d distinct inputs, want %d", len(seen), 2*n)
+	}
+	st, err := openStore(context.Background(), b.cfg.StoreDir, "input-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.close()
+	counts, err := st.all()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range 10 {
+		if got := counts[fmt.Sprintf("k%d", k)]; got != 2*n/10 {
+			t.Errorf("count of k%d = %d, want %d", k, got, 2*n/10)
+		}
+	}
+}
+
+// TestZombieCannotCommit: once a newer producer took the task's
+// transactional id (a new active's InitProducerId), the old active's next
+// transaction fails, its Run returns a fencing error, and nothing of it
+// reaches the output or the committed offset.
+func TestZombieCannotCommit(t *testing.T) {
+	brokers := broker(t)
+	produceInput(t, brokers, 1, 0, 20)
+	a := handler(t, brokers, 10)
+	stop, done, runErr := run(a, Copy{Task: "input-1", Role: worker.Active, Epoch: 1}, nil)
+	defer stop()
+	testutil.Eventually(t, 20*time.Second, "the active commits its input", func() bool {
+		return committed(t, brokers, "input-1", 1) == 20
+	})
+
+	// The new active's fence, alone: InitProducerId on the same id.
+	nw, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.TransactionalID(TransactionalID("input-1")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nw.Close()
+	if _, _, err := nw.ProducerID(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	produceInput(t, brokers, 1, 20, 20)
+	select {
+	case <-done:
+		if err := *runErr; !IsFenced(err) {
+			t.Fatalf("zombie's Run returned %v, want a fencing error", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the zombie did not stop")
+	}
+	if c := committed(t, brokers, "input-1", 1); c != 20 {
+		t.Fatalf("committed offset %d after the fence, want 20", c)
+	}
+	seen := readOutput(t, brokers)
+	for o := 20; o < 40; o++ {
+		if c := seen[fmt.Sprintf("1:%d", o)]; c != 0 {
+			t.Errorf("the zombie's output for input offset %d is visible", o)
+		}
+	}
+	if len(seen) != 20 {
+		t.Errorf("output has %d inputs, want 20", len(seen))
+	}
+}
+
+// TestStandbyLagFallsToZero: a standby restores the changelog an active
+// writes; its reported lag falls to 0 and its counts are the active's.
+func TestStandbyLagFallsToZero(t *testing.T) {
+	brokers := broker(t)
+	produceInput(t, brokers, 0, 0, 100)
+	a := handler(t, brokers, 10)
+	stopA, _, _ := run(a, Copy{Task: "input-0", Role: worker.Active, Epoch: 1}, nil)
+	defer stopA()
+	testutil.Eventually(t, 20*time.Second, "the active commits its input", func() bool {
+		return committed(t, brokers, "input-0", 0) == 100
+	})
+
+	s := handler(t, brokers, 0)
+	var lag atomic.Int64
+	lag.Store(-1)
+	stopS, _, _ := run(s, Copy{Task: "input-0", Role: worker.Standby, Epoch: 1}, &lag)
+	testutil.Eventually(t, 20*time.Second, "the standby reports a lag", func() bool { return lag.Load() >= 0 })
+	testutil.Eventually(t, 20*time.Second, "the standby's lag falls to 0", func() bool { return lag.Load() == 0 })
+	produceInput(t, brokers, 0, 100, 50)
+	testutil.Eventually(t, 20*time.Second, "the active commits more", func() bool {
+		return committed(t, brokers, "input-0", 0) == 150
+	})
+	testutil.Eventually(t, 20*time.Second, "the standby catches up again", func() bool { return lag.Load() == 0 })
+	// Lag 0 is as of the last lookup; the store has it once Run returned.
+	if err := stopS(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := openStore(context.Background(), s.cfg.StoreDir, "input-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.close()
+	counts, err := st.all()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range 10 {
+		if got := counts[fmt.Sprintf("k%d", k)]; got != 15 {
+			t.Errorf("standby's count of k%d = %d, want 15", k, got)
+		}
+	}
+}
+
+func TestPartition(t *testing.T) {
+	for _, tc := range []struct {
+		task string
+		p    int32
+		ok   bool
+	}{
+		{"input-0", 0, true}, {"input-5", 5, true}, {"input-12", 12, true},
+		{"input-", 0, false}, {"input-01", 0, false}, {"input--1", 0, false}, {"x-1", 0, false}, {"input-a", 0, false},
+	} {
+		p, err := Partition(tc.task)
+		if (err == nil) != tc.ok || p != tc.p {
+			t.Errorf("Partition(%q) = %d, %v", tc.task, p, err)
+		}
+	}
+}
