@@ -121,7 +121,7 @@ func readOutput(t *testing.T, brokers []string) map[string]int {
 
 // run runs one copy in a goroutine. stop cancels it and returns Run's
 // error; done is closed once Run returned, and then err holds its error.
-func run(h *Handler, c Copy, lag *atomic.Int64) (stop func() error, done <-chan struct{}, err *error) {
+func run(h *Handler, c Copy, lag *atomic.Int64, reports ...*atomic.Int64) (stop func() error, done <-chan struct{}, err *error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := make(chan struct{})
 	var rerr error
@@ -130,6 +130,9 @@ func run(h *Handler, c Copy, lag *atomic.Int64) (stop func() error, done <-chan 
 		rerr = h.Run(ctx, c, func(l int64) {
 			if lag != nil {
 				lag.Store(l)
+			}
+			for _, r := range reports {
+				r.Add(1)
 			}
 		})
 	}()
@@ -258,15 +261,20 @@ func TestStandbyLagFallsToZero(t *testing.T) {
 	s := handler(t, brokers, 0)
 	var lag atomic.Int64
 	lag.Store(-1)
-	stopS, _, _ := run(s, Copy{Task: "input-0", Role: worker.Standby, Epoch: 1}, &lag)
+	var reports atomic.Int64
+	stopS, _, _ := run(s, Copy{Task: "input-0", Role: worker.Standby, Epoch: 1}, &lag, &reports)
 	testutil.Eventually(t, 20*time.Second, "the standby reports a lag", func() bool { return lag.Load() >= 0 })
 	testutil.Eventually(t, 20*time.Second, "the standby's lag falls to 0", func() bool { return lag.Load() == 0 })
 	produceInput(t, brokers, 0, 100, 50)
 	testutil.Eventually(t, 20*time.Second, "the active commits more", func() bool {
 		return committed(t, brokers, "input-0", 0) == 150
 	})
-	testutil.Eventually(t, 20*time.Second, "the standby catches up again", func() bool { return lag.Load() == 0 })
-	// Lag 0 is as of the last lookup; the store has it once Run returned.
+	// A report's end offset is looked up after the report before it: two
+	// reports from now, the lag is measured against the new end.
+	from := reports.Load()
+	testutil.Eventually(t, 20*time.Second, "the standby catches up again", func() bool {
+		return reports.Load() >= from+2 && lag.Load() == 0
+	})
 	if err := stopS(); err != nil {
 		t.Fatal(err)
 	}
