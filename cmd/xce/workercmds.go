@@ -31,6 +31,7 @@ type workerFlags struct {
 	dropAfter                   time.Duration
 	logLevel, logFormat         string
 	creds                       credFlags
+	kv                          kvWorkerFlags // --store: the Kafka-backed worker
 }
 
 // config turns the flags into a worker.Config (usage errors for bad values).
@@ -96,6 +97,9 @@ reports its lags, a notice when its actives change, and "running" or
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			if f.kv.store != "" {
+				return runKVWorker(ctx, &f, cmd.ErrOrStderr())
+			}
 			return runWorker(ctx, &f, cmd.ErrOrStderr())
 		},
 	}
@@ -111,6 +115,7 @@ reports its lags, a notice when its actives change, and "running" or
 	fl.StringVar(&f.logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	fl.StringVar(&f.logFormat, "log-format", "auto", "json, console or auto (console on a terminal)")
 	f.creds.register(fl)
+	f.kv.register(cmd)
 	return cmd
 }
 
