@@ -3,6 +3,7 @@ package kvworker
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -76,7 +77,9 @@ func committed(t *testing.T, brokers []string, task string, p int32) int64 {
 }
 
 // readOutput reads the output topic read_committed to its end and counts
-// each xce-input header.
+// each xce-input header. It fails the test unless each key's values, in
+// the order of its partition, are 1, 2, 3…: the state the active counted
+// from was right at every handover.
 func readOutput(t *testing.T, brokers []string) map[string]int {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
@@ -99,6 +102,7 @@ func readOutput(t *testing.T, brokers []string) map[string]int {
 		return ok
 	}
 	seen := map[string]int{}
+	last := map[string]uint64{}
 	for !done() {
 		fs := cl.PollFetches(ctx)
 		if ctx.Err() != nil {
@@ -108,6 +112,11 @@ func readOutput(t *testing.T, brokers []string) map[string]int {
 			pos[r.Partition] = r.Offset + 1
 			if r.Attrs.IsControl() {
 				return
+			}
+			if v, err := strconv.ParseUint(string(r.Value), 10, 64); err != nil || v != last[string(r.Key)]+1 {
+				t.Errorf("output %q=%q at %d[%d] follows %d", r.Key, r.Value, r.Partition, r.Offset, last[string(r.Key)])
+			} else {
+				last[string(r.Key)] = v
 			}
 			for _, h := range r.Headers {
 				if h.Key == HeaderInput {
@@ -306,6 +315,67 @@ func TestPartition(t *testing.T) {
 		p, err := Partition(tc.task)
 		if (err == nil) != tc.ok || p != tc.p {
 			t.Errorf("Partition(%q) = %d, %v", tc.task, p, err)
+		}
+	}
+}
+
+// TestRoleChanges: a worker's store passes through active, standby and
+// active again while another worker is active in between. The store an
+// active leaves holds counts ahead of its changelog position; replaying
+// from that position on the way back must still end at the right counts,
+// and the output holds every input exactly once.
+func TestRoleChanges(t *testing.T) {
+	brokers := broker(t)
+	a := handler(t, brokers, 9)
+	b := handler(t, brokers, 13)
+	want := 0
+	step := func(h *Handler, epoch uint64, other *Handler) {
+		t.Helper()
+		produceInput(t, brokers, 0, want, 100)
+		want += 100
+		var stopOther func() error
+		if other != nil {
+			stopOther, _, _ = run(other, Copy{Task: "input-0", Role: worker.Standby, Epoch: epoch}, nil)
+		}
+		stop, _, _ := run(h, Copy{Task: "input-0", Role: worker.Active, Epoch: epoch}, nil)
+		testutil.Eventually(t, 20*time.Second, "the active commits the input", func() bool {
+			return committed(t, brokers, "input-0", 0) == int64(want)
+		})
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		if stopOther != nil {
+			if err := stopOther(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	step(a, 1, nil)
+	step(b, 2, a)
+	step(a, 3, b)
+	step(b, 4, nil)
+	step(a, 5, nil)
+
+	seen := readOutput(t, brokers)
+	for o := 0; o < want; o++ {
+		if c := seen[fmt.Sprintf("0:%d", o)]; c != 1 {
+			t.Errorf("input offset %d is in the output %d times", o, c)
+		}
+	}
+	for _, h := range []*Handler{a} {
+		st, err := openStore(context.Background(), h.cfg.StoreDir, "input-0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		counts, err := st.all()
+		st.close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k := range 10 {
+			if got := counts[fmt.Sprintf("k%d", k)]; got != uint64(want/10) {
+				t.Errorf("count of k%d = %d, want %d", k, got, want/10)
+			}
 		}
 	}
 }
