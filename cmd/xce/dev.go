@@ -74,7 +74,8 @@ func runDev(dir string, n, base int, fresh, secure bool, kafkaAddr string, worke
 		return err
 	}
 	if fresh {
-		for _, d := range []string{"data", "kafka"} {
+		// The workers' stores go with the broker's log they were read from.
+		for _, d := range []string{"data", "kafka", "stores"} {
 			if err := os.RemoveAll(filepath.Join(dir, d)); err != nil {
 				return err
 			}
@@ -93,6 +94,11 @@ func runDev(dir string, n, base int, fresh, secure bool, kafkaAddr string, worke
 		Configure: func(c *configs.Config) {
 			if kafkaAddr != "" {
 				c.Kafka.Brokers = []string{kafkaAddr}
+				if workers.n > 1 {
+					// The Kafka workers' tasks have a standby each
+					// (placement takes the cluster-wide count).
+					c.Assignor.NumStandbyReplicas = 1
+				}
 			}
 		},
 	})

@@ -59,7 +59,9 @@ func runDevInput(ctx context.Context, brokers string, rate int) {
 			return
 		case <-tick.C:
 		}
-		r := &kgo.Record{Partition: int32(i % devKVTasks), Key: fmt.Appendf(nil, "k%d", i%100), Value: fmt.Appendf(nil, "%d", i)}
+		// A key lives in one partition, so one task counts it.
+		k := i % 100
+		r := &kgo.Record{Partition: int32(k % devKVTasks), Key: fmt.Appendf(nil, "k%d", k), Value: fmt.Appendf(nil, "%d", i)}
 		if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil && ctx.Err() == nil {
 			backoff.Sleep(ctx, time.Second)
 		}

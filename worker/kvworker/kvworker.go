@@ -220,6 +220,27 @@ func (h *Handler) changelogEnd(ctx context.Context, adm *kadm.Client, p int32) (
 	return o.Offset, nil
 }
 
+// position returns the store's changelog position and the changelog's
+// end. A store ahead of the end was read from a changelog that is gone (a
+// broker whose log was reset): it is emptied and restored from the start.
+func (h *Handler) position(ctx context.Context, adm *kadm.Client, st *store, p int32) (next, end int64, err error) {
+	if next, err = st.next(); err != nil {
+		return 0, 0, err
+	}
+	if end, err = h.changelogEnd(ctx, adm, p); err != nil {
+		return 0, 0, err
+	}
+	if next > end {
+		h.log.Warn().Int32("partition", p).Int64("store_offset", next).Int64("changelog_end", end).
+			Msg("the store is ahead of its changelog (was the broker's log reset?): restoring it from the start")
+		if err := st.reset(); err != nil {
+			return 0, 0, err
+		}
+		next = 0
+	}
+	return next, end, nil
+}
+
 // applyChangelog applies changelog records to the store and returns its
 // new position. With values false only the position moves (an active reads
 // back what it wrote itself; its store has the values already).
@@ -241,18 +262,17 @@ func applyChangelog(st *store, recs []*kgo.Record, values bool) (int64, error) {
 // follow restores the store from the changelog and tails it, reporting
 // the lag, until ctx ends or Kafka fails.
 func (h *Handler) follow(ctx context.Context, st *store, p int32, report func(int64)) error {
-	next, err := st.next()
-	if err != nil {
-		return err
-	}
-	cl, err := kgo.NewClient(h.clientOpts(kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{
-		h.cfg.ChangelogTopic: {p: kgo.NewOffset().At(next)},
-	}))...)
+	cl, err := kgo.NewClient(h.clientOpts()...)
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
+	next, _, err := h.position(ctx, adm, st, p)
+	if err != nil {
+		return err
+	}
+	cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{h.cfg.ChangelogTopic: {p: kgo.NewOffset().At(next)}})
 	var lastLag time.Time
 	for {
 		if time.Since(lastLag) >= lagEvery {
@@ -333,11 +353,7 @@ func (h *Handler) active(ctx context.Context, log zerolog.Logger, c Copy, p int3
 
 	// 2. Restore to the changelog's end (stable now: no transaction of
 	// an older active is open any more).
-	next, err := st.next()
-	if err != nil {
-		return err
-	}
-	end, err := h.changelogEnd(ctx, adm, p)
+	next, end, err := h.position(ctx, adm, st, p)
 	if err != nil {
 		return err
 	}

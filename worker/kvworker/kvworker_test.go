@@ -379,3 +379,47 @@ func TestRoleChanges(t *testing.T) {
 		}
 	}
 }
+
+// TestStoreAheadOfChangelog: a store read from a broker whose log is gone
+// is emptied, not mixed into the new changelog's state.
+func TestStoreAheadOfChangelog(t *testing.T) {
+	first := broker(t)
+	a := handler(t, first, 10)
+	produceInput(t, first, 0, 0, 100)
+	stop, _, _ := run(a, Copy{Task: "input-0", Role: worker.Active, Epoch: 1}, nil)
+	testutil.Eventually(t, 20*time.Second, "the active commits its input", func() bool {
+		return committed(t, first, "input-0", 0) == 100
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	second := broker(t)
+	b, err := New(Config{Brokers: second, StoreDir: a.cfg.StoreDir, Logger: a.cfg.Logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	produceInput(t, second, 0, 0, 30)
+	stop, _, _ = run(b, Copy{Task: "input-0", Role: worker.Active, Epoch: 1}, nil)
+	testutil.Eventually(t, 20*time.Second, "the active commits the new input", func() bool {
+		return committed(t, second, "input-0", 0) == 30
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	readOutput(t, second) // counts 1, 2, 3 per key
+	st, err := openStore(context.Background(), b.cfg.StoreDir, "input-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.close()
+	counts, err := st.all()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range 10 {
+		if got := counts[fmt.Sprintf("k%d", k)]; got != 3 {
+			t.Errorf("count of k%d = %d, want 3", k, got)
+		}
+	}
+}

@@ -124,6 +124,22 @@ func (s *store) apply(updates []kv, next int64) error {
 	})
 }
 
+// reset empties the store: its state came from a changelog that is gone
+// (it is ahead of the changelog's end, as after a broker's log was reset).
+func (s *store) reset() error {
+	return s.db.Update(func(tx *bbolt.Tx) error {
+		for _, b := range [][]byte{bucketKV, bucketMeta} {
+			if err := tx.DeleteBucket(b); err != nil {
+				return err
+			}
+			if _, err := tx.CreateBucket(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
 // all returns every count (for tests and inspection).
 func (s *store) all() (map[string]uint64, error) {
 	out := map[string]uint64{}
