@@ -18,6 +18,7 @@ import (
 	"github.com/xce/xce/configs"
 	"github.com/xce/xce/internal/backoff"
 	"github.com/xce/xce/internal/localcluster"
+	"github.com/xce/xce/worker/kvworker"
 )
 
 func devCmd() *cobra.Command {
@@ -55,7 +56,7 @@ func devCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&fresh, "fresh", false, "delete the directory's data first")
 	cmd.Flags().StringVar(&kafkaAddr, "kafka-addr", "127.0.0.1:9092", "where the embedded Kafka broker (kafka-dev) listens")
 	cmd.Flags().BoolVar(&noKafka, "no-kafka", false, "run without the embedded broker (publishing disabled)")
-	cmd.Flags().IntVar(&workers, "workers", 3, "reference workers to run (w1, w2, …; capacity 1 each)")
+	cmd.Flags().IntVar(&workers, "workers", 3, "workers to run (w1, w2, …; capacity 1 each): Kafka-backed ones on input-0 … input-5 with Kafka, simulators with --no-kafka")
 	cmd.Flags().Float64Var(&restoreRate, "worker-restore-rate", 20000, "the reference workers' restore rate, records/s")
 	cmd.Flags().BoolVar(&secure, "tls", false, "TLS on every port with certificates from a CA in <dir>/tls, workers by their certificates, the CLI examples with an admin token")
 	return cmd
@@ -73,7 +74,8 @@ func runDev(dir string, n, base int, fresh, secure bool, kafkaAddr string, worke
 		return err
 	}
 	if fresh {
-		for _, d := range []string{"data", "kafka"} {
+		// The workers' stores go with the broker's log they were read from.
+		for _, d := range []string{"data", "kafka", "stores"} {
 			if err := os.RemoveAll(filepath.Join(dir, d)); err != nil {
 				return err
 			}
@@ -92,6 +94,11 @@ func runDev(dir string, n, base int, fresh, secure bool, kafkaAddr string, worke
 		Configure: func(c *configs.Config) {
 			if kafkaAddr != "" {
 				c.Kafka.Brokers = []string{kafkaAddr}
+				if workers.n > 1 {
+					// The Kafka workers' tasks have a standby each
+					// (placement takes the cluster-wide count).
+					c.Assignor.NumStandbyReplicas = 1
+				}
 			}
 		},
 	})
@@ -165,9 +172,21 @@ func runDev(dir string, n, base int, fresh, secure bool, kafkaAddr string, worke
 	if workers.n > 0 {
 		fmt.Println()
 	}
+	// With Kafka, the workers are the Kafka-backed ones (docs/operations.md).
+	kv := kafkaAddr != "" && workers.n > 0
+	if kv {
+		stopInput, err := startDevKV(ctx, cluster, secure, kafkaAddr)
+		if err != nil {
+			return err
+		}
+		defer stopInput()
+	}
 	for _, id := range workerIDs {
 		args := []string{"worker", "--id", id, "--controllers", all, "--capacity", "1",
 			"--restore-rate", strconv.FormatFloat(workers.restoreRate, 'g', -1, 64), "--log-format", "json"}
+		if kv {
+			args = append(args, "--store", filepath.Join(dir, "stores", id), "--brokers", kafkaAddr)
+		}
 		if secure {
 			w := cluster.WorkerCredentials(id)
 			args = append(args, "--ca-file", w.CAFile, "--cert-file", w.CertFile, "--key-file", w.KeyFile)
@@ -177,6 +196,10 @@ func runDev(dir string, n, base int, fresh, secure bool, kafkaAddr string, worke
 			return err
 		}
 		workerProcs = append(workerProcs, p)
+		if kv {
+			fmt.Printf("%s  kafka worker, capacity 1, store %s  log %s  pid %d\n", id, filepath.Join(dir, "stores", id), logPath, p.Pid())
+			continue
+		}
 		fmt.Printf("%s  worker, capacity 1, restore rate %g/s  log %s  pid %d\n", id, workers.restoreRate, logPath, p.Pid())
 	}
 	fmt.Println()
@@ -196,6 +219,11 @@ func runDev(dir string, n, base int, fresh, secure bool, kafkaAddr string, worke
 	}
 	if kafkaAddr != "" {
 		fmt.Printf("      xce events tail --brokers %s --from-start\n", kafkaAddr)
+	}
+	if kv {
+		fmt.Printf("tasks %s0 … %s%d read %s (%d records/s from a generator) into %s and %s\n",
+			kvworker.TaskPrefix, kvworker.TaskPrefix, devKVTasks-1, kvworker.DefaultInputTopic, devInputRate,
+			kvworker.DefaultChangelogTopic, kvworker.DefaultOutputTopic)
 	}
 	fmt.Println("Ctrl-C stops the cluster.")
 

@@ -31,6 +31,7 @@ type workerFlags struct {
 	dropAfter                   time.Duration
 	logLevel, logFormat         string
 	creds                       credFlags
+	kv                          kvWorkerFlags // --store: the Kafka-backed worker
 }
 
 // config turns the flags into a worker.Config and the simulator's config
@@ -109,6 +110,9 @@ primary gives), and lists the actives it runs in every heartbeat.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			if f.kv.store != "" {
+				return runKVWorker(ctx, &f, cmd.ErrOrStderr())
+			}
 			return runWorker(ctx, &f, cmd.ErrOrStderr())
 		},
 	}
@@ -124,6 +128,7 @@ primary gives), and lists the actives it runs in every heartbeat.`,
 	fl.StringVar(&f.logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	fl.StringVar(&f.logFormat, "log-format", "auto", "json, console or auto (console on a terminal)")
 	f.creds.register(fl)
+	f.kv.register(cmd)
 	return cmd
 }
 
