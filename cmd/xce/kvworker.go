@@ -32,7 +32,7 @@ func (f *kvWorkerFlags) register(cmd *cobra.Command) {
 
 // runKVWorker runs the Kafka-backed worker until ctx ends.
 func runKVWorker(ctx context.Context, f *workerFlags, stderr io.Writer) error {
-	cfg, err := f.config()
+	cfg, _, err := f.config()
 	if err != nil {
 		return err
 	}

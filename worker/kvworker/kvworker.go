@@ -65,6 +65,10 @@ type Config struct {
 	TxnTimeout time.Duration
 	// Logger receives the handler's log lines.
 	Logger zerolog.Logger
+	// Fence says whether a copy may still act (nil: worker.Fence, the
+	// library's check of the copy's hold and, for an active, its lease).
+	// A test that runs the handler without the library sets its own.
+	Fence func(context.Context) error
 }
 
 // Handler runs the copies of input-<p> tasks; it implements the worker
@@ -94,6 +98,9 @@ func New(cfg Config) (*Handler, error) {
 	}
 	if cfg.BatchMax <= 0 {
 		cfg.BatchMax = DefaultBatchMax
+	}
+	if cfg.Fence == nil {
+		cfg.Fence = worker.Fence
 	}
 	if cfg.TxnTimeout <= 0 {
 		cfg.TxnTimeout = DefaultTxnTimeout
@@ -149,7 +156,7 @@ func IsFenced(err error) bool {
 // an error only for a bad task name or store, or when the active is
 // fenced. It returns once nothing of the copy runs: an active commits
 // nothing after.
-func (h *Handler) Run(ctx context.Context, c Copy, report func(lag int64)) error {
+func (h *Handler) Run(ctx context.Context, c worker.Copy, report func(lag int64)) error {
 	p, err := Partition(c.Task)
 	if err != nil {
 		return err
@@ -324,7 +331,7 @@ func fetchErr(fs kgo.Fetches) error {
 // transactions, until ctx ends, the copy is fenced, or Kafka fails (the
 // caller then starts over: the committed offset and the changelog say
 // where).
-func (h *Handler) active(ctx context.Context, log zerolog.Logger, c Copy, p int32, st *store, report func(int64)) error {
+func (h *Handler) active(ctx context.Context, log zerolog.Logger, c worker.Copy, p int32, st *store, report func(int64)) error {
 	cl, err := kgo.NewClient(h.clientOpts(
 		kgo.TransactionalID(TransactionalID(c.Task)),
 		kgo.TransactionTimeout(h.cfg.TxnTimeout),
@@ -486,7 +493,7 @@ type txn struct {
 // end on its own deadline, not ctx: the commit's outcome is known when it
 // returns, so nothing is committed after the copy stopped.
 func (t *txn) commit(parent context.Context, recs []*kgo.Record) (rerr error) {
-	if err := fenceCheck(parent); err != nil {
+	if err := t.h.cfg.Fence(parent); err != nil {
 		return fmt.Errorf("%w: %v", ErrFenced, err)
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), t.h.cfg.TxnTimeout/2)
@@ -553,7 +560,7 @@ func (t *txn) commit(parent context.Context, recs []*kgo.Record) (rerr error) {
 	if err := t.commitOffset(ctx, last.Offset+1, last.LeaderEpoch); err != nil {
 		return err
 	}
-	if err := fenceCheck(parent); err != nil {
+	if err := t.h.cfg.Fence(parent); err != nil {
 		return fmt.Errorf("%w: %v", ErrFenced, err)
 	}
 	committed = true

@@ -31,10 +31,14 @@ func broker(t *testing.T) []string {
 	return c.ListenAddrs()
 }
 
+// ctxFence lets a copy act until its context ends: the handler runs here
+// without the worker library, whose Fence knows only its own copies.
+func ctxFence(ctx context.Context) error { return context.Cause(ctx) }
+
 func handler(t *testing.T, brokers []string, batch int) *Handler {
 	t.Helper()
 	h, err := New(Config{Brokers: brokers, StoreDir: t.TempDir(), BatchMax: batch, TxnTimeout: 5 * time.Second,
-		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel)})
+		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel), Fence: ctxFence})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +134,7 @@ func readOutput(t *testing.T, brokers []string) map[string]int {
 
 // run runs one copy in a goroutine. stop cancels it and returns Run's
 // error; done is closed once Run returned, and then err holds its error.
-func run(h *Handler, c Copy, lag *atomic.Int64, reports ...*atomic.Int64) (stop func() error, done <-chan struct{}, err *error) {
+func run(h *Handler, c worker.Copy, lag *atomic.Int64, reports ...*atomic.Int64) (stop func() error, done <-chan struct{}, err *error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := make(chan struct{})
 	var rerr error
@@ -163,7 +167,7 @@ func TestExactlyOnceAcrossRestart(t *testing.T) {
 	produceInput(t, brokers, 0, 0, n)
 
 	a := handler(t, brokers, 7)
-	stopA, _, _ := run(a, Copy{Task: "input-0", Role: worker.Active, Epoch: 1}, nil)
+	stopA, _, _ := run(a, worker.Copy{Task: "input-0", Role: worker.Active, Epoch: 1}, nil)
 	testutil.Eventually(t, 20*time.Second, "the first active commits some input", func() bool {
 		return committed(t, brokers, "input-0", 0) >= 50
 	})
@@ -174,7 +178,7 @@ func TestExactlyOnceAcrossRestart(t *testing.T) {
 	produceInput(t, brokers, 0, n, n)
 
 	b := handler(t, brokers, 50)
-	stopB, _, _ := run(b, Copy{Task: "input-0", Role: worker.Active, Epoch: 2}, nil)
+	stopB, _, _ := run(b, worker.Copy{Task: "input-0", Role: worker.Active, Epoch: 2}, nil)
 	testutil.Eventually(t, 20*time.Second, "the second active commits all input", func() bool {
 		return committed(t, brokers, "input-0", 0) == 2*n
 	})
@@ -216,7 +220,7 @@ func TestZombieCannotCommit(t *testing.T) {
 	brokers := broker(t)
 	produceInput(t, brokers, 1, 0, 20)
 	a := handler(t, brokers, 10)
-	stop, done, runErr := run(a, Copy{Task: "input-1", Role: worker.Active, Epoch: 1}, nil)
+	stop, done, runErr := run(a, worker.Copy{Task: "input-1", Role: worker.Active, Epoch: 1}, nil)
 	defer stop()
 	testutil.Eventually(t, 20*time.Second, "the active commits its input", func() bool {
 		return committed(t, brokers, "input-1", 1) == 20
@@ -261,7 +265,7 @@ func TestStandbyLagFallsToZero(t *testing.T) {
 	brokers := broker(t)
 	produceInput(t, brokers, 0, 0, 100)
 	a := handler(t, brokers, 10)
-	stopA, _, _ := run(a, Copy{Task: "input-0", Role: worker.Active, Epoch: 1}, nil)
+	stopA, _, _ := run(a, worker.Copy{Task: "input-0", Role: worker.Active, Epoch: 1}, nil)
 	defer stopA()
 	testutil.Eventually(t, 20*time.Second, "the active commits its input", func() bool {
 		return committed(t, brokers, "input-0", 0) == 100
@@ -271,7 +275,7 @@ func TestStandbyLagFallsToZero(t *testing.T) {
 	var lag atomic.Int64
 	lag.Store(-1)
 	var reports atomic.Int64
-	stopS, _, _ := run(s, Copy{Task: "input-0", Role: worker.Standby, Epoch: 1}, &lag, &reports)
+	stopS, _, _ := run(s, worker.Copy{Task: "input-0", Role: worker.Standby, Epoch: 1}, &lag, &reports)
 	testutil.Eventually(t, 20*time.Second, "the standby reports a lag", func() bool { return lag.Load() >= 0 })
 	testutil.Eventually(t, 20*time.Second, "the standby's lag falls to 0", func() bool { return lag.Load() == 0 })
 	produceInput(t, brokers, 0, 100, 50)
@@ -335,9 +339,9 @@ func TestRoleChanges(t *testing.T) {
 		want += 100
 		var stopOther func() error
 		if other != nil {
-			stopOther, _, _ = run(other, Copy{Task: "input-0", Role: worker.Standby, Epoch: epoch}, nil)
+			stopOther, _, _ = run(other, worker.Copy{Task: "input-0", Role: worker.Standby, Epoch: epoch}, nil)
 		}
-		stop, _, _ := run(h, Copy{Task: "input-0", Role: worker.Active, Epoch: epoch}, nil)
+		stop, _, _ := run(h, worker.Copy{Task: "input-0", Role: worker.Active, Epoch: epoch}, nil)
 		testutil.Eventually(t, 20*time.Second, "the active commits the input", func() bool {
 			return committed(t, brokers, "input-0", 0) == int64(want)
 		})
@@ -386,7 +390,7 @@ func TestStoreAheadOfChangelog(t *testing.T) {
 	first := broker(t)
 	a := handler(t, first, 10)
 	produceInput(t, first, 0, 0, 100)
-	stop, _, _ := run(a, Copy{Task: "input-0", Role: worker.Active, Epoch: 1}, nil)
+	stop, _, _ := run(a, worker.Copy{Task: "input-0", Role: worker.Active, Epoch: 1}, nil)
 	testutil.Eventually(t, 20*time.Second, "the active commits its input", func() bool {
 		return committed(t, first, "input-0", 0) == 100
 	})
@@ -395,12 +399,12 @@ func TestStoreAheadOfChangelog(t *testing.T) {
 	}
 
 	second := broker(t)
-	b, err := New(Config{Brokers: second, StoreDir: a.cfg.StoreDir, Logger: a.cfg.Logger})
+	b, err := New(Config{Brokers: second, StoreDir: a.cfg.StoreDir, Logger: a.cfg.Logger, Fence: ctxFence})
 	if err != nil {
 		t.Fatal(err)
 	}
 	produceInput(t, second, 0, 0, 30)
-	stop, _, _ = run(b, Copy{Task: "input-0", Role: worker.Active, Epoch: 1}, nil)
+	stop, _, _ = run(b, worker.Copy{Task: "input-0", Role: worker.Active, Epoch: 1}, nil)
 	testutil.Eventually(t, 20*time.Second, "the active commits the new input", func() bool {
 		return committed(t, second, "input-0", 0) == 30
 	})

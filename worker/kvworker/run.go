@@ -15,7 +15,11 @@ import (
 // RunWorker runs a worker whose copies h holds, until ctx ends: the worker
 // library's registration, heartbeats and lease around h.
 func RunWorker(ctx context.Context, cfg worker.Config, h *Handler) error {
-	return runLibrary(ctx, cfg, h)
+	w, err := worker.New(cfg, h)
+	if err != nil {
+		return err
+	}
+	return w.Run(ctx)
 }
 
 // EnsureTopics creates the input, changelog and output topics with
