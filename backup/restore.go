@@ -9,8 +9,8 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/xce/xce/configs"
-	"github.com/xce/xce/state"
 	"github.com/xce/xce/persist"
+	"github.com/xce/xce/state"
 )
 
 // keyCurrentTerm is the stable store's key of raft's current term.
