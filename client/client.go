@@ -20,6 +20,7 @@ import (
 	"fmt"
 	mrand "math/rand/v2"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -123,6 +124,12 @@ type Options struct {
 	// unreachable node it asks again after at most a second. Default 30s;
 	// negative: only the caller's Status calls teach it the members.
 	RefreshInterval time.Duration
+	// Pinned keeps the client on the endpoints it was given: it learns no
+	// members and follows a leader hint only to one of them (it tries the
+	// others in turn instead). For clients that reach the cluster through
+	// proxies, port-forwards or a load balancer, whose addresses the
+	// members' own do not name.
+	Pinned bool
 }
 
 // minRefresh spaces the member refreshes a failing call asks for.
@@ -223,6 +230,9 @@ func (c *Client) Close() {
 // names no client address teaches nothing: the client never drops to no
 // endpoint.
 func (c *Client) learn(members []*xcev1.Member) {
+	if c.opts.Pinned {
+		return
+	}
 	var addrs []string
 	seen := map[string]bool{}
 	for _, m := range members {
@@ -427,7 +437,7 @@ func retry[S any](ctx context.Context, c *Client, stub func(ep string) S, call f
 		}
 		if isNotReady {
 			unanswered.Reset()
-			if nr.LeaderAddr != "" && nr.LeaderAddr != ep && hops < 3 {
+			if nr.LeaderAddr != "" && nr.LeaderAddr != ep && hops < 3 && c.mayDial(nr.LeaderAddr) {
 				// Follow the hint at once; a few hops at most before
 				// backing off, in case hints disagree mid-election.
 				hops++
@@ -703,6 +713,17 @@ func (c *Client) Status(ctx context.Context, endpoint string) (*xcev1.StatusResp
 	}
 	c.learn(r.Msg.GetMembers())
 	return r.Msg, nil
+}
+
+// mayDial reports whether the client may call addr: any address unless
+// Pinned, then only the ones it was given.
+func (c *Client) mayDial(addr string) bool {
+	if !c.opts.Pinned {
+		return true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Contains(c.endpoints, addr)
 }
 
 // Endpoints are the addresses the client calls: the members' client

@@ -212,3 +212,27 @@ func newMux(m *member) *http.ServeMux {
 	mux.Handle(xcev1connect.NewControllerServiceHandler(m))
 	return mux
 }
+
+// A pinned client calls only the endpoints it was given: Status teaches it
+// no members.
+func TestPinnedClientLearnsNoMembers(t *testing.T) {
+	cl := &cluster{}
+	a, b := startMember(t, cl), startMember(t, cl)
+	cl.set(b.addr, a.addr)
+	c := newClient(t, []string{a.addr}, client.Options{Pinned: true, RefreshInterval: time.Millisecond})
+	t.Cleanup(c.Close)
+	if _, err := c.Status(ctxT(t), a.addr); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, err := c.ListWorkers(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := c.Endpoints(); !slices.Equal(got, []string{a.addr}) {
+		t.Fatalf("endpoints %v, want only %s", got, a.addr)
+	}
+	if n := b.served.Load(); n != 0 {
+		t.Fatalf("a member it was not given served %d calls", n)
+	}
+}

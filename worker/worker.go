@@ -71,6 +71,10 @@ type Config struct {
 	// (xce tls cert create --worker ID) or a token, and the CA its
 	// controllers' certificates chain to (TLS when a file is named).
 	Credentials client.Credentials
+	// PinControllers keeps the worker on the Controllers addresses (a
+	// proxy or port-forward to each controller): it does not switch to the
+	// client addresses the cluster's members advertise (client.Options.Pinned).
+	PinControllers bool
 	// AttemptTimeout bounds one call to one controller (0: the client
 	// library's default).
 	AttemptTimeout time.Duration
@@ -137,7 +141,7 @@ func New(cfg Config, h Handler) (*Worker, error) {
 		return nil, fmt.Errorf("%w: no handler", ErrConfig)
 	}
 	c, err := client.New(cfg.Controllers, client.Options{HTTPClient: cfg.HTTPClient, AttemptTimeout: cfg.AttemptTimeout,
-		Credentials: cfg.Credentials})
+		Credentials: cfg.Credentials, Pinned: cfg.PinControllers})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}

@@ -25,6 +25,7 @@ import (
 // workerFlags are the flags of `xce worker`.
 type workerFlags struct {
 	id, controllers, clientAddr string
+	pinControllers              bool
 	capacity                    uint32
 	restoreRate                 float64
 	initialLag, dropLag         int64
@@ -56,7 +57,7 @@ func (f *workerFlags) config() (worker.Config, worker.SimulatorConfig, error) {
 	}
 	return worker.Config{
 			ID: f.id, Controllers: strings.Split(f.controllers, ","), Capacity: f.capacity, ClientAddr: f.clientAddr,
-			Credentials: f.creds.credentials(),
+			Credentials: f.creds.credentials(), PinControllers: f.pinControllers,
 		}, worker.SimulatorConfig{
 			RestoreRate: f.restoreRate, InitialLag: initial, DropLag: f.dropLag, DropAfter: f.dropAfter,
 		}, nil
@@ -119,6 +120,7 @@ primary gives), and lists the actives it runs in every heartbeat.`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.id, "id", "", "worker id (1-128 characters of [A-Za-z0-9._-]); required")
 	fl.StringVar(&f.controllers, "controllers", "127.0.0.1:7101", "comma-separated HOST:PORT list of controller client addresses")
+	fl.BoolVar(&f.pinControllers, "pin-controllers", false, "call only the --controllers addresses (proxies or port-forwards), never the client addresses the members advertise")
 	fl.Uint32Var(&f.capacity, "capacity", 1, "relative weight (processing threads); 0 drains the worker")
 	fl.StringVar(&f.clientAddr, "client-addr", "", "where this worker serves its clients (informational)")
 	fl.Float64Var(&f.restoreRate, "restore-rate", worker.DefaultRestoreRate, "records/s a held copy catches up (and an unheld one falls behind)")
