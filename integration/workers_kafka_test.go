@@ -388,20 +388,20 @@ func first(ls []logLine, f func(logLine) bool) (logLine, bool) {
 }
 
 // logRestoreRates logs the restore rates the workers logged (records/s),
-// those of restores of 500 records or more: smaller ones time mostly the
+// those of restores of 50 records or more: smaller ones time mostly the
 // fetch's round trip.
 func (r *kvRig) logRestoreRates() {
 	r.t.Helper()
 	var rates []string
 	for _, id := range kvWorkerIDs {
 		for _, l := range r.logLines(id) {
-			if strings.HasPrefix(l.Message, "restored ") && l.Records >= 500 {
+			if strings.HasPrefix(l.Message, "restored ") && l.Records >= 50 {
 				rates = append(rates, fmt.Sprintf("%s %s %d records at %.0f/s", id, l.Task, l.Records, l.Rate))
 			}
 		}
 	}
 	if len(rates) == 0 {
-		r.t.Logf("restore rate: no restore of 500 records or more in this run")
+		r.t.Logf("restore rate: no restore of 50 records or more in this run")
 		return
 	}
 	r.t.Logf("restore rates: %s", strings.Join(rates, "; "))
