@@ -178,7 +178,7 @@ func (h *Handler) Run(ctx context.Context, c worker.Copy, report func(lag int64)
 		if c.Role == worker.Active {
 			err = h.active(ctx, log, c, p, st, report)
 		} else {
-			err = h.follow(ctx, st, p, report)
+			err = h.follow(ctx, log, st, p, report)
 		}
 		switch {
 		case ctx.Err() != nil:
@@ -268,18 +268,19 @@ func applyChangelog(st *store, recs []*kgo.Record, values bool) (int64, error) {
 
 // follow restores the store from the changelog and tails it, reporting
 // the lag, until ctx ends or Kafka fails.
-func (h *Handler) follow(ctx context.Context, st *store, p int32, report func(int64)) error {
+func (h *Handler) follow(ctx context.Context, log zerolog.Logger, st *store, p int32, report func(int64)) error {
 	cl, err := kgo.NewClient(h.clientOpts()...)
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
-	next, _, err := h.position(ctx, adm, st, p)
+	next, end, err := h.position(ctx, adm, st, p)
 	if err != nil {
 		return err
 	}
 	cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{h.cfg.ChangelogTopic: {p: kgo.NewOffset().At(next)}})
+	restore := startRestore(next, end)
 	var lastLag time.Time
 	for {
 		if time.Since(lastLag) >= lagEvery {
@@ -311,7 +312,34 @@ func (h *Handler) follow(ctx context.Context, st *store, p int32, report func(in
 		if n >= 0 {
 			next = n
 		}
+		restore.progress(log, p, next)
 	}
+}
+
+// restoring times a store's restore up to the changelog's end when it
+// began, and logs its rate once it gets there: how long a new copy takes
+// to become useful (docs/design.md, "Tasks, workers, assignments").
+type restoring struct {
+	from, to int64
+	start    time.Time
+	done     bool
+}
+
+func startRestore(from, to int64) *restoring {
+	return &restoring{from: from, to: to, start: time.Now(), done: from >= to}
+}
+
+// progress notes the store's position; the first time it reaches the end
+// the restore began with, it logs the records read and their rate.
+func (r *restoring) progress(log zerolog.Logger, p int32, next int64) {
+	if r.done || next < r.to {
+		return
+	}
+	r.done = true
+	n, d := next-r.from, time.Since(r.start)
+	rate := float64(n) / max(d.Seconds(), 1e-6)
+	log.Info().Int32("partition", p).Int64("records", n).Dur("took", d).Float64("records_per_second", rate).
+		Msgf("restored %d records in %v (%.0f records/s)", n, d.Round(time.Millisecond), rate)
 }
 
 // fetchErr is the first real error of a poll (a poll cut short by its
@@ -365,6 +393,7 @@ func (h *Handler) active(ctx context.Context, log zerolog.Logger, c worker.Copy,
 		return err
 	}
 	cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{h.cfg.ChangelogTopic: {p: kgo.NewOffset().At(next)}})
+	restore := startRestore(next, end)
 	for next < end {
 		report(end - next)
 		fs := cl.PollRecords(ctx, 10_000)
@@ -381,6 +410,7 @@ func (h *Handler) active(ctx context.Context, log zerolog.Logger, c worker.Copy,
 		if n >= 0 {
 			next = n
 		}
+		restore.progress(log, p, next)
 	}
 	report(0)
 	log.Info().Int64("changelog_offset", next).Msg("store restored")
