@@ -435,9 +435,8 @@ func (h *Handler) active(ctx context.Context, log zerolog.Logger, c worker.Copy,
 	log.Info().Str("from", from.String()).Msg("processing the input")
 
 	t := &txn{h: h, cl: cl, st: st, task: c.Task, p: p, epoch: c.Epoch, inputID: td.ID}
-	var lastLag time.Time
 	for {
-		// Bounded, so that an idle active still reports its lag.
+		// Bounded, so that an idle active still notices its context.
 		pctx, cancel := context.WithTimeout(ctx, lagEvery)
 		fs := cl.PollRecords(pctx, h.cfg.BatchMax)
 		cancel()
@@ -462,21 +461,11 @@ func (h *Handler) active(ctx context.Context, log zerolog.Logger, c worker.Copy,
 				return err
 			}
 		}
-		if n, err := applyChangelog(st, back, false); err != nil {
+		// The active's store holds every value of the changelog: it wrote
+		// each one itself, in the transaction that committed it, so its
+		// lag stays 0; reading its records back only moves the position.
+		if _, err := applyChangelog(st, back, false); err != nil {
 			return err
-		} else if n >= 0 {
-			next = n
-		}
-		// The active's own lag: what of the changelog its store has not
-		// read back yet.
-		if time.Since(lastLag) >= lagEvery {
-			lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			e, err := h.changelogEnd(lctx, adm, p)
-			cancel()
-			if err == nil {
-				report(max(e-next, 0))
-				lastLag = time.Now()
-			}
 		}
 	}
 }
@@ -549,13 +538,18 @@ func (t *txn) commit(parent context.Context, recs []*kgo.Record) (rerr error) {
 	var ups []kv
 	var mu sync.Mutex
 	var first error
-	done := func(_ *kgo.Record, err error) {
+	lastCL := int64(-1) // the last changelog offset written
+	done := func(r *kgo.Record, err error) {
+		mu.Lock()
+		defer mu.Unlock()
 		if err != nil {
-			mu.Lock()
 			if first == nil {
 				first = err
 			}
-			mu.Unlock()
+			return
+		}
+		if r.Topic == t.h.cfg.ChangelogTopic && r.Offset > lastCL {
+			lastCL = r.Offset
 		}
 	}
 	epoch := []byte(strconv.FormatUint(t.epoch, 10))
@@ -581,7 +575,7 @@ func (t *txn) commit(parent context.Context, recs []*kgo.Record) (rerr error) {
 		return fmt.Errorf("flush: %w", err)
 	}
 	mu.Lock()
-	err := first
+	err, next := first, lastCL+1
 	mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("produce: %w", err)
@@ -599,7 +593,11 @@ func (t *txn) commit(parent context.Context, recs []*kgo.Record) (rerr error) {
 		// next InitProducerId settles it.
 		return fmt.Errorf("commit: %w", err)
 	}
-	return t.st.apply(ups, -1)
+	// The store's position moves past what this transaction wrote, with
+	// its values: a store that stops before reading its own records back
+	// must not look behind a changelog that is gone (a broker reset), or
+	// its counts would survive into a new history.
+	return t.st.apply(ups, next)
 }
 
 // commitOffset adds the input offset to the transaction: AddOffsetsToTxn,

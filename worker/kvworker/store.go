@@ -115,12 +115,15 @@ func (s *store) apply(updates []kv, next int64) error {
 				return err
 			}
 		}
-		if next >= 0 {
-			var v [8]byte
-			binary.BigEndian.PutUint64(v[:], uint64(next))
-			return tx.Bucket(bucketMeta).Put(keyNext, v[:])
+		meta := tx.Bucket(bucketMeta)
+		// The position never moves back: an active's read-back of its own
+		// records follows the position its commits already recorded.
+		if cur := meta.Get(keyNext); next < 0 || len(cur) == 8 && int64(binary.BigEndian.Uint64(cur)) >= next {
+			return nil
 		}
-		return nil
+		var v [8]byte
+		binary.BigEndian.PutUint64(v[:], uint64(next))
+		return meta.Put(keyNext, v[:])
 	})
 }
 
