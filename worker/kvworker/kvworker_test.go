@@ -20,7 +20,7 @@ import (
 const parts = 2
 
 // broker starts an in-process kfake broker with the worker's topics.
-func broker(t *testing.T) []string {
+func broker(t testing.TB) []string {
 	t.Helper()
 	c, err := kfake.NewCluster(kfake.NumBrokers(1),
 		kfake.SeedTopics(parts, DefaultInputTopic, DefaultChangelogTopic, DefaultOutputTopic))
@@ -35,7 +35,7 @@ func broker(t *testing.T) []string {
 // without the worker library, whose Fence knows only its own copies.
 func ctxFence(ctx context.Context) error { return context.Cause(ctx) }
 
-func handler(t *testing.T, brokers []string, batch int) *Handler {
+func handler(t testing.TB, brokers []string, batch int) *Handler {
 	t.Helper()
 	h, err := New(Config{Brokers: brokers, StoreDir: t.TempDir(), BatchMax: batch, TxnTimeout: 5 * time.Second,
 		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel), Fence: ctxFence})
