@@ -730,3 +730,17 @@ func TestControllerKillDuringWorkerLoad(t *testing.T) {
 	}
 	r.checkExactlyOnce()
 }
+
+// committedOffset is a task's committed input offset (-1: none).
+func committedOffset(adm *kadm.Client, task string, p int32) int64 {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	offs, err := adm.FetchOffsets(kadm.RequireStable(ctx), kvworker.Group(task))
+	if err != nil {
+		return -1
+	}
+	if o, ok := offs.Lookup(kvworker.DefaultInputTopic, p); ok && o.Err == nil {
+		return o.At
+	}
+	return -1
+}
