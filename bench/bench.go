@@ -31,6 +31,10 @@ type Options struct {
 	Duration time.Duration
 	Ops      int64
 	Reads    float64
+	// Prefill tasks are created before the measured run by PrefillClients
+	// concurrent submitters (DefaultPrefillClients when 0); see Prefill.
+	Prefill        int
+	PrefillClients int
 	// KillPrimary SIGKILLs the primary of the local cluster this many
 	// times, evenly over the run.
 	KillPrimary int
@@ -50,8 +54,10 @@ type Options struct {
 
 // Report is the outcome of a run; `xce bench --json` prints it.
 type Report struct {
-	Clients         int                `json:"clients"`
-	Nodes           int                `json:"nodes,omitempty"`
+	Clients int `json:"clients"`
+	// LocalNodes is the size of a --local cluster ("nodes" is the
+	// per-node report).
+	LocalNodes      int                `json:"local_nodes,omitempty"`
 	Profile         string             `json:"profile,omitempty"`
 	DurationS       float64            `json:"duration_s"`
 	Ops             int64              `json:"ops"`
@@ -72,6 +78,10 @@ type Report struct {
 	Duplicates   int       `json:"duplicates"`
 	HistoryFile  string    `json:"history_file,omitempty"`
 	Dir          string    `json:"dir,omitempty"`
+	// Prefill is the load before the run, when asked; Nodes are the
+	// nodes' sizes after the run.
+	Prefill *PrefillResult `json:"prefill,omitempty"`
+	Nodes   []NodeStats    `json:"nodes,omitempty"`
 
 	violation bool
 }
@@ -151,6 +161,39 @@ func Bench(ctx context.Context, o Options) (*Report, error) {
 	// so that figures compare.
 	if o.Nice > 0 {
 		Yield(o.Nice)
+	}
+
+	var dataDirs []string
+	if cluster != nil {
+		for _, n := range cluster.Nodes {
+			dataDirs = append(dataDirs, n.DataDir)
+		}
+	}
+	sizes := newScraper(tlsCfg, creds, ctl)
+	defer sizes.close()
+	var prefill *PrefillResult
+	if o.Prefill > 0 {
+		pc := o.PrefillClients
+		if pc <= 0 {
+			pc = DefaultPrefillClients
+		}
+		fmt.Fprintf(o.Log, "prefill: %d tasks, %d submitters\n", o.Prefill, pc)
+		prefill, err = RunPrefill(ctx, Prefill{
+			Endpoints: endpoints, TLS: tlsCfg, Credentials: creds, Tasks: o.Prefill, Clients: pc,
+			Progress: func(p Progress) {
+				fmt.Fprintf(o.Log, "%6.1fs  prefill %d/%d  %.0f/s  retries %d  errors %d\n",
+					p.Elapsed.Seconds(), p.Ops, o.Prefill, float64(p.Ops)/p.Elapsed.Seconds(), p.Retries, p.Errors)
+			},
+		})
+		if err != nil {
+			return nil, err
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("interrupted during the prefill, %d of %d tasks in: %w", prefill.Tasks, o.Prefill, ctx.Err())
+		}
+		fmt.Fprintf(o.Log, "prefill: %d tasks in %.1fs, %.0f/s\n", prefill.Tasks, prefill.Seconds, prefill.PerSecond)
+		prefill.Nodes = sizes.nodes(ctx, endpoints, dataDirs)
+		PrintNodes(o.Log, prefill.Nodes)
 	}
 
 	var hist History
@@ -241,7 +284,7 @@ func Bench(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	out := &Report{
-		Clients: o.Clients, Nodes: o.Local, DurationS: res.Elapsed.Seconds(), Ops: res.Ops,
+		Clients: o.Clients, LocalNodes: o.Local, DurationS: res.Elapsed.Seconds(), Ops: res.Ops,
 		OpsPerSec: float64(res.Ops) / res.Elapsed.Seconds(), Errors: res.Errors, NotReadyRetries: res.Retries,
 		LatencyMs: map[string]float64{
 			"p50": ms(res.Percentile(50)), "p95": ms(res.Percentile(95)), "p99": ms(res.Percentile(99)), "max": ms(res.Percentile(100)),
@@ -250,6 +293,8 @@ func Bench(ctx context.Context, o Options) (*Report, error) {
 		Acked: verdict.Acked, Lost: verdict.Lost, Duplicates: verdict.Duplicates, HistoryFile: verdict.HistoryFile,
 	}
 	out.TermStart, out.TermEnd = termStart, maxTerm(context.Background(), ctl, endpoints)
+	out.Prefill = prefill
+	out.Nodes = sizes.nodes(context.Background(), endpoints, dataDirs)
 	if o.Local > 0 {
 		out.Profile = o.Profile.Name
 	}

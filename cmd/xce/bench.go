@@ -23,6 +23,8 @@ type benchFlags struct {
 	ops         int64
 	reads       float64
 	killPrimary int
+	prefill     int
+	prefillCl   int
 	profile     string
 	json        bool
 	keep        bool
@@ -44,7 +46,14 @@ GetTask). Prints throughput and latency; with --kill-primary K (needs --local),
 SIGKILLs the current primary K times, restarting each killed node before the
 next kill, and reports the client-visible failover of each. At the end the whole
 history is checked: linearizable (porcupine), every acknowledged submit present,
-none applied twice. A violation exits 1 and keeps the history visualisation.`,
+none applied twice. A violation exits 1 and keeps the history visualisation.
+
+With --prefill N, N tasks are created first, as fast as the cluster takes them
+(--prefill-clients concurrent submitters), so that the run measures a registry
+of that size; the prefill is not part of the checked history. After the
+prefill and after the run, each node's task count, Go heap, resident memory and
+longest recent GC pause (from its /metrics) are reported, with --local also
+its data dir's size.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runBench(cmd.OutOrStdout(), cmd.ErrOrStderr(), f)
@@ -57,6 +66,8 @@ none applied twice. A violation exits 1 and keeps the history visualisation.`,
 	fl.DurationVar(&f.duration, "duration", 10*time.Second, "how long to run")
 	fl.Int64Var(&f.ops, "ops", 0, "stop after this many calls (0: run for --duration)")
 	fl.Float64Var(&f.reads, "reads", 0, "fraction of calls that are linearizable reads")
+	fl.IntVar(&f.prefill, "prefill", 0, "create this many tasks before the measured run (not checked)")
+	fl.IntVar(&f.prefillCl, "prefill-clients", bench.DefaultPrefillClients, "concurrent submitters of the --prefill")
 	fl.IntVar(&f.killPrimary, "kill-primary", 0, "SIGKILL the primary this many times (with --local)")
 	fl.StringVar(&f.profile, "profile", "default", "raft timings of a --local cluster: default or fast")
 	fl.BoolVar(&f.json, "json", false, "print one JSON object")
@@ -83,6 +94,10 @@ func runBench(stdout, stderr io.Writer, f benchFlags) error {
 		return usageErr("--local must be between 1 and 7")
 	case f.killPrimary > 0 && f.local < 3:
 		return usageErr("--kill-primary needs --local 3 or more")
+	case f.prefill < 0:
+		return usageErr("--prefill must not be negative")
+	case f.prefillCl <= 0:
+		return usageErr("--prefill-clients must be positive")
 	case f.nice < 0 || f.nice > 19:
 		return usageErr("--nice must be between 0 and 19")
 	case f.tls && f.local == 0:
@@ -103,6 +118,7 @@ func runBench(stdout, stderr io.Writer, f benchFlags) error {
 	o := bench.Options{
 		Local: f.local, Exe: exe, Profile: prof, TLS: f.tls,
 		Clients: f.clients, Duration: f.duration, Ops: f.ops, Reads: f.reads, KillPrimary: f.killPrimary,
+		Prefill: f.prefill, PrefillClients: f.prefillCl,
 		Keep: f.keep, HistoryPath: f.history, CPUProfile: f.cpuprofile, Nice: f.nice, Log: stderr,
 	}
 	if f.addr != "" {
@@ -124,6 +140,10 @@ func runBench(stdout, stderr io.Writer, f benchFlags) error {
 }
 
 func printBench(w io.Writer, o *bench.Report) {
+	if p := o.Prefill; p != nil {
+		fmt.Fprintf(w, "prefill %d tasks in %.1fs  %.0f tasks/s  errors %d  not-ready retries %d\n",
+			p.Tasks, p.Seconds, p.PerSecond, p.Errors, p.Retries)
+	}
 	fmt.Fprintf(w, "clients %d  ops %d in %.1fs  %.0f ops/s  errors %d  not-ready retries %d\n",
 		o.Clients, o.Ops, o.DurationS, o.OpsPerSec, o.Errors, o.NotReadyRetries)
 	fmt.Fprintf(w, "latency ms  p50 %.2f  p95 %.2f  p99 %.2f  max %.2f   (fsync p50 %.3f)\n",
@@ -134,4 +154,5 @@ func printBench(w io.Writer, o *bench.Report) {
 	fmt.Fprintf(w, "terms %d -> %d\n", o.TermStart, o.TermEnd)
 	fmt.Fprintf(w, "history: linearizable=%v (%s)  acked %d  lost %d  duplicates %d\n",
 		o.Linearizable, o.CheckResult, o.Acked, o.Lost, o.Duplicates)
+	bench.PrintNodes(w, o.Nodes)
 }
