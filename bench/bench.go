@@ -55,9 +55,9 @@ type Options struct {
 // Report is the outcome of a run; `xce bench --json` prints it.
 type Report struct {
 	Clients int `json:"clients"`
-	// LocalNodes is the size of a --local cluster ("nodes" is the
-	// per-node report).
-	LocalNodes      int                `json:"local_nodes,omitempty"`
+	// LocalNodes is the size of a --local cluster (JSON "nodes", as
+	// before the per-node report, which is "node_stats").
+	LocalNodes      int                `json:"nodes,omitempty"`
 	Profile         string             `json:"profile,omitempty"`
 	DurationS       float64            `json:"duration_s"`
 	Ops             int64              `json:"ops"`
@@ -80,8 +80,8 @@ type Report struct {
 	Dir          string    `json:"dir,omitempty"`
 	// Prefill is the load before the run, when asked; Nodes are the
 	// nodes' sizes after the run.
-	Prefill *PrefillResult `json:"prefill,omitempty"`
-	Nodes   []NodeStats    `json:"nodes,omitempty"`
+	Prefill   *PrefillResult `json:"prefill,omitempty"`
+	NodeStats []NodeStats    `json:"node_stats,omitempty"`
 
 	violation bool
 }
@@ -192,8 +192,8 @@ func Bench(ctx context.Context, o Options) (*Report, error) {
 			return nil, fmt.Errorf("interrupted during the prefill, %d of %d tasks in: %w", prefill.Tasks, o.Prefill, ctx.Err())
 		}
 		fmt.Fprintf(o.Log, "prefill: %d tasks in %.1fs, %.0f/s\n", prefill.Tasks, prefill.Seconds, prefill.PerSecond)
-		prefill.Nodes = sizes.nodes(ctx, endpoints, dataDirs)
-		PrintNodes(o.Log, prefill.Nodes)
+		prefill.NodeStats = sizes.nodes(ctx, endpoints, dataDirs)
+		PrintNodes(o.Log, prefill.NodeStats)
 	}
 
 	var hist History
@@ -294,7 +294,7 @@ func Bench(ctx context.Context, o Options) (*Report, error) {
 	}
 	out.TermStart, out.TermEnd = termStart, maxTerm(context.Background(), ctl, endpoints)
 	out.Prefill = prefill
-	out.Nodes = sizes.nodes(context.Background(), endpoints, dataDirs)
+	out.NodeStats = sizes.nodes(context.Background(), endpoints, dataDirs)
 	if o.Local > 0 {
 		out.Profile = o.Profile.Name
 	}

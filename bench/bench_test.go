@@ -36,8 +36,8 @@ func TestBenchPrefillReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got struct {
-		Prefill map[string]any   `json:"prefill"`
-		Nodes   []map[string]any `json:"nodes"`
+		Prefill   map[string]any   `json:"prefill"`
+		NodeStats []map[string]any `json:"node_stats"`
 	}
 	if err := json.Unmarshal(b, &got); err != nil {
 		t.Fatal(err)
@@ -50,10 +50,10 @@ func TestBenchPrefillReport(t *testing.T) {
 	if got.Prefill["tasks"] != 2000.0 {
 		t.Errorf("prefill tasks %v, want 2000", got.Prefill["tasks"])
 	}
-	if len(got.Nodes) != 1 {
-		t.Fatalf("nodes %v, want one", got.Nodes)
+	if len(got.NodeStats) != 1 {
+		t.Fatalf("nodes %v, want one", got.NodeStats)
 	}
-	n := got.Nodes[0]
+	n := got.NodeStats[0]
 	for _, k := range []string{"id", "tasks", "heap_inuse_bytes", "heap_alloc_bytes", "rss_bytes", "data_dir_bytes", "gc_pause_max_seconds"} {
 		if _, ok := n[k]; !ok {
 			t.Errorf("node lacks %q: %s", k, b)
@@ -65,7 +65,7 @@ func TestBenchPrefillReport(t *testing.T) {
 	if n["id"] != "n1" || n["tasks"].(float64) < 2000 || n["heap_inuse_bytes"].(float64) <= 0 || n["rss_bytes"].(float64) <= 0 || n["data_dir_bytes"].(float64) <= 0 {
 		t.Errorf("node %v", n)
 	}
-	if pn := rep.Prefill.Nodes; len(pn) != 1 || pn[0].Tasks != 2000 {
+	if pn := rep.Prefill.NodeStats; len(pn) != 1 || pn[0].Tasks != 2000 {
 		t.Errorf("nodes after the prefill %+v, want one holding 2000 tasks", pn)
 	}
 }

@@ -53,7 +53,7 @@ type PrefillResult struct {
 	Errors  int64 `json:"errors"`
 	Retries int64 `json:"not_ready_retries"`
 	// Nodes are the nodes' sizes once the prefill is in.
-	Nodes []NodeStats `json:"nodes,omitempty"`
+	NodeStats []NodeStats `json:"node_stats,omitempty"`
 }
 
 // DefaultPrefillClients is how many submitters a prefill uses unless told:

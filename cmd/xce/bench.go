@@ -154,5 +154,5 @@ func printBench(w io.Writer, o *bench.Report) {
 	fmt.Fprintf(w, "terms %d -> %d\n", o.TermStart, o.TermEnd)
 	fmt.Fprintf(w, "history: linearizable=%v (%s)  acked %d  lost %d  duplicates %d\n",
 		o.Linearizable, o.CheckResult, o.Acked, o.Lost, o.Duplicates)
-	bench.PrintNodes(w, o.Nodes)
+	bench.PrintNodes(w, o.NodeStats)
 }
