@@ -18,6 +18,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/google/btree"
 )
 
 // Task is a unit of work the controller places on workers.
@@ -139,12 +141,11 @@ type FSM struct {
 	// expiry pops from the front.
 	order queue[dedupEntry]
 
-	// taskVer counts changes of the task set; sorted caches its ids in
-	// order as of sortedVer (guarded by idxMu, under f.mu's read lock).
-	taskVer   uint64
-	idxMu     sync.Mutex
-	sorted    []string
-	sortedVer uint64
+	// taskVer counts changes of the task set.
+	taskVer uint64
+	// ids orders the task ids, so that a page of ListTasks costs its own
+	// size and a lookup, not a sort of the whole registry.
+	ids *btree.BTreeG[string]
 
 	// outbox holds the events not yet known to be published, in index
 	// order; published is the replicated watermark below which they were
@@ -183,6 +184,7 @@ func NewFSM(clusterID string) *FSM {
 		window:     DefaultDedupWindow,
 		maxEntries: DefaultDedupMaxEntries,
 		tasks:      make(map[string]*Task),
+		ids:        newIDIndex(),
 		dedup:      make(map[dedupKey]Result),
 		assignment: make(map[string]Placement),
 		epochs:     make(map[string]uint64),
@@ -355,6 +357,7 @@ func (f *FSM) submitLocked(index uint64, t Task) Result {
 	t.State = TaskStatePending
 	t.PendingReason = "no worker assigned"
 	f.tasks[t.ID] = &t
+	f.ids.ReplaceOrInsert(t.ID)
 	f.taskVer++
 	return Result{Index: index, Task: t}
 }
@@ -365,6 +368,7 @@ func (f *FSM) deleteLocked(index uint64, id string) Result {
 		return Result{Index: index, Code: CodeNotFound, Task: Task{ID: id}}
 	}
 	delete(f.tasks, id)
+	f.ids.Delete(id)
 	// The epoch goes with the task: one submitted again under the same id
 	// counts from zero.
 	delete(f.epochs, id)
@@ -561,38 +565,25 @@ func (f *FSM) Tasks(after string, limit int) ([]Task, bool) {
 	limit = max(limit, 0)
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	ids := f.sortedIDsLocked()
-	i, found := slices.BinarySearch(ids, after)
-	if found {
-		i++
-	}
-	ids = ids[i:]
-	more := len(ids) > limit
-	if more {
-		ids = ids[:limit]
-	}
-	out := make([]Task, len(ids))
-	for i, id := range ids {
-		out[i] = *f.tasks[id]
-	}
+	out := make([]Task, 0, min(limit, f.ids.Len()))
+	more := false
+	f.ids.AscendGreaterOrEqual(after, func(id string) bool {
+		if id == after {
+			return true
+		}
+		if len(out) == limit {
+			more = true
+			return false
+		}
+		out = append(out, *f.tasks[id])
+		return true
+	})
 	return out, more
 }
 
-// sortedIDsLocked returns the task ids in order, sorting them once per
-// change of the task set rather than once per page: paging through a large
-// registry costs one sort, not one per page. Callers hold f.mu (read).
-func (f *FSM) sortedIDsLocked() []string {
-	f.idxMu.Lock()
-	defer f.idxMu.Unlock()
-	if f.sortedVer != f.taskVer || f.sorted == nil {
-		ids := make([]string, 0, len(f.tasks))
-		for id := range f.tasks {
-			ids = append(ids, id)
-		}
-		slices.Sort(ids)
-		f.sorted, f.sortedVer = ids, f.taskVer
-	}
-	return f.sorted
+// newIDIndex is an empty ordered index of task ids.
+func newIDIndex() *btree.BTreeG[string] {
+	return btree.NewG(32, func(a, b string) bool { return a < b })
 }
 
 // DedupLen is the number of remembered request ids.
@@ -888,6 +879,17 @@ func (f *FSM) Restore(r io.Reader) error {
 	for _, e := range s.Dedup {
 		dedup[dedupKey{e.Client, e.Request}] = e.Result
 	}
+	// Sorted ids insert at the right edge of the index: no rebalancing
+	// search down the middle of it.
+	sortedIDs := make([]string, 0, len(tasks))
+	for id := range tasks {
+		sortedIDs = append(sortedIDs, id)
+	}
+	slices.Sort(sortedIDs)
+	ids := newIDIndex()
+	for _, id := range sortedIDs {
+		ids.ReplaceOrInsert(id)
+	}
 	members := make(map[string]MemberRecord, len(s.Members))
 	for _, m := range s.Members {
 		if err := m.Validate(); err != nil {
@@ -901,6 +903,7 @@ func (f *FSM) Restore(r io.Reader) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.tasks, f.dedup, f.order = tasks, dedup, queueOf(s.Dedup)
+	f.ids = ids
 	f.taskVer++
 	f.outbox, f.published = s.Outbox, s.Published
 	f.assignGen, f.assignment, f.epochs = s.AssignmentGeneration, assignment, epochs
