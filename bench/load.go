@@ -90,17 +90,8 @@ func Run(ctx context.Context, l Load, h *History) (*Result, error) {
 	var wg sync.WaitGroup
 	stopProgress := make(chan struct{})
 	if l.Progress != nil {
-		wg.Go(func() {
-			t := time.NewTicker(time.Second)
-			defer t.Stop()
-			for {
-				select {
-				case <-stopProgress:
-					return
-				case <-t.C:
-					l.Progress(Progress{Elapsed: time.Since(start), Ops: ops.Load(), Errors: errs.Load(), Retries: retries.Load()})
-				}
-			}
+		everySecond(&wg, stopProgress, func() {
+			l.Progress(Progress{Elapsed: time.Since(start), Ops: ops.Load(), Errors: errs.Load(), Retries: retries.Load()})
 		})
 	}
 	var workers sync.WaitGroup
@@ -178,4 +169,21 @@ func Run(ctx context.Context, l Load, h *History) (*Result, error) {
 	}
 	slices.Sort(r.Latencies)
 	return r, nil
+}
+
+// everySecond calls report once a second, on a goroutine wg owns, until
+// stop is closed: the progress lines of the load and of the prefill.
+func everySecond(wg *sync.WaitGroup, stop <-chan struct{}, report func()) {
+	wg.Go(func() {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				report()
+			}
+		}
+	})
 }

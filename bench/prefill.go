@@ -139,17 +139,8 @@ func RunPrefill(ctx context.Context, p Prefill) (*PrefillResult, error) {
 	var wg sync.WaitGroup
 	stopProgress := make(chan struct{})
 	if p.Progress != nil {
-		wg.Go(func() {
-			t := time.NewTicker(time.Second)
-			defer t.Stop()
-			for {
-				select {
-				case <-stopProgress:
-					return
-				case <-t.C:
-					p.Progress(Progress{Elapsed: time.Since(start), Ops: done.Load(), Errors: errs.Load(), Retries: retries.Load()})
-				}
-			}
+		everySecond(&wg, stopProgress, func() {
+			p.Progress(Progress{Elapsed: time.Since(start), Ops: done.Load(), Errors: errs.Load(), Retries: retries.Load()})
 		})
 	}
 	var workers sync.WaitGroup

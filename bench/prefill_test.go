@@ -149,7 +149,7 @@ func TestPrefillProgressAndStop(t *testing.T) {
 				cancel()
 				return ctx.Err()
 			}
-			time.Sleep(7 * time.Millisecond)
+			time.Sleep(7 * time.Millisecond) // fake time: each submit takes 7 ms
 			return nil
 		}
 		res, err := RunPrefill(ctx, Prefill{Tasks: 1000, Clients: 1, Prefix: "p", submit: slow,

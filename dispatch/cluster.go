@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"time"
 
 	"connectrpc.com/connect"
@@ -112,11 +111,11 @@ func find(members []ha.Member, id string) (ha.Member, bool) {
 	return ha.Member{}, false
 }
 
-// checkAddr validates an address other processes dial.
+// checkAddr validates an address other processes dial, by the rule the
+// config applies to peer_addr.
 func checkAddr(field, s string) error {
-	host, port, err := net.SplitHostPort(s)
-	if err != nil || host == "" || port == "" {
-		return invalid("%s %q: must be host:port with a concrete host", field, s)
+	if err := configs.CheckDialAddr(s); err != nil {
+		return invalid("%s %q: %v", field, s, err)
 	}
 	return nil
 }
