@@ -181,7 +181,7 @@ func (r *kvRig) stopInput() {
 // balanced over the three workers, and every task has committed input.
 func (r *kvRig) settle() placementOf {
 	r.t.Helper()
-	a := placements(settledPlacement(r.t, r.c, kvTasks, kvWorkerIDs, raceSlack(40*time.Second)))
+	settledPlacement(r.t, r.c, kvTasks, kvWorkerIDs, raceSlack(40*time.Second))
 	testutil.Eventually(r.t, raceSlack(20*time.Second), "every task commits input", func() bool {
 		for p := range kvTasks {
 			if committedOffset(r.adm, kvTask(p), int32(p)) < 5 {
@@ -190,7 +190,9 @@ func (r *kvRig) settle() placementOf {
 		}
 		return true
 	})
-	return a
+	// The assignor may have moved copies meanwhile (a lag that crossed
+	// the recovery lag): the placement returned is the one after that.
+	return placements(settledPlacement(r.t, r.c, kvTasks, kvWorkerIDs, raceSlack(40*time.Second)))
 }
 
 // assignmentCLI runs `xce assignment --json` and returns each task's
@@ -506,6 +508,14 @@ func TestWorkerPausedDuringMoveIsFenced(t *testing.T) {
 	}
 	task := tasks[0]
 	oldEpoch := before[task].Epoch
+	// The victim runs the task in that epoch (its grant may lag the
+	// assignment by a heartbeat).
+	testutil.Eventually(t, raceSlack(20*time.Second), victim+" processes "+task, func() bool {
+		_, ok := first(r.logLines(victim), func(l logLine) bool {
+			return l.Message == "processing the input" && l.Task == task && l.Epoch == oldEpoch
+		})
+		return ok
+	})
 	p := r.proc(victim)
 	if err := p.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
