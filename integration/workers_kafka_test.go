@@ -632,6 +632,16 @@ func TestWorkerPartitionedFromControllers(t *testing.T) {
 	if len(tasks) == 0 {
 		t.Fatalf("%s runs no active: %v", cut, before)
 	}
+	// The worker runs those actives (its grants may lag the assignment
+	// by a heartbeat).
+	for _, task := range tasks {
+		testutil.Eventually(t, raceSlack(20*time.Second), cut+" processes "+task, func() bool {
+			_, ok := first(r.logLines(cut), func(l logLine) bool {
+				return l.Message == "processing the input" && l.Task == task && l.Epoch == before[task].Epoch
+			})
+			return ok
+		})
+	}
 	cutAt := time.Now()
 	fn.Isolate(cut)
 	err := testutil.Poll(itSessionTimeout+raceSlack(20*time.Second), 100*time.Millisecond, func() error {
