@@ -117,7 +117,9 @@ func Restore(f *File, cfg *configs.Config, floor uint64, logger hclog.Logger) (r
 	if err != nil {
 		return r, fmt.Errorf("create the snapshot: %w", err)
 	}
-	if err := fsm.Snapshot().Write(sink); err != nil {
+	snap := fsm.Snapshot()
+	defer snap.Release()
+	if err := snap.Write(sink); err != nil {
 		_ = sink.Cancel()
 		return r, fmt.Errorf("write the snapshot: %w", err)
 	}

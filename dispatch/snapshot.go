@@ -29,6 +29,7 @@ func (c *clusterService) SaveSnapshot(ctx context.Context, _ *connect.Request[xc
 		return s.applyErr(err)
 	}
 	snap := s.node.FSM().Snapshot()
+	defer snap.Release()
 	// Read after the copy: a term no older than any entry the copy holds.
 	term := s.node.View().Term
 	if err := stream.Send(&xcev1.SnapshotChunk{

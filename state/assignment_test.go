@@ -1,6 +1,7 @@
 package state
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/binary"
 	"errors"
@@ -70,7 +71,7 @@ func assignOf(t testing.TB, f *FSM) assignState {
 		if id != p.Task {
 			t.Fatalf("placement keyed %q is of task %q", id, p.Task)
 		}
-		if _, ok := f.tasks[id]; !ok {
+		if _, ok := f.tasks.get(id); !ok {
 			t.Fatalf("placement of task %q, which does not exist", id)
 		}
 		if p.Epoch != f.epochs[id] || p.Active != "" && p.Epoch == 0 {
@@ -78,11 +79,11 @@ func assignOf(t testing.TB, f *FSM) assignState {
 		}
 	}
 	for id, e := range f.epochs {
-		if _, ok := f.tasks[id]; !ok || e == 0 {
+		if _, ok := f.tasks.get(id); !ok || e == 0 {
 			t.Fatalf("epoch %d of task %q (exists: %v)", e, id, ok)
 		}
 	}
-	for id, tk := range f.tasks {
+	for id, tk := range registryTasks(t, f.tasks) {
 		p, ok := f.assignment[id]
 		var state, reason string
 		switch {
@@ -936,12 +937,12 @@ func TestAssignmentSnapshotIsDeterministic(t *testing.T) {
 			t.Fatalf("snapshot %d of an equal state differs", i)
 		}
 	}
-	s, _, err := readSnapshot(bytes.NewReader(pa))
+	s, tasks, _, err := readSnapshot(bufio.NewReader(bytes.NewReader(pa)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.AssignmentGeneration != 2 || len(s.Assignment) != 61 || len(s.Tasks) != 64 {
-		t.Fatalf("snapshot holds generation %d, %d placements, %d tasks", s.AssignmentGeneration, len(s.Assignment), len(s.Tasks))
+	if s.AssignmentGeneration != 2 || len(s.Assignment) != 61 || tasks.len() != 64 {
+		t.Fatalf("snapshot holds generation %d, %d placements, %d tasks", s.AssignmentGeneration, len(s.Assignment), tasks.len())
 	}
 	if !slices.IsSortedFunc(s.Assignment, func(a, b Placement) int { return strings.Compare(a.Task, b.Task) }) {
 		t.Fatal("placements in the snapshot are not sorted by task")

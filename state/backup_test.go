@@ -11,7 +11,7 @@ import (
 // Every snapshot version names its cluster; what is not a snapshot is
 // refused.
 func TestSnapshotClusterID(t *testing.T) {
-	for _, path := range []string{goldenV1, goldenV2, goldenV3, goldenV4, goldenV5} {
+	for _, path := range []string{goldenV1, goldenV2, goldenV3, goldenV4, goldenV5, goldenV6} {
 		b, err := os.ReadFile(path)
 		if err != nil {
 			t.Fatal(err)

@@ -272,6 +272,18 @@ func TestSnapshotGoldenV5(t *testing.T) {
 	checkEpochBuiltBehaviour(t, f)
 }
 
+const goldenV6 = "testdata/snapshot-v6.bin"
+
+// TestSnapshotGoldenV6 restores a snapshot written by the release that
+// introduced format version 6 (the registry in binary). Never regenerate
+// it to make this test pass. `go test -run 'GoldenV6$' -update` rewrites
+// it (only when the file must be recreated).
+func TestSnapshotGoldenV6(t *testing.T) {
+	f := goldenSnapshot(t, goldenV6, 6, buildEpochFSM)
+	checkEpochBuiltState(t, f)
+	checkEpochBuiltBehaviour(t, f)
+}
+
 // Snapshots older than version 5 predate epochs: a task with an active
 // worker restores with epoch 1, every other with none, replacing the
 // epochs the FSM had; epochs count on from there.
@@ -355,7 +367,7 @@ func TestRestoreRefusesBadEpochs(t *testing.T) {
 // snapshot changes nothing; an accepted one holds epochs that fit its
 // assignment, and its own snapshot restores to the same bytes again.
 func FuzzRestore(f *testing.F) {
-	for _, file := range []string{goldenV1, goldenV2, goldenV3, goldenV4, goldenV5} {
+	for _, file := range []string{goldenV1, goldenV2, goldenV3, goldenV4, goldenV5, goldenV6} {
 		b, err := os.ReadFile(file)
 		if err != nil {
 			f.Fatal(err)
@@ -364,6 +376,7 @@ func FuzzRestore(f *testing.F) {
 	}
 	f.Add([]byte(snapshotMagic + "\x00\x00\x00\x05{}"))
 	f.Add([]byte(snapshotMagic + "\x00\x00\x00\x05" + `{"cluster_id":"golden-cluster","epochs":[{"task":"a","epoch":1}]}`))
+	f.Add([]byte(snapshotMagic + "\x00\x00\x00\x06\x02\x01a\x01\x00\x00\x02b\xff\x02\x01\x05" + `{"cluster_id":"golden-cluster"}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		fsm := NewFSM("golden-cluster")
 		if err := restoreBytes(fsm, b); err != nil {

@@ -18,8 +18,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-
-	"github.com/google/btree"
 )
 
 // Task is a unit of work the controller places on workers.
@@ -133,9 +131,9 @@ type FSM struct {
 	maxEntries int
 
 	mu sync.RWMutex
-	// tasks' values are never modified in place: a change stores a new
-	// Task, so a snapshot copies the pointers, not the registry.
-	tasks map[string]*Task
+	// tasks is the task registry; a snapshot takes a copy-on-write view
+	// of it.
+	tasks *registry
 	dedup map[dedupKey]Result
 	// order holds dedup entries in apply order (hence index order), so
 	// expiry pops from the front.
@@ -143,9 +141,6 @@ type FSM struct {
 
 	// taskVer counts changes of the task set.
 	taskVer uint64
-	// ids orders the task ids, so that a page of ListTasks costs its own
-	// size and a lookup, not a sort of the whole registry.
-	ids *btree.BTreeG[string]
 
 	// outbox holds the events not yet known to be published, in index
 	// order; published is the replicated watermark below which they were
@@ -183,8 +178,7 @@ func NewFSM(clusterID string) *FSM {
 		clusterID:  clusterID,
 		window:     DefaultDedupWindow,
 		maxEntries: DefaultDedupMaxEntries,
-		tasks:      make(map[string]*Task),
-		ids:        newIDIndex(),
+		tasks:      newRegistry(),
 		dedup:      make(map[dedupKey]Result),
 		assignment: make(map[string]Placement),
 		epochs:     make(map[string]uint64),
@@ -350,25 +344,22 @@ func (f *FSM) applyCommandLocked(l Entry, seq uint32, c *Command) Result {
 }
 
 func (f *FSM) submitLocked(index uint64, t Task) Result {
-	if old, ok := f.tasks[t.ID]; ok {
-		return Result{Index: index, Code: CodeAlreadyExists, Task: *old}
+	if old, ok := f.tasks.get(t.ID); ok {
+		return Result{Index: index, Code: CodeAlreadyExists, Task: f.tasks.task(old)}
 	}
 	t.CreatedIndex = index
 	t.State = TaskStatePending
-	t.PendingReason = "no worker assigned"
-	f.tasks[t.ID] = &t
-	f.ids.ReplaceOrInsert(t.ID)
+	t.PendingReason = reasonUnassigned
+	f.tasks.insert(&t, stateUnassigned)
 	f.taskVer++
 	return Result{Index: index, Task: t}
 }
 
 func (f *FSM) deleteLocked(index uint64, id string) Result {
-	old, ok := f.tasks[id]
+	old, ok := f.tasks.remove(id)
 	if !ok {
 		return Result{Index: index, Code: CodeNotFound, Task: Task{ID: id}}
 	}
-	delete(f.tasks, id)
-	f.ids.Delete(id)
 	// The epoch goes with the task: one submitted again under the same id
 	// counts from zero.
 	delete(f.epochs, id)
@@ -377,7 +368,7 @@ func (f *FSM) deleteLocked(index uint64, id string) Result {
 		f.assignVer++
 	}
 	f.taskVer++
-	return Result{Index: index, Task: *old}
+	return Result{Index: index, Task: old}
 }
 
 // assignLocked applies an assignment delta. Placements of tasks deleted
@@ -393,7 +384,7 @@ func (f *FSM) assignLocked(l Entry, d *AssignmentDelta) Result {
 	f.assignVer++
 	ev := Event{Index: l.Index, Term: l.Term, Kind: EventAssignment, Key: f.clusterID, Generation: d.Generation}
 	for _, p := range d.Set {
-		old, ok := f.tasks[p.Task]
+		old, ok := f.tasks.get(p.Task)
 		if !ok {
 			continue
 		}
@@ -403,23 +394,19 @@ func (f *FSM) assignLocked(l Entry, d *AssignmentDelta) Result {
 		}
 		p.Epoch = f.epochs[p.Task]
 		f.assignment[p.Task] = p
-		t := *old
 		if p.Active != "" {
-			t.State, t.PendingReason = TaskStateAssigned, ""
+			f.tasks.set(old.withState(stateAssigned))
 		} else {
-			t.State, t.PendingReason = TaskStatePending, "no worker available"
+			f.tasks.set(old.withState(stateNoWorker))
 		}
-		f.tasks[p.Task] = &t
 	}
 	for _, id := range d.Removed {
 		if _, ok := f.assignment[id]; !ok {
 			continue
 		}
 		delete(f.assignment, id)
-		if old, ok := f.tasks[id]; ok {
-			t := *old
-			t.State, t.PendingReason = TaskStatePending, "no worker assigned"
-			f.tasks[id] = &t
+		if old, ok := f.tasks.get(id); ok {
+			f.tasks.set(old.withState(stateUnassigned))
 		}
 		ev.Removed = append(ev.Removed, id)
 	}
@@ -456,15 +443,16 @@ func (f *FSM) AssignmentGeneration() (gen, version uint64) {
 	return f.assignGen, f.assignVer
 }
 
-// AllTasks returns every task, in no order, and the version of the task
+// AllTasks returns every task, in id order, and the version of the task
 // set (it changes when a task is created or deleted).
 func (f *FSM) AllTasks() ([]Task, uint64) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	out := make([]Task, 0, len(f.tasks))
-	for _, t := range f.tasks {
-		out = append(out, *t)
-	}
+	out := make([]Task, 0, f.tasks.len())
+	ascendBlocks(f.tasks.blocks, 0, 0, func(it taskItem) bool {
+		out = append(out, f.tasks.task(it))
+		return true
+	})
 	return out, f.taskVer
 }
 
@@ -509,7 +497,9 @@ func (f *FSM) trimLocked(upTo uint64) {
 	// it is large and far larger than what is left (an outage's backlog
 	// drained).
 	if rest := len(f.outbox) - i; cap(f.outbox) > 1<<16 && cap(f.outbox) > 4*rest {
-		f.outbox = append(f.outbox[:0:0], f.outbox[i:]...)
+		// A new array: append(f.outbox[:0:0], …) of nothing would keep
+		// pointing into the old one, and keep it alive.
+		f.outbox = append(make([]Event, 0, rest), f.outbox[i:]...)
 		return
 	}
 	n := copy(f.outbox, f.outbox[i:])
@@ -545,18 +535,18 @@ func (f *FSM) Outbox(after uint64) (published uint64, held, pending int) {
 func (f *FSM) Task(id string) (Task, bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	t, ok := f.tasks[id]
+	it, ok := f.tasks.get(id)
 	if !ok {
 		return Task{}, false
 	}
-	return *t, true
+	return f.tasks.task(it), true
 }
 
 // NumTasks is the number of tasks in the applied state.
 func (f *FSM) NumTasks() int {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return len(f.tasks)
+	return f.tasks.len()
 }
 
 // Tasks returns up to limit tasks with ids greater than after, in id order,
@@ -565,25 +555,17 @@ func (f *FSM) Tasks(after string, limit int) ([]Task, bool) {
 	limit = max(limit, 0)
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	out := make([]Task, 0, min(limit, f.ids.Len()))
+	out := make([]Task, 0, min(limit, f.tasks.len()))
 	more := false
-	f.ids.AscendGreaterOrEqual(after, func(id string) bool {
-		if id == after {
-			return true
-		}
+	f.tasks.ascendAfter(after, func(it taskItem) bool {
 		if len(out) == limit {
 			more = true
 			return false
 		}
-		out = append(out, *f.tasks[id])
+		out = append(out, f.tasks.task(it))
 		return true
 	})
 	return out, more
-}
-
-// newIDIndex is an empty ordered index of task ids.
-func newIDIndex() *btree.BTreeG[string] {
-	return btree.NewG(32, func(a, b string) bool { return a < b })
 }
 
 // DedupLen is the number of remembered request ids.
@@ -598,7 +580,7 @@ func (f *FSM) DedupLen() int {
 // always loads.
 const (
 	snapshotMagic   = "XCESNAP\n"
-	snapshotVersion = 5
+	snapshotVersion = 6
 )
 
 // ErrBadSnapshot is returned for a snapshot that is not ours, is newer than
@@ -648,18 +630,24 @@ type taskEpoch struct {
 	Epoch uint64 `json:"epoch"`
 }
 
-// Snapshot holds the state as of one index: tasks are shared with the
-// FSM (never modified in place), the rest is copied.
+// Snapshot holds the state as of one index: the tasks are a
+// copy-on-write view of the registry, the rest is copied. Release it once
+// written.
 type Snapshot struct {
 	s     snapshotV5
-	tasks []*Task
+	tasks *registryView
 }
 
-// Snapshot copies the state under the read lock; the copy is written out
-// by Write without holding it.
+// Release lets the registry reuse what the snapshot kept alive. A
+// snapshot never released costs memory, not correctness.
+func (s *Snapshot) Release() { s.tasks.release() }
+
+// Snapshot copies the state under the lock (taking a view of the
+// registry changes it: what the view holds must then be copied before it
+// changes); the copy is written out by Write without holding it.
 func (f *FSM) Snapshot() *Snapshot {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	s := snapshotV5{snapshotV4: snapshotV4{snapshotV3: snapshotV3{snapshotV2: snapshotV2{snapshotV1: snapshotV1{
 		ClusterID:    f.clusterID,
 		AppliedIndex: f.applied.Load(),
@@ -678,13 +666,10 @@ func (f *FSM) Snapshot() *Snapshot {
 	for _, m := range f.members {
 		s.Members = append(s.Members, m)
 	}
-	// Pointers, not copies: copying a large registry's tasks while Apply
-	// waits, and the garbage collection that much allocation forces, held
-	// a node long enough for its peers to miss its heartbeats.
-	tasks := make([]*Task, 0, len(f.tasks))
-	for _, t := range f.tasks {
-		tasks = append(tasks, t)
-	}
+	// A clone of the registry, not a copy: copying a large registry while
+	// Apply waits, and the garbage collection that much allocation
+	// forces, held a node long enough for its peers to miss heartbeats.
+	tasks := f.tasks.view()
 	for _, p := range f.assignment {
 		p.Epoch = 0 // kept in Epochs
 		s.Assignment = append(s.Assignment, p)
@@ -697,7 +682,6 @@ func (f *FSM) Snapshot() *Snapshot {
 // Write writes the snapshot to w in the current format. A caller that
 // gets an error discards what was written.
 func (s *Snapshot) Write(w io.Writer) error {
-	slices.SortFunc(s.tasks, func(a, b *Task) int { return strings.Compare(a.ID, b.ID) })
 	slices.SortFunc(s.s.Assignment, func(a, b Placement) int { return strings.Compare(a.Task, b.Task) })
 	slices.SortFunc(s.s.Members, func(a, b MemberRecord) int { return strings.Compare(a.ID, b.ID) })
 	slices.SortFunc(s.s.Epochs, func(a, b taskEpoch) int { return strings.Compare(a.Task, b.Task) })
@@ -708,15 +692,19 @@ func (s *Snapshot) Write(w io.Writer) error {
 	return bw.Flush()
 }
 
-// writeSnapshot writes s with tasks in place of s.Tasks.
-func writeSnapshot(w io.Writer, s *snapshotV5, tasks []*Task) error {
+// writeSnapshot writes the header, the tasks in the registry's binary
+// form, then the rest of s as JSON, with an empty task list.
+func writeSnapshot(w io.Writer, s *snapshotV5, tasks *registryView) error {
 	var hdr [len(snapshotMagic) + 4]byte
 	copy(hdr[:], snapshotMagic)
 	binary.BigEndian.PutUint32(hdr[len(snapshotMagic):], snapshotVersion)
 	if _, err := w.Write(hdr[:]); err != nil {
 		return err
 	}
-	return writeBody(w, s, tasks)
+	if err := writeTasks(w, tasks); err != nil {
+		return err
+	}
+	return writeBody(w, s, nil)
 }
 
 // writeBody writes the same JSON document json.Marshal(s) would, but
@@ -818,15 +806,16 @@ func (e *errWriter) Write(p []byte) (int, error) {
 
 func (e *errWriter) write(s string) { _, _ = e.Write([]byte(s)) }
 
-// readSnapshot reads a snapshot of any version this binary reads, as the
-// newest body, and returns its version: what a version lacks is left empty.
-func readSnapshot(r io.Reader) (*snapshotV5, uint32, error) {
+// readSnapshot reads a snapshot of any version this binary reads: its
+// tasks as a registry, the rest as the newest body (what a version lacks
+// is left empty), and its version.
+func readSnapshot(r *bufio.Reader) (*snapshotV5, *registry, uint32, error) {
 	var hdr [len(snapshotMagic) + 4]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return nil, 0, fmt.Errorf("%w: header: %v", ErrBadSnapshot, err)
+		return nil, nil, 0, fmt.Errorf("%w: header: %v", ErrBadSnapshot, err)
 	}
 	if string(hdr[:len(snapshotMagic)]) != snapshotMagic {
-		return nil, 0, fmt.Errorf("%w: not an xce snapshot", ErrBadSnapshot)
+		return nil, nil, 0, fmt.Errorf("%w: not an xce snapshot", ErrBadSnapshot)
 	}
 	v := binary.BigEndian.Uint32(hdr[len(snapshotMagic):])
 	var s snapshotV5
@@ -840,32 +829,46 @@ func readSnapshot(r io.Reader) (*snapshotV5, uint32, error) {
 		body = &s.snapshotV3
 	case 4:
 		body = &s.snapshotV4
-	case 5:
+	case 5, 6:
 		body = &s
 	default:
-		return nil, 0, fmt.Errorf("%w: version %d is newer than this binary reads (%d)", ErrBadSnapshot, v, snapshotVersion)
+		return nil, nil, 0, fmt.Errorf("%w: version %d is newer than this binary reads (%d)", ErrBadSnapshot, v, snapshotVersion)
+	}
+	var tasks *registry
+	if v >= 6 {
+		var err error
+		if tasks, err = readTasks(r); err != nil {
+			return nil, nil, 0, fmt.Errorf("%w: version %d tasks: %v", ErrBadSnapshot, v, err)
+		}
 	}
 	dec := json.NewDecoder(r)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(body); err != nil {
-		return nil, 0, fmt.Errorf("%w: version %d body: %v", ErrBadSnapshot, v, err)
+		return nil, nil, 0, fmt.Errorf("%w: version %d body: %v", ErrBadSnapshot, v, err)
 	}
-	return &s, v, nil
+	if v >= 6 {
+		if len(s.Tasks) > 0 {
+			return nil, nil, 0, fmt.Errorf("%w: version %d lists tasks in its body", ErrBadSnapshot, v)
+		}
+		return &s, tasks, v, nil
+	}
+	tasks, err := registryOf(s.Tasks)
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("%w: version %d: %v", ErrBadSnapshot, v, err)
+	}
+	s.Tasks = nil
+	return &s, tasks, v, nil
 }
 
 // Restore replaces the state with the snapshot read from r. A snapshot of
 // another cluster is refused, and a failed Restore changes nothing.
 func (f *FSM) Restore(r io.Reader) error {
-	s, version, err := readSnapshot(bufio.NewReader(r))
+	s, tasks, version, err := readSnapshot(bufio.NewReader(r))
 	if err != nil {
 		return err
 	}
 	if s.ClusterID != f.clusterID {
 		return fmt.Errorf("%w: snapshot of cluster %q, this node is in cluster %q", ErrBadSnapshot, s.ClusterID, f.clusterID)
-	}
-	tasks := make(map[string]*Task, len(s.Tasks))
-	for i := range s.Tasks {
-		tasks[s.Tasks[i].ID] = &s.Tasks[i]
 	}
 	assignment := make(map[string]Placement, len(s.Assignment))
 	for _, p := range s.Assignment {
@@ -878,17 +881,6 @@ func (f *FSM) Restore(r io.Reader) error {
 	dedup := make(map[dedupKey]Result, len(s.Dedup))
 	for _, e := range s.Dedup {
 		dedup[dedupKey{e.Client, e.Request}] = e.Result
-	}
-	// Sorted ids insert at the right edge of the index: no rebalancing
-	// search down the middle of it.
-	sortedIDs := make([]string, 0, len(tasks))
-	for id := range tasks {
-		sortedIDs = append(sortedIDs, id)
-	}
-	slices.Sort(sortedIDs)
-	ids := newIDIndex()
-	for _, id := range sortedIDs {
-		ids.ReplaceOrInsert(id)
 	}
 	members := make(map[string]MemberRecord, len(s.Members))
 	for _, m := range s.Members {
@@ -903,7 +895,6 @@ func (f *FSM) Restore(r io.Reader) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.tasks, f.dedup, f.order = tasks, dedup, queueOf(s.Dedup)
-	f.ids = ids
 	f.taskVer++
 	f.outbox, f.published = s.Outbox, s.Published
 	f.assignGen, f.assignment, f.epochs = s.AssignmentGeneration, assignment, epochs
@@ -928,7 +919,7 @@ func (f *FSM) Restore(r io.Reader) error {
 // with an active worker restores with epoch 1, any other with 0 (its
 // history is not in the snapshot; docs/design.md, "Tasks, workers,
 // assignments").
-func restoreEpochs(version uint32, s *snapshotV5, tasks map[string]*Task, assignment map[string]Placement) (map[string]uint64, error) {
+func restoreEpochs(version uint32, s *snapshotV5, tasks *registry, assignment map[string]Placement) (map[string]uint64, error) {
 	epochs := make(map[string]uint64, len(s.Epochs))
 	if version < 5 {
 		for id, p := range assignment {
@@ -938,7 +929,7 @@ func restoreEpochs(version uint32, s *snapshotV5, tasks map[string]*Task, assign
 		}
 	}
 	for _, e := range s.Epochs {
-		switch _, exists := tasks[e.Task]; {
+		switch _, exists := tasks.get(e.Task); {
 		case !exists:
 			return nil, fmt.Errorf("%w: epoch of task %q, which does not exist", ErrBadSnapshot, e.Task)
 		case e.Epoch == 0:
@@ -950,7 +941,7 @@ func restoreEpochs(version uint32, s *snapshotV5, tasks map[string]*Task, assign
 		epochs[e.Task] = e.Epoch
 	}
 	for id, p := range assignment {
-		if _, exists := tasks[id]; !exists {
+		if _, exists := tasks.get(id); !exists {
 			return nil, fmt.Errorf("%w: placement of task %q, which does not exist", ErrBadSnapshot, id)
 		}
 		if p.Epoch != 0 {

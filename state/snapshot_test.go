@@ -1,6 +1,7 @@
 package state
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
@@ -204,8 +205,18 @@ func TestRestoreRefusesBadSnapshots(t *testing.T) {
 		binary.BigEndian.PutUint32(b[len(snapshotMagic):], v)
 		return b
 	}
+	// The task section follows the header; the JSON body follows it.
+	r := bytes.NewReader(good[hdr:])
+	br := bufio.NewReaderSize(r, 16)
+	if _, err := readTasks(br); err != nil {
+		t.Fatal(err)
+	}
+	body := len(good) - r.Len() - br.Buffered()
 	withBody := func(body string) []byte {
-		return append(bytes.Clone(good[:hdr]), body...)
+		return append(bytes.Clone(good[:hdr]), append([]byte{0}, body...)...)
+	}
+	withTasks := func(tasks ...byte) []byte {
+		return append(append(bytes.Clone(good[:hdr]), tasks...), good[body:]...)
 	}
 	wrongMagic := bytes.Clone(good)
 	wrongMagic[0] = 'Y'
@@ -229,7 +240,16 @@ func TestRestoreRefusesBadSnapshots(t *testing.T) {
 		{"next version", withVersion(snapshotVersion + 1), fmt.Sprintf("version %d", snapshotVersion+1)},
 		{"version max", withVersion(0xffffffff), "newer"},
 		{"version 0", withVersion(0), "version 0"},
-		{"header only", good[:hdr], "body"},
+		{"header only", good[:hdr], "task count"},
+		{"tasks truncated", good[:hdr+(body-hdr)/2], "tasks"},
+		{"tasks out of order", withTasks(2, 1, 'b', 1, 0, 0, 1, 'a', 1, 0, 0), "does not follow"},
+		{"task listed twice", withTasks(2, 1, 'a', 1, 0, 0, 1, 'a', 1, 0, 0), "does not follow"},
+		{"empty task id", withTasks(1, 0, 1, 0, 0), "id of 0 bytes"},
+		{"task id too long", withTasks(1, 0x81, 0x02), "id of 257 bytes"},
+		{"task flags", withTasks(1, 1, 'a', 1, 0, 0x08), "flags"},
+		{"task state", withTasks(1, 1, 'a', 1, 0, 0x06), "flags"},
+		{"task standby", withTasks(1, 1, 'a', 1, 0x80, 0x80, 0x80, 0x80, 0x10, 0), "standby"},
+		{"more tasks than listed", withTasks(3, 1, 'a', 1, 0, 0), "tasks"},
 		{"truncated body", good[:hdr+(len(good)-hdr)/2], "body"},
 		{"truncated by one", good[:len(good)-2], "body"}, // last byte is the encoder's newline
 		{"body not json", withBody("{{{{"), "body"},

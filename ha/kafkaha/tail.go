@@ -173,6 +173,7 @@ func (b *Backend) snapshot(force bool) {
 	next, term := b.next, b.lastTerm
 	b.sinceSnap = 0
 	b.applyMu.Unlock()
+	defer snap.Release()
 	sink, err := b.snaps.Create(raft.SnapshotVersionMax, uint64(next), term, raft.Configuration{}, 0, nil)
 	if err != nil {
 		b.log.Error().Err(err).Msg("snapshot")

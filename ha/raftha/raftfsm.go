@@ -77,4 +77,5 @@ func (s raftSnapshot) Persist(sink raft.SnapshotSink) error {
 	return sink.Close()
 }
 
-func (raftSnapshot) Release() {}
+// Release implements raft.FSMSnapshot.
+func (s raftSnapshot) Release() { s.s.Release() }

@@ -1,0 +1,556 @@
+package state
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"unsafe"
+)
+
+// The task registry holds every task without a pointer per task: blocks
+// of fixed-size items in id order, and the ids' bytes in an arena of large
+// chunks. The garbage collector sees two objects per block instead of
+// several per task, and a snapshot is a copy-on-write view of the blocks
+// (docs/design.md, "The task registry").
+
+// taskItem is one task. It holds no pointer: its id is a reference into
+// the registry's arena.
+type taskItem struct {
+	key     uint64 // the id's place in the arena: chunk<<arenaShift | offset
+	created uint64
+	standby uint32
+	klen    uint16
+	flags   uint8
+}
+
+// taskItem flags: bit 0 is Stateful; bits 1–2 are the state.
+const (
+	flagStateful = 1 << 0
+	stateShift   = 1
+	stateMask    = 3 << stateShift
+	flagsMask    = flagStateful | stateMask
+)
+
+// Task states as stored. The state and its pending reason are one of
+// three pairs, set by submit and by the assignment.
+const (
+	stateUnassigned uint8 = iota // PENDING: no worker assigned
+	stateNoWorker                // PENDING: no worker available
+	stateAssigned                // ASSIGNED
+	numStates
+)
+
+// Pending reasons.
+const (
+	reasonUnassigned = "no worker assigned"
+	reasonNoWorker   = "no worker available"
+)
+
+func (it taskItem) state() uint8 { return (it.flags & stateMask) >> stateShift }
+
+func (it taskItem) withState(s uint8) taskItem {
+	it.flags = it.flags&^stateMask | s<<stateShift
+	return it
+}
+
+// stateOfTask maps a task's state and reason (as older snapshots hold
+// them) to the stored state.
+func stateOfTask(t *Task) uint8 {
+	switch {
+	case t.State == TaskStateAssigned:
+		return stateAssigned
+	case t.PendingReason == reasonNoWorker:
+		return stateNoWorker
+	default:
+		return stateUnassigned
+	}
+}
+
+// Arena layout: chunks of up to 1 MiB (an id is at most maxIDLen bytes, so
+// it never spans two), allocated in 8-byte slots so that a freed id's slots
+// serve any id of the same rounded size.
+const (
+	arenaShift = 20
+	arenaChunk = 1 << arenaShift
+	minChunk   = 1 << 12
+	slotBytes  = 8
+)
+
+// arena holds the ids' bytes. Bytes that a snapshot's clone may still
+// read are never rewritten while one is alive: ids freed then wait in
+// pending until the last snapshot is released.
+type arena struct {
+	chunks [][]byte
+	// free holds freed references by rounded size in slots.
+	free    [maxIDLen/slotBytes + 1][]uint64
+	pending []uint64 // freed while a snapshot was alive; the size is in the top bits
+	// used is the bytes of live ids, rounded; held is what the chunks take.
+	used, held uint64
+}
+
+func roundedSlots(n int) int { return (n + slotBytes - 1) / slotBytes }
+
+// put stores id and returns its reference.
+func (a *arena) put(id string) uint64 {
+	ref, dst := a.alloc(len(id))
+	copy(dst, id)
+	return ref
+}
+
+// putBytes stores id and returns its reference.
+func (a *arena) putBytes(id []byte) uint64 {
+	ref, dst := a.alloc(len(id))
+	copy(dst, id)
+	return ref
+}
+
+// alloc returns the reference of room for an id of n bytes, and that room.
+func (a *arena) alloc(n int) (uint64, []byte) {
+	slots := roundedSlots(n)
+	size := slots * slotBytes
+	a.used += uint64(size)
+	if l := a.free[slots]; len(l) > 0 {
+		ref := l[len(l)-1]
+		a.free[slots] = l[:len(l)-1]
+		c, o := ref>>arenaShift, ref&(arenaChunk-1)
+		return ref, a.chunks[c][o : o+uint64(n)]
+	}
+	if k := len(a.chunks); k == 0 || len(a.chunks[k-1])+size > cap(a.chunks[k-1]) {
+		// Chunks start small and double up to arenaChunk, so a small
+		// registry stays small.
+		n := minChunk
+		if k > 0 {
+			n = min(2*cap(a.chunks[k-1]), arenaChunk)
+		}
+		a.chunks = append(a.chunks, make([]byte, 0, n))
+		a.held += uint64(n)
+	}
+	c := len(a.chunks) - 1
+	o := len(a.chunks[c])
+	a.chunks[c] = a.chunks[c][:o+size]
+	return uint64(c)<<arenaShift | uint64(o), a.chunks[c][o : o+n]
+}
+
+// release frees an id's bytes: at once when no snapshot may read them,
+// otherwise once none does (see flush).
+func (a *arena) release(ref uint64, n uint16, snapshots bool) {
+	slots := roundedSlots(int(n))
+	a.used -= uint64(slots * slotBytes)
+	if snapshots {
+		a.pending = append(a.pending, uint64(slots)<<56|ref)
+		return
+	}
+	a.free[slots] = append(a.free[slots], ref)
+}
+
+// flush makes the ids freed while snapshots were alive reusable; call it
+// only when none is.
+func (a *arena) flush() {
+	for _, p := range a.pending {
+		slots := p >> 56
+		a.free[slots] = append(a.free[slots], p&(1<<56-1))
+	}
+	a.pending = a.pending[:0]
+}
+
+func keyOf(chunks [][]byte, it taskItem) []byte {
+	c, o := it.key>>arenaShift, it.key&(arenaChunk-1)
+	return chunks[c][o : o+uint64(it.klen)]
+}
+
+// blockItems is the most items a block holds.
+const blockItems = 256
+
+// block is a run of items in id order. A block a snapshot's view may read
+// (gen older than the registry's) is never changed: a change replaces it
+// with a copy.
+type block struct {
+	gen   uint64
+	items []taskItem
+}
+
+func newBlock(gen uint64) *block { return &block{gen: gen, items: make([]taskItem, 0, blockItems)} }
+
+// registry is the set of tasks: blocks of items in id order, each block's
+// ids below the next's. Its mutating methods need the FSM's write lock;
+// the others its read lock.
+type registry struct {
+	blocks []*block
+	n      int
+	// gen is the generation of blocks this registry may change in place;
+	// every view moves it on.
+	gen   uint64
+	arena arena
+	// snapshots counts the views not yet released.
+	snapshots atomic.Int32
+}
+
+func newRegistry() *registry { return &registry{} }
+
+// idString is the id bytes as a string without a copy, valid while they
+// do not change (under the FSM's lock, or in a view).
+func idString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+
+func (r *registry) idOf(it taskItem) string { return idString(keyOf(r.arena.chunks, it)) }
+
+func (r *registry) len() int { return r.n }
+
+// find returns where id is, or would go: a block and a position in it.
+func (r *registry) find(id string) (bi, ii int, found bool) {
+	// The last block whose first id is at most id (or the first block).
+	bi = sort.Search(len(r.blocks), func(i int) bool { return r.idOf(r.blocks[i].items[0]) > id }) - 1
+	if bi < 0 {
+		bi = 0
+	}
+	if len(r.blocks) == 0 {
+		return 0, 0, false
+	}
+	items := r.blocks[bi].items
+	ii = sort.Search(len(items), func(i int) bool { return r.idOf(items[i]) >= id })
+	return bi, ii, ii < len(items) && r.idOf(items[ii]) == id
+}
+
+// get returns the item of the task with the id.
+func (r *registry) get(id string) (taskItem, bool) {
+	bi, ii, ok := r.find(id)
+	if !ok {
+		return taskItem{}, false
+	}
+	return r.blocks[bi].items[ii], true
+}
+
+// mutable returns block bi, replaced by a copy first when a view may
+// read it.
+func (r *registry) mutable(bi int) *block {
+	b := r.blocks[bi]
+	if b.gen != r.gen {
+		nb := newBlock(r.gen)
+		nb.items = append(nb.items, b.items...)
+		r.blocks[bi] = nb
+		b = nb
+	}
+	return b
+}
+
+// insert adds a task whose id is not in the registry.
+func (r *registry) insert(t *Task, state uint8) taskItem {
+	r.reclaim()
+	it := taskItem{key: r.arena.put(t.ID), created: t.CreatedIndex, standby: t.StandbyReplicas, klen: uint16(len(t.ID))}
+	if t.Stateful {
+		it.flags |= flagStateful
+	}
+	it = it.withState(state)
+	bi, ii, _ := r.find(t.ID)
+	r.insertAt(bi, ii, it)
+	return it
+}
+
+func (r *registry) insertAt(bi, ii int, it taskItem) {
+	r.n++
+	if len(r.blocks) == 0 {
+		b := newBlock(r.gen)
+		b.items = append(b.items, it)
+		r.blocks = append(r.blocks, b)
+		return
+	}
+	if len(r.blocks[bi].items) < blockItems {
+		b := r.mutable(bi)
+		b.items = slices.Insert(b.items, ii, it)
+		return
+	}
+	// Make room by moving items to a neighbour with room, as a B*-tree
+	// does: blocks then stay mostly full however ids arrive.
+	if bi+1 < len(r.blocks) && len(r.blocks[bi+1].items) < blockItems-blockItems/8 {
+		k := (blockItems - len(r.blocks[bi+1].items)) / 2
+		b, next := r.mutable(bi), r.mutable(bi+1)
+		next.items = slices.Insert(next.items, 0, b.items[len(b.items)-k:]...)
+		b.items = b.items[:len(b.items)-k]
+		if ii <= len(b.items) {
+			b.items = slices.Insert(b.items, ii, it)
+		} else {
+			next.items = slices.Insert(next.items, ii-len(b.items), it)
+		}
+		return
+	}
+	if bi > 0 && len(r.blocks[bi-1].items) < blockItems-blockItems/8 {
+		k := (blockItems - len(r.blocks[bi-1].items)) / 2
+		prev, b := r.mutable(bi-1), r.mutable(bi)
+		prev.items = append(prev.items, b.items[:k]...)
+		b.items = slices.Delete(b.items, 0, k)
+		if ii < k {
+			prev.items = slices.Insert(prev.items, len(prev.items)-k+ii, it)
+		} else {
+			b.items = slices.Insert(b.items, ii-k, it)
+		}
+		return
+	}
+	old := r.blocks[bi].items
+	if ii == len(old) || ii == 0 {
+		// Past a full block's last id (or before the first block's first):
+		// a new block beside it, leaving it full. Ids that arrive in order,
+		// as from each of many writers counting up, then fill their
+		// blocks; halving would leave every block behind them half empty.
+		b := newBlock(r.gen)
+		b.items = append(b.items, it)
+		if ii > 0 {
+			bi++
+		}
+		r.blocks = slices.Insert(r.blocks, bi, b)
+		return
+	}
+	// Split a full block in halves, into new blocks (a view may read the
+	// old one).
+	left, right := newBlock(r.gen), newBlock(r.gen)
+	left.items = append(left.items, old[:blockItems/2]...)
+	right.items = append(right.items, old[blockItems/2:]...)
+	if ii <= blockItems/2 {
+		left.items = slices.Insert(left.items, ii, it)
+	} else {
+		right.items = slices.Insert(right.items, ii-blockItems/2, it)
+	}
+	r.blocks[bi] = left
+	r.blocks = slices.Insert(r.blocks, bi+1, right)
+}
+
+// appendSorted adds an item whose id is above every id held.
+func (r *registry) appendSorted(it taskItem) {
+	r.n++
+	if k := len(r.blocks); k == 0 || len(r.blocks[k-1].items) == blockItems {
+		r.blocks = append(r.blocks, newBlock(r.gen))
+	}
+	b := r.mutable(len(r.blocks) - 1)
+	b.items = append(b.items, it)
+}
+
+// set replaces a stored item with it (the same id).
+func (r *registry) set(it taskItem) {
+	bi, ii, ok := r.find(r.idOf(it))
+	if !ok {
+		panic("state: set of a task that is not in the registry")
+	}
+	r.mutable(bi).items[ii] = it
+}
+
+// remove deletes the task with the id and returns what it was.
+func (r *registry) remove(id string) (Task, bool) {
+	bi, ii, ok := r.find(id)
+	if !ok {
+		return Task{}, false
+	}
+	it := r.blocks[bi].items[ii]
+	t := r.task(it)
+	b := r.mutable(bi)
+	b.items = slices.Delete(b.items, ii, ii+1)
+	r.n--
+	switch {
+	case len(b.items) == 0:
+		r.blocks = slices.Delete(r.blocks, bi, bi+1)
+	case len(b.items) < blockItems/4 && bi+1 < len(r.blocks) && len(b.items)+len(r.blocks[bi+1].items) <= blockItems/2:
+		// Merge a sparse block into a new one with its neighbour, so that
+		// deletions do not leave many near-empty blocks.
+		m := newBlock(r.gen)
+		m.items = append(append(m.items, b.items...), r.blocks[bi+1].items...)
+		r.blocks[bi] = m
+		r.blocks = slices.Delete(r.blocks, bi+1, bi+2)
+	}
+	r.reclaim()
+	r.arena.release(it.key, it.klen, r.snapshots.Load() > 0)
+	return t, true
+}
+
+// reclaim makes ids freed during snapshots reusable once none is alive.
+func (r *registry) reclaim() {
+	if len(r.arena.pending) > 0 && r.snapshots.Load() == 0 {
+		r.arena.flush()
+	}
+}
+
+// task returns the Task an item stands for.
+func (r *registry) task(it taskItem) Task { return taskOf(r.arena.chunks, it) }
+
+func taskOf(chunks [][]byte, it taskItem) Task {
+	t := Task{ID: string(keyOf(chunks, it)), Stateful: it.flags&flagStateful != 0, StandbyReplicas: it.standby, CreatedIndex: it.created}
+	switch it.state() {
+	case stateAssigned:
+		t.State = TaskStateAssigned
+	case stateNoWorker:
+		t.State, t.PendingReason = TaskStatePending, reasonNoWorker
+	default:
+		t.State, t.PendingReason = TaskStatePending, reasonUnassigned
+	}
+	return t
+}
+
+// ascendAfter calls fn for the items with ids above after, in order, until
+// fn returns false.
+func (r *registry) ascendAfter(after string, fn func(taskItem) bool) {
+	bi, ii, found := r.find(after)
+	if found {
+		ii++
+	}
+	ascendBlocks(r.blocks, bi, ii, fn)
+}
+
+func ascendBlocks(blocks []*block, bi, ii int, fn func(taskItem) bool) {
+	for ; bi < len(blocks); bi, ii = bi+1, 0 {
+		for _, it := range blocks[bi].items[ii:] {
+			if !fn(it) {
+				return
+			}
+		}
+	}
+}
+
+// view returns the registry as of now, readable without the FSM's lock
+// while the registry changes, until released.
+func (r *registry) view() *registryView {
+	r.snapshots.Add(1)
+	r.gen++
+	return &registryView{r: r, n: r.n, blocks: slices.Clone(r.blocks), chunks: slices.Clone(r.arena.chunks)}
+}
+
+// registryView is a registry as of one moment: its blocks, which the
+// registry no longer changes in place, and the arena's chunks then.
+// Chunks only grow past what the view's items reference, and freed bytes
+// are not reused while it lives.
+type registryView struct {
+	r        *registry
+	n        int
+	blocks   []*block
+	chunks   [][]byte
+	released atomic.Bool
+}
+
+func (v *registryView) len() int { return v.n }
+
+// ascend calls fn for each item in id order with the item's id bytes,
+// which are valid only during the call.
+func (v *registryView) ascend(fn func(it taskItem, id []byte) bool) {
+	ascendBlocks(v.blocks, 0, 0, func(it taskItem) bool { return fn(it, keyOf(v.chunks, it)) })
+}
+
+// release ends the view; it may be called more than once.
+func (v *registryView) release() {
+	if v.released.CompareAndSwap(false, true) {
+		v.r.snapshots.Add(-1)
+	}
+}
+
+// The registry in a snapshot: the number of tasks, then each task in id
+// order as the id's length, the id, the created index, the standby
+// replicas (uvarints, but for the id's bytes) and a flags byte.
+
+// writeTasks writes the view's tasks in the snapshot's binary form.
+func writeTasks(w io.Writer, v *registryView) error {
+	bw, ok := w.(*bufio.Writer)
+	if !ok {
+		bw = bufio.NewWriter(w)
+	}
+	var buf [3*binary.MaxVarintLen64 + maxIDLen + 1]byte
+	b := binary.AppendUvarint(buf[:0], uint64(v.len()))
+	if _, err := bw.Write(b); err != nil {
+		return err
+	}
+	var err error
+	v.ascend(func(it taskItem, id []byte) bool {
+		b := binary.AppendUvarint(buf[:0], uint64(len(id)))
+		b = append(b, id...)
+		b = binary.AppendUvarint(b, it.created)
+		b = binary.AppendUvarint(b, uint64(it.standby))
+		b = append(b, it.flags)
+		_, err = bw.Write(b)
+		return err == nil
+	})
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return bw.Flush()
+	}
+	return nil
+}
+
+// readTasks reads the tasks writeTasks wrote into a new registry. Ids
+// must be in strictly increasing order (which also rules out duplicates),
+// each within the length a command allows.
+func readTasks(r *bufio.Reader) (*registry, error) {
+	n, err := binary.ReadUvarint(r)
+	if err != nil {
+		return nil, fmt.Errorf("task count: %w", noEOF(err))
+	}
+	reg := newRegistry()
+	var prev, id []byte
+	for i := uint64(0); i < n; i++ {
+		l, err := binary.ReadUvarint(r)
+		if err != nil {
+			return nil, fmt.Errorf("task %d: %w", i, noEOF(err))
+		}
+		if l == 0 || l > maxIDLen {
+			return nil, fmt.Errorf("task %d: id of %d bytes (1 to %d allowed)", i, l, maxIDLen)
+		}
+		id = slices.Grow(id[:0], int(l))[:l]
+		if _, err := io.ReadFull(r, id); err != nil {
+			return nil, fmt.Errorf("task %d: %w", i, noEOF(err))
+		}
+		if i > 0 && bytes.Compare(prev, id) >= 0 {
+			return nil, fmt.Errorf("task %d: id %q does not follow %q", i, id, prev)
+		}
+		created, err := binary.ReadUvarint(r)
+		if err != nil {
+			return nil, fmt.Errorf("task %q: %w", id, noEOF(err))
+		}
+		standby, err := binary.ReadUvarint(r)
+		if err != nil {
+			return nil, fmt.Errorf("task %q: %w", id, noEOF(err))
+		}
+		if standby > math.MaxUint32 {
+			return nil, fmt.Errorf("task %q: %d standby replicas", id, standby)
+		}
+		flags, err := r.ReadByte()
+		if err != nil {
+			return nil, fmt.Errorf("task %q: %w", id, noEOF(err))
+		}
+		it := taskItem{created: created, standby: uint32(standby), klen: uint16(l), flags: flags}
+		if flags&^flagsMask != 0 || it.state() >= numStates {
+			return nil, fmt.Errorf("task %q: flags %#x", id, flags)
+		}
+		it.key = reg.arena.putBytes(id)
+		reg.appendSorted(it)
+		prev, id = id, prev
+	}
+	return reg, nil
+}
+
+// noEOF reports a snapshot that ends early as such.
+func noEOF(err error) error {
+	if errors.Is(err, io.EOF) {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// registryOf returns a registry of tasks as older snapshots list them,
+// refusing an id listed twice.
+func registryOf(tasks []Task) (*registry, error) {
+	slices.SortFunc(tasks, func(a, b Task) int { return strings.Compare(a.ID, b.ID) })
+	reg := newRegistry()
+	for i := range tasks {
+		t := &tasks[i]
+		if i > 0 && tasks[i-1].ID == t.ID {
+			return nil, fmt.Errorf("task %q listed twice", t.ID)
+		}
+		if t.ID == "" || len(t.ID) > maxIDLen {
+			return nil, fmt.Errorf("task id of %d bytes (1 to %d allowed)", len(t.ID), maxIDLen)
+		}
+		reg.insert(t, stateOfTask(t))
+	}
+	return reg, nil
+}
