@@ -45,6 +45,12 @@ type Options struct {
 	HistoryPath string
 	// CPUProfile, when set, receives the load generator's own CPU profile.
 	CPUProfile string
+	// Restarts, with a Local cluster of 3 or more, measures after the run
+	// what restarting nodes costs (see Restarts).
+	Restarts bool
+	// SnapshotAt, when set, has the PRIMARY take a raft snapshot this far
+	// into the run (see SnapshotResult).
+	SnapshotAt time.Duration
 	// Nice, when set, lowers the load generator's priority once the
 	// servers run (see Yield).
 	Nice int
@@ -82,6 +88,10 @@ type Report struct {
 	// nodes' sizes after the run.
 	Prefill   *PrefillResult `json:"prefill,omitempty"`
 	NodeStats []NodeStats    `json:"node_stats,omitempty"`
+	// Snapshot is the snapshot taken during the run, when asked.
+	Snapshot *SnapshotResult `json:"snapshot,omitempty"`
+	// Restarts are the restart measurements after the run, when asked.
+	Restarts *Restarts `json:"restarts,omitempty"`
 
 	violation bool
 }
@@ -89,11 +99,16 @@ type Report struct {
 // Err is the history check's failure, nil when the history holds no
 // violation.
 func (r *Report) Err() error {
-	if !r.violation {
-		return nil
+	var errs []error
+	if r.violation {
+		errs = append(errs, fmt.Errorf("history check failed: linearizable=%v (%s) lost=%d duplicates=%d; history in %s",
+			r.Linearizable, r.CheckResult, r.Lost, r.Duplicates, r.Dir))
 	}
-	return fmt.Errorf("history check failed: linearizable=%v (%s) lost=%d duplicates=%d; history in %s",
-		r.Linearizable, r.CheckResult, r.Lost, r.Duplicates, r.Dir)
+	if r.Restarts != nil && r.Restarts.Lost() {
+		errs = append(errs, fmt.Errorf("cold restart lost tasks: %d acknowledged before it, %d after; logs in %s",
+			r.Restarts.TasksAcked, r.Restarts.TasksAfter, r.Dir))
+	}
+	return errors.Join(errs...)
 }
 
 // Bench runs one bench: it starts the local cluster (if any), drives the
@@ -101,6 +116,12 @@ func (r *Report) Err() error {
 // the whole history. ctx ending stops the load early; the local cluster
 // is stopped before Bench returns.
 func Bench(ctx context.Context, o Options) (*Report, error) {
+	switch {
+	case o.Restarts && o.Local < 3:
+		return nil, errors.New("restarts need a local cluster of 3 or more nodes")
+	case o.SnapshotAt < 0:
+		return nil, errors.New("the snapshot's time into the run must not be negative")
+	}
 	dir, err := os.MkdirTemp("", "xce-bench-")
 	if err != nil {
 		return nil, err
@@ -246,10 +267,27 @@ func Bench(ctx context.Context, o Options) (*Report, error) {
 		}
 		defer pf.Close()
 	}
+	snapDone := make(chan *SnapshotResult, 1)
+	snapCtx, stopSnap := context.WithCancel(loadCtx)
+	defer stopSnap()
+	if o.SnapshotAt > 0 {
+		sc, err := client.New(endpoints, copts)
+		if err != nil {
+			return nil, err
+		}
+		defer sc.Close()
+		runStart := time.Now()
+		go func() { snapDone <- takeSnapshot(snapCtx, sc, runStart, o.SnapshotAt) }()
+	} else {
+		snapDone <- nil
+	}
 	res, err := Run(loadCtx, load, &hist)
 	if o.CPUProfile != "" {
 		pprof.StopCPUProfile()
 	}
+	// A snapshot not yet due is not taken; one under way is waited for.
+	stopSnap()
+	snap := <-snapDone
 	if err != nil {
 		return nil, err
 	}
@@ -298,6 +336,13 @@ func Bench(ctx context.Context, o Options) (*Report, error) {
 	if o.Local > 0 {
 		out.Profile = o.Profile.Name
 	}
+	if snap != nil {
+		if snap.Error == "" {
+			snap.MaxLatencyMsAround = ms(MaxWriteLatency(ops, snap.start, snap.end))
+		}
+		snap.MaxLatencyMsRun = ms(MaxWriteLatency(ops, time.Time{}, time.Time{}))
+		out.Snapshot = snap
+	}
 	for _, k := range kills {
 		if d, ok := FailoverAfter(ops, k); ok {
 			out.FailoversMs = append(out.FailoversMs, ms(d))
@@ -309,6 +354,23 @@ func Bench(ctx context.Context, o Options) (*Report, error) {
 		keep = true
 		out.Dir = dir
 		out.violation = true
+	}
+	if o.Restarts {
+		rs := &restarter{c: cluster, ctl: ctl, load: load, copts: copts, log: o.Log, sizes: sizes, dirs: dataDirs,
+			before: uint64(verdict.Acked)}
+		if prefill != nil {
+			rs.before += uint64(prefill.Tasks)
+		}
+		r, err := rs.run(ctx)
+		if err != nil {
+			keep = true
+			return nil, fmt.Errorf("restarts: %w (logs in %s)", err, dir)
+		}
+		out.Restarts = r
+		if r.Lost() {
+			keep = true
+			out.Dir = dir
+		}
 	}
 	return out, nil
 }

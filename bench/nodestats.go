@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"math"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -19,8 +21,8 @@ import (
 )
 
 // NodeStats is one node's size: its task count (Status), its Go heap,
-// resident memory and longest recent GC pause (its /metrics), and, for a
-// local cluster, the bytes of its data dir.
+// resident memory, longest recent GC pause and last raft snapshot's cost
+// (its /metrics), and, for a local cluster, the bytes of its data dir.
 type NodeStats struct {
 	ID                string  `json:"id"`
 	Tasks             uint64  `json:"tasks"`
@@ -29,6 +31,13 @@ type NodeStats struct {
 	RSSBytes          uint64  `json:"rss_bytes"`
 	DataDirBytes      int64   `json:"data_dir_bytes,omitempty"`
 	GCPauseMaxSeconds float64 `json:"gc_pause_max_seconds"`
+	// The last raft snapshot this node took: how long it held the state
+	// machine (applies wait meanwhile), how long writing it out took, its
+	// bytes; and how many it took since it started.
+	SnapshotCaptureSeconds float64 `json:"snapshot_capture_seconds"`
+	SnapshotPersistSeconds float64 `json:"snapshot_persist_seconds"`
+	SnapshotBytes          uint64  `json:"snapshot_bytes"`
+	Snapshots              uint64  `json:"snapshots"`
 	// Error says what could not be read; the other fields hold what could.
 	Error string `json:"error,omitempty"`
 }
@@ -37,11 +46,15 @@ type NodeStats struct {
 type memMetrics struct {
 	HeapInuse, HeapAlloc, RSS uint64
 	GCPauseMax                float64
+	// The snapshot figures are zero on a node that took none (or that
+	// does not export them).
+	SnapshotCapture, SnapshotPersist float64
+	SnapshotBytes, Snapshots         uint64
 }
 
 // parseMemMetrics reads the Prometheus text exposition format for the Go
 // collector's heap figures, the process collector's resident memory and the
-// GC pause summary. The pause is the summary's quantile="1" (the longest of
+// GC pause summary, and xce's snapshot metrics. The pause is the summary's quantile="1" (the longest of
 // the pauses it keeps) or, without that quantile, the largest exposed.
 // Metrics it does not know are skipped; it fails only when none of the heap
 // and memory figures is there.
@@ -67,6 +80,14 @@ func parseMemMetrics(r io.Reader) (memMetrics, error) {
 			m.HeapAlloc, found = uint64(value), found+1
 		case "process_resident_memory_bytes":
 			m.RSS, found = uint64(value), found+1
+		case "xce_snapshot_capture_seconds":
+			m.SnapshotCapture = value
+		case "xce_snapshot_persist_seconds":
+			m.SnapshotPersist = value
+		case "xce_snapshot_bytes":
+			m.SnapshotBytes = uint64(value)
+		case "xce_snapshots_total":
+			m.Snapshots = uint64(value)
 		case "go_gc_duration_seconds":
 			if math.IsNaN(value) {
 				continue
@@ -210,6 +231,7 @@ func (s *scraper) nodes(ctx context.Context, endpoints, dataDirs []string) []Nod
 			errs = append(errs, fmt.Sprintf("metrics: %v", err))
 		} else {
 			ns.HeapInuseBytes, ns.HeapAllocBytes, ns.RSSBytes, ns.GCPauseMaxSeconds = m.HeapInuse, m.HeapAlloc, m.RSS, m.GCPauseMax
+			ns.SnapshotCaptureSeconds, ns.SnapshotPersistSeconds, ns.SnapshotBytes, ns.Snapshots = m.SnapshotCapture, m.SnapshotPersist, m.SnapshotBytes, m.Snapshots
 		}
 		cancel()
 		if i < len(dataDirs) {
@@ -233,6 +255,10 @@ func PrintNodes(w io.Writer, nodes []NodeStats) {
 		if n.DataDirBytes > 0 {
 			fmt.Fprintf(w, "  data dir %.1f MiB", mib(uint64(n.DataDirBytes)))
 		}
+		if n.Snapshots > 0 {
+			fmt.Fprintf(w, "  snapshots %d, last %.1f MiB: capture %.2f ms, persist %.1f ms",
+				n.Snapshots, mib(n.SnapshotBytes), n.SnapshotCaptureSeconds*1000, n.SnapshotPersistSeconds*1000)
+		}
 		if n.Error != "" {
 			fmt.Fprintf(w, "  (%s)", n.Error)
 		}
@@ -241,3 +267,35 @@ func PrintNodes(w io.Writer, nodes []NodeStats) {
 }
 
 func mib(b uint64) float64 { return float64(b) / (1 << 20) }
+
+// PrintSnapshot writes a line for the snapshot taken during the run.
+func PrintSnapshot(w io.Writer, s *SnapshotResult) {
+	if s == nil {
+		return
+	}
+	if s.Error != "" {
+		fmt.Fprintf(w, "snapshot at %.1fs: %s\n", s.AtSeconds, s.Error)
+		return
+	}
+	fmt.Fprintf(w, "snapshot at %.1fs: index %d, %.1f MiB in %.3fs; max write latency around it %.2f ms (run %.2f ms)\n",
+		s.AtSeconds, s.Index, mib(s.Bytes), s.TookSeconds, s.MaxLatencyMsAround, s.MaxLatencyMsRun)
+}
+
+// PrintRestarts writes the restart measurements and the nodes' sizes
+// after the cold restart.
+func PrintRestarts(w io.Writer, r *Restarts) {
+	if r == nil {
+		return
+	}
+	fmt.Fprintf(w, "restarts: follower caught up %.3fs after its restart (%d entries behind); cold restart to first write %.3fs",
+		r.FollowerCatchupSeconds, r.FollowerBehindEntries, r.ColdRestartSeconds)
+	if len(r.ColdRestartReadySeconds) > 0 {
+		ids := slices.Sorted(maps.Keys(r.ColdRestartReadySeconds))
+		fmt.Fprint(w, ", ready")
+		for _, id := range ids {
+			fmt.Fprintf(w, " %s %.3fs", id, r.ColdRestartReadySeconds[id])
+		}
+	}
+	fmt.Fprintf(w, "; tasks %d acknowledged, %d after\n", r.TasksAcked, r.TasksAfter)
+	PrintNodes(w, r.NodeStats)
+}

@@ -45,6 +45,11 @@ xce_applied_index 12
 		{name: "malformed lines are skipped",
 			text: "go_memstats_heap_inuse_bytes\ngo_memstats_heap_inuse_bytes{quantile=\"1\" 4\ngo_memstats_heap_inuse_bytes x\nprocess_resident_memory_bytes 8\n",
 			want: memMetrics{RSS: 8}},
+		{name: "snapshot figures",
+			text: "xce_snapshot_capture_seconds 0.004\nxce_snapshot_persist_seconds 0.25\nxce_snapshot_bytes 1.048576e+06\nxce_snapshots_total 3\nprocess_resident_memory_bytes 8\n",
+			want: memMetrics{RSS: 8, SnapshotCapture: 0.004, SnapshotPersist: 0.25, SnapshotBytes: 1 << 20, Snapshots: 3}},
+		{name: "snapshot figures alone are not enough",
+			text: "xce_snapshots_total 3\n", err: "no go_memstats_heap_inuse_bytes"},
 		{name: "none of the memory figures", text: "# only comments\nxce_applied_index 3\n", err: "no go_memstats_heap_inuse_bytes"},
 		{name: "empty", text: "", err: "no go_memstats_heap_inuse_bytes"},
 	} {

@@ -75,6 +75,32 @@ func (c *Client) OpenSnapshot(ctx context.Context) (*SnapshotStream, error) {
 	return out, nil
 }
 
+// SnapshotTaken is a raft snapshot the primary took on demand: the last
+// index it holds, its size, and the primary's time from asking raft for
+// it to its being persisted.
+type SnapshotTaken struct {
+	Index, Bytes uint64
+	Seconds      float64
+}
+
+// TakeSnapshot has the cluster's primary take a raft snapshot now and
+// returns once it is persisted. It is retried like every call, except that
+// the attempt that reaches the primary lasts as long as ctx rather than
+// the AttemptTimeout: a large state takes longer to write out, and
+// abandoning the attempt would only start a second snapshot.
+func (c *Client) TakeSnapshot(ctx context.Context) (SnapshotTaken, error) {
+	var out SnapshotTaken
+	err := retry(ctx, c, c.snapshotSvc, func(_ context.Context, s xcev1connect.ClusterServiceClient) error {
+		r, err := s.TakeSnapshot(ctx, connect.NewRequest(&xcev1.TakeSnapshotRequest{}))
+		if err != nil {
+			return err
+		}
+		out = SnapshotTaken{Index: r.Msg.Index, Bytes: r.Msg.Bytes, Seconds: r.Msg.Seconds}
+		return nil
+	})
+	return out, err
+}
+
 // Read reads the snapshot's data; it returns io.EOF after the last
 // message, and the stream's error if it ends before that.
 func (s *SnapshotStream) Read(p []byte) (int, error) {

@@ -86,6 +86,25 @@ func (n *Node) Membership() (ha.Membership, error) {
 	return forgetting{Membership: m, s: &n.members}, nil
 }
 
+// ErrNoSnapshots answers TakeSnapshot on a backend that takes no
+// snapshots on demand (the Kafka backend).
+var ErrNoSnapshots = errors.New("snapshots on demand need the raft backend")
+
+// TakeSnapshot has the backend take a snapshot now (docs/operations.md,
+// "Snapshots"): ha.ErrNotLeader until the backend runs, ErrNoSnapshots for
+// a backend without them.
+func (n *Node) TakeSnapshot(ctx context.Context) (ha.SnapshotInfo, error) {
+	b := n.backend.Load()
+	if b == nil {
+		return ha.SnapshotInfo{}, ha.ErrNotLeader
+	}
+	s, ok := b.Backend.(ha.Snapshotter)
+	if !ok {
+		return ha.SnapshotInfo{}, ErrNoSnapshots
+	}
+	return s.TakeSnapshot(ctx)
+}
+
 // membership is Membership for the node's own services: nil when there is
 // none.
 func (n *Node) membership() ha.Membership {

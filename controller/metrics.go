@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/xce/xce/ha"
+	"github.com/xce/xce/ha/raftha"
 	"github.com/xce/xce/netio"
 	"github.com/xce/xce/persist"
 )
@@ -29,6 +30,8 @@ type metrics struct {
 	storageOK       prometheus.Gauge
 	storageFailures prometheus.Counter
 	storageFailing  bool
+	// snapshots are the cost of the raft backend's snapshots.
+	snapshots *raftha.SnapshotMetrics
 }
 
 func newMetrics(reg *prometheus.Registry, n *Node) *metrics {
@@ -59,6 +62,11 @@ func newMetrics(reg *prometheus.Registry, n *Node) *metrics {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "xce_commit_index", Help: "Last Raft index known committed."},
 			func() float64 { c, _ := n.Indexes(); return float64(c) }),
 	)
+	snaps, err := raftha.NewSnapshotMetrics(reg)
+	if err != nil {
+		panic(err) // a name registered twice, as MustRegister would
+	}
+	m.snapshots = snaps
 	m.setView(&ha.View{Role: ha.RoleInit})
 	return m
 }

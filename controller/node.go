@@ -511,6 +511,7 @@ func (n *Node) raftConfig(store *persist.Store) raftha.Config {
 	// A joining node waits to be added rather than bootstrapping a
 	// cluster of its own.
 	rc.Join = n.joining
+	rc.Snapshots = n.metrics.snapshots
 	return rc
 }
 

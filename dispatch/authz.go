@@ -36,6 +36,7 @@ var Permissions = map[string]auth.Permission{
 	xcev1connect.ClusterServiceTransferLeaderProcedure:   auth.PermMembers,
 	xcev1connect.ClusterServiceJoinProcedure:             auth.PermJoin,
 	xcev1connect.ClusterServiceSaveSnapshotProcedure:     auth.PermBackup,
+	xcev1connect.ClusterServiceTakeSnapshotProcedure:     auth.PermBackup,
 }
 
 // Option configures New.

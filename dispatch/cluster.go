@@ -32,6 +32,8 @@ type Membership interface {
 	// MemberHealth is the PRIMARY's autopilot's last word on id; known is
 	// false elsewhere.
 	MemberHealth(id string) (healthy bool, state string, known bool)
+	// TakeSnapshot has the backend take a snapshot now (ha.Snapshotter).
+	TakeSnapshot(ctx context.Context) (ha.SnapshotInfo, error)
 }
 
 // transferWait bounds how long TransferLeader, and the removal of the

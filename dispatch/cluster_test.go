@@ -101,6 +101,11 @@ type clusterFake struct {
 	health   map[string]bool
 	writable error
 	writes   []string
+	// snap is what TakeSnapshot answers, snapErr its error; snaps counts
+	// the calls.
+	snap    ha.SnapshotInfo
+	snapErr error
+	snaps   int
 }
 
 func (n *fakeNode) Membership() (ha.Membership, error) {
@@ -161,6 +166,20 @@ func (n *fakeNode) MemberHealth(id string) (bool, string, bool) {
 		st = "unhealthy"
 	}
 	return h, st, true
+}
+
+func (n *fakeNode) TakeSnapshot(context.Context) (ha.SnapshotInfo, error) {
+	c := &n.cluster
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.snaps++
+	return c.snap, c.snapErr
+}
+
+func (n *fakeNode) snapshotsTaken() int {
+	n.cluster.mu.Lock()
+	defer n.cluster.mu.Unlock()
+	return n.cluster.snaps
 }
 
 func (n *fakeNode) recordWrites() []string {

@@ -67,6 +67,8 @@ var Methods = map[string]Class{
 	xcev1connect.ClusterServiceJoinProcedure:           ClassAdmin,
 	// A consistent snapshot is taken by the PRIMARY.
 	xcev1connect.ClusterServiceSaveSnapshotProcedure: ClassAdmin,
+	// So is a raft snapshot on demand.
+	xcev1connect.ClusterServiceTakeSnapshotProcedure: ClassAdmin,
 }
 
 // Limits of the API.

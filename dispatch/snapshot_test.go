@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -99,5 +100,52 @@ func TestSaveSnapshotRefused(t *testing.T) {
 	}
 	if node.barriers.Load() == 0 {
 		t.Error("no barrier was asked for")
+	}
+}
+
+// TakeSnapshot reaches the primary through a standby's hint and answers
+// the snapshot the backend took; nothing new to snapshot is a
+// FailedPrecondition the client does not retry; without write quorum the
+// call is NOT_READY and never reaches the backend.
+func TestTakeSnapshot(t *testing.T) {
+	ctx := ctxT(t)
+	lnode := newFakeNode("n2", primary)
+	lnode.cluster.snap = ha.SnapshotInfo{Index: 42, Bytes: 4096}
+	leader := startServer(t, lnode, netio.DefaultLimits())
+	snode := newFakeNode("n1", ha.View{Role: ha.RoleStandby, Term: 5, LeaderID: "n2", LeaderAddr: leader.addr})
+	standby := startServer(t, snode, netio.DefaultLimits())
+	c, err := client.New([]string{standby.addr}, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.TakeSnapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Index != 42 || got.Bytes != 4096 || got.Seconds < 0 {
+		t.Errorf("taken %+v, want index 42, 4096 bytes", got)
+	}
+	if snode.snapshotsTaken() != 0 || lnode.snapshotsTaken() != 1 {
+		t.Errorf("snapshots taken: standby %d, primary %d; want 0 and 1", snode.snapshotsTaken(), lnode.snapshotsTaken())
+	}
+
+	lnode.cluster.mu.Lock()
+	lnode.cluster.snapErr = fmt.Errorf("%w: raft says so", ha.ErrNothingToSnapshot)
+	lnode.cluster.mu.Unlock()
+	if _, err := c.TakeSnapshot(ctx); err == nil || !strings.Contains(err.Error(), "nothing new to snapshot") {
+		t.Errorf("nothing new: %v, want the backend's refusal", err)
+	}
+	if n := lnode.snapshotsTaken(); n != 2 {
+		t.Errorf("%d calls reached the backend, want 2 (no retry of a refusal)", n)
+	}
+
+	lnode.setView(ha.View{Role: ha.RolePrimary, Term: 5, LeaderID: "n2", WriteQuorum: false})
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if _, err := c.TakeSnapshot(short); !errors.Is(err, client.ErrNotReady) {
+		t.Errorf("without write quorum: %v, want NOT_READY", err)
+	}
+	if n := lnode.snapshotsTaken(); n != 2 {
+		t.Errorf("%d calls reached the backend, want 2", n)
 	}
 }

@@ -14,6 +14,9 @@ var (
 	ErrShutdown = errors.New("election backend is shut down")
 	// ErrTimeout means the backend did not answer before the deadline.
 	ErrTimeout = errors.New("raft timed out")
+	// ErrNothingToSnapshot means no entry was applied since the node
+	// started: there is no state to snapshot.
+	ErrNothingToSnapshot = errors.New("nothing new to snapshot")
 )
 
 // Signal is a wake-up from an election backend: the controller re-reads

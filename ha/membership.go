@@ -39,3 +39,18 @@ type Membership interface {
 	// voter when id is empty, and returns once it has moved or failed.
 	TransferTo(ctx context.Context, id string) error
 }
+
+// Snapshotter is a backend that takes a snapshot of the state machine on
+// demand (the Raft backend), so that its cost can be measured under load.
+type Snapshotter interface {
+	// TakeSnapshot takes one on the leader and returns once it is
+	// persisted; ErrNothingToSnapshot when nothing was applied since the
+	// node started.
+	TakeSnapshot(ctx context.Context) (SnapshotInfo, error)
+}
+
+// SnapshotInfo describes a snapshot taken: the last index it holds and
+// its size in bytes.
+type SnapshotInfo struct {
+	Index, Bytes uint64
+}

@@ -32,6 +32,8 @@ type benchFlags struct {
 	cpuprofile  string
 	nice        int
 	tls         bool
+	restarts    bool
+	snapshotAt  time.Duration
 	creds       credFlags
 }
 
@@ -52,8 +54,17 @@ With --prefill N, N tasks are created first, as fast as the cluster takes them
 (--prefill-clients concurrent submitters), so that the run measures a registry
 of that size; the prefill is not part of the checked history. After the
 prefill and after the run, each node's task count, Go heap, resident memory and
-longest recent GC pause (from its /metrics) are reported, with --local also
-its data dir's size.`,
+longest recent GC pause and last raft snapshot's cost (from its /metrics) are
+reported, with --local also its data dir's size.
+
+With --snapshot-at D, the primary takes a raft snapshot D into the run; the
+report gives its size and time, and the largest latency of the writes in
+flight meanwhile against the run's largest. With --restarts (needs --local 3
+or more), after the run a standby is SIGKILLed, writes go on for 2s without
+it, and the time it takes to catch up after its restart is reported; then
+every node is SIGKILLed at once and restarted, and the time to the first
+acknowledged write is reported, with the nodes' sizes after it. Fewer tasks
+after the cold restart than were acknowledged before it exits 1.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runBench(cmd.OutOrStdout(), cmd.ErrOrStderr(), f)
@@ -75,6 +86,8 @@ its data dir's size.`,
 	fl.StringVar(&f.cpuprofile, "cpuprofile", "", "write the load generator's own CPU profile here")
 	fl.IntVar(&f.nice, "nice", 0, "run the load generator at this nice level (0-19) so that it yields the CPU to servers on the same machine")
 	fl.StringVar(&f.history, "history", "", "where to write the history visualisation on a violation (default: in the run's directory)")
+	fl.BoolVar(&f.restarts, "restarts", false, "after the run, measure a standby's catch-up and a cold restart of every node (with --local 3 or more)")
+	fl.DurationVar(&f.snapshotAt, "snapshot-at", 0, "have the primary take a raft snapshot this far into the run (0: none)")
 	fl.BoolVar(&f.tls, "tls", false, "run the --local cluster with TLS on every port, certificates from its own CA, and an admin token")
 	f.creds.register(fl)
 	return cmd
@@ -100,6 +113,14 @@ func runBench(stdout, stderr io.Writer, f benchFlags) error {
 		return usageErr("--prefill-clients must be positive")
 	case f.nice < 0 || f.nice > 19:
 		return usageErr("--nice must be between 0 and 19")
+	case f.restarts && f.local == 0:
+		return usageErr("--restarts needs --local (it kills and restarts the nodes)")
+	case f.restarts && f.local < 3:
+		return usageErr("--restarts needs --local 3 or more (a standby is down while writes go on)")
+	case f.snapshotAt < 0:
+		return usageErr("--snapshot-at must not be negative")
+	case f.snapshotAt > 0 && f.ops == 0 && f.snapshotAt >= f.duration:
+		return usageErr("--snapshot-at %v falls after the run's --duration %v", f.snapshotAt, f.duration)
 	case f.tls && f.local == 0:
 		return usageErr("--tls needs --local (with --addr, give --ca-file and --token or a certificate)")
 	}
@@ -118,7 +139,7 @@ func runBench(stdout, stderr io.Writer, f benchFlags) error {
 	o := bench.Options{
 		Local: f.local, Exe: exe, Profile: prof, TLS: f.tls,
 		Clients: f.clients, Duration: f.duration, Ops: f.ops, Reads: f.reads, KillPrimary: f.killPrimary,
-		Prefill: f.prefill, PrefillClients: f.prefillCl,
+		Prefill: f.prefill, PrefillClients: f.prefillCl, Restarts: f.restarts, SnapshotAt: f.snapshotAt,
 		Keep: f.keep, HistoryPath: f.history, CPUProfile: f.cpuprofile, Nice: f.nice, Log: stderr,
 	}
 	if f.addr != "" {
@@ -155,4 +176,6 @@ func printBench(w io.Writer, o *bench.Report) {
 	fmt.Fprintf(w, "history: linearizable=%v (%s)  acked %d  lost %d  duplicates %d\n",
 		o.Linearizable, o.CheckResult, o.Acked, o.Lost, o.Duplicates)
 	bench.PrintNodes(w, o.NodeStats)
+	bench.PrintSnapshot(w, o.Snapshot)
+	bench.PrintRestarts(w, o.Restarts)
 }

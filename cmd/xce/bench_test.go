@@ -15,3 +15,20 @@ func TestBenchPrefillFlags(t *testing.T) {
 		}
 	}
 }
+
+// --restarts needs a local cluster of three or more; --snapshot-at must
+// fall within the run: usage errors before anything starts.
+func TestBenchRestartAndSnapshotFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"--addr", "127.0.0.1:1", "--restarts"},
+		{"--local", "1", "--restarts"},
+		{"--local", "2", "--restarts"},
+		{"--local", "1", "--snapshot-at", "-1s"},
+		{"--local", "1", "--duration", "2s", "--snapshot-at", "2s"},
+		{"--local", "1", "--snapshot-at", "x"},
+	} {
+		if _, code := runCmd(t, benchCmd(), args...); code != exitUsage {
+			t.Errorf("%v: exit %d, want %d", args, code, exitUsage)
+		}
+	}
+}

@@ -38,6 +38,9 @@ type Config struct {
 	// a candidate steps back. Raft calls it on its main goroutine: it must
 	// be quick.
 	CampaignAllowed func() error
+	// Snapshots, if set, receives the cost of each snapshot the node
+	// takes.
+	Snapshots *SnapshotMetrics
 
 	// Bounds on the peer port (raft's NetworkTransportConfig). Start
 	// takes DefaultConfig's value for each one left zero; Validate says

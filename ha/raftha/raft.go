@@ -37,7 +37,9 @@ type Raft struct {
 // so the controller calls it off its event loop. Raft drives fsm through
 // a FSM.
 func Start(cfg Config, fsm *state.FSM, store *persist.Store, stream raft.StreamLayer, logger hclog.Logger) (*Raft, error) {
-	return startWith(cfg, NewFSM(fsm), store, stream, logger)
+	f := NewFSM(fsm)
+	f.metrics = cfg.Snapshots
+	return startWith(cfg, f, store, stream, logger)
 }
 
 // startWith is Start with any raft.FSM.

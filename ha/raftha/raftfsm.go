@@ -2,6 +2,7 @@ package raftha
 
 import (
 	"io"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -12,7 +13,8 @@ import (
 // membership changes, snapshots to take and snapshots to restore
 // (docs/design.md, "Tasks, workers, assignments").
 type FSM struct {
-	fsm *state.FSM
+	fsm     *state.FSM
+	metrics *SnapshotMetrics
 }
 
 var (
@@ -55,9 +57,13 @@ func (r *FSM) StoreConfiguration(index uint64, _ raft.Configuration) {
 }
 
 // Snapshot implements raft.FSM: it copies the state; Persist writes the
-// copy out without holding the FSM.
+// copy out without holding the FSM. The copy's time is what the snapshot
+// stalls applies for, so it is measured on its own.
 func (r *FSM) Snapshot() (raft.FSMSnapshot, error) {
-	return raftSnapshot{r.fsm.Snapshot()}, nil
+	start := time.Now()
+	s := r.fsm.Snapshot()
+	r.metrics.captured(time.Since(start))
+	return raftSnapshot{s: s, metrics: r.metrics}, nil
 }
 
 // Restore implements raft.FSM.
@@ -66,15 +72,24 @@ func (r *FSM) Restore(rc io.ReadCloser) error {
 	return r.fsm.Restore(rc)
 }
 
-type raftSnapshot struct{ s *state.Snapshot }
+type raftSnapshot struct {
+	s       *state.Snapshot
+	metrics *SnapshotMetrics
+}
 
 // Persist writes the snapshot to sink, and cancels the sink when that fails.
 func (s raftSnapshot) Persist(sink raft.SnapshotSink) error {
-	if err := s.s.Write(sink); err != nil {
+	start := time.Now()
+	w := &countingWriter{w: sink}
+	if err := s.s.Write(w); err != nil {
 		sink.Cancel()
 		return err
 	}
-	return sink.Close()
+	if err := sink.Close(); err != nil {
+		return err
+	}
+	s.metrics.persisted(time.Since(start), w.n)
+	return nil
 }
 
 // Release implements raft.FSMSnapshot.

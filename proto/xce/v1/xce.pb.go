@@ -2938,6 +2938,105 @@ func (x *SnapshotChunk) GetSize() uint64 {
 	return 0
 }
 
+type TakeSnapshotRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TakeSnapshotRequest) Reset() {
+	*x = TakeSnapshotRequest{}
+	mi := &file_xce_v1_xce_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TakeSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TakeSnapshotRequest) ProtoMessage() {}
+
+func (x *TakeSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_xce_v1_xce_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TakeSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*TakeSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{41}
+}
+
+type TakeSnapshotResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The raft index and size of the snapshot the PRIMARY persisted.
+	Index uint64 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Bytes uint64 `protobuf:"varint,2,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	// From asking raft for the snapshot to its being persisted, on the
+	// PRIMARY.
+	Seconds       float64 `protobuf:"fixed64,3,opt,name=seconds,proto3" json:"seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TakeSnapshotResponse) Reset() {
+	*x = TakeSnapshotResponse{}
+	mi := &file_xce_v1_xce_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TakeSnapshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TakeSnapshotResponse) ProtoMessage() {}
+
+func (x *TakeSnapshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_xce_v1_xce_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TakeSnapshotResponse.ProtoReflect.Descriptor instead.
+func (*TakeSnapshotResponse) Descriptor() ([]byte, []int) {
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *TakeSnapshotResponse) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *TakeSnapshotResponse) GetBytes() uint64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *TakeSnapshotResponse) GetSeconds() float64 {
+	if x != nil {
+		return x.Seconds
+	}
+	return 0
+}
+
 var File_xce_v1_xce_proto protoreflect.FileDescriptor
 
 const file_xce_v1_xce_proto_rawDesc = "" +
@@ -3169,7 +3268,12 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"\x04term\x18\x04 \x01(\x04R\x04term\x12\x12\n" +
 	"\x04data\x18\x05 \x01(\fR\x04data\x12\x16\n" +
 	"\x06sha256\x18\x06 \x01(\tR\x06sha256\x12\x12\n" +
-	"\x04size\x18\a \x01(\x04R\x04size*b\n" +
+	"\x04size\x18\a \x01(\x04R\x04size\"\x15\n" +
+	"\x13TakeSnapshotRequest\"\\\n" +
+	"\x14TakeSnapshotResponse\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x14\n" +
+	"\x05bytes\x18\x02 \x01(\x04R\x05bytes\x12\x18\n" +
+	"\aseconds\x18\x03 \x01(\x01R\aseconds*b\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tROLE_INIT\x10\x01\x12\x11\n" +
@@ -3199,7 +3303,7 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"\vListWorkers\x12\x1a.xce.v1.ListWorkersRequest\x1a\x1b.xce.v1.ListWorkersResponse2\x90\x01\n" +
 	"\rWorkerService\x12=\n" +
 	"\bRegister\x12\x17.xce.v1.RegisterRequest\x1a\x18.xce.v1.RegisterResponse\x12@\n" +
-	"\tHeartbeat\x12\x18.xce.v1.HeartbeatRequest\x1a\x19.xce.v1.HeartbeatResponse2\x82\x04\n" +
+	"\tHeartbeat\x12\x18.xce.v1.HeartbeatRequest\x1a\x19.xce.v1.HeartbeatResponse2\xcd\x04\n" +
 	"\x0eClusterService\x12K\n" +
 	"\vListMembers\x12\x1a.xce.v1.ListMembersRequest\x1a\x1b.xce.v1.ListMembersResponse\"\x03\x90\x02\x01\x12@\n" +
 	"\tAddMember\x12\x18.xce.v1.AddMemberRequest\x1a\x19.xce.v1.AddMemberResponse\x12L\n" +
@@ -3207,7 +3311,8 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"\fRemoveMember\x12\x1b.xce.v1.RemoveMemberRequest\x1a\x1c.xce.v1.RemoveMemberResponse\x12O\n" +
 	"\x0eTransferLeader\x12\x1d.xce.v1.TransferLeaderRequest\x1a\x1e.xce.v1.TransferLeaderResponse\x121\n" +
 	"\x04Join\x12\x13.xce.v1.JoinRequest\x1a\x14.xce.v1.JoinResponse\x12D\n" +
-	"\fSaveSnapshot\x12\x1b.xce.v1.SaveSnapshotRequest\x1a\x15.xce.v1.SnapshotChunk0\x01B'Z%github.com/xce/xce/proto/xce/v1;xcev1b\x06proto3"
+	"\fSaveSnapshot\x12\x1b.xce.v1.SaveSnapshotRequest\x1a\x15.xce.v1.SnapshotChunk0\x01\x12I\n" +
+	"\fTakeSnapshot\x12\x1b.xce.v1.TakeSnapshotRequest\x1a\x1c.xce.v1.TakeSnapshotResponseB'Z%github.com/xce/xce/proto/xce/v1;xcev1b\x06proto3"
 
 var (
 	file_xce_v1_xce_proto_rawDescOnce sync.Once
@@ -3222,7 +3327,7 @@ func file_xce_v1_xce_proto_rawDescGZIP() []byte {
 }
 
 var file_xce_v1_xce_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_xce_v1_xce_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_xce_v1_xce_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_xce_v1_xce_proto_goTypes = []any{
 	(Role)(0),                      // 0: xce.v1.Role
 	(Consistency)(0),               // 1: xce.v1.Consistency
@@ -3268,10 +3373,12 @@ var file_xce_v1_xce_proto_goTypes = []any{
 	(*JoinResponse)(nil),           // 41: xce.v1.JoinResponse
 	(*SaveSnapshotRequest)(nil),    // 42: xce.v1.SaveSnapshotRequest
 	(*SnapshotChunk)(nil),          // 43: xce.v1.SnapshotChunk
-	nil,                            // 44: xce.v1.TaskAssignment.LagsEntry
-	nil,                            // 45: xce.v1.WorkerInfo.LagsEntry
-	nil,                            // 46: xce.v1.HeartbeatRequest.LagsEntry
-	nil,                            // 47: xce.v1.HeartbeatResponse.EpochsEntry
+	(*TakeSnapshotRequest)(nil),    // 44: xce.v1.TakeSnapshotRequest
+	(*TakeSnapshotResponse)(nil),   // 45: xce.v1.TakeSnapshotResponse
+	nil,                            // 46: xce.v1.TaskAssignment.LagsEntry
+	nil,                            // 47: xce.v1.WorkerInfo.LagsEntry
+	nil,                            // 48: xce.v1.HeartbeatRequest.LagsEntry
+	nil,                            // 49: xce.v1.HeartbeatResponse.EpochsEntry
 }
 var file_xce_v1_xce_proto_depIdxs = []int32{
 	0,  // 0: xce.v1.NotReady.role:type_name -> xce.v1.Role
@@ -3285,14 +3392,14 @@ var file_xce_v1_xce_proto_depIdxs = []int32{
 	29, // 8: xce.v1.StatusResponse.members:type_name -> xce.v1.Member
 	1,  // 9: xce.v1.GetAssignmentRequest.consistency:type_name -> xce.v1.Consistency
 	17, // 10: xce.v1.TaskAssignment.placement:type_name -> xce.v1.TaskPlacement
-	44, // 11: xce.v1.TaskAssignment.lags:type_name -> xce.v1.TaskAssignment.LagsEntry
+	46, // 11: xce.v1.TaskAssignment.lags:type_name -> xce.v1.TaskAssignment.LagsEntry
 	19, // 12: xce.v1.GetAssignmentResponse.tasks:type_name -> xce.v1.TaskAssignment
-	45, // 13: xce.v1.WorkerInfo.lags:type_name -> xce.v1.WorkerInfo.LagsEntry
+	47, // 13: xce.v1.WorkerInfo.lags:type_name -> xce.v1.WorkerInfo.LagsEntry
 	22, // 14: xce.v1.ListWorkersResponse.workers:type_name -> xce.v1.WorkerInfo
 	2,  // 15: xce.v1.Fact.kind:type_name -> xce.v1.FactKind
-	46, // 16: xce.v1.HeartbeatRequest.lags:type_name -> xce.v1.HeartbeatRequest.LagsEntry
+	48, // 16: xce.v1.HeartbeatRequest.lags:type_name -> xce.v1.HeartbeatRequest.LagsEntry
 	24, // 17: xce.v1.HeartbeatRequest.facts:type_name -> xce.v1.Fact
-	47, // 18: xce.v1.HeartbeatResponse.epochs:type_name -> xce.v1.HeartbeatResponse.EpochsEntry
+	49, // 18: xce.v1.HeartbeatResponse.epochs:type_name -> xce.v1.HeartbeatResponse.EpochsEntry
 	1,  // 19: xce.v1.ListMembersRequest.consistency:type_name -> xce.v1.Consistency
 	29, // 20: xce.v1.ListMembersResponse.members:type_name -> xce.v1.Member
 	29, // 21: xce.v1.AddMemberResponse.member:type_name -> xce.v1.Member
@@ -3315,25 +3422,27 @@ var file_xce_v1_xce_proto_depIdxs = []int32{
 	38, // 38: xce.v1.ClusterService.TransferLeader:input_type -> xce.v1.TransferLeaderRequest
 	40, // 39: xce.v1.ClusterService.Join:input_type -> xce.v1.JoinRequest
 	42, // 40: xce.v1.ClusterService.SaveSnapshot:input_type -> xce.v1.SaveSnapshotRequest
-	14, // 41: xce.v1.ControllerService.Status:output_type -> xce.v1.StatusResponse
-	14, // 42: xce.v1.ControllerService.WatchStatus:output_type -> xce.v1.StatusResponse
-	6,  // 43: xce.v1.ControllerService.SubmitTask:output_type -> xce.v1.SubmitTaskResponse
-	8,  // 44: xce.v1.ControllerService.GetTask:output_type -> xce.v1.GetTaskResponse
-	10, // 45: xce.v1.ControllerService.ListTasks:output_type -> xce.v1.ListTasksResponse
-	12, // 46: xce.v1.ControllerService.DeleteTask:output_type -> xce.v1.DeleteTaskResponse
-	20, // 47: xce.v1.ControllerService.GetAssignment:output_type -> xce.v1.GetAssignmentResponse
-	23, // 48: xce.v1.ControllerService.ListWorkers:output_type -> xce.v1.ListWorkersResponse
-	26, // 49: xce.v1.WorkerService.Register:output_type -> xce.v1.RegisterResponse
-	28, // 50: xce.v1.WorkerService.Heartbeat:output_type -> xce.v1.HeartbeatResponse
-	31, // 51: xce.v1.ClusterService.ListMembers:output_type -> xce.v1.ListMembersResponse
-	33, // 52: xce.v1.ClusterService.AddMember:output_type -> xce.v1.AddMemberResponse
-	35, // 53: xce.v1.ClusterService.PromoteMember:output_type -> xce.v1.PromoteMemberResponse
-	37, // 54: xce.v1.ClusterService.RemoveMember:output_type -> xce.v1.RemoveMemberResponse
-	39, // 55: xce.v1.ClusterService.TransferLeader:output_type -> xce.v1.TransferLeaderResponse
-	41, // 56: xce.v1.ClusterService.Join:output_type -> xce.v1.JoinResponse
-	43, // 57: xce.v1.ClusterService.SaveSnapshot:output_type -> xce.v1.SnapshotChunk
-	41, // [41:58] is the sub-list for method output_type
-	24, // [24:41] is the sub-list for method input_type
+	44, // 41: xce.v1.ClusterService.TakeSnapshot:input_type -> xce.v1.TakeSnapshotRequest
+	14, // 42: xce.v1.ControllerService.Status:output_type -> xce.v1.StatusResponse
+	14, // 43: xce.v1.ControllerService.WatchStatus:output_type -> xce.v1.StatusResponse
+	6,  // 44: xce.v1.ControllerService.SubmitTask:output_type -> xce.v1.SubmitTaskResponse
+	8,  // 45: xce.v1.ControllerService.GetTask:output_type -> xce.v1.GetTaskResponse
+	10, // 46: xce.v1.ControllerService.ListTasks:output_type -> xce.v1.ListTasksResponse
+	12, // 47: xce.v1.ControllerService.DeleteTask:output_type -> xce.v1.DeleteTaskResponse
+	20, // 48: xce.v1.ControllerService.GetAssignment:output_type -> xce.v1.GetAssignmentResponse
+	23, // 49: xce.v1.ControllerService.ListWorkers:output_type -> xce.v1.ListWorkersResponse
+	26, // 50: xce.v1.WorkerService.Register:output_type -> xce.v1.RegisterResponse
+	28, // 51: xce.v1.WorkerService.Heartbeat:output_type -> xce.v1.HeartbeatResponse
+	31, // 52: xce.v1.ClusterService.ListMembers:output_type -> xce.v1.ListMembersResponse
+	33, // 53: xce.v1.ClusterService.AddMember:output_type -> xce.v1.AddMemberResponse
+	35, // 54: xce.v1.ClusterService.PromoteMember:output_type -> xce.v1.PromoteMemberResponse
+	37, // 55: xce.v1.ClusterService.RemoveMember:output_type -> xce.v1.RemoveMemberResponse
+	39, // 56: xce.v1.ClusterService.TransferLeader:output_type -> xce.v1.TransferLeaderResponse
+	41, // 57: xce.v1.ClusterService.Join:output_type -> xce.v1.JoinResponse
+	43, // 58: xce.v1.ClusterService.SaveSnapshot:output_type -> xce.v1.SnapshotChunk
+	45, // 59: xce.v1.ClusterService.TakeSnapshot:output_type -> xce.v1.TakeSnapshotResponse
+	42, // [42:60] is the sub-list for method output_type
+	24, // [24:42] is the sub-list for method input_type
 	24, // [24:24] is the sub-list for extension type_name
 	24, // [24:24] is the sub-list for extension extendee
 	0,  // [0:24] is the sub-list for field type_name
@@ -3350,7 +3459,7 @@ func file_xce_v1_xce_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_xce_v1_xce_proto_rawDesc), len(file_xce_v1_xce_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   45,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

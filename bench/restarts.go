@@ -1,0 +1,288 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"time"
+
+	"github.com/xce/xce/client"
+	"github.com/xce/xce/internal/localcluster"
+	xcev1 "github.com/xce/xce/proto/xce/v1"
+)
+
+// Restarts is what restarting the local cluster's nodes costs, measured
+// after the run (Options.Restarts); the report's "restarts".
+type Restarts struct {
+	// FollowerCatchupSeconds runs from restarting a STANDBY that was
+	// SIGKILLed and fell FollowerBehindEntries behind (FollowerLagLoad of
+	// writes went on without it) until its applied index reaches the
+	// PRIMARY's commit index, both polled.
+	FollowerCatchupSeconds float64 `json:"follower_catchup_seconds"`
+	FollowerBehindEntries  uint64  `json:"follower_behind_entries"`
+	// ColdRestartSeconds runs from restarting every node, all SIGKILLed
+	// at once, until a new task's submit is acknowledged;
+	// ColdRestartReadySeconds until each node (by id) answers Status as
+	// PRIMARY or STANDBY.
+	ColdRestartSeconds      float64            `json:"cold_restart_seconds"`
+	ColdRestartReadySeconds map[string]float64 `json:"cold_restart_ready_seconds,omitempty"`
+	// TasksAcked are the tasks acknowledged before the cold restart (the
+	// prefill, the run's and the catch-up load's acknowledged submits);
+	// TasksAfter is the PRIMARY's task count after it. Fewer after than
+	// acknowledged fails the bench.
+	TasksAcked uint64 `json:"tasks_acked"`
+	TasksAfter uint64 `json:"tasks_after"`
+	// NodeStats are the nodes' sizes after the cold restart.
+	NodeStats []NodeStats `json:"node_stats,omitempty"`
+}
+
+// Lost reports whether the cold restart lost acknowledged tasks.
+func (r *Restarts) Lost() bool { return r.TasksAfter < r.TasksAcked }
+
+// FollowerLagLoad is how long the writes go on, at the run's client
+// count, while the killed STANDBY is down: long enough that it restarts
+// thousands of entries behind.
+const FollowerLagLoad = 2 * time.Second
+
+// restartWait bounds each restart measurement: a cold restart of a large
+// registry reads its whole snapshot and log first.
+const restartWait = 5 * time.Minute
+
+// coldAttempt is each attempt's deadline of the first write after the
+// cold restart: short, so that the attempt that succeeds is one begun
+// soon after the cluster could take it.
+const coldAttempt = time.Second
+
+// restarter measures Restarts on a local cluster.
+type restarter struct {
+	c      *localcluster.Cluster
+	ctl    *client.Client // Status by address
+	load   Load           // the run's load, for the catch-up writes
+	copts  client.Options
+	log    io.Writer
+	sizes  *scraper
+	dirs   []string
+	before uint64 // tasks acknowledged before the measurements
+}
+
+// run measures the follower's catch-up, then the cold restart, and
+// checks that no acknowledged task was lost.
+func (rs *restarter) run(ctx context.Context) (*Restarts, error) {
+	out := &Restarts{}
+	if err := rs.follower(ctx, out); err != nil {
+		return nil, fmt.Errorf("follower catch-up: %w", err)
+	}
+	if err := rs.cold(ctx, out); err != nil {
+		return nil, fmt.Errorf("cold restart: %w", err)
+	}
+	return out, nil
+}
+
+// follower SIGKILLs a STANDBY, writes for FollowerLagLoad without it,
+// restarts it and times its catch-up.
+func (rs *restarter) follower(ctx context.Context, out *Restarts) error {
+	n := rs.c.N()
+	wctx, cancel := context.WithTimeout(ctx, restartWait)
+	defer cancel()
+	p, err := rs.c.WaitPrimary(wctx, rs.ctl, n-1)
+	if err != nil {
+		return err
+	}
+	if _, err := waitCaughtUp(wctx, rs.c, rs.ctl, 5*time.Second); err != nil {
+		return err
+	}
+	s := (p + 1) % n
+	// The run is over: the STANDBY's applied index no longer moves but
+	// for raft's own entries.
+	var applied uint64
+	if st := rs.status(wctx, s); st != nil {
+		applied = st.AppliedIndex
+	}
+	if _, err := rs.c.Kill(s); err != nil {
+		return err
+	}
+	var h History
+	l := rs.load
+	l.Duration, l.Ops, l.Reads, l.Progress = FollowerLagLoad, 0, 0, nil
+	if _, err := Run(wctx, l, &h); err != nil {
+		return err
+	}
+	rs.before += uint64(acknowledgedSubmits(h.Ops()))
+	var commit uint64
+	if st := rs.status(wctx, p); st != nil {
+		commit = st.CommitIndex
+	}
+	if commit > applied {
+		out.FollowerBehindEntries = commit - applied
+	}
+	fmt.Fprintf(rs.log, "restarts: SIGKILLed STANDBY n%d, %v of writes without it; restarting it %d entries behind\n",
+		s+1, FollowerLagLoad, out.FollowerBehindEntries)
+	start := time.Now()
+	if err := rs.c.Start(s); err != nil {
+		return err
+	}
+	tick := time.NewTicker(pollEvery)
+	defer tick.Stop()
+	for {
+		sts := rs.c.Statuses(wctx, rs.ctl)
+		if caughtUp(sts, s) {
+			out.FollowerCatchupSeconds = time.Since(start).Seconds()
+			break
+		}
+		select {
+		case <-wctx.Done():
+			return fmt.Errorf("n%d not caught up: %w", s+1, wctx.Err())
+		case <-tick.C:
+		}
+	}
+	fmt.Fprintf(rs.log, "restarts: n%d caught up %.3fs after its restart\n", s+1, out.FollowerCatchupSeconds)
+	return nil
+}
+
+// caughtUp reports whether node s has applied what the PRIMARY (another
+// node, in the same look) has committed.
+func caughtUp(sts []*xcev1.StatusResponse, s int) bool {
+	if s >= len(sts) || sts[s] == nil {
+		return false
+	}
+	for i, st := range sts {
+		if i != s && st != nil && st.Role == xcev1.Role_ROLE_PRIMARY {
+			return sts[s].AppliedIndex >= st.CommitIndex
+		}
+	}
+	return false
+}
+
+// cold SIGKILLs every node at once, restarts them all, and times the
+// first acknowledged write and each node's readiness; then it counts the
+// tasks.
+func (rs *restarter) cold(ctx context.Context, out *Restarts) error {
+	n := rs.c.N()
+	wctx, cancel := context.WithTimeout(ctx, restartWait)
+	defer cancel()
+	if _, err := rs.c.WaitPrimary(wctx, rs.ctl, n-1); err != nil {
+		return err
+	}
+	if err := rs.c.KillAll(10 * time.Second); err != nil {
+		return err
+	}
+	fmt.Fprintf(rs.log, "restarts: SIGKILLed all %d nodes, %d tasks acknowledged; restarting them\n", n, rs.before)
+	start := time.Now()
+	for i := range n {
+		if err := rs.c.Start(i); err != nil {
+			return err
+		}
+	}
+	ready := make(map[string]float64, n)
+	readyDone := make(chan struct{})
+	rctx, stopReady := context.WithCancel(wctx)
+	defer stopReady()
+	go func() {
+		defer close(readyDone)
+		tick := time.NewTicker(pollEvery)
+		defer tick.Stop()
+		for len(ready) < n {
+			for i, st := range rs.c.Statuses(rctx, rs.ctl) {
+				id := fmt.Sprintf("n%d", i+1)
+				if _, seen := ready[id]; !seen && st != nil && (st.Role == xcev1.Role_ROLE_PRIMARY || st.Role == xcev1.Role_ROLE_STANDBY) {
+					ready[id] = time.Since(start).Seconds()
+				}
+			}
+			select {
+			case <-rctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	acked, err := rs.firstWrite(wctx)
+	if err != nil {
+		stopReady()
+		<-readyDone
+		return err
+	}
+	out.ColdRestartSeconds = acked.Sub(start).Seconds()
+	rs.before++
+	// A node that is not ready soon after the first write is left out of
+	// the figures rather than holding up the bench.
+	select {
+	case <-readyDone:
+	case <-time.After(readyWait):
+		stopReady()
+		<-readyDone
+	}
+	if len(ready) > 0 {
+		out.ColdRestartReadySeconds = ready
+	}
+	fmt.Fprintf(rs.log, "restarts: first write acknowledged %.3fs after the cold restart\n", out.ColdRestartSeconds)
+
+	p, err := rs.c.WaitPrimary(wctx, rs.ctl, n-1)
+	if err != nil {
+		return err
+	}
+	st := rs.status(wctx, p)
+	if st == nil {
+		return fmt.Errorf("no status from the PRIMARY n%d", p+1)
+	}
+	out.TasksAcked, out.TasksAfter = rs.before, st.Tasks
+	out.NodeStats = rs.sizes.nodes(ctx, rs.c.ClientAddrs(), rs.dirs)
+	return nil
+}
+
+// firstWrite submits one new task, attempt after attempt of coldAttempt
+// each (the client retrying NOT_READY within), until it is acknowledged,
+// and returns when. Every attempt carries the same request id, so that an
+// attempt cut off after the task applied gets the first answer (or finds
+// the task already there, which is as good).
+func (rs *restarter) firstWrite(ctx context.Context) (time.Time, error) {
+	cl, err := client.New(rs.c.ClientAddrs(), rs.copts)
+	if err != nil {
+		return time.Time{}, err
+	}
+	defer cl.Close()
+	id := fmt.Sprintf("cold-%x", rand.Uint32())
+	for {
+		actx, cancel := context.WithTimeout(ctx, coldAttempt)
+		_, err := cl.SubmitWithID(actx, client.Task{ID: id}, id)
+		cancel()
+		if err == nil || errors.Is(err, client.ErrAlreadyExists) {
+			return time.Now(), nil
+		}
+		if permanent(err) {
+			return time.Time{}, err
+		}
+		if ctx.Err() != nil {
+			return time.Time{}, fmt.Errorf("no write acknowledged: %w (last: %v)", ctx.Err(), err)
+		}
+	}
+}
+
+func (rs *restarter) status(ctx context.Context, i int) *xcev1.StatusResponse {
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	st, err := rs.ctl.Status(sctx, rs.c.Nodes[i].ClientAddr)
+	if err != nil {
+		return nil
+	}
+	return st
+}
+
+// acknowledgedSubmits counts the submits acknowledged as created.
+func acknowledgedSubmits(ops []Op) int {
+	n := 0
+	for _, op := range ops {
+		if op.Kind == Submit && op.Outcome == OK {
+			n++
+		}
+	}
+	return n
+}
+
+// readyWait bounds the wait, after the first write, for every node's
+// readiness.
+const readyWait = 30 * time.Second
+
+// pollEvery is the interval of the restart measurements' status polls.
+const pollEvery = 20 * time.Millisecond
