@@ -242,7 +242,11 @@ type Raft struct {
 	CommitTimeout      Duration `yaml:"commit_timeout"`       // default 10ms
 	SnapshotInterval   Duration `yaml:"snapshot_interval"`    // default 30s
 	SnapshotThreshold  uint64   `yaml:"snapshot_threshold"`   // default 65536
-	TrailingLogs       uint64   `yaml:"trailing_logs"`        // default 10240
+	// SnapshotWrites also takes a snapshot once this many writes were
+	// applied since the last one (0: only snapshot_threshold). Default
+	// 131072.
+	SnapshotWrites uint64 `yaml:"snapshot_writes"`
+	TrailingLogs   uint64 `yaml:"trailing_logs"` // default 10240
 	// DetectLeaderExit: a follower that finds the leader's peer port
 	// refusing connections (the leader's process has exited) starts an
 	// election at once instead of after heartbeat_timeout. Default true.
@@ -341,6 +345,7 @@ func Default() Config {
 			CommitTimeout:      Duration{r.CommitTimeout},
 			SnapshotInterval:   Duration{r.SnapshotInterval},
 			SnapshotThreshold:  r.SnapshotThreshold,
+			SnapshotWrites:     r.SnapshotWrites,
 			TrailingLogs:       r.TrailingLogs,
 			DetectLeaderExit:   r.DetectLeaderExit,
 			LogSegmentSize:     raftlog.DefaultSegmentSize,

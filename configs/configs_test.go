@@ -50,7 +50,7 @@ func TestMinimalGetsDefaults(t *testing.T) {
 	}
 	if got.ClusterID != "local" || got.Kafka.Topic != "xce.events" || got.Kafka.TransactionalIDPrefix != "xce" ||
 		got.Log != (Log{"info", "auto"}) || len(got.Kafka.Brokers) != 0 ||
-		got.Raft != (Raft{ms(200), ms(200), ms(150), ms(10), ms(30000), 65536, 10240, true, 16 << 20}) {
+		got.Raft != (Raft{ms(200), ms(200), ms(150), ms(10), ms(30000), 65536, 131072, 10240, true, 16 << 20}) {
 		t.Fatalf("defaults not applied: %+v", *got)
 	}
 	if s := got.Self(); s != want.Peers[0] {
@@ -187,7 +187,7 @@ func TestValidate(t *testing.T) {
 		{"heartbeat below 5ms", func(c *Config) { c.Raft.HeartbeatTimeout = ms(4) }, "raft.heartbeat_timeout: must be at least 5ms (got 4ms)"},
 		{"snapshot_interval below 5ms", func(c *Config) { c.Raft.SnapshotInterval = ms(2) }, "raft.snapshot_interval: must be at least 5ms (got 2ms)"},
 		{"all at 5ms", func(c *Config) {
-			c.Raft = Raft{ms(5), ms(5), ms(5), ms(5), ms(5), 1, 0, false, 1 << 20}
+			c.Raft = Raft{ms(5), ms(5), ms(5), ms(5), ms(5), 1, 0, 0, false, 1 << 20}
 		}, ""},
 		{"election below heartbeat", func(c *Config) { c.Raft.HeartbeatTimeout = ms(300) }, "raft.election_timeout: must not be less than raft.heartbeat_timeout (200ms < 300ms)"},
 		{"lease above heartbeat", func(c *Config) { c.Raft.HeartbeatTimeout = ms(100) }, "raft.leader_lease_timeout: must not exceed raft.heartbeat_timeout (150ms > 100ms)"},

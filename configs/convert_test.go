@@ -85,7 +85,7 @@ func TestConversions(t *testing.T) {
 	c := mustParse(t, minimal+`cluster_id: c1
 ha: {lease: 4s, renew: 1500ms, stagger: 0s}
 raft: {heartbeat_timeout: 300ms, election_timeout: 400ms, leader_lease_timeout: 250ms, commit_timeout: 20ms,
-  snapshot_interval: 1m, snapshot_threshold: 100, trailing_logs: 7, detect_leader_exit: false}
+  snapshot_interval: 1m, snapshot_threshold: 100, snapshot_writes: 5000, trailing_logs: 7, detect_leader_exit: false}
 kafka: {brokers: ["k1:9092"], topic: events, transactional_id_prefix: tx,
   tls: {ca_file: ca.pem, cert_file: c.pem, key_file: c-key.pem}, sasl: {mechanism: SCRAM-SHA-512, username: xce, password_file: pw}}
 assignor: {acceptable_recovery_lag: 5, max_warmup_replicas: 3, num_standby_replicas: 1,
@@ -95,7 +95,7 @@ limits: {client: {max_connections: 10, read_timeout: 2s}, peer: {max_connections
 	r := c.RaftConfig()
 	want := raftha.Config{NodeID: "n1", Peers: []raftha.Peer{{ID: "n1", Addr: "127.0.0.1:7201"}, {ID: "n2", Addr: "127.0.0.1:7202"}, {ID: "n3", Addr: "127.0.0.1:7203"}},
 		HeartbeatTimeout: 300 * time.Millisecond, ElectionTimeout: 400 * time.Millisecond, LeaderLeaseTimeout: 250 * time.Millisecond,
-		CommitTimeout: 20 * time.Millisecond, SnapshotInterval: time.Minute, SnapshotThreshold: 100, TrailingLogs: 7,
+		CommitTimeout: 20 * time.Millisecond, SnapshotInterval: time.Minute, SnapshotThreshold: 100, SnapshotWrites: 5000, TrailingLogs: 7,
 		MaxRPCSize: 20 << 20, RPCTimeout: 3 * time.Second, IdleTimeout: 5 * time.Minute, FirstByteTimeout: 2 * time.Second, MaxInboundConns: 64}
 	if !reflect.DeepEqual(r, want) {
 		t.Errorf("RaftConfig\n%+v\nwant\n%+v", r, want)

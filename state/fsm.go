@@ -165,6 +165,9 @@ type FSM struct {
 
 	applied   atomic.Uint64
 	dedupHits atomic.Uint64
+	// writes counts the commands applied since this FSM was made: what a
+	// restart replays since the last snapshot.
+	writes atomic.Uint64
 	// sawBatch is set once this FSM applied a CmdBatch entry (not carried
 	// by snapshots).
 	sawBatch atomic.Bool
@@ -232,6 +235,10 @@ func (f *FSM) AppliedIndex() uint64 { return f.applied.Load() }
 // the process started: every voter of the cluster applied log format 2 when
 // it was written.
 func (f *FSM) AppliedBatch() bool { return f.sawBatch.Load() }
+
+// Writes is how many commands this FSM applied since it was made (a
+// batch entry counts each of its commands).
+func (f *FSM) Writes() uint64 { return f.writes.Load() }
 
 // DedupHits counts retried writes answered from the dedup table.
 func (f *FSM) DedupHits() uint64 { return f.dedupHits.Load() }
@@ -306,6 +313,7 @@ type BatchResult []Result
 // applyCommandLocked applies one command of entry l; seq is its position
 // in a CmdBatch (0 otherwise), which numbers its event within the entry.
 func (f *FSM) applyCommandLocked(l Entry, seq uint32, c *Command) Result {
+	f.writes.Add(1)
 	key := dedupKey{c.ClientID, c.RequestID}
 	if c.RequestID != "" {
 		if r, ok := f.dedup[key]; ok {
@@ -634,9 +642,13 @@ type taskEpoch struct {
 // copy-on-write view of the registry, the rest is copied. Release it once
 // written.
 type Snapshot struct {
-	s     snapshotV5
-	tasks *registryView
+	s      snapshotV5
+	tasks  *registryView
+	writes uint64
 }
+
+// Writes is FSM.Writes when the snapshot was taken.
+func (s *Snapshot) Writes() uint64 { return s.writes }
 
 // Release lets the registry reuse what the snapshot kept alive. A
 // snapshot never released costs memory, not correctness.
@@ -676,7 +688,7 @@ func (f *FSM) Snapshot() *Snapshot {
 	}
 	// Sorting (for a deterministic file) happens in Write, off the lock
 	// that Apply waits for.
-	return &Snapshot{s: s, tasks: tasks}
+	return &Snapshot{s: s, tasks: tasks, writes: f.writes.Load()}
 }
 
 // Write writes the snapshot to w in the current format. A caller that

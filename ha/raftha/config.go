@@ -27,7 +27,11 @@ type Config struct {
 	CommitTimeout      time.Duration
 	SnapshotInterval   time.Duration
 	SnapshotThreshold  uint64
-	TrailingLogs       uint64
+	// SnapshotWrites, when above zero, also takes a snapshot once this
+	// many commands were applied since the last one (a batch entry holds
+	// many), checked every second: it bounds what a restart replays.
+	SnapshotWrites uint64
+	TrailingLogs   uint64
 	// DetectLeaderExit starts an election as soon as the leader's peer port
 	// refuses connections (its process has exited) instead of after the
 	// heartbeat timeout; see exitWatch.
@@ -77,6 +81,7 @@ func DefaultConfig() Config {
 		CommitTimeout:      10 * time.Millisecond,
 		SnapshotInterval:   30 * time.Second,
 		SnapshotThreshold:  65536,
+		SnapshotWrites:     131072,
 		TrailingLogs:       10240,
 		DetectLeaderExit:   true,
 		MaxRPCSize:         2 * state.MaxAssignmentBytes,

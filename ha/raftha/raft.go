@@ -29,6 +29,9 @@ type Raft struct {
 	signals  chan ha.Signal
 	watch    *exitWatch // nil unless DetectLeaderExit
 	waves    *waves
+	// snapStop stops, and snapDone reports the end of, the loop that
+	// snapshots by writes (nil without one).
+	snapStop, snapDone chan struct{}
 }
 
 // Start bootstraps a fresh data dir from the peer list (never one with
@@ -39,7 +42,51 @@ type Raft struct {
 func Start(cfg Config, fsm *state.FSM, store *persist.Store, stream raft.StreamLayer, logger hclog.Logger) (*Raft, error) {
 	f := NewFSM(fsm)
 	f.metrics = cfg.Snapshots
-	return startWith(cfg, f, store, stream, logger)
+	b, err := startWith(cfg, f, store, stream, logger)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.SnapshotWrites > 0 {
+		b.snapStop, b.snapDone = make(chan struct{}), make(chan struct{})
+		go b.snapshotByWrites(f, cfg.SnapshotWrites, logger.Named("snapshot"))
+	}
+	return b, nil
+}
+
+// snapshotByWrites takes a snapshot whenever limit commands were applied
+// since the last one. Raft's own trigger counts entries, and an entry can
+// hold a whole wave of writes, so it alone would let a restart replay far
+// more than its threshold suggests (docs/operations.md, "Snapshots").
+func (b *Raft) snapshotByWrites(f *FSM, limit uint64, logger hclog.Logger) {
+	defer close(b.snapDone)
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	var failing bool
+	for {
+		select {
+		case <-b.snapStop:
+			return
+		case <-t.C:
+		}
+		n := f.writesSinceSnapshot()
+		if n < limit {
+			continue
+		}
+		err := b.r.Snapshot().Error()
+		switch {
+		case err == nil || errors.Is(err, raft.ErrNothingNewToSnapshot):
+			if failing {
+				logger.Info("snapshots succeed again")
+			}
+			failing = false
+		case errors.Is(err, raft.ErrRaftShutdown):
+			return
+		case !failing:
+			// Raft's own trigger keeps trying too; one line until it works.
+			logger.Warn("snapshot after writes failed", "writes_since_snapshot", n, "error", err)
+			failing = true
+		}
+	}
 }
 
 // startWith is Start with any raft.FSM.
@@ -198,8 +245,14 @@ func (b *Raft) Shutdown() error {
 	if b.watch != nil {
 		b.watch.close()
 	}
+	if b.snapStop != nil {
+		close(b.snapStop)
+	}
 	b.r.DeregisterObserver(b.observer)
 	err := b.r.Shutdown().Error()
+	if b.snapDone != nil {
+		<-b.snapDone
+	}
 	b.waves.close()
 	if cerr := b.trans.Close(); err == nil {
 		err = cerr

@@ -2,6 +2,7 @@ package raftha
 
 import (
 	"io"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -15,6 +16,9 @@ import (
 type FSM struct {
 	fsm     *state.FSM
 	metrics *SnapshotMetrics
+	// snapWrites is fsm.Writes() as of the state the last snapshot
+	// persisted or restored holds: a restart replays what lies beyond it.
+	snapWrites atomic.Uint64
 }
 
 var (
@@ -63,18 +67,26 @@ func (r *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	start := time.Now()
 	s := r.fsm.Snapshot()
 	r.metrics.captured(time.Since(start))
-	return raftSnapshot{s: s, metrics: r.metrics}, nil
+	return raftSnapshot{s: s, metrics: r.metrics, writes: &r.snapWrites}, nil
 }
 
 // Restore implements raft.FSM.
 func (r *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
-	return r.fsm.Restore(rc)
+	if err := r.fsm.Restore(rc); err != nil {
+		return err
+	}
+	r.snapWrites.Store(r.fsm.Writes())
+	return nil
 }
+
+// writesSinceSnapshot is how many commands a restart would replay.
+func (r *FSM) writesSinceSnapshot() uint64 { return r.fsm.Writes() - r.snapWrites.Load() }
 
 type raftSnapshot struct {
 	s       *state.Snapshot
 	metrics *SnapshotMetrics
+	writes  *atomic.Uint64
 }
 
 // Persist writes the snapshot to sink, and cancels the sink when that fails.
@@ -89,6 +101,9 @@ func (s raftSnapshot) Persist(sink raft.SnapshotSink) error {
 		return err
 	}
 	s.metrics.persisted(time.Since(start), w.n)
+	if s.writes != nil {
+		s.writes.Store(s.s.Writes())
+	}
 	return nil
 }
 

@@ -92,3 +92,35 @@ func gather(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 	}
 	return out
 }
+
+// A node snapshots once SnapshotWrites commands were applied since its
+// last snapshot, however far raft's own entry threshold is.
+func TestSnapshotByWrites(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := NewSnapshotMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ := startOne(t, func(c *Config) {
+		c.Snapshots, c.SnapshotWrites, c.SnapshotThreshold = m, 100, 1<<30
+	})
+	testutil.Eventually(t, 10*time.Second, "a leader", func() bool { return r.View().State == ha.StateLeader })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i := range 60 {
+		if _, _, err := r.Apply(ctx, submit(fmt.Sprintf("t-%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := gather(t, reg)["xce_snapshots_total"]; n != 0 {
+		t.Fatalf("%v snapshots after 60 writes, want none yet", n)
+	}
+	for i := range 60 {
+		if _, _, err := r.Apply(ctx, submit(fmt.Sprintf("u-%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.Eventually(t, 10*time.Second, "a snapshot after 120 writes", func() bool {
+		return gather(t, reg)["xce_snapshots_total"] == 1
+	})
+}
