@@ -134,7 +134,9 @@ type FSM struct {
 	// tasks is the task registry; a snapshot takes a copy-on-write view
 	// of it.
 	tasks *registry
-	dedup map[dedupKey]Result
+	// dedup maps a request id to its entry's sequence number in order,
+	// which holds the Result once.
+	dedup map[dedupKey]uint64
 	// order holds dedup entries in apply order (hence index order), so
 	// expiry pops from the front.
 	order queue[dedupEntry]
@@ -182,7 +184,7 @@ func NewFSM(clusterID string) *FSM {
 		window:     DefaultDedupWindow,
 		maxEntries: DefaultDedupMaxEntries,
 		tasks:      newRegistry(),
-		dedup:      make(map[dedupKey]Result),
+		dedup:      make(map[dedupKey]uint64),
 		assignment: make(map[string]Placement),
 		epochs:     make(map[string]uint64),
 		members:    make(map[string]MemberRecord),
@@ -316,9 +318,11 @@ func (f *FSM) applyCommandLocked(l Entry, seq uint32, c *Command) Result {
 	f.writes.Add(1)
 	key := dedupKey{c.ClientID, c.RequestID}
 	if c.RequestID != "" {
-		if r, ok := f.dedup[key]; ok {
-			f.dedupHits.Add(1)
-			return r
+		if seq, ok := f.dedup[key]; ok {
+			if e, ok := f.order.at(seq); ok {
+				f.dedupHits.Add(1)
+				return e.Result
+			}
 		}
 	}
 	var r Result
@@ -472,8 +476,7 @@ func (f *FSM) TaskVersion() uint64 {
 }
 
 func (f *FSM) rememberLocked(e dedupEntry) {
-	f.dedup[dedupKey{e.Client, e.Request}] = e.Result
-	f.order.push(e)
+	f.dedup[dedupKey{e.Client, e.Request}] = f.order.push(e)
 	for f.order.len() > f.maxEntries {
 		f.popLocked()
 	}
@@ -644,6 +647,7 @@ type taskEpoch struct {
 type Snapshot struct {
 	s      snapshotV5
 	tasks  *registryView
+	dedup  queueView[dedupEntry]
 	writes uint64
 }
 
@@ -663,7 +667,6 @@ func (f *FSM) Snapshot() *Snapshot {
 	s := snapshotV5{snapshotV4: snapshotV4{snapshotV3: snapshotV3{snapshotV2: snapshotV2{snapshotV1: snapshotV1{
 		ClusterID:    f.clusterID,
 		AppliedIndex: f.applied.Load(),
-		Dedup:        f.order.all(),
 		DedupWindow:  f.window,
 		DedupMax:     f.maxEntries,
 	}, Outbox: slices.Clone(f.outbox), Published: f.published},
@@ -688,7 +691,7 @@ func (f *FSM) Snapshot() *Snapshot {
 	}
 	// Sorting (for a deterministic file) happens in Write, off the lock
 	// that Apply waits for.
-	return &Snapshot{s: s, tasks: tasks, writes: f.writes.Load()}
+	return &Snapshot{s: s, tasks: tasks, dedup: f.order.view(), writes: f.writes.Load()}
 }
 
 // Write writes the snapshot to w in the current format. A caller that
@@ -698,15 +701,15 @@ func (s *Snapshot) Write(w io.Writer) error {
 	slices.SortFunc(s.s.Members, func(a, b MemberRecord) int { return strings.Compare(a.ID, b.ID) })
 	slices.SortFunc(s.s.Epochs, func(a, b taskEpoch) int { return strings.Compare(a.Task, b.Task) })
 	bw := bufio.NewWriterSize(w, 1<<20)
-	if err := writeSnapshot(bw, &s.s, s.tasks); err != nil {
+	if err := writeSnapshot(bw, &s.s, s.tasks, s.dedup); err != nil {
 		return err
 	}
 	return bw.Flush()
 }
 
-// writeSnapshot writes the header, the tasks in the registry's binary
-// form, then the rest of s as JSON, with an empty task list.
-func writeSnapshot(w io.Writer, s *snapshotV5, tasks *registryView) error {
+// writeSnapshot writes the header, the tasks and the dedup table in
+// binary, then the rest of s as JSON, with both lists empty.
+func writeSnapshot(w io.Writer, s *snapshotV5, tasks *registryView, dedup queueView[dedupEntry]) error {
 	var hdr [len(snapshotMagic) + 4]byte
 	copy(hdr[:], snapshotMagic)
 	binary.BigEndian.PutUint32(hdr[len(snapshotMagic):], snapshotVersion)
@@ -714,6 +717,9 @@ func writeSnapshot(w io.Writer, s *snapshotV5, tasks *registryView) error {
 		return err
 	}
 	if err := writeTasks(w, tasks); err != nil {
+		return err
+	}
+	if err := writeDedup(w, dedup); err != nil {
 		return err
 	}
 	return writeBody(w, s, nil)
@@ -847,10 +853,14 @@ func readSnapshot(r *bufio.Reader) (*snapshotV5, *registry, uint32, error) {
 		return nil, nil, 0, fmt.Errorf("%w: version %d is newer than this binary reads (%d)", ErrBadSnapshot, v, snapshotVersion)
 	}
 	var tasks *registry
+	var dedup []dedupEntry
 	if v >= 6 {
 		var err error
 		if tasks, err = readTasks(r); err != nil {
 			return nil, nil, 0, fmt.Errorf("%w: version %d tasks: %v", ErrBadSnapshot, v, err)
+		}
+		if dedup, err = readDedup(r); err != nil {
+			return nil, nil, 0, fmt.Errorf("%w: version %d request ids: %v", ErrBadSnapshot, v, err)
 		}
 	}
 	dec := json.NewDecoder(r)
@@ -859,9 +869,10 @@ func readSnapshot(r *bufio.Reader) (*snapshotV5, *registry, uint32, error) {
 		return nil, nil, 0, fmt.Errorf("%w: version %d body: %v", ErrBadSnapshot, v, err)
 	}
 	if v >= 6 {
-		if len(s.Tasks) > 0 {
-			return nil, nil, 0, fmt.Errorf("%w: version %d lists tasks in its body", ErrBadSnapshot, v)
+		if len(s.Tasks) > 0 || len(s.Dedup) > 0 {
+			return nil, nil, 0, fmt.Errorf("%w: version %d lists tasks or request ids in its body", ErrBadSnapshot, v)
 		}
+		s.Dedup = dedup
 		return &s, tasks, v, nil
 	}
 	tasks, err := registryOf(s.Tasks)
@@ -890,9 +901,17 @@ func (f *FSM) Restore(r io.Reader) error {
 	if err != nil {
 		return err
 	}
-	dedup := make(map[dedupKey]Result, len(s.Dedup))
-	for _, e := range s.Dedup {
-		dedup[dedupKey{e.Client, e.Request}] = e.Result
+	order := queueOf(s.Dedup)
+	dedup := make(map[dedupKey]uint64, len(s.Dedup))
+	for i, e := range s.Dedup {
+		k := dedupKey{e.Client, e.Request}
+		if _, dup := dedup[k]; dup {
+			return fmt.Errorf("%w: request %q of client %q listed twice", ErrBadSnapshot, e.Request, e.Client)
+		}
+		if i > 0 && s.Dedup[i-1].Result.Index > e.Result.Index {
+			return fmt.Errorf("%w: request ids out of index order (%d after %d)", ErrBadSnapshot, e.Result.Index, s.Dedup[i-1].Result.Index)
+		}
+		dedup[k] = uint64(i)
 	}
 	members := make(map[string]MemberRecord, len(s.Members))
 	for _, m := range s.Members {
@@ -906,7 +925,7 @@ func (f *FSM) Restore(r io.Reader) error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.tasks, f.dedup, f.order = tasks, dedup, queueOf(s.Dedup)
+	f.tasks, f.dedup, f.order = tasks, dedup, order
 	f.taskVer++
 	f.outbox, f.published = s.Outbox, s.Published
 	f.assignGen, f.assignment, f.epochs = s.AssignmentGeneration, assignment, epochs

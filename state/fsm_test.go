@@ -81,7 +81,11 @@ func stateOf(t testing.TB, f *FSM) fsmState {
 		t.Fatalf("dedup map has %d entries, order queue %d", len(f.dedup), len(live))
 	}
 	for i, e := range live {
-		r, ok := f.dedup[dedupKey{e.Client, e.Request}]
+		seq, ok := f.dedup[dedupKey{e.Client, e.Request}]
+		var r Result
+		if p, held := f.order.at(seq); ok && held {
+			r = p.Result
+		}
 		if !ok || r != e.Result {
 			t.Fatalf("order entry %+v not in dedup map (got %+v, %v)", e, r, ok)
 		}

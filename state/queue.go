@@ -5,11 +5,15 @@ const queueChunk = 1024
 
 // queue is a FIFO kept in fixed-size chunks, so pushes and pops never copy
 // what it holds however long it grows (a slice would copy it all at every
-// growth and compaction, under the FSM's lock).
+// growth and compaction, under the FSM's lock). An element, once pushed,
+// is never written again: a view (see view) reads the chunks while the
+// queue moves on. Popped elements stay in their chunk until the whole
+// chunk is popped and dropped.
 type queue[T any] struct {
 	chunks [][]T // the first chunk's elements start at head
 	head   int
 	n      int
+	pushed uint64 // elements ever pushed: the next push's sequence number
 }
 
 // queueOf returns a queue holding a copy of s, in order.
@@ -23,13 +27,26 @@ func queueOf[T any](s []T) queue[T] {
 
 func (q *queue[T]) len() int { return q.n }
 
-func (q *queue[T]) push(v T) {
+// push appends v and returns its sequence number (see at).
+func (q *queue[T]) push(v T) uint64 {
 	if len(q.chunks) == 0 || len(q.chunks[len(q.chunks)-1]) == queueChunk {
 		q.chunks = append(q.chunks, make([]T, 0, queueChunk))
 	}
 	last := len(q.chunks) - 1
 	q.chunks[last] = append(q.chunks[last], v)
 	q.n++
+	q.pushed++
+	return q.pushed - 1
+}
+
+// at returns the element with sequence number seq, if it is still held.
+func (q *queue[T]) at(seq uint64) (*T, bool) {
+	first := q.pushed - uint64(q.n)
+	if seq < first || seq >= q.pushed {
+		return nil, false
+	}
+	p := q.head + int(seq-first)
+	return &q.chunks[p/queueChunk][p%queueChunk], true
 }
 
 // front returns the oldest element; the queue must not be empty.
@@ -39,16 +56,14 @@ func (q *queue[T]) front() T { return q.chunks[0][q.head] }
 func (q *queue[T]) pop() T {
 	c := q.chunks[0]
 	v := c[q.head]
-	var zero T
-	c[q.head] = zero // drop references for the collector
 	q.head++
 	q.n--
-	if q.head == len(c) {
-		if len(q.chunks) == 1 {
-			q.chunks[0] = c[:0] // empty: reuse the chunk
-		} else {
-			q.chunks[0] = nil
-			q.chunks = q.chunks[1:]
+	if q.head == queueChunk || q.n == 0 {
+		// The chunk is done with (a view may still read it): drop it.
+		q.chunks[0] = nil
+		q.chunks = q.chunks[1:]
+		if q.n == 0 {
+			q.chunks = q.chunks[:0]
 		}
 		q.head = 0
 	}
@@ -56,11 +71,29 @@ func (q *queue[T]) pop() T {
 }
 
 // all returns a copy of the elements, oldest first.
-func (q *queue[T]) all() []T {
-	out := make([]T, 0, q.n)
-	for i, c := range q.chunks {
+func (q *queue[T]) all() []T { return q.view().all() }
+
+// view returns the queue's elements as of now, readable while the queue
+// moves on.
+func (q *queue[T]) view() queueView[T] {
+	return queueView[T]{chunks: append([][]T(nil), q.chunks...), head: q.head, n: q.n}
+}
+
+// queueView is a queue's elements as of one moment.
+type queueView[T any] struct {
+	chunks [][]T
+	head   int
+	n      int
+}
+
+func (v queueView[T]) len() int { return v.n }
+
+// all returns a copy of the elements, oldest first.
+func (v queueView[T]) all() []T {
+	out := make([]T, 0, v.n)
+	for i, c := range v.chunks {
 		if i == 0 {
-			c = c[q.head:]
+			c = c[v.head:]
 		}
 		out = append(out, c...)
 	}

@@ -57,14 +57,40 @@ func TestQueueMatchesASlice(t *testing.T) {
 	}
 }
 
-// Popped elements are zeroed, so the queue keeps nothing alive.
-func TestQueuePopDropsReferences(t *testing.T) {
-	var q queue[*int]
-	for i := range 3 {
-		q.push(&i)
+// Popped elements stay in their chunk (a view may read them) only until
+// the chunk is popped through: then the queue drops it, and an emptied
+// queue holds no chunk. A view keeps what it saw while the queue moves on.
+func TestQueueDropsPoppedChunks(t *testing.T) {
+	var q queue[int]
+	for i := range queueChunk + 10 {
+		if seq := q.push(i); seq != uint64(i) {
+			t.Fatalf("push %d got sequence %d", i, seq)
+		}
 	}
-	q.pop()
-	if q.chunks[0][0] != nil {
-		t.Fatal("popped slot still holds its pointer")
+	v := q.view()
+	for range queueChunk {
+		q.pop()
+	}
+	if len(q.chunks) != 1 {
+		t.Fatalf("%d chunks after popping the first through", len(q.chunks))
+	}
+	if p, ok := q.at(queueChunk + 3); !ok || *p != queueChunk+3 {
+		t.Fatalf("at(%d) = %v %v", queueChunk+3, p, ok)
+	}
+	if _, ok := q.at(5); ok {
+		t.Fatal("at() finds a popped element")
+	}
+	for i := range 2 * queueChunk {
+		q.push(-i)
+	}
+	got := v.all()
+	if len(got) != queueChunk+10 || got[0] != 0 || got[len(got)-1] != queueChunk+9 {
+		t.Fatalf("view changed: %d elements, %v … %v", len(got), got[0], got[len(got)-1])
+	}
+	for q.len() > 0 {
+		q.pop()
+	}
+	if len(q.chunks) != 0 {
+		t.Fatalf("an empty queue holds %d chunks", len(q.chunks))
 	}
 }

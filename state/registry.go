@@ -554,3 +554,135 @@ func registryOf(tasks []Task) (*registry, error) {
 	}
 	return reg, nil
 }
+
+// The dedup table in a snapshot: the number of entries, then each, oldest
+// first, as the client id, the request id, the result's index and code,
+// its task (id, created index, standby replicas, flags) and its error;
+// strings are a uvarint length and the bytes, numbers uvarints. The
+// task's flags are the registry's, with state 3 for a result whose task
+// has no state (an unknown id's).
+const (
+	stateNone  uint8 = 3
+	maxErrLen        = 1 << 16
+	maxDedupID       = maxIDLen
+)
+
+// writeDedup writes the view's entries in the snapshot's binary form.
+func writeDedup(w io.Writer, v queueView[dedupEntry]) error {
+	bw, ok := w.(*bufio.Writer)
+	if !ok {
+		bw = bufio.NewWriter(w)
+	}
+	b := binary.AppendUvarint(nil, uint64(v.len()))
+	if _, err := bw.Write(b); err != nil {
+		return err
+	}
+	for i, c := range v.chunks {
+		if i == 0 {
+			c = c[v.head:]
+		}
+		for _, e := range c {
+			r := &e.Result
+			b = appendString(b[:0], e.Client)
+			b = appendString(b, e.Request)
+			b = binary.AppendUvarint(b, r.Index)
+			b = append(b, byte(r.Code))
+			b = appendString(b, r.Task.ID)
+			b = binary.AppendUvarint(b, r.Task.CreatedIndex)
+			b = binary.AppendUvarint(b, uint64(r.Task.StandbyReplicas))
+			st := stateNone
+			if r.Task.State != "" || r.Task.PendingReason != "" {
+				st = stateOfTask(&r.Task)
+			}
+			flags := st << stateShift
+			if r.Task.Stateful {
+				flags |= flagStateful
+			}
+			b = append(b, flags)
+			b = appendString(b, r.Err)
+			if _, err := bw.Write(b); err != nil {
+				return err
+			}
+		}
+	}
+	if !ok {
+		return bw.Flush()
+	}
+	return nil
+}
+
+// readDedup reads the entries writeDedup wrote.
+func readDedup(r *bufio.Reader) ([]dedupEntry, error) {
+	n, err := binary.ReadUvarint(r)
+	if err != nil {
+		return nil, fmt.Errorf("count: %w", noEOF(err))
+	}
+	var out []dedupEntry
+	var buf []byte
+	str := func(max uint64) (string, error) {
+		l, err := binary.ReadUvarint(r)
+		if err != nil {
+			return "", noEOF(err)
+		}
+		if l > max {
+			return "", fmt.Errorf("a string of %d bytes (at most %d)", l, max)
+		}
+		buf = slices.Grow(buf[:0], int(l))[:l]
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return "", noEOF(err)
+		}
+		return string(buf), nil
+	}
+	for i := uint64(0); i < n; i++ {
+		var e dedupEntry
+		fail := func(err error) ([]dedupEntry, error) { return nil, fmt.Errorf("entry %d: %w", i, err) }
+		if e.Client, err = str(maxDedupID); err != nil {
+			return fail(err)
+		}
+		if e.Request, err = str(maxDedupID); err != nil {
+			return fail(err)
+		}
+		if e.Result.Index, err = binary.ReadUvarint(r); err != nil {
+			return fail(noEOF(err))
+		}
+		code, err := r.ReadByte()
+		if err != nil {
+			return fail(noEOF(err))
+		}
+		if Code(code) > CodeConflict {
+			return fail(fmt.Errorf("result code %d", code))
+		}
+		e.Result.Code = Code(code)
+		t := &e.Result.Task
+		if t.ID, err = str(maxIDLen); err != nil {
+			return fail(err)
+		}
+		if t.CreatedIndex, err = binary.ReadUvarint(r); err != nil {
+			return fail(noEOF(err))
+		}
+		standby, err := binary.ReadUvarint(r)
+		if err != nil {
+			return fail(noEOF(err))
+		}
+		if standby > math.MaxUint32 {
+			return fail(fmt.Errorf("%d standby replicas", standby))
+		}
+		t.StandbyReplicas = uint32(standby)
+		flags, err := r.ReadByte()
+		if err != nil {
+			return fail(noEOF(err))
+		}
+		if flags&^flagsMask != 0 {
+			return fail(fmt.Errorf("flags %#x", flags))
+		}
+		t.Stateful = flags&flagStateful != 0
+		if st := (taskItem{flags: flags}).state(); st != stateNone {
+			*t = taskOf([][]byte{[]byte(t.ID)}, taskItem{klen: uint16(len(t.ID)), created: t.CreatedIndex, standby: t.StandbyReplicas, flags: flags})
+		}
+		if e.Result.Err, err = str(maxErrLen); err != nil {
+			return fail(err)
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}

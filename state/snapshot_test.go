@@ -211,12 +211,19 @@ func TestRestoreRefusesBadSnapshots(t *testing.T) {
 	if _, err := readTasks(br); err != nil {
 		t.Fatal(err)
 	}
+	dedupAt := len(good) - r.Len() - br.Buffered()
+	if _, err := readDedup(br); err != nil {
+		t.Fatal(err)
+	}
 	body := len(good) - r.Len() - br.Buffered()
 	withBody := func(body string) []byte {
-		return append(bytes.Clone(good[:hdr]), append([]byte{0}, body...)...)
+		return append(bytes.Clone(good[:hdr]), append([]byte{0, 0}, body...)...)
 	}
 	withTasks := func(tasks ...byte) []byte {
-		return append(append(bytes.Clone(good[:hdr]), tasks...), good[body:]...)
+		return append(append(bytes.Clone(good[:hdr]), tasks...), good[dedupAt:]...)
+	}
+	withDedup := func(dedup ...byte) []byte {
+		return append(append(bytes.Clone(good[:dedupAt]), dedup...), good[body:]...)
 	}
 	wrongMagic := bytes.Clone(good)
 	wrongMagic[0] = 'Y'
@@ -241,7 +248,7 @@ func TestRestoreRefusesBadSnapshots(t *testing.T) {
 		{"version max", withVersion(0xffffffff), "newer"},
 		{"version 0", withVersion(0), "version 0"},
 		{"header only", good[:hdr], "task count"},
-		{"tasks truncated", good[:hdr+(body-hdr)/2], "tasks"},
+		{"tasks truncated", good[:hdr+(dedupAt-hdr)/2], "tasks"},
 		{"tasks out of order", withTasks(2, 1, 'b', 1, 0, 0, 1, 'a', 1, 0, 0), "does not follow"},
 		{"task listed twice", withTasks(2, 1, 'a', 1, 0, 0, 1, 'a', 1, 0, 0), "does not follow"},
 		{"empty task id", withTasks(1, 0, 1, 0, 0), "id of 0 bytes"},
@@ -250,6 +257,12 @@ func TestRestoreRefusesBadSnapshots(t *testing.T) {
 		{"task state", withTasks(1, 1, 'a', 1, 0, 0x06), "flags"},
 		{"task standby", withTasks(1, 1, 'a', 1, 0x80, 0x80, 0x80, 0x80, 0x10, 0), "standby"},
 		{"more tasks than listed", withTasks(3, 1, 'a', 1, 0, 0), "tasks"},
+		{"request ids truncated", good[:dedupAt+(body-dedupAt)/2], "request ids"},
+		{"request id too long", withDedup(1, 1, 'c', 0x81, 0x02), "257 bytes"},
+		{"result code", withDedup(1, 1, 'c', 1, 'r', 5, 9), "result code 9"},
+		{"result flags", withDedup(1, 1, 'c', 1, 'r', 5, 0, 1, 'a', 5, 0, 0x10, 0), "flags"},
+		{"request listed twice", withDedup(2, 1, 'c', 1, 'r', 5, 0, 1, 'a', 5, 0, 0, 0, 1, 'c', 1, 'r', 6, 0, 1, 'b', 6, 0, 0, 0), "listed twice"},
+		{"request ids out of order", withDedup(2, 1, 'c', 1, 'r', 6, 0, 1, 'a', 5, 0, 0, 0, 1, 'c', 1, 's', 5, 0, 1, 'b', 6, 0, 0, 0), "out of index order"},
 		{"truncated body", good[:hdr+(len(good)-hdr)/2], "body"},
 		{"truncated by one", good[:len(good)-2], "body"}, // last byte is the encoder's newline
 		{"body not json", withBody("{{{{"), "body"},
