@@ -28,6 +28,9 @@ type NodeStats struct {
 	Tasks             uint64  `json:"tasks"`
 	HeapInuseBytes    uint64  `json:"heap_inuse_bytes"`
 	HeapAllocBytes    uint64  `json:"heap_alloc_bytes"`
+	// HeapLiveBytes is the heap the last collection found live: the
+	// state's size, without garbage (0 from a node that does not say).
+	HeapLiveBytes uint64 `json:"heap_live_bytes"`
 	RSSBytes          uint64  `json:"rss_bytes"`
 	DataDirBytes      int64   `json:"data_dir_bytes,omitempty"`
 	GCPauseMaxSeconds float64 `json:"gc_pause_max_seconds"`
@@ -44,7 +47,7 @@ type NodeStats struct {
 
 // memMetrics are the figures NodeStats takes from a node's /metrics.
 type memMetrics struct {
-	HeapInuse, HeapAlloc, RSS uint64
+	HeapInuse, HeapAlloc, HeapLive, RSS uint64
 	GCPauseMax                float64
 	// The snapshot figures are zero on a node that took none (or that
 	// does not export them).
@@ -78,6 +81,8 @@ func parseMemMetrics(r io.Reader) (memMetrics, error) {
 			m.HeapInuse, found = uint64(value), found+1
 		case "go_memstats_heap_alloc_bytes":
 			m.HeapAlloc, found = uint64(value), found+1
+		case "go_gc_heap_live_bytes":
+			m.HeapLive = uint64(value)
 		case "process_resident_memory_bytes":
 			m.RSS, found = uint64(value), found+1
 		case "xce_snapshot_capture_seconds":
@@ -231,6 +236,7 @@ func (s *scraper) nodes(ctx context.Context, endpoints, dataDirs []string) []Nod
 			errs = append(errs, fmt.Sprintf("metrics: %v", err))
 		} else {
 			ns.HeapInuseBytes, ns.HeapAllocBytes, ns.RSSBytes, ns.GCPauseMaxSeconds = m.HeapInuse, m.HeapAlloc, m.RSS, m.GCPauseMax
+			ns.HeapLiveBytes = m.HeapLive
 			ns.SnapshotCaptureSeconds, ns.SnapshotPersistSeconds, ns.SnapshotBytes, ns.Snapshots = m.SnapshotCapture, m.SnapshotPersist, m.SnapshotBytes, m.Snapshots
 		}
 		cancel()
@@ -250,8 +256,8 @@ func (s *scraper) nodes(ctx context.Context, endpoints, dataDirs []string) []Nod
 // PrintNodes writes a line per node.
 func PrintNodes(w io.Writer, nodes []NodeStats) {
 	for _, n := range nodes {
-		fmt.Fprintf(w, "node %-4s tasks %d  heap inuse %.1f MiB  alloc %.1f MiB  rss %.1f MiB  gc pause max %.2f ms",
-			n.ID, n.Tasks, mib(n.HeapInuseBytes), mib(n.HeapAllocBytes), mib(n.RSSBytes), n.GCPauseMaxSeconds*1000)
+		fmt.Fprintf(w, "node %-4s tasks %d  heap inuse %.1f MiB  alloc %.1f MiB  live %.1f MiB  rss %.1f MiB  gc pause max %.2f ms",
+			n.ID, n.Tasks, mib(n.HeapInuseBytes), mib(n.HeapAllocBytes), mib(n.HeapLiveBytes), mib(n.RSSBytes), n.GCPauseMaxSeconds*1000)
 		if n.DataDirBytes > 0 {
 			fmt.Fprintf(w, "  data dir %.1f MiB", mib(uint64(n.DataDirBytes)))
 		}

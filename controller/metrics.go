@@ -53,9 +53,11 @@ func newMetrics(reg *prometheus.Registry, n *Node) *metrics {
 	reg.MustRegister(m.role, m.term, m.writeQuorum, m.roleChanges, m.storageOK, m.storageFailures,
 		// Scheduling latency and GC pauses show a CPU-starved node: a
 		// goroutine that waits tens of milliseconds for a core is how a
-		// leader misses its lease with short raft timeouts.
+		// leader misses its lease with short raft timeouts. The live heap
+		// (as of the last collection) is what the state takes, without
+		// the garbage the heap in use also counts.
 		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
-			collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/sched/latencies:seconds$|^/sched/pauses/total/gc:seconds$`)})),
+			collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/sched/latencies:seconds$|^/sched/pauses/total/gc:seconds$|^/gc/heap/live:bytes$`)})),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "xce_applied_index", Help: "Last Raft index applied to the FSM."},
 			func() float64 { _, a := n.Indexes(); return float64(a) }),
