@@ -242,9 +242,9 @@ type Raft struct {
 	CommitTimeout      Duration `yaml:"commit_timeout"`       // default 10ms
 	SnapshotInterval   Duration `yaml:"snapshot_interval"`    // default 30s
 	SnapshotThreshold  uint64   `yaml:"snapshot_threshold"`   // default 65536
-	// SnapshotWrites also takes a snapshot once this many writes were
-	// applied since the last one (0: only snapshot_threshold). Default
-	// 131072.
+	// SnapshotWrites also takes a snapshot once this many writes, or a
+	// sixteenth of the task count if that is more, were applied since the
+	// last one (0: only snapshot_threshold). Default 131072.
 	SnapshotWrites uint64 `yaml:"snapshot_writes"`
 	TrailingLogs   uint64 `yaml:"trailing_logs"` // default 10240
 	// DetectLeaderExit: a follower that finds the leader's peer port

@@ -454,22 +454,26 @@ func writeTasks(w io.Writer, v *registryView) error {
 	if !ok {
 		bw = bufio.NewWriter(w)
 	}
-	var buf [3*binary.MaxVarintLen64 + maxIDLen + 1]byte
-	b := binary.AppendUvarint(buf[:0], uint64(v.len()))
-	if _, err := bw.Write(b); err != nil {
-		return err
+	// Whole blocks are encoded into buf and written in one piece: a
+	// registry of millions is written with thousands of calls, not
+	// millions.
+	const maxItem = 3*binary.MaxVarintLen64 + maxIDLen + 1
+	buf := make([]byte, 0, blockItems*maxItem)
+	buf = binary.AppendUvarint(buf, uint64(v.len()))
+	for _, blk := range v.blocks {
+		for _, it := range blk.items {
+			buf = binary.AppendUvarint(buf, uint64(it.klen))
+			buf = append(buf, keyOf(v.chunks, it)...)
+			buf = binary.AppendUvarint(buf, it.created)
+			buf = binary.AppendUvarint(buf, uint64(it.standby))
+			buf = append(buf, it.flags)
+		}
+		if _, err := bw.Write(buf); err != nil {
+			return err
+		}
+		buf = buf[:0]
 	}
-	var err error
-	v.ascend(func(it taskItem, id []byte) bool {
-		b := binary.AppendUvarint(buf[:0], uint64(len(id)))
-		b = append(b, id...)
-		b = binary.AppendUvarint(b, it.created)
-		b = binary.AppendUvarint(b, uint64(it.standby))
-		b = append(b, it.flags)
-		_, err = bw.Write(b)
-		return err == nil
-	})
-	if err != nil {
+	if _, err := bw.Write(buf); err != nil {
 		return err
 	}
 	if !ok {

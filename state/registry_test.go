@@ -6,6 +6,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -103,7 +104,7 @@ func TestRegistryAgainstAMap(t *testing.T) {
 				delete(model, id)
 			default:
 				if len(views) < 3 && rng.IntN(2) == 0 {
-					views = append(views, seen{r.view(), slices.SortedFunc(maps.Values(model), func(a, b Task) int { return cmpString(a.ID, b.ID) })})
+					views = append(views, seen{r.view(), slices.SortedFunc(maps.Values(model), func(a, b Task) int { return strings.Compare(a.ID, b.ID) })})
 				} else if len(views) > 0 {
 					checkView(views[0])
 					views[0].v.release()
@@ -137,16 +138,6 @@ func TestRegistryAgainstAMap(t *testing.T) {
 			t.Fatalf("seed %d: pages hold %d ids, want %d", seed, len(paged), len(want))
 		}
 	}
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // Ids freed while a view is alive are not reused until it is released;

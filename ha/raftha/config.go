@@ -28,8 +28,9 @@ type Config struct {
 	SnapshotInterval   time.Duration
 	SnapshotThreshold  uint64
 	// SnapshotWrites, when above zero, also takes a snapshot once this
-	// many commands were applied since the last one (a batch entry holds
-	// many), checked every second: it bounds what a restart replays.
+	// many commands, or a sixteenth of the task count if that is more,
+	// were applied since the last one (a batch entry holds many), checked
+	// every second: it bounds what a restart replays.
 	SnapshotWrites uint64
 	TrailingLogs   uint64
 	// DetectLeaderExit starts an election as soon as the leader's peer port

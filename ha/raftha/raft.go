@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -53,15 +54,27 @@ func Start(cfg Config, fsm *state.FSM, store *persist.Store, stream raft.StreamL
 	return b, nil
 }
 
-// snapshotByWrites takes a snapshot whenever limit commands were applied
-// since the last one. Raft's own trigger counts entries, and an entry can
-// hold a whole wave of writes, so it alone would let a restart replay far
-// more than its threshold suggests (docs/operations.md, "Snapshots").
+// registryShare: snapshotByWrites waits for at least 1/registryShare of
+// the registry's size in writes.
+const registryShare = 16
+
+// snapshotByWrites takes a snapshot whenever limit commands, or a
+// registryShare of the registry if that is more, were applied since the
+// last one. Raft's own trigger counts entries, and an entry can hold a
+// whole wave of writes, so it alone would let a restart replay far more
+// than its threshold suggests. A snapshot writes the whole registry, so
+// the share keeps what snapshots cost per write bounded as the registry
+// grows, while a restart, which reads the whole registry anyway, replays
+// at most a fraction more (docs/operations.md, "Snapshots").
 func (b *Raft) snapshotByWrites(f *FSM, limit uint64, logger hclog.Logger) {
 	defer close(b.snapDone)
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	var failing bool
+	// Every replica applies the same writes, so without a spread all of
+	// them would snapshot in the same second and contend for the same
+	// cores and disk; each waits a random quarter more.
+	stretch := 1 + rand.Float64()/4
 	for {
 		select {
 		case <-b.snapStop:
@@ -69,9 +82,10 @@ func (b *Raft) snapshotByWrites(f *FSM, limit uint64, logger hclog.Logger) {
 		case <-t.C:
 		}
 		n := f.writesSinceSnapshot()
-		if n < limit {
+		if float64(n) < float64(max(limit, uint64(f.fsm.NumTasks())/registryShare))*stretch {
 			continue
 		}
+		stretch = 1 + rand.Float64()/4
 		err := b.r.Snapshot().Error()
 		switch {
 		case err == nil || errors.Is(err, raft.ErrNothingNewToSnapshot):
