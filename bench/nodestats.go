@@ -24,13 +24,13 @@ import (
 // resident memory, longest recent GC pause and last raft snapshot's cost
 // (its /metrics), and, for a local cluster, the bytes of its data dir.
 type NodeStats struct {
-	ID                string  `json:"id"`
-	Tasks             uint64  `json:"tasks"`
-	HeapInuseBytes    uint64  `json:"heap_inuse_bytes"`
-	HeapAllocBytes    uint64  `json:"heap_alloc_bytes"`
+	ID             string `json:"id"`
+	Tasks          uint64 `json:"tasks"`
+	HeapInuseBytes uint64 `json:"heap_inuse_bytes"`
+	HeapAllocBytes uint64 `json:"heap_alloc_bytes"`
 	// HeapLiveBytes is the heap the last collection found live: the
 	// state's size, without garbage (0 from a node that does not say).
-	HeapLiveBytes uint64 `json:"heap_live_bytes"`
+	HeapLiveBytes     uint64  `json:"heap_live_bytes"`
 	RSSBytes          uint64  `json:"rss_bytes"`
 	DataDirBytes      int64   `json:"data_dir_bytes,omitempty"`
 	GCPauseMaxSeconds float64 `json:"gc_pause_max_seconds"`
@@ -48,7 +48,7 @@ type NodeStats struct {
 // memMetrics are the figures NodeStats takes from a node's /metrics.
 type memMetrics struct {
 	HeapInuse, HeapAlloc, HeapLive, RSS uint64
-	GCPauseMax                float64
+	GCPauseMax                          float64
 	// The snapshot figures are zero on a node that took none (or that
 	// does not export them).
 	SnapshotCapture, SnapshotPersist float64
