@@ -84,7 +84,7 @@ const (
 	slotBytes  = 8
 )
 
-// arena holds the ids' bytes. Bytes that a snapshot's clone may still
+// arena holds the ids' bytes. Bytes that a snapshot's view may still
 // read are never rewritten while one is alive: ids freed then wait in
 // pending until the last snapshot is released.
 type arena struct {
@@ -92,8 +92,8 @@ type arena struct {
 	// free holds freed references by rounded size in slots.
 	free    [maxIDLen/slotBytes + 1][]uint64
 	pending []uint64 // freed while a snapshot was alive; the size is in the top bits
-	// used is the bytes of live ids, rounded; held is what the chunks take.
-	used, held uint64
+	// used is the bytes of live ids, rounded.
+	used uint64
 }
 
 func roundedSlots(n int) int { return (n + slotBytes - 1) / slotBytes }
@@ -126,12 +126,11 @@ func (a *arena) alloc(n int) (uint64, []byte) {
 	if k := len(a.chunks); k == 0 || len(a.chunks[k-1])+size > cap(a.chunks[k-1]) {
 		// Chunks start small and double up to arenaChunk, so a small
 		// registry stays small.
-		n := minChunk
+		c := minChunk
 		if k > 0 {
-			n = min(2*cap(a.chunks[k-1]), arenaChunk)
+			c = min(2*cap(a.chunks[k-1]), arenaChunk)
 		}
-		a.chunks = append(a.chunks, make([]byte, 0, n))
-		a.held += uint64(n)
+		a.chunks = append(a.chunks, make([]byte, 0, c))
 	}
 	c := len(a.chunks) - 1
 	o := len(a.chunks[c])
