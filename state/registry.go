@@ -105,13 +105,6 @@ func (a *arena) put(id string) uint64 {
 	return ref
 }
 
-// putBytes stores id and returns its reference.
-func (a *arena) putBytes(id []byte) uint64 {
-	ref, dst := a.alloc(len(id))
-	copy(dst, id)
-	return ref
-}
-
 // alloc returns the reference of room for an id of n bytes, and that room.
 func (a *arena) alloc(n int) (uint64, []byte) {
 	slots := roundedSlots(n)
@@ -377,15 +370,22 @@ func (r *registry) task(it taskItem) Task { return taskOf(r.arena.chunks, it) }
 
 func taskOf(chunks [][]byte, it taskItem) Task {
 	t := Task{ID: string(keyOf(chunks, it)), Stateful: it.flags&flagStateful != 0, StandbyReplicas: it.standby, CreatedIndex: it.created}
-	switch it.state() {
+	setState(&t, it.state())
+	return t
+}
+
+// setState sets a task's state and pending reason from the stored state.
+func setState(t *Task, s uint8) {
+	switch s {
 	case stateAssigned:
-		t.State = TaskStateAssigned
+		t.State, t.PendingReason = TaskStateAssigned, ""
 	case stateNoWorker:
 		t.State, t.PendingReason = TaskStatePending, reasonNoWorker
-	default:
+	case stateUnassigned:
 		t.State, t.PendingReason = TaskStatePending, reasonUnassigned
+	default: // stateNone
+		t.State, t.PendingReason = "", ""
 	}
-	return t
 }
 
 // ascendAfter calls fn for the items with ids above after, in order, until
@@ -429,12 +429,6 @@ type registryView struct {
 }
 
 func (v *registryView) len() int { return v.n }
-
-// ascend calls fn for each item in id order with the item's id bytes,
-// which are valid only during the call.
-func (v *registryView) ascend(fn func(it taskItem, id []byte) bool) {
-	ascendBlocks(v.blocks, 0, 0, func(it taskItem) bool { return fn(it, keyOf(v.chunks, it)) })
-}
 
 // release ends the view; it may be called more than once.
 func (v *registryView) release() {
@@ -525,7 +519,7 @@ func readTasks(r *bufio.Reader) (*registry, error) {
 		if flags&^flagsMask != 0 || it.state() >= numStates {
 			return nil, fmt.Errorf("task %q: flags %#x", id, flags)
 		}
-		it.key = reg.arena.putBytes(id)
+		it.key = reg.arena.put(idString(id))
 		reg.appendSorted(it)
 		prev, id = id, prev
 	}
@@ -565,9 +559,8 @@ func registryOf(tasks []Task) (*registry, error) {
 // task's flags are the registry's, with state 3 for a result whose task
 // has no state (an unknown id's).
 const (
-	stateNone  uint8 = 3
-	maxErrLen        = 1 << 16
-	maxDedupID       = maxIDLen
+	stateNone uint8 = 3
+	maxErrLen       = 1 << 16
 )
 
 // writeDedup writes the view's entries in the snapshot's binary form.
@@ -639,10 +632,10 @@ func readDedup(r *bufio.Reader) ([]dedupEntry, error) {
 	for i := uint64(0); i < n; i++ {
 		var e dedupEntry
 		fail := func(err error) ([]dedupEntry, error) { return nil, fmt.Errorf("entry %d: %w", i, err) }
-		if e.Client, err = str(maxDedupID); err != nil {
+		if e.Client, err = str(maxIDLen); err != nil {
 			return fail(err)
 		}
-		if e.Request, err = str(maxDedupID); err != nil {
+		if e.Request, err = str(maxIDLen); err != nil {
 			return fail(err)
 		}
 		if e.Result.Index, err = binary.ReadUvarint(r); err != nil {
@@ -679,9 +672,7 @@ func readDedup(r *bufio.Reader) ([]dedupEntry, error) {
 			return fail(fmt.Errorf("flags %#x", flags))
 		}
 		t.Stateful = flags&flagStateful != 0
-		if st := (taskItem{flags: flags}).state(); st != stateNone {
-			*t = taskOf([][]byte{[]byte(t.ID)}, taskItem{klen: uint16(len(t.ID)), created: t.CreatedIndex, standby: t.StandbyReplicas, flags: flags})
-		}
+		setState(t, (taskItem{flags: flags}).state())
 		if e.Result.Err, err = str(maxErrLen); err != nil {
 			return fail(err)
 		}

@@ -179,3 +179,9 @@ func TestArenaReuseWaitsForViews(t *testing.T) {
 	}
 	registryTasks(t, r)
 }
+
+// ascend calls fn for each item in id order with the item's id bytes,
+// which are valid only during the call.
+func (v *registryView) ascend(fn func(it taskItem, id []byte) bool) {
+	ascendBlocks(v.blocks, 0, 0, func(it taskItem) bool { return fn(it, keyOf(v.chunks, it)) })
+}
