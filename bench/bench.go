@@ -63,15 +63,18 @@ type Report struct {
 	Clients int `json:"clients"`
 	// LocalNodes is the size of a --local cluster (JSON "nodes", as
 	// before the per-node report, which is "node_stats").
-	LocalNodes      int                `json:"nodes,omitempty"`
-	Profile         string             `json:"profile,omitempty"`
-	DurationS       float64            `json:"duration_s"`
-	Ops             int64              `json:"ops"`
-	OpsPerSec       float64            `json:"ops_per_sec"`
-	Errors          int64              `json:"errors"`
-	NotReadyRetries int64              `json:"not_ready_retries"`
-	LatencyMs       map[string]float64 `json:"latency_ms"`
-	FsyncP50Ms      float64            `json:"fsync_p50_ms"`
+	LocalNodes      int     `json:"nodes,omitempty"`
+	Profile         string  `json:"profile,omitempty"`
+	DurationS       float64 `json:"duration_s"`
+	Ops             int64   `json:"ops"`
+	OpsPerSec       float64 `json:"ops_per_sec"`
+	Errors          int64   `json:"errors"`
+	NotReadyRetries int64   `json:"not_ready_retries"`
+	// WarmupS is what the clients took to find the PRIMARY and open their
+	// connections before the run (not measured in it).
+	WarmupS    float64            `json:"warmup_s"`
+	LatencyMs  map[string]float64 `json:"latency_ms"`
+	FsyncP50Ms float64            `json:"fsync_p50_ms"`
 	// TermStart and TermEnd bracket the run: without kills, any growth is
 	// a spurious election.
 	TermStart    uint64    `json:"term_start"`
@@ -324,6 +327,7 @@ func Bench(ctx context.Context, o Options) (*Report, error) {
 	out := &Report{
 		Clients: o.Clients, LocalNodes: o.Local, DurationS: res.Elapsed.Seconds(), Ops: res.Ops,
 		OpsPerSec: float64(res.Ops) / res.Elapsed.Seconds(), Errors: res.Errors, NotReadyRetries: res.Retries,
+		WarmupS: res.Warmup.Seconds(),
 		LatencyMs: map[string]float64{
 			"p50": ms(res.Percentile(50)), "p95": ms(res.Percentile(95)), "p99": ms(res.Percentile(99)), "max": ms(res.Percentile(100)),
 		},

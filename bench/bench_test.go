@@ -11,8 +11,9 @@ import (
 )
 
 // A real run: a one-node cluster of the xce binary, 2000 tasks prefilled,
-// a one-second measured run; the report carries the prefill and every
-// node's size, and the node holds at least the prefilled tasks.
+// a one-second measured run; the report carries the prefill, the clients'
+// warm-up and every node's size, and the node holds at least the
+// prefilled tasks.
 func TestBenchPrefillReport(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds xce and runs a server")
@@ -35,9 +36,13 @@ func TestBenchPrefillReport(t *testing.T) {
 	var got struct {
 		Prefill   map[string]any   `json:"prefill"`
 		NodeStats []map[string]any `json:"node_stats"`
+		WarmupS   *float64         `json:"warmup_s"`
 	}
 	if err := json.Unmarshal(b, &got); err != nil {
 		t.Fatal(err)
+	}
+	if got.WarmupS == nil || *got.WarmupS <= 0 {
+		t.Errorf("warmup_s %v, want the clients' warm-up before the run", got.WarmupS)
 	}
 	for _, k := range []string{"tasks", "seconds", "per_second"} {
 		if _, ok := got.Prefill[k]; !ok {

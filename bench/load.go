@@ -46,6 +46,10 @@ type Progress struct {
 type Result struct {
 	Ops, Errors, Retries int64
 	Elapsed              time.Duration
+	// Warmup is what the clients took to find the PRIMARY and open their
+	// connections before the run began (see warm); not part of Elapsed,
+	// of the calls counted, or of the latencies.
+	Warmup time.Duration
 	// Latencies of the successful calls, sorted.
 	Latencies []time.Duration
 }
@@ -68,11 +72,6 @@ func Run(ctx context.Context, l Load, h *History) (*Result, error) {
 	if l.OpTimeout <= 0 {
 		l.OpTimeout = 10 * time.Second
 	}
-	if l.Duration > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, l.Duration)
-		defer cancel()
-	}
 	// A few pooled HTTP clients shared by the callers.
 	pool := make([]*http.Client, 4)
 	for i := range pool {
@@ -85,6 +84,37 @@ func Run(ctx context.Context, l Load, h *History) (*Result, error) {
 	}()
 	nonce := fmt.Sprintf("%x", rand.Uint32())
 	var ops, errs, retries, budget atomic.Int64
+	clients := make([]*client.Client, l.Clients)
+	defer func() {
+		for _, c := range clients {
+			if c != nil {
+				c.Close() // its member refresh may be under way
+			}
+		}
+	}()
+	retriesOf := make([]atomic.Int64, l.Clients)
+	for w := range clients {
+		c, err := client.New(l.Endpoints, client.Options{
+			HTTPClient: pool[w%len(pool)],
+			TLS:        l.TLS, Credentials: l.Credentials,
+			ClientID: fmt.Sprintf("bench-%s-%d", nonce, w),
+			OnRetry: func(*xcev1.NotReady, error) {
+				retriesOf[w].Add(1)
+				retries.Add(1)
+			},
+		})
+		if err != nil {
+			return nil, err
+		}
+		clients[w] = c
+	}
+	warmup := warm(ctx, clients, nonce, l.OpTimeout)
+	retries.Store(0) // the warm-up's leader hints are not the run's
+	if l.Duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, l.Duration)
+		defer cancel()
+	}
 	lats := make([][]time.Duration, l.Clients)
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -95,20 +125,8 @@ func Run(ctx context.Context, l Load, h *History) (*Result, error) {
 		})
 	}
 	var workers sync.WaitGroup
-	for w := 0; w < l.Clients; w++ {
-		var myRetries atomic.Int64
-		c, err := client.New(l.Endpoints, client.Options{
-			HTTPClient: pool[w%len(pool)],
-			TLS:        l.TLS, Credentials: l.Credentials,
-			ClientID: fmt.Sprintf("bench-%s-%d", nonce, w),
-			OnRetry: func(*xcev1.NotReady, error) {
-				myRetries.Add(1)
-				retries.Add(1)
-			},
-		})
-		if err != nil {
-			return nil, err
-		}
+	for w, c := range clients {
+		myRetries := &retriesOf[w]
 		workers.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(w), uint64(start.UnixNano())))
 			var last string
@@ -163,12 +181,33 @@ func Run(ctx context.Context, l Load, h *History) (*Result, error) {
 	workers.Wait()
 	close(stopProgress)
 	wg.Wait()
-	r := &Result{Ops: ops.Load(), Errors: errs.Load(), Retries: retries.Load(), Elapsed: time.Since(start)}
+	r := &Result{Ops: ops.Load(), Errors: errs.Load(), Retries: retries.Load(), Elapsed: time.Since(start), Warmup: warmup}
 	for _, ls := range lats {
 		r.Latencies = append(r.Latencies, ls...)
 	}
 	slices.Sort(r.Latencies)
 	return r, nil
+}
+
+// warm has every client find the PRIMARY and open its connection (over
+// TLS, make its handshake) before the run's clock starts, with a
+// linearizable read of an id no call writes: a run measures the steady
+// state, not a burst of handshakes and leader hints at its start (paid
+// once per connection, and on a small machine by all clients at once). It
+// returns how long that took. A read that fails only leaves that client
+// cold; its first call in the run pays instead.
+func warm(ctx context.Context, clients []*client.Client, nonce string, timeout time.Duration) time.Duration {
+	start := time.Now()
+	var wg sync.WaitGroup
+	for _, c := range clients {
+		wg.Go(func() {
+			wctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			_, _ = c.Get(wctx, "bench-warmup-"+nonce, false)
+		})
+	}
+	wg.Wait()
+	return time.Since(start)
 }
 
 // everySecond calls report once a second, on a goroutine wg owns, until
