@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -39,7 +40,8 @@ func NewClientTransport() *ClientTransport {
 
 // NewTLSClientTransport is NewClientTransport that also carries https
 // requests, over TLS with cfg: HTTP/1.1 (offered by ALPN), the same loop on
-// the caller's goroutine, the handshake made when a connection is dialled.
+// the caller's goroutine, the handshake made when a connection is dialled,
+// at most clientHandshakesPerHost of them with one address at a time.
 // cfg.ServerName, when empty, is each request's host.
 func NewTLSClientTransport(cfg *tls.Config) *ClientTransport {
 	return newClientTransport((&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext, cfg)
@@ -48,6 +50,9 @@ func NewTLSClientTransport(cfg *tls.Config) *ClientTransport {
 const (
 	clientIdleTimeout    = 90 * time.Second
 	clientMaxIdlePerHost = 256
+	// clientHandshakesPerHost bounds the TLS handshakes in flight to one
+	// address (see handshakeSlot).
+	clientHandshakesPerHost = 4
 )
 
 func newClientTransport(dial func(ctx context.Context, network, addr string) (net.Conn, error), tlsCfg *tls.Config) *ClientTransport {
@@ -71,6 +76,7 @@ func newClientTransport(dial func(ctx context.Context, network, addr string) (ne
 		tls:         tlsCfg,
 		idleTimeout: clientIdleTimeout,
 		idle:        make(map[poolKey][]*h1Conn),
+		handshakes:  make(map[poolKey]chan struct{}),
 	}
 }
 
@@ -88,9 +94,13 @@ type ClientTransport struct {
 	tls         *tls.Config // nil: https goes through t
 	idleTimeout time.Duration
 
-	mu    sync.Mutex
-	idle  map[poolKey][]*h1Conn // least recently used first
-	sweep *time.Timer           // closes expired idle connections; nil when none are idle
+	mu         sync.Mutex
+	idle       map[poolKey][]*h1Conn // least recently used first
+	sweep      *time.Timer           // closes expired idle connections; nil when none are idle
+	handshakes map[poolKey]chan struct{}
+
+	// slotWaits counts the calls that waited for a handshake slot.
+	slotWaits atomic.Int64
 }
 
 // maxOneWriteBody bounds the request bodies ClientTransport reads into
@@ -270,26 +280,23 @@ func (c *ClientTransport) call(hc *h1Conn, req *http.Request, body []byte) (*htt
 // conn returns an idle connection to key that is still open, or dials a
 // new one (always when fresh), making its TLS handshake when key says so.
 func (c *ClientTransport) conn(ctx context.Context, key poolKey, fresh bool) (*h1Conn, error) {
-	for !fresh {
-		c.mu.Lock()
-		l := c.idle[key]
-		if len(l) == 0 {
-			c.mu.Unlock()
-			break
-		}
-		hc := l[len(l)-1]
-		l[len(l)-1] = nil
-		if l = l[:len(l)-1]; len(l) == 0 {
-			delete(c.idle, key)
-		} else {
-			c.idle[key] = l
-		}
-		c.mu.Unlock()
-		if time.Since(hc.idleSince) < c.idleTimeout && hc.open() {
-			hc.reused = true
+	if !fresh {
+		if hc := c.idleConn(key); hc != nil {
 			return hc, nil
 		}
-		_ = hc.c.Close()
+	}
+	if key.tls {
+		release, err := c.handshakeSlot(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		defer release()
+		// A connection may have come back while this call waited.
+		if !fresh {
+			if hc := c.idleConn(key); hc != nil {
+				return hc, nil
+			}
+		}
 	}
 	raw, err := c.dial(ctx, "tcp", key.addr)
 	if err != nil {
@@ -315,6 +322,61 @@ func (c *ClientTransport) conn(ctx context.Context, key poolKey, fresh bool) (*h
 	hc.br = bufio.NewReaderSize(nc, 16<<10)
 	hc.bw = bufio.NewWriterSize(&hc.w, 2*maxOneWriteBody)
 	return hc, nil
+}
+
+// idleConn takes the most recently used idle connection to key that is
+// still open, closing the expired and closed ones it meets; nil when none.
+func (c *ClientTransport) idleConn(key poolKey) *h1Conn {
+	for {
+		c.mu.Lock()
+		l := c.idle[key]
+		if len(l) == 0 {
+			c.mu.Unlock()
+			return nil
+		}
+		hc := l[len(l)-1]
+		l[len(l)-1] = nil
+		if l = l[:len(l)-1]; len(l) == 0 {
+			delete(c.idle, key)
+		} else {
+			c.idle[key] = l
+		}
+		c.mu.Unlock()
+		if time.Since(hc.idleSince) < c.idleTimeout && hc.open() {
+			hc.reused = true
+			return hc
+		}
+		_ = hc.c.Close()
+	}
+}
+
+// handshakeSlot waits until fewer than clientHandshakesPerHost TLS
+// handshakes with key are in flight and returns the function that ends
+// this one's. Many callers that need a connection at once (every caller
+// of a client whose PRIMARY just failed, all moving to the same node)
+// would otherwise make as many full handshakes together, on the node that
+// is being elected; in turns, the first calls are answered sooner and the
+// later ones often find a connection that came back meanwhile.
+func (c *ClientTransport) handshakeSlot(ctx context.Context, key poolKey) (func(), error) {
+	c.mu.Lock()
+	slots := c.handshakes[key]
+	if slots == nil {
+		slots = make(chan struct{}, clientHandshakesPerHost)
+		c.handshakes[key] = slots
+	}
+	c.mu.Unlock()
+	select {
+	case slots <- struct{}{}:
+		return func() { <-slots }, nil
+	default:
+	}
+	c.slotWaits.Add(1)
+	select {
+	case slots <- struct{}{}:
+		return func() { <-slots }, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting to connect to %s: %w", key.addr, context.Cause(ctx))
+	}
 }
 
 // put returns hc to the idle pool, or closes it when the pool is full.

@@ -482,3 +482,86 @@ func BenchmarkClientTransport(b *testing.B) {
 		})
 	}
 }
+
+// Callers that all need a new TLS connection to one address at once make
+// at most clientHandshakesPerHost handshakes together; the others wait
+// their turn (or until their context ends) and are then served.
+func TestClientTransportHandshakesInTurns(t *testing.T) {
+	serverCfg, clientCfg := testPKI(t)
+	gate := make(chan struct{})
+	var mu sync.Mutex
+	blocked, most := 0, 0
+	cfg := serverCfg.Clone()
+	next := cfg.GetConfigForClient
+	cfg.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+		mu.Lock()
+		blocked++
+		most = max(most, blocked)
+		mu.Unlock()
+		<-gate
+		mu.Lock()
+		blocked--
+		mu.Unlock()
+		if next == nil {
+			return nil, nil
+		}
+		return next(hello)
+	}
+	ln, err := Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewServer(http.HandlerFunc(echo), DefaultLimits())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(tls.NewListener(ln, cfg)) }()
+	t.Cleanup(func() { _ = srv.Close(); <-done })
+
+	tr := NewTLSClientTransport(clientCfg)
+	defer tr.CloseIdleConnections()
+	cl := &http.Client{Transport: tr}
+	url := "https://" + ln.Addr().String() + "/"
+	const callers = 20
+	errs := make(chan error, callers)
+	for i := range callers {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			got, err := post(ctx, cl, url, fmt.Sprint("task-", i))
+			if want := fmt.Sprint("POST task-", i); err == nil && got != want {
+				err = fmt.Errorf("got %q, want %q", got, want)
+			}
+			errs <- err
+		}()
+	}
+	stateIs := func(wantBlocked int, wantWaits int64) {
+		t.Helper()
+		testutil.Eventually(t, 10*time.Second, fmt.Sprintf("%d handshakes at the server and %d callers waiting", wantBlocked, wantWaits), func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return blocked == wantBlocked && tr.slotWaits.Load() == wantWaits
+		})
+	}
+	stateIs(clientHandshakesPerHost, callers-clientHandshakesPerHost)
+
+	// One more whose context ends while it waits: an error naming the wait.
+	ctx, cancel := context.WithCancel(context.Background())
+	late := make(chan error, 1)
+	go func() { _, err := post(ctx, cl, url, "late"); late <- err }()
+	stateIs(clientHandshakesPerHost, callers-clientHandshakesPerHost+1)
+	cancel()
+	if err := <-late; err == nil || !strings.Contains(err.Error(), "waiting to connect") {
+		t.Errorf("cancelled while waiting: %v, want an error naming the wait", err)
+	}
+
+	close(gate)
+	for range callers {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if most > clientHandshakesPerHost {
+		t.Errorf("%d handshakes at once, want at most %d", most, clientHandshakesPerHost)
+	}
+}
