@@ -95,9 +95,9 @@ type ClientTransport struct {
 	idleTimeout time.Duration
 
 	mu         sync.Mutex
-	idle       map[poolKey][]*h1Conn // least recently used first
-	sweep      *time.Timer           // closes expired idle connections; nil when none are idle
-	handshakes map[poolKey]chan struct{}
+	idle       map[poolKey][]*h1Conn     // least recently used first
+	sweep      *time.Timer               // closes expired idle connections; nil when none are idle
+	handshakes map[poolKey]chan struct{} // a slot per TLS handshake in flight (handshakeSlot)
 
 	// slotWaits counts the calls that waited for a handshake slot.
 	slotWaits atomic.Int64
