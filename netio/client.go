@@ -52,7 +52,7 @@ const (
 	clientMaxIdlePerHost = 256
 	// clientHandshakesPerHost bounds the TLS handshakes in flight to one
 	// address (see handshakeSlot).
-	clientHandshakesPerHost = 4
+	clientHandshakesPerHost = 2
 )
 
 func newClientTransport(dial func(ctx context.Context, network, addr string) (net.Conn, error), tlsCfg *tls.Config) *ClientTransport {
