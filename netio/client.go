@@ -41,7 +41,9 @@ func NewClientTransport() *ClientTransport {
 // NewTLSClientTransport is NewClientTransport that also carries https
 // requests, over TLS with cfg: HTTP/1.1 (offered by ALPN), the same loop on
 // the caller's goroutine, the handshake made when a connection is dialled,
-// at most clientHandshakesPerHost of them with one address at a time.
+// at most clientHandshakesPerHost of them with one address at a time
+// (callers beyond those take the first connection given back, or wait
+// their turn to dial).
 // cfg.ServerName, when empty, is each request's host.
 func NewTLSClientTransport(cfg *tls.Config) *ClientTransport {
 	return newClientTransport((&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext, cfg)
@@ -51,7 +53,7 @@ const (
 	clientIdleTimeout    = 90 * time.Second
 	clientMaxIdlePerHost = 256
 	// clientHandshakesPerHost bounds the TLS handshakes in flight to one
-	// address (see handshakeSlot).
+	// address (see turn).
 	clientHandshakesPerHost = 2
 )
 
@@ -76,7 +78,7 @@ func newClientTransport(dial func(ctx context.Context, network, addr string) (ne
 		tls:         tlsCfg,
 		idleTimeout: clientIdleTimeout,
 		idle:        make(map[poolKey][]*h1Conn),
-		handshakes:  make(map[poolKey]chan struct{}),
+		turns:       make(map[poolKey]*dialTurns),
 	}
 }
 
@@ -94,13 +96,23 @@ type ClientTransport struct {
 	tls         *tls.Config // nil: https goes through t
 	idleTimeout time.Duration
 
-	mu         sync.Mutex
-	idle       map[poolKey][]*h1Conn     // least recently used first
-	sweep      *time.Timer               // closes expired idle connections; nil when none are idle
-	handshakes map[poolKey]chan struct{} // a slot per TLS handshake in flight (handshakeSlot)
+	mu    sync.Mutex
+	idle  map[poolKey][]*h1Conn // least recently used first
+	sweep *time.Timer           // closes expired idle connections; nil when none are idle
+	turns map[poolKey]*dialTurns
 
 	// slotWaits counts the calls that waited for a handshake slot.
 	slotWaits atomic.Int64
+}
+
+// dialTurns are the TLS handshakes with one address (see turn).
+type dialTurns struct {
+	slots chan struct{} // one per handshake in flight
+	// waiting counts the callers waiting for a slot or a connection;
+	// back is closed, and replaced, when a connection comes back idle
+	// while any wait. Both under ClientTransport.mu.
+	waiting int
+	back    chan struct{}
 }
 
 // maxOneWriteBody bounds the request bodies ClientTransport reads into
@@ -286,17 +298,11 @@ func (c *ClientTransport) conn(ctx context.Context, key poolKey, fresh bool) (*h
 		}
 	}
 	if key.tls {
-		release, err := c.handshakeSlot(ctx, key)
-		if err != nil {
-			return nil, err
+		hc, release, err := c.turn(ctx, key, fresh)
+		if err != nil || hc != nil {
+			return hc, err
 		}
 		defer release()
-		// A connection may have come back while this call waited.
-		if !fresh {
-			if hc := c.idleConn(key); hc != nil {
-				return hc, nil
-			}
-		}
 	}
 	raw, err := c.dial(ctx, "tcp", key.addr)
 	if err != nil {
@@ -350,32 +356,73 @@ func (c *ClientTransport) idleConn(key poolKey) *h1Conn {
 	}
 }
 
-// handshakeSlot waits until fewer than clientHandshakesPerHost TLS
-// handshakes with key are in flight and returns the function that ends
-// this one's. Many callers that need a connection at once (every caller
-// of a client whose PRIMARY just failed, all moving to the same node)
-// would otherwise make as many full handshakes together, on the node that
-// is being elected; in turns, the first calls are answered sooner and the
-// later ones often find a connection that came back meanwhile.
-func (c *ClientTransport) handshakeSlot(ctx context.Context, key poolKey) (func(), error) {
+// turn waits until fewer than clientHandshakesPerHost TLS handshakes with
+// key are in flight and returns the function that ends this one's; or,
+// unless fresh, until a connection to key comes back idle, and returns
+// that connection instead. Many callers that need a connection at once
+// (every caller of a client whose PRIMARY just failed, all moving to the
+// same node) would otherwise make as many full handshakes together, on the
+// node that is being elected; in turns, the first calls are answered
+// sooner and the later ones take the connections those calls give back.
+func (c *ClientTransport) turn(ctx context.Context, key poolKey, fresh bool) (*h1Conn, func(), error) {
 	c.mu.Lock()
-	slots := c.handshakes[key]
-	if slots == nil {
-		slots = make(chan struct{}, clientHandshakesPerHost)
-		c.handshakes[key] = slots
+	t := c.turns[key]
+	if t == nil {
+		t = &dialTurns{slots: make(chan struct{}, clientHandshakesPerHost), back: make(chan struct{})}
+		c.turns[key] = t
 	}
 	c.mu.Unlock()
+	release := func() { <-t.slots }
 	select {
-	case slots <- struct{}{}:
-		return func() { <-slots }, nil
+	case t.slots <- struct{}{}:
+		return nil, release, nil
 	default:
 	}
 	c.slotWaits.Add(1)
-	select {
-	case slots <- struct{}{}:
-		return func() { <-slots }, nil
-	case <-ctx.Done():
-		return nil, fmt.Errorf("waiting to connect to %s: %w", key.addr, context.Cause(ctx))
+	for {
+		c.mu.Lock()
+		t.waiting++
+		back := t.back
+		c.mu.Unlock()
+		var (
+			hc  *h1Conn
+			got bool
+			err error
+		)
+		if !fresh {
+			// Looked at after counting this caller, so a connection put
+			// back from now on closes back.
+			hc = c.idleConn(key)
+		} else {
+			back = nil
+		}
+		if hc == nil {
+			select {
+			case t.slots <- struct{}{}:
+				got = true
+			case <-back:
+			case <-ctx.Done():
+				err = fmt.Errorf("waiting to connect to %s: %w", key.addr, context.Cause(ctx))
+			}
+		}
+		c.mu.Lock()
+		t.waiting--
+		c.mu.Unlock()
+		switch {
+		case hc != nil:
+			return hc, nil, nil
+		case got:
+			// A connection may have come back just as the slot freed.
+			if !fresh {
+				if hc := c.idleConn(key); hc != nil {
+					release()
+					return hc, nil, nil
+				}
+			}
+			return nil, release, nil
+		case err != nil:
+			return nil, nil, err
+		}
 	}
 }
 
@@ -390,6 +437,10 @@ func (c *ClientTransport) put(key poolKey, hc *h1Conn) {
 		return
 	}
 	c.idle[key] = append(l, hc)
+	if t := c.turns[key]; t != nil && t.waiting > 0 {
+		close(t.back)
+		t.back = make(chan struct{})
+	}
 	if c.sweep == nil {
 		c.sweep = time.AfterFunc(c.idleTimeout, c.sweepIdle)
 	}

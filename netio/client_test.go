@@ -487,35 +487,11 @@ func BenchmarkClientTransport(b *testing.B) {
 // at most clientHandshakesPerHost handshakes together; the others wait
 // their turn (or until their context ends) and are then served.
 func TestClientTransportHandshakesInTurns(t *testing.T) {
-	serverCfg, clientCfg := testPKI(t)
-	gate := make(chan struct{})
-	var mu sync.Mutex
-	blocked, most := 0, 0
-	cfg := serverCfg.Clone()
-	next := cfg.GetConfigForClient
-	cfg.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
-		mu.Lock()
-		blocked++
-		most = max(most, blocked)
-		mu.Unlock()
-		<-gate
-		mu.Lock()
-		blocked--
-		mu.Unlock()
-		if next == nil {
-			return nil, nil
-		}
-		return next(hello)
-	}
-	ln, err := Listen("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := NewServer(http.HandlerFunc(echo), DefaultLimits())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = srv.Serve(tls.NewListener(ln, cfg)) }()
-	t.Cleanup(func() { _ = srv.Close(); <-done })
-
+	gs := startGatedTLS(t, http.HandlerFunc(echo))
+	gate, mu := gs.gate, &gs.mu
+	blocked, most := &gs.blocked, &gs.most
+	clientCfg := gs.clientCfg
+	ln := gs.ln
 	tr := NewTLSClientTransport(clientCfg)
 	defer tr.CloseIdleConnections()
 	cl := &http.Client{Transport: tr}
@@ -538,7 +514,7 @@ func TestClientTransportHandshakesInTurns(t *testing.T) {
 		testutil.Eventually(t, 10*time.Second, fmt.Sprintf("%d handshakes at the server and %d callers waiting", wantBlocked, wantWaits), func() bool {
 			mu.Lock()
 			defer mu.Unlock()
-			return blocked == wantBlocked && tr.slotWaits.Load() == wantWaits
+			return *blocked == wantBlocked && tr.slotWaits.Load() == wantWaits
 		})
 	}
 	stateIs(clientHandshakesPerHost, callers-clientHandshakesPerHost)
@@ -561,7 +537,124 @@ func TestClientTransportHandshakesInTurns(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if most > clientHandshakesPerHost {
-		t.Errorf("%d handshakes at once, want at most %d", most, clientHandshakesPerHost)
+	if *most > clientHandshakesPerHost {
+		t.Errorf("%d handshakes at once, want at most %d", *most, clientHandshakesPerHost)
+	}
+}
+
+// gatedTLS is a TLS server whose handshakes wait at gate until it is
+// closed, counting those that wait (gate is read under mu).
+type gatedTLS struct {
+	ln        net.Listener
+	clientCfg *tls.Config
+	gate      chan struct{}
+
+	mu                   sync.Mutex
+	blocked, most int
+}
+
+func startGatedTLS(t *testing.T, h http.Handler) *gatedTLS {
+	t.Helper()
+	serverCfg, clientCfg := testPKI(t)
+	gs := &gatedTLS{clientCfg: clientCfg, gate: make(chan struct{})}
+	cfg := serverCfg.Clone()
+	next := cfg.GetConfigForClient
+	cfg.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+		gs.mu.Lock()
+		gs.blocked++
+		gs.most = max(gs.most, gs.blocked)
+		gate := gs.gate
+		gs.mu.Unlock()
+		<-gate
+		gs.mu.Lock()
+		gs.blocked--
+		gs.mu.Unlock()
+		if next == nil {
+			return nil, nil
+		}
+		return next(hello)
+	}
+	ln, err := Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs.ln = ln
+	srv := NewServer(h, DefaultLimits())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(tls.NewListener(ln, cfg)) }()
+	t.Cleanup(func() { _ = srv.Close(); <-done })
+	return gs
+}
+
+// A caller waiting its turn to dial takes a connection that another call
+// gives back, without a handshake of its own.
+func TestClientTransportWaiterTakesConnectionGivenBack(t *testing.T) {
+	arrived, release := make(chan struct{}), make(chan struct{})
+	gs := startGatedTLS(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			close(arrived)
+			<-release
+		}
+		echo(w, r)
+	}))
+	tr := NewTLSClientTransport(gs.clientCfg)
+	defer tr.CloseIdleConnections()
+	cl := &http.Client{Transport: tr}
+	base := "https://" + gs.ln.Addr().String()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	// One connection, made while the gate is open, held by a slow call.
+	opened := make(chan struct{})
+	close(opened)
+	gs.mu.Lock()
+	gate := gs.gate
+	gs.gate = opened
+	gs.mu.Unlock()
+	slow := make(chan error, 1)
+	go func() { _, err := post(ctx, cl, base+"/slow", "slow"); slow <- err }()
+	<-arrived
+	gs.mu.Lock()
+	gs.gate = gate
+	gs.mu.Unlock()
+
+	// Every slot taken by a handshake that cannot finish, and one caller
+	// more waiting.
+	const callers = clientHandshakesPerHost + 1
+	errs := make(chan error, callers)
+	for i := range callers {
+		go func() {
+			got, err := post(ctx, cl, base+"/", fmt.Sprint("call-", i))
+			if want := fmt.Sprint("POST call-", i); err == nil && got != want {
+				err = fmt.Errorf("got %q, want %q", got, want)
+			}
+			errs <- err
+		}()
+	}
+	testutil.Eventually(t, 10*time.Second, "two handshakes held and one caller waiting", func() bool {
+		gs.mu.Lock()
+		defer gs.mu.Unlock()
+		return gs.blocked == clientHandshakesPerHost && tr.slotWaits.Load() == 1
+	})
+
+	// The slow call ends: its connection goes to the waiting caller, which
+	// is answered while the gate is still shut.
+	close(release)
+	if err := <-slow; err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-errs:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiting caller did not take the connection given back")
+	}
+	close(gate)
+	for range callers - 1 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
 	}
 }
