@@ -549,7 +549,7 @@ type gatedTLS struct {
 	clientCfg *tls.Config
 	gate      chan struct{}
 
-	mu                   sync.Mutex
+	mu            sync.Mutex
 	blocked, most int
 }
 
