@@ -154,12 +154,16 @@ type Client struct {
 	// them, the given addresses until then.
 	endpoints []string
 	current   string
-	// refreshing: a member refresh runs; lastRefresh is when the last began.
+	// refreshing: a member refresh or warming runs; lastRefresh and
+	// lastWarm are when the last of each began.
 	refreshing  bool
 	closed      bool
 	lastRefresh time.Time
+	lastWarm    time.Time
 	svcs        map[string]xcev1connect.ControllerServiceClient
 	wsvcs       map[string]xcev1connect.WorkerServiceClient
+	// warmer is the HTTP client's transport when it can warm connections.
+	warmer warmer
 }
 
 // New returns a client for the given HOST:PORT endpoints.
@@ -206,7 +210,9 @@ func New(endpoints []string, opts Options) (*Client, error) {
 		opts.RefreshInterval = 30 * time.Second
 	}
 	stop, cancel := context.WithCancel(context.Background())
+	w, _ := opts.HTTPClient.Transport.(warmer)
 	return &Client{
+		warmer:    w,
 		endpoints: eps, opts: opts, http: opts.HTTPClient, current: eps[0], scheme: scheme, connect: copts,
 		stop: stop, cancel: cancel,
 		svcs:  make(map[string]xcev1connect.ControllerServiceClient),
@@ -274,7 +280,9 @@ func (c *Client) learn(members []*xcev1.Member) {
 
 // maybeRefresh starts a background member refresh when one is due: every
 // RefreshInterval while calls are made, or after minRefresh when a call
-// failed (urgent), since a failing node may be one that left.
+// failed (urgent), since a failing node may be one that left. Every
+// warmEvery while calls are made, the same goroutine warms the
+// connections to the members (warm).
 func (c *Client) maybeRefresh(urgent bool) {
 	if c.opts.RefreshInterval < 0 {
 		return
@@ -285,11 +293,23 @@ func (c *Client) maybeRefresh(urgent bool) {
 	}
 	now := time.Now()
 	c.mu.Lock()
-	if c.closed || c.refreshing || (!c.lastRefresh.IsZero() && now.Sub(c.lastRefresh) < every) {
+	if c.closed || c.refreshing {
 		c.mu.Unlock()
 		return
 	}
-	c.refreshing, c.lastRefresh = true, now
+	refresh := c.lastRefresh.IsZero() || now.Sub(c.lastRefresh) >= every
+	warm := c.warmer != nil && now.Sub(c.lastWarm) >= warmEvery
+	if !refresh && !warm {
+		c.mu.Unlock()
+		return
+	}
+	c.refreshing = true
+	if refresh {
+		c.lastRefresh = now
+	}
+	if warm {
+		c.lastWarm = now
+	}
 	first := c.current
 	c.mu.Unlock()
 	c.refreshes.Go(func() {
@@ -298,23 +318,51 @@ func (c *Client) maybeRefresh(urgent bool) {
 			c.refreshing = false
 			c.mu.Unlock()
 		}()
-		c.refresh(first)
+		if refresh && !c.refresh(first) {
+			return
+		}
+		if warm {
+			c.warm()
+		}
 	})
 }
 
+// warmEvery spaces the client's warmings (warm).
+const warmEvery = time.Second
+
 // refresh asks one endpoint after another, from first, for its Status
-// until one answers (Status learns the members it names).
-func (c *Client) refresh(first string) {
+// until one answers (Status learns the members it names), and reports
+// whether one did.
+func (c *Client) refresh(first string) bool {
 	ep := first
 	for range c.Endpoints() {
 		ctx, cancel := context.WithTimeout(c.stop, c.opts.AttemptTimeout)
 		_, err := c.Status(ctx, ep)
 		cancel()
-		if err == nil || c.stop.Err() != nil {
-			return
+		if err == nil {
+			return true
+		}
+		if c.stop.Err() != nil {
+			return false
 		}
 		ep = c.next(ep)
 	}
+	return false
+}
+
+// warmer is a transport that can hold connections open to nodes no call
+// uses yet (netio.ClientTransport).
+type warmer interface {
+	Warm(ctx context.Context, addrs []string, useTLS bool) error
+}
+
+// warm has the transport, when it can, hold as many connections open to
+// every member as to the one the calls go to, so that a failover finds
+// them made (docs/design.md, "Client port").
+func (c *Client) warm() {
+	ctx, cancel := context.WithTimeout(c.stop, 4*c.opts.AttemptTimeout)
+	defer cancel()
+	_ = c.warmer.Warm(ctx, c.Endpoints(), c.scheme == "https://")
 }
 
 // ClientID is the id the client writes under.

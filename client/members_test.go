@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -48,6 +49,8 @@ type member struct {
 	addr   string
 	served atomic.Int64
 	status atomic.Int64
+	// healthz counts GET /healthz; conns the connections opened to it.
+	healthz, conns atomic.Int64
 	// hang makes Status wait for the caller to give up.
 	hang atomic.Bool
 }
@@ -69,7 +72,13 @@ func (m *member) ListWorkers(context.Context, *connect.Request[xcev1.ListWorkers
 func startMember(t *testing.T, c *cluster) *member {
 	t.Helper()
 	m := &member{c: c}
-	m.srv = httptest.NewServer(newMux(m))
+	m.srv = httptest.NewUnstartedServer(newMux(m))
+	m.srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			m.conns.Add(1)
+		}
+	}
+	m.srv.Start()
 	t.Cleanup(m.srv.Close)
 	m.addr = m.srv.Listener.Addr().String()
 	return m
@@ -210,6 +219,10 @@ func TestRefreshIsSpacedAndStoppedByClose(t *testing.T) {
 func newMux(m *member) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle(xcev1connect.NewControllerServiceHandler(m))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		m.healthz.Add(1)
+		_, _ = w.Write([]byte("ok\n"))
+	})
 	return mux
 }
 
@@ -234,5 +247,30 @@ func TestPinnedClientLearnsNoMembers(t *testing.T) {
 	}
 	if n := b.served.Load(); n != 0 {
 		t.Fatalf("a member it was not given served %d calls", n)
+	}
+}
+
+// While calls are made, the client holds connections open to every member,
+// so the first calls to one after a failover need no new connection.
+func TestClientWarmsTheOtherMembers(t *testing.T) {
+	cl := &cluster{}
+	a, b, c := startMember(t, cl), startMember(t, cl), startMember(t, cl)
+	cl.set(a.addr, b.addr, c.addr)
+	cli := newClient(t, []string{a.addr}, client.Options{RefreshInterval: time.Hour})
+	t.Cleanup(cli.Close)
+	if _, err := cli.ListWorkers(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 5*time.Second, "a /healthz call to each other member", func() bool {
+		return b.healthz.Load() >= 1 && c.healthz.Load() >= 1
+	})
+	for _, m := range []*member{b, c} {
+		before := m.conns.Load()
+		if _, err := cli.Status(ctxT(t), m.addr); err != nil {
+			t.Fatal(err)
+		}
+		if n := m.conns.Load(); n != before {
+			t.Errorf("%s: %d connections opened by a call, want the warm one reused", m.addr, n-before)
+		}
 	}
 }

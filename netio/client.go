@@ -79,6 +79,11 @@ func newClientTransport(dial func(ctx context.Context, network, addr string) (ne
 		idleTimeout: clientIdleTimeout,
 		idle:        make(map[poolKey][]*h1Conn),
 		turns:       make(map[poolKey]*dialTurns),
+		open:        make(map[poolKey]int),
+		busy:        make(map[poolKey]int),
+		peak:        make(map[poolKey]int),
+		warmEvery:   warmEvery,
+		renewAfter:  warmRenewAfter,
 	}
 }
 
@@ -100,6 +105,16 @@ type ClientTransport struct {
 	idle  map[poolKey][]*h1Conn // least recently used first
 	sweep *time.Timer           // closes expired idle connections; nil when none are idle
 	turns map[poolKey]*dialTurns
+	open  map[poolKey]int // connections made and not yet dropped
+	// busy counts the connections carrying a caller's call; peak is the
+	// most at once since the last Warm.
+	busy, peak map[poolKey]int
+	// warming: a Warm runs; warmed is when the last began.
+	warming bool
+	warmed  time.Time
+	// warmEvery and renewAfter are warmEvery and warmRenewAfter, but in
+	// tests.
+	warmEvery, renewAfter time.Duration
 
 	// slotWaits counts the calls that waited for a handshake slot.
 	slotWaits atomic.Int64
@@ -168,7 +183,7 @@ func (c *ClientTransport) CloseIdleConnections() {
 	c.mu.Unlock()
 	for _, l := range idle {
 		for _, hc := range l {
-			_ = hc.c.Close()
+			c.drop(hc)
 		}
 	}
 	c.t.CloseIdleConnections()
@@ -198,6 +213,11 @@ func (c *ClientTransport) roundTrip(req *http.Request, body []byte) (*http.Respo
 		if err != nil {
 			return nil, err
 		}
+		c.mu.Lock()
+		hc.busy = true
+		c.busy[key]++
+		c.peak[key] = max(c.peak[key], c.busy[key])
+		c.mu.Unlock()
 		resp, err := c.call(hc, req, body)
 		if err == nil {
 			return resp, nil
@@ -239,7 +259,7 @@ func (c *ClientTransport) call(hc *h1Conn, req *http.Request, body []byte) (*htt
 	stop := context.AfterFunc(ctx, func() { _ = hc.c.SetDeadline(aLongTimeAgo) })
 	fail := func(err error, retry bool) (*http.Response, error) {
 		cancelled := !stop()
-		_ = hc.c.Close()
+		c.drop(hc)
 		if cancelled {
 			return nil, fmt.Errorf("%w (%v)", context.Cause(ctx), err)
 		}
@@ -327,6 +347,9 @@ func (c *ClientTransport) conn(ctx context.Context, key poolKey, fresh bool) (*h
 	hc.w = countingWriter{w: nc}
 	hc.br = bufio.NewReaderSize(nc, 16<<10)
 	hc.bw = bufio.NewWriterSize(&hc.w, 2*maxOneWriteBody)
+	c.mu.Lock()
+	c.open[key]++
+	c.mu.Unlock()
 	return hc, nil
 }
 
@@ -352,7 +375,7 @@ func (c *ClientTransport) idleConn(key poolKey) *h1Conn {
 			hc.reused = true
 			return hc
 		}
-		_ = hc.c.Close()
+		c.drop(hc)
 	}
 }
 
@@ -426,14 +449,158 @@ func (c *ClientTransport) turn(ctx context.Context, key poolKey, fresh bool) (*h
 	}
 }
 
+const (
+	// warmEvery spaces the Warm calls that do anything.
+	warmEvery = time.Second
+	// warmRenewAfter: Warm renews an idle connection this old, so that
+	// neither side closes it for idleness before the next Warm.
+	warmRenewAfter = clientIdleTimeout / 3
+)
+
+// Warm holds connections open to every address in addrs (HOST:PORT;
+// over TLS when useTLS), as many to each as the most calls the transport
+// has had at once to one address since the last Warm, with a GET /healthz
+// on each new one and on each idle one that has not carried a call for a
+// while (beyond that many, such idle ones are closed instead). When the node those
+// calls go to fails and they all move to another, they find connections
+// made, instead of making a handshake each on the node being elected.
+// The connections it opens count against the nodes' connection caps only
+// as idle ones, which a node closes first when it is full. A Warm within
+// warmEvery of the last does nothing. It returns the first error it met,
+// having still tried every address.
+func (c *ClientTransport) Warm(ctx context.Context, addrs []string, useTLS bool) error {
+	c.mu.Lock()
+	if c.warming || (!c.warmed.IsZero() && time.Since(c.warmed) < c.warmEvery) {
+		c.mu.Unlock()
+		return nil
+	}
+	c.warming, c.warmed = true, time.Now()
+	depth := 1
+	for k, n := range c.peak {
+		if k.tls == useTLS {
+			depth = max(depth, n)
+		}
+	}
+	c.peak = make(map[poolKey]int, len(c.busy))
+	for k, n := range c.busy {
+		c.peak[k] = n
+	}
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		c.warming = false
+		c.mu.Unlock()
+	}()
+	depth = min(depth, clientMaxIdlePerHost)
+	scheme := "http"
+	if useTLS {
+		if c.tls == nil {
+			return errors.New("warm: this transport does not carry https")
+		}
+		scheme = "https"
+	}
+	var first error
+	for _, addr := range addrs {
+		if err := c.warm(ctx, poolKey{addr: addr, tls: useTLS}, scheme+"://"+addr+"/healthz", depth); err != nil && first == nil {
+			first = err
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return first
+}
+
+// warm renews key's idle connections older than renewAfter (closing those
+// beyond depth) and opens new ones until depth are open, or one is not
+// kept open.
+func (c *ClientTransport) warm(ctx context.Context, key poolKey, url string, depth int) error {
+	c.mu.Lock()
+	var stale []*h1Conn
+	if l := c.idle[key]; len(l) > 0 {
+		n := 0
+		for n < len(l) && time.Since(l[n].idleSince) >= c.renewAfter {
+			n++
+		}
+		stale = append(stale, l[:n]...)
+		if n == len(l) {
+			delete(c.idle, key)
+		} else {
+			c.idle[key] = append(l[:0:0], l[n:]...)
+		}
+	}
+	c.mu.Unlock()
+	var first error
+	for _, hc := range stale {
+		c.mu.Lock()
+		excess := c.open[key] > depth
+		c.mu.Unlock()
+		if excess || !hc.open() {
+			// Fewer calls at once now: let the pool shrink.
+			c.drop(hc)
+			continue
+		}
+		hc.reused = true
+		if err := c.ping(ctx, hc, url); err != nil && first == nil {
+			first = err
+		}
+	}
+	for ctx.Err() == nil {
+		c.mu.Lock()
+		n := c.open[key]
+		c.mu.Unlock()
+		if n >= depth {
+			break
+		}
+		hc, err := c.conn(ctx, key, true)
+		if err == nil {
+			err = c.ping(ctx, hc, url)
+		}
+		if err == nil {
+			c.mu.Lock()
+			if hc.dropped {
+				// Not kept open (a node at its connection cap answers
+				// from its health reserve and closes).
+				err = errors.New("the node closed the connection after its answer")
+			}
+			c.mu.Unlock()
+		}
+		if err != nil {
+			if first == nil {
+				first = fmt.Errorf("warm %s: %w", key.addr, err)
+			}
+			break
+		}
+	}
+	return first
+}
+
+// ping makes a GET of url on hc, which goes back to the pool when the
+// answer has been read.
+func (c *ClientTransport) ping(ctx context.Context, hc *h1Conn, url string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		c.drop(hc)
+		return err
+	}
+	resp, err := c.call(hc, req, nil)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+	_ = resp.Body.Close()
+	return err
+}
+
 // put returns hc to the idle pool, or closes it when the pool is full.
 func (c *ClientTransport) put(key poolKey, hc *h1Conn) {
 	hc.idleSince = time.Now()
 	c.mu.Lock()
+	c.done(hc)
 	l := c.idle[key]
 	if len(l) >= clientMaxIdlePerHost {
 		c.mu.Unlock()
-		_ = hc.c.Close()
+		c.drop(hc)
 		return
 	}
 	c.idle[key] = append(l, hc)
@@ -478,7 +645,7 @@ func (c *ClientTransport) sweepIdle() {
 	}
 	c.mu.Unlock()
 	for _, hc := range expired {
-		_ = hc.c.Close()
+		c.drop(hc)
 	}
 }
 
@@ -492,6 +659,34 @@ type h1Conn struct {
 	bw        *bufio.Writer
 	reused    bool // has carried a call before this one
 	idleSince time.Time
+	dropped   bool // closed and no longer counted; under ClientTransport.mu
+	busy      bool // carrying a caller's call; under ClientTransport.mu
+}
+
+// drop closes hc and stops counting it among the open connections.
+func (c *ClientTransport) drop(hc *h1Conn) {
+	_ = hc.c.Close()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if hc.dropped {
+		return
+	}
+	hc.dropped = true
+	c.done(hc)
+	if c.open[hc.key]--; c.open[hc.key] <= 0 {
+		delete(c.open, hc.key)
+	}
+}
+
+// done ends hc's call, if it carried one; c.mu is held.
+func (c *ClientTransport) done(hc *h1Conn) {
+	if !hc.busy {
+		return
+	}
+	hc.busy = false
+	if c.busy[hc.key]--; c.busy[hc.key] <= 0 {
+		delete(c.busy, hc.key)
+	}
 }
 
 // open reports whether the server has neither closed hc nor sent anything
@@ -572,5 +767,5 @@ func (b *h1Body) finish(complete bool) {
 		b.c.put(b.hc.key, b.hc)
 		return
 	}
-	_ = b.hc.c.Close()
+	b.c.drop(b.hc)
 }
