@@ -883,3 +883,38 @@ func TestSetNewLogs_Budget(t *testing.T) {
 		t.Errorf("entries %v", req.Entries)
 	}
 }
+
+// Warm leaves connections pooled that have carried a ping, which raft never
+// sees; raft's next RPCs use them instead of dialling.
+func TestNetworkTransport_Warm(t *testing.T) {
+	server := newLimitTransport(t, NetworkTransportConfig{})
+	got := serve(t, server, answerOK)
+	client := newLimitTransport(t, NetworkTransportConfig{MaxPool: 3})
+	pooled := func() int {
+		client.connPoolLock.Lock()
+		defer client.connPoolLock.Unlock()
+		return len(client.connPool[server.LocalAddr()])
+	}
+	for range 2 {
+		if err := client.Warm("s", server.LocalAddr(), 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := pooled(); n != 2 {
+		t.Fatalf("%d pooled connections after Warm, want 2", n)
+	}
+	if n := got.Load(); n != 0 {
+		t.Fatalf("raft saw %d RPCs from Warm, want none", n)
+	}
+	pollFor(t, 5*time.Second, "two connections at the server", func() bool { return server.inbound.countIn(inboundUsed) == 2 })
+	var resp RequestVoteResponse
+	if err := client.RequestVote("s", server.LocalAddr(), &RequestVoteRequest{Term: 1}, &resp); err != nil {
+		t.Fatal(err)
+	}
+	if n := server.inbound.countIn(inboundUsed); n != 2 || got.Load() != 1 {
+		t.Errorf("%d connections at the server and %d RPCs served, want the 2 warm ones and 1", n, got.Load())
+	}
+	if s := stats(server); s.Total() != 0 {
+		t.Errorf("stats %+v, want no refusal", s)
+	}
+}

@@ -41,6 +41,13 @@ const (
 	// WatchMarker is the byte a watcher sends first (see rpcWatch).
 	WatchMarker = rpcWatch
 
+	// rpcPing is not a raft RPC either: the transport that receives it
+	// answers it at once with an empty response, and raft never sees it.
+	// Warm sends it to keep a pooled connection to a peer open and known
+	// to work. A transport that predates it refuses it as an unknown RPC
+	// type and closes the connection.
+	rpcPing uint8 = 0xfd
+
 	// DefaultTimeoutScale is the default TimeoutScale in a NetworkTransport.
 	DefaultTimeoutScale = 256 * 1024 // 256KB
 
@@ -637,6 +644,46 @@ func (n *NetworkTransport) RequestPreVote(id ServerID, target ServerAddress, arg
 	return n.genericRPC(id, target, rpcRequestPreVote, args, resp)
 }
 
+// pingMessage is the request and the response of rpcPing.
+type pingMessage struct{}
+
+// Warm has the transport hold n pooled connections to target that have
+// just carried a round trip: it sends a ping on n connections at once,
+// taken from the pool or dialled (and returned to it; at most MaxPool
+// stay). Raft's own RPCs to target then find a connection made, with no
+// dial or handshake in the way: a candidate's RequestVote, and a new
+// leader's first AppendEntries. Calling it more often than the peer's
+// IdleTimeout keeps those connections from closing for idleness.
+func (n *NetworkTransport) Warm(id ServerID, target ServerAddress, conns int) error {
+	if conns > n.maxPool {
+		conns = n.maxPool
+	}
+	if conns < 1 {
+		conns = 1
+	}
+	errs := make(chan error, conns)
+	for range conns {
+		go func() {
+			var resp pingMessage
+			errs <- n.genericRPC(id, target, rpcPing, &pingMessage{}, &resp)
+		}()
+	}
+	var first error
+	for range conns {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// PooledConns is how many connections to target the pool holds.
+func (n *NetworkTransport) PooledConns(target ServerAddress) int {
+	n.connPoolLock.Lock()
+	defer n.connPoolLock.Unlock()
+	return len(n.connPool[target])
+}
+
 // genericRPC handles a simple request/response RPC.
 func (n *NetworkTransport) genericRPC(id ServerID, target ServerAddress, rpcType uint8, args interface{}, resp interface{}) error {
 	// Get a conn
@@ -955,6 +1002,21 @@ func (n *NetworkTransport) handleCommand(ic *inboundConn, rpcType uint8, getType
 	// for a good while waiting for a heartbeat whereas the append entries/rpc conn should not.
 	metrics.MeasureSince([]string{"raft", "net", "getRPCType"}, getTypeStart)
 	decodeStart := time.Now()
+
+	if rpcType == rpcPing {
+		// Answered here: nothing of it reaches raft.
+		var req pingMessage
+		if err := decode(&req); err != nil {
+			return err
+		}
+		if n.rpcTimeout > 0 {
+			_ = ic.conn.SetWriteDeadline(time.Now().Add(n.rpcTimeout))
+		}
+		if err := enc.Encode(""); err != nil {
+			return err
+		}
+		return enc.Encode(&pingMessage{})
+	}
 
 	// Create the RPC object
 	respCh := make(chan RPCResponse, 1)
