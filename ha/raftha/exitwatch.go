@@ -196,7 +196,7 @@ const (
 	actVoters
 	// actLook: wait delay, then look at raft's state and vote (obsLooked).
 	actLook
-	// actTimeRaft: drop pooled connections and time a request raft answers
+	// actTimeRaft: time a request raft answers
 	// at once and that changes nothing (obsAnswered).
 	actTimeRaft
 	// actCampaign: become a candidate at once, skipping the pre-vote
@@ -630,15 +630,15 @@ func (w *exitWatch) look() exitObs {
 	return o
 }
 
-// timeRaft drops pooled connections, which may lead to processes that are
-// gone (a voter restarted since this node last used them: a vote request
-// on one would fail at once and the election wait out its timeout), and
-// times a request raft answers at once and that changes nothing (an
-// AppendEntries of term 0). Raft handles requests one at a time: a node
-// still working through a backlog would start its election late, possibly
-// after another survivor has won, and without a pre-vote unseat it.
+// timeRaft times a request raft answers at once and that changes nothing
+// (an AppendEntries of term 0). Raft handles requests one at a time: a
+// node still working through a backlog would start its election late,
+// possibly after another survivor has won, and without a pre-vote unseat
+// it. Pooled connections are kept: they are the warm ones (peerWarm) the
+// election's vote requests go on, and one to a process that is gone (a
+// voter restarted since) fails before its request is read, which the
+// transport sends again on a new connection.
 func (w *exitWatch) timeRaft() exitObs {
-	w.trans.CloseStreams()
 	start := w.now()
 	var resp raft.AppendEntriesResponse
 	err := w.trans.AppendEntries(w.selfID(), w.selfAddr, &raft.AppendEntriesRequest{RPCHeader: w.header()}, &resp)

@@ -29,6 +29,7 @@ type Raft struct {
 	observer *raft.Observer
 	signals  chan ha.Signal
 	watch    *exitWatch // nil unless DetectLeaderExit
+	warm     *peerWarm
 	waves    *waves
 	// snapStop stops, and snapDone reports the end of, the loop that
 	// snapshots by writes (nil without one).
@@ -185,6 +186,8 @@ func startWith(cfg Config, fsm raft.FSM, store *persist.Store, stream raft.Strea
 		b.watch = newExitWatch(r, trans, store.Stable, conf.LocalID, stream, cfg.HeartbeatTimeout, logger.Named("exitwatch"))
 		b.watch.start()
 	}
+	b.warm = newPeerWarm(r, trans, conf.LocalID, logger.Named("peerwarm"))
+	b.warm.start()
 	return b, nil
 }
 
@@ -258,6 +261,9 @@ func (b *Raft) TransferLeadership() error {
 func (b *Raft) Shutdown() error {
 	if b.watch != nil {
 		b.watch.close()
+	}
+	if b.warm != nil {
+		b.warm.close()
 	}
 	if b.snapStop != nil {
 		close(b.snapStop)
