@@ -66,6 +66,13 @@ type exitWatch struct {
 
 const (
 	exitWatchDialTimeout = time.Second
+	// exitWatchReprobes is how many times more the watch probes a port
+	// that accepted its first probe after the held connection closed, or
+	// dropped it, reprobe apart (a fifth of the poll), before it believes
+	// the port still listens: an exiting process's kernel closes its
+	// connections before its listening socket, and a probe in between is
+	// accepted, or reset.
+	exitWatchReprobes = 4
 	// exitWatchMaxBackoff bounds how long the watch waits before dialling
 	// again after a connection that did not stay open, e.g. to a proxy
 	// that accepts and closes when the node behind it is down, or to a
@@ -147,9 +154,12 @@ const (
 	dialAccepted dialResult = iota
 	// dialRefused: nothing listens on the port: the process has exited.
 	dialRefused
-	// dialFailed: a timeout or any other error: the leader may be
-	// partitioned, paused or overloaded, not known to be gone.
+	// dialFailed: an error other than a timeout (a reset, or a TLS
+	// handshake cut short): the leader may be overloaded, or exiting.
 	dialFailed
+	// dialTimedOut: no answer in time: the leader may be partitioned,
+	// paused or overloaded, not known to be gone.
+	dialTimedOut
 )
 
 // exitObs is what the watch's I/O saw, with the time it saw it.
@@ -188,7 +198,8 @@ const (
 	// actHold: keep holding the connection to leader (announce: log it as
 	// watched) until it closes (obsClosed) or the next poll (obsLeader).
 	actHold
-	// actProbe: dial addr again and close at once (obsProbed).
+	// actProbe: wait delay, then dial addr again and close at once
+	// (obsProbed).
 	actProbe
 	// actBackoff: wait delay, then poll (obsLeader).
 	actBackoff
@@ -226,7 +237,7 @@ type exitAction struct {
 	kind     exitActKind
 	leader   raft.ServerID
 	addr     string
-	delay    time.Duration // actBackoff, actLook
+	delay    time.Duration // actBackoff, actLook, actProbe
 	announce bool          // actHold
 	rank     int           // actCampaign
 	reason   standReason   // actStandDown
@@ -261,11 +272,13 @@ type exitMachine struct {
 	selfAddr string
 	stagger  time.Duration // per rank among the surviving voters
 	busy     time.Duration // raft taking longer than this to answer is busy
+	reprobe  time.Duration // between probes of a port that accepted one
 
 	phase   exitPhase
 	watched exitKey // the leader dialled or held
 	addr    string  // its peer address
 	heldAt  time.Time
+	probes  int // probes after the first, since the held connection closed
 	// retry spaces dials after connections dropped by a port that still
 	// accepts.
 	retry backoff.Backoff
@@ -279,7 +292,8 @@ type exitMachine struct {
 
 func newExitMachine(self raft.ServerID, selfAddr string, poll, stagger, busy time.Duration) exitMachine {
 	return exitMachine{self: self, selfAddr: selfAddr, stagger: stagger, busy: busy,
-		retry: backoff.Backoff{Min: poll, Max: exitWatchMaxBackoff}}
+		reprobe: max(poll/5, time.Millisecond),
+		retry:   backoff.Backoff{Min: poll, Max: exitWatchMaxBackoff}}
 }
 
 // expects reports whether the machine's phase awaits observations of kind.
@@ -349,7 +363,7 @@ func (m *exitMachine) step(o exitObs) exitAction {
 
 	case phaseHolding:
 		if o.kind == obsClosed {
-			m.phase = phaseProbing
+			m.phase, m.probes = phaseProbing, 0
 			return exitAction{kind: actProbe, leader: m.watched.leader, addr: m.addr}
 		}
 		if m.followed(o) == m.watched.leader {
@@ -360,6 +374,14 @@ func (m *exitMachine) step(o exitObs) exitAction {
 		return m.poll()
 
 	case phaseProbing:
+		if (o.dial == dialAccepted || o.dial == dialFailed) && m.probes < exitWatchReprobes {
+			// The process may be exiting: its kernel closes the
+			// listening socket after the connections, and a connection
+			// it accepted in between is reset (over TLS, the handshake
+			// fails). Look again.
+			m.probes++
+			return exitAction{kind: actProbe, leader: m.watched.leader, addr: m.addr, delay: m.reprobe}
+		}
 		switch o.dial {
 		case dialAccepted:
 			if o.now.Sub(m.heldAt) > exitWatchMaxBackoff {
@@ -528,6 +550,9 @@ func (w *exitWatch) do(a exitAction, tick <-chan time.Time, held **heldConn) (ex
 			return exitObs{kind: obsClosed, now: w.now()}, true
 		}
 	case actProbe:
+		if a.delay > 0 && !w.sleep(a.delay) {
+			return exitObs{}, false
+		}
 		c, err := w.dial(a.addr, exitWatchDialTimeout)
 		if err != nil {
 			return exitObs{kind: obsProbed, now: w.now(), dial: dialOutcome(err)}, true
@@ -654,8 +679,12 @@ var (
 )
 
 func dialOutcome(err error) dialResult {
-	if errors.Is(err, syscall.ECONNREFUSED) {
+	var ne net.Error
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
 		return dialRefused
+	case errors.As(err, &ne) && ne.Timeout():
+		return dialTimedOut
 	}
 	return dialFailed
 }

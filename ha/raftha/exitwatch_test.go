@@ -345,8 +345,10 @@ func parseDial(w string) (dialResult, error) {
 		return dialRefused, nil
 	case "failed":
 		return dialFailed, nil
+	case "timedout":
+		return dialTimedOut, nil
 	}
-	return 0, fmt.Errorf("dial result %q: want accepted, refused or failed", w)
+	return 0, fmt.Errorf("dial result %q: want accepted, refused, failed or timedout", w)
 }
 
 func showAction(a exitAction) string {
@@ -361,6 +363,9 @@ func showAction(a exitAction) string {
 		}
 		return fmt.Sprintf("hold %s", a.leader)
 	case actProbe:
+		if a.delay > 0 {
+			return fmt.Sprintf("probe %s after %v", a.addr, a.delay)
+		}
 		return fmt.Sprintf("probe %s", a.addr)
 	case actBackoff:
 		return fmt.Sprintf("back off %v, then poll", a.delay)
