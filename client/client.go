@@ -496,7 +496,7 @@ func retry[S any](ctx context.Context, c *Client, stub func(ep string) S, call f
 				continue
 			}
 			hops = 0
-			// The server's own estimate (about half an election): trusted
+			// The server's own estimate (about one election): trusted
 			// as is, so a client notices the new primary within one hint of
 			// its election rather than after a growing backoff.
 			wait = max(time.Duration(nr.RetryAfterMs)*time.Millisecond, 10*time.Millisecond)

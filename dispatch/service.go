@@ -108,17 +108,29 @@ func New(node Node, reg prometheus.Registerer, workers Workers, options ...Optio
 	return p, h
 }
 
+// retryTimings are the gate's retry-after hints for cfg. While no primary
+// is known, about one election: with raft and the exit watch
+// (detect_leader_exit), the election after a leader's exit starts within
+// a quarter of the heartbeat timeout and then takes milliseconds, so a
+// client that waited half an election timeout would come back well after
+// the new primary serves; otherwise raft's own timeouts decide, and half
+// the election timeout stands.
+func retryTimings(cfg *configs.Config) RetryTimings {
+	electing := cfg.Raft.ElectionTimeout.Duration / 2
+	if cfg.HA.Backend == configs.BackendRaft && cfg.Raft.DetectLeaderExit {
+		electing = min(electing, cfg.Raft.HeartbeatTimeout.Duration/4)
+	}
+	return RetryTimings{Electing: electing, NoQuorum: cfg.Raft.LeaderLeaseTimeout.Duration}
+}
+
 // NewService is New that returns the Service too.
 func NewService(node Node, reg prometheus.Registerer, workers Workers, options ...Option) (*Service, string, http.Handler) {
 	cfg := node.Config()
 	s := &Service{
 		node:    node,
 		workers: workers,
-		timings: RetryTimings{
-			Electing: cfg.Raft.ElectionTimeout.Duration / 2,
-			NoQuorum: cfg.Raft.LeaderLeaseTimeout.Duration,
-		},
-		m: newAPIMetrics(reg, node),
+		timings: retryTimings(cfg),
+		m:       newAPIMetrics(reg, node),
 	}
 	for _, o := range options {
 		o(s)

@@ -27,10 +27,10 @@ import (
 	"github.com/xce/xce/state"
 )
 
-// Retry-after hints the gate derives from configs.Default(): election
-// timeout 200ms / 2, leader lease timeout 150ms.
+// Retry-after hints the gate derives from configs.Default(): with the
+// exit watch, heartbeat timeout 200ms / 4; leader lease timeout 150ms.
 const (
-	electingMs = 100
+	electingMs = 50
 	noQuorumMs = 150
 )
 
