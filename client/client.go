@@ -356,9 +356,9 @@ type warmer interface {
 	Warm(ctx context.Context, addrs []string, useTLS bool) error
 }
 
-// warm has the transport, when it can, hold as many connections open to
-// every member as to the one the calls go to, so that a failover finds
-// them made (docs/design.md, "Client port").
+// warm has the transport hold as many connections open to every member as
+// the client's calls had in flight at once to one node, so that a
+// failover finds them made (docs/design.md, "Client port").
 func (c *Client) warm() {
 	ctx, cancel := context.WithTimeout(c.stop, 4*c.opts.AttemptTimeout)
 	defer cancel()

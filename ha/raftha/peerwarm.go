@@ -16,7 +16,7 @@ import (
 // do not otherwise talk to each other: without it, the two RPCs between a
 // leader's exit and its successor's first commit would each wait for a
 // dial, and over peer TLS for a handshake on a node that is busy taking
-// over. docs/design.md ("Peer TLS") says why.
+// over. docs/design.md ("The exit watch") says more.
 type peerWarm struct {
 	r     *raft.Raft
 	warm  func(id raft.ServerID, addr raft.ServerAddress) error
