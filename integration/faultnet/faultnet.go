@@ -20,6 +20,7 @@ type Net struct {
 	blocked map[pair]bool
 	conns   map[pair]map[net.Conn]struct{}
 	proxies []*proxy
+	closed  bool // Close has begun: no connection is forwarded any more
 	wg      sync.WaitGroup
 }
 
@@ -70,7 +71,7 @@ func (n *Net) serve(p *proxy, in net.Conn) {
 	host, _, _ := net.SplitHostPort(in.RemoteAddr().String())
 	n.mu.Lock()
 	pr := pair{from: n.ids[host], to: p.to}
-	if n.blocked[pr] {
+	if n.blocked[pr] || n.closed {
 		n.mu.Unlock()
 		in.Close()
 		return
@@ -82,7 +83,7 @@ func (n *Net) serve(p *proxy, in net.Conn) {
 		return
 	}
 	n.mu.Lock()
-	if n.blocked[pr] { // blocked while dialing
+	if n.blocked[pr] || n.closed { // blocked, or closed, while dialing
 		n.mu.Unlock()
 		in.Close()
 		out.Close()
@@ -131,6 +132,10 @@ func (n *Net) Heal() {
 // Close stops every proxy and waits for their goroutines.
 func (n *Net) Close() error {
 	n.mu.Lock()
+	// A connection whose dial to its target is under way is not in conns
+	// yet: it sees closed when it comes back, rather than be forwarded
+	// with nobody left to close it (Close would wait for it for good).
+	n.closed = true
 	var errs []error
 	for _, p := range n.proxies {
 		errs = append(errs, p.l.Close())
