@@ -516,19 +516,7 @@ func (c *ClientTransport) Warm(ctx context.Context, addrs []string, useTLS bool)
 // kept open.
 func (c *ClientTransport) warm(ctx context.Context, key poolKey, url string, depth int) error {
 	c.mu.Lock()
-	var stale []*h1Conn
-	if l := c.idle[key]; len(l) > 0 {
-		n := 0
-		for n < len(l) && time.Since(l[n].idleSince) >= c.renewAfter {
-			n++
-		}
-		stale = append(stale, l[:n]...)
-		if n == len(l) {
-			delete(c.idle, key)
-		} else {
-			c.idle[key] = append(l[:0:0], l[n:]...)
-		}
-	}
+	stale := c.takeIdle(key, time.Now(), c.renewAfter)
 	c.mu.Unlock()
 	var first error
 	for _, hc := range stale {
@@ -592,6 +580,25 @@ func (c *ClientTransport) ping(ctx context.Context, hc *h1Conn, url string) erro
 	return err
 }
 
+// takeIdle removes from key's idle connections those idle for d or longer
+// at now (the oldest come first) and returns them; c.mu is held.
+func (c *ClientTransport) takeIdle(key poolKey, now time.Time, d time.Duration) []*h1Conn {
+	l := c.idle[key]
+	n := 0
+	for n < len(l) && now.Sub(l[n].idleSince) >= d {
+		n++
+	}
+	if n == 0 {
+		return nil
+	}
+	if n == len(l) {
+		delete(c.idle, key)
+	} else {
+		c.idle[key] = append(l[:0:0], l[n:]...)
+	}
+	return l[:n:n]
+}
+
 // put returns hc to the idle pool, or closes it when the pool is full.
 func (c *ClientTransport) put(key poolKey, hc *h1Conn) {
 	hc.idleSince = time.Now()
@@ -621,18 +628,13 @@ func (c *ClientTransport) sweepIdle() {
 	now := time.Now()
 	c.mu.Lock()
 	var next time.Duration
-	for key, l := range c.idle {
-		n := 0
-		for n < len(l) && now.Sub(l[n].idleSince) >= c.idleTimeout {
-			n++
-		}
-		expired = append(expired, l[:n]...)
-		if n == len(l) {
-			delete(c.idle, key)
+	for key := range c.idle {
+		expired = append(expired, c.takeIdle(key, now, c.idleTimeout)...)
+		l := c.idle[key]
+		if len(l) == 0 {
 			continue
 		}
-		c.idle[key] = append(l[:0:0], l[n:]...)
-		if d := c.idleTimeout - now.Sub(l[n].idleSince); next == 0 || d < next {
+		if d := c.idleTimeout - now.Sub(l[0].idleSince); next == 0 || d < next {
 			next = d
 		}
 	}
