@@ -17,17 +17,25 @@ import (
 	"github.com/xce/xce/persist/raftlog"
 )
 
-// sumFSM adds up the uint64s it is given.
+// sumFSM adds up the uint64s it is given. Each entry is a sequence number
+// and a value; an entry whose sequence number was already applied is a
+// retry of a write whose outcome the writer could not know (raft's
+// ErrLeadershipLost), and is ignored, as xce's idempotent writes are.
 type sumFSM struct {
-	mu       sync.Mutex
-	sum, n   uint64
-	restored int
+	mu          sync.Mutex
+	sum, n, seq uint64
+	restored    int
 }
 
 func (f *sumFSM) Apply(l *raft.Log) any {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.sum += binary.BigEndian.Uint64(l.Data)
+	seq := binary.BigEndian.Uint64(l.Data[:8])
+	if seq <= f.seq {
+		return nil
+	}
+	f.seq = seq
+	f.sum += binary.BigEndian.Uint64(l.Data[8:])
 	f.n++
 	return nil
 }
@@ -41,28 +49,30 @@ func (f *sumFSM) state() (uint64, uint64) {
 func (f *sumFSM) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return sumSnap{f.sum, f.n}, nil
+	return sumSnap{f.sum, f.n, f.seq}, nil
 }
 
 func (f *sumFSM) Restore(r io.ReadCloser) error {
 	defer r.Close()
-	var b [16]byte
+	var b [24]byte
 	if _, err := io.ReadFull(r, b[:]); err != nil {
 		return err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.sum, f.n = binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:])
+	f.sum, f.n = binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:16])
+	f.seq = binary.BigEndian.Uint64(b[16:])
 	f.restored++
 	return nil
 }
 
-type sumSnap struct{ sum, n uint64 }
+type sumSnap struct{ sum, n, seq uint64 }
 
 func (s sumSnap) Persist(sink raft.SnapshotSink) error {
-	var b [16]byte
+	var b [24]byte
 	binary.BigEndian.PutUint64(b[:8], s.sum)
-	binary.BigEndian.PutUint64(b[8:], s.n)
+	binary.BigEndian.PutUint64(b[8:16], s.n)
+	binary.BigEndian.PutUint64(b[16:], s.seq)
 	if _, err := sink.Write(b[:]); err != nil {
 		sink.Cancel()
 		return err
@@ -183,14 +193,17 @@ func TestRaftCompactsAndInstallsSnapshots(t *testing.T) {
 	write := func(k int, except *node) {
 		t.Helper()
 		for i := 0; i < k; i++ {
-			var b [8]byte
+			var b [16]byte
 			v := uint64(i%7 + 1)
-			binary.BigEndian.PutUint64(b[:], v)
+			binary.BigEndian.PutUint64(b[:8], count+1)
+			binary.BigEndian.PutUint64(b[8:], v)
 			for {
 				err := leader(except).r.Apply(b[:], 5*time.Second).Error()
 				if err == nil {
 					break
 				}
+				// Not leader: not written. Leadership lost: perhaps
+				// written; the FSM ignores a second copy.
 				if !errors.Is(err, raft.ErrNotLeader) && !errors.Is(err, raft.ErrLeadershipLost) {
 					t.Fatalf("apply: %v", err)
 				}
