@@ -33,6 +33,8 @@ import (
 // stagger before acting, and act only if no new leader has appeared
 // meanwhile and their own raft is not busy with a backlog, so two followers
 // do not split the vote and a late candidacy does not unseat a new leader.
+// A survivor that refuses a candidate its vote (its log is ahead) moves up
+// a rank at once: of three voters, that candidacy cannot win without it.
 //
 // Only a refused connection counts. A partitioned, paused or overloaded
 // leader never refuses (its port either answers or times out), and an
@@ -205,7 +207,9 @@ const (
 	actBackoff
 	// actVoters: read raft's voters (obsVoters).
 	actVoters
-	// actLook: wait delay, then look at raft's state and vote (obsLooked).
+	// actLook: wait delay, then look at raft's state and vote (obsLooked);
+	// with termPast, look as soon as raft's term passes it (a vote request
+	// reached this node), even before delay is out.
 	actLook
 	// actTimeRaft: time a request raft answers
 	// at once and that changes nothing (obsAnswered).
@@ -238,6 +242,7 @@ type exitAction struct {
 	leader   raft.ServerID
 	addr     string
 	delay    time.Duration // actBackoff, actLook, actProbe
+	termPast uint64        // actLook: look early once raft's term passes this (0: wait delay out)
 	announce bool          // actHold
 	rank     int           // actCampaign
 	reason   standReason   // actStandDown
@@ -288,6 +293,7 @@ type exitMachine struct {
 	// stood down for: it acts once per exit.
 	handled exitKey
 	rank    int
+	turnAt  time.Time // when this node's turn comes
 }
 
 func newExitMachine(self raft.ServerID, selfAddr string, poll, stagger, busy time.Duration) exitMachine {
@@ -405,11 +411,28 @@ func (m *exitMachine) step(o exitObs) exitAction {
 			return m.poll()
 		}
 		m.phase = phaseTurn
-		return exitAction{kind: actLook, leader: m.watched.leader, delay: time.Duration(m.rank) * m.stagger}
+		m.turnAt = o.now.Add(time.Duration(m.rank) * m.stagger)
+		return m.awaitTurn(o.now, m.watched.term)
 
 	case phaseTurn:
 		if !m.stillLost(o) {
 			return m.standDown(exitAction{reason: standNotLost})
+		}
+		if o.now.Before(m.turnAt) {
+			// Looked early: a vote request reached this node. Having not
+			// voted for it (its log is ahead of the candidate's), it
+			// moves up a rank: of three voters, that candidacy cannot
+			// win without this one, and waiting out the turn would only
+			// lengthen the failover.
+			if o.term > m.watched.term && o.voteTerm != o.term {
+				next := o.now.Add(time.Duration(max(m.rank-1, 0)) * m.stagger)
+				if next.Before(m.turnAt) {
+					m.turnAt = next
+				}
+			}
+			if o.now.Before(m.turnAt) {
+				return m.awaitTurn(o.now, o.term)
+			}
 		}
 		m.phase = phaseRaft
 		return exitAction{kind: actTimeRaft, leader: m.watched.leader}
@@ -439,6 +462,16 @@ func (m *exitMachine) step(o exitObs) exitAction {
 		return m.poll()
 	}
 	return m.poll()
+}
+
+// awaitTurn looks at raft's state when this node's turn comes, or before
+// if raft's term passes term.
+func (m *exitMachine) awaitTurn(now time.Time, term uint64) exitAction {
+	a := exitAction{kind: actLook, leader: m.watched.leader, delay: m.turnAt.Sub(now)}
+	if a.delay > 0 {
+		a.termPast = term
+	}
+	return a
 }
 
 // gone handles the watched leader's refused port: once per leader and the
@@ -570,7 +603,7 @@ func (w *exitWatch) do(a exitAction, tick <-chan time.Time, held **heldConn) (ex
 		}
 		return o, true
 	case actLook:
-		if a.delay > 0 && !w.sleep(a.delay) {
+		if a.delay > 0 && !w.awaitTerm(a.delay, a.termPast) {
 			return exitObs{}, false
 		}
 		return w.look(), true
@@ -627,6 +660,24 @@ func (w *exitWatch) sleep(d time.Duration) bool {
 		return false
 	case <-t.C:
 		return true
+	}
+}
+
+// awaitTerm waits d, or less if raft's term passes term (looked at every
+// fifth of a poll); false when the watch stops.
+func (w *exitWatch) awaitTerm(d time.Duration, term uint64) bool {
+	if term == 0 {
+		return w.sleep(d)
+	}
+	end := w.now().Add(d)
+	for {
+		left := end.Sub(w.now())
+		if left <= 0 || w.r.CurrentTerm() > term {
+			return true
+		}
+		if !w.sleep(min(left, max(w.poll/5, time.Millisecond))) {
+			return false
+		}
 	}
 }
 

@@ -372,6 +372,9 @@ func showAction(a exitAction) string {
 	case actVoters:
 		return fmt.Sprintf("%s is gone: read the voters", a.leader)
 	case actLook:
+		if a.delay > 0 && a.termPast > 0 {
+			return fmt.Sprintf("look after %v, or once the term passes %d", a.delay, a.termPast)
+		}
 		if a.delay > 0 {
 			return fmt.Sprintf("look after %v", a.delay)
 		}
