@@ -30,7 +30,8 @@ const (
 	// Reader reads tasks, the assignment, workers, the status and metrics.
 	Reader Role = "reader"
 	// Worker registers and heartbeats, only as the worker its identity
-	// names.
+	// names, and reads Status (the worker library follows the cluster's
+	// members through it); nothing else.
 	Worker Role = "worker"
 	// Node is a controller node's own certificate: it reads, and joins the
 	// cluster only as the node it names.
@@ -42,7 +43,13 @@ type Permission string
 
 // The permissions.
 const (
-	PermStatus  Permission = "status"
+	// PermStatus is Status: the node's role, its primary and the
+	// members' client addresses, which every client (a worker's
+	// included) follows.
+	PermStatus Permission = "status"
+	// PermCluster is the cluster's shape beyond Status: WatchStatus,
+	// ListMembers and server reflection.
+	PermCluster Permission = "cluster"
 	PermRead    Permission = "read"
 	PermMetrics Permission = "metrics"
 	PermWrite   Permission = "write"
@@ -62,11 +69,11 @@ const (
 
 // Grants is what each role may do.
 var Grants = map[Role][]Permission{
-	Admin:  {PermStatus, PermRead, PermMetrics, PermWrite, PermDelete, PermWorker, PermMembers, PermJoin, PermBackup},
-	Writer: {PermStatus, PermRead, PermMetrics, PermWrite},
-	Reader: {PermStatus, PermRead, PermMetrics},
-	Worker: {PermWorker},
-	Node:   {PermStatus, PermRead, PermMetrics, PermJoin},
+	Admin:  {PermStatus, PermCluster, PermRead, PermMetrics, PermWrite, PermDelete, PermWorker, PermMembers, PermJoin, PermBackup},
+	Writer: {PermStatus, PermCluster, PermRead, PermMetrics, PermWrite},
+	Reader: {PermStatus, PermCluster, PermRead, PermMetrics},
+	Worker: {PermStatus, PermWorker},
+	Node:   {PermStatus, PermCluster, PermRead, PermMetrics, PermJoin},
 }
 
 // ParseRole reads a role name.

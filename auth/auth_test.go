@@ -75,12 +75,14 @@ func FuzzParseTokens(f *testing.F) {
 
 func TestGrants(t *testing.T) {
 	want := map[Role]map[Permission]bool{
-		Admin:  {PermStatus: true, PermRead: true, PermMetrics: true, PermWrite: true, PermDelete: true, PermWorker: true},
-		Writer: {PermStatus: true, PermRead: true, PermMetrics: true, PermWrite: true},
-		Reader: {PermStatus: true, PermRead: true, PermMetrics: true},
-		Worker: {PermWorker: true},
+		Admin:  {PermStatus: true, PermCluster: true, PermRead: true, PermMetrics: true, PermWrite: true, PermDelete: true, PermWorker: true},
+		Writer: {PermStatus: true, PermCluster: true, PermRead: true, PermMetrics: true, PermWrite: true},
+		Reader: {PermStatus: true, PermCluster: true, PermRead: true, PermMetrics: true},
+		// A worker reads Status (its library follows the members) and
+		// nothing else.
+		Worker: {PermStatus: true, PermWorker: true},
 	}
-	all := []Permission{PermStatus, PermRead, PermMetrics, PermWrite, PermDelete, PermWorker}
+	all := []Permission{PermStatus, PermCluster, PermRead, PermMetrics, PermWrite, PermDelete, PermWorker}
 	for r, perms := range want {
 		p := Principal{Roles: []Role{r}}
 		for _, perm := range all {

@@ -20,7 +20,7 @@ import (
 // authorizer refuses a procedure missing from it.
 var Permissions = map[string]auth.Permission{
 	xcev1connect.ControllerServiceStatusProcedure:        auth.PermStatus,
-	xcev1connect.ControllerServiceWatchStatusProcedure:   auth.PermStatus,
+	xcev1connect.ControllerServiceWatchStatusProcedure:   auth.PermCluster,
 	xcev1connect.ControllerServiceGetTaskProcedure:       auth.PermRead,
 	xcev1connect.ControllerServiceListTasksProcedure:     auth.PermRead,
 	xcev1connect.ControllerServiceGetAssignmentProcedure: auth.PermRead,
@@ -29,7 +29,7 @@ var Permissions = map[string]auth.Permission{
 	xcev1connect.ControllerServiceDeleteTaskProcedure:    auth.PermDelete,
 	xcev1connect.WorkerServiceRegisterProcedure:          auth.PermWorker,
 	xcev1connect.WorkerServiceHeartbeatProcedure:         auth.PermWorker,
-	xcev1connect.ClusterServiceListMembersProcedure:      auth.PermStatus,
+	xcev1connect.ClusterServiceListMembersProcedure:      auth.PermCluster,
 	xcev1connect.ClusterServiceAddMemberProcedure:        auth.PermMembers,
 	xcev1connect.ClusterServicePromoteMemberProcedure:    auth.PermMembers,
 	xcev1connect.ClusterServiceRemoveMemberProcedure:     auth.PermMembers,

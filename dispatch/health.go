@@ -97,16 +97,16 @@ func (s *Service) mountHealth(mux *http.ServeMux) {
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, opts...))
 }
 
-// reflectAuthz requires the status permission for reflection.
+// reflectAuthz requires the cluster permission for reflection.
 type reflectAuthz struct{ s *Service }
 
 func (r *reflectAuthz) check(ctx context.Context, procedure string, h http.Header) error {
 	p, err := r.s.authn.Identify(h, auth.TLSFrom(ctx))
 	if err != nil {
 		err = connect.NewError(connect.CodeUnauthenticated, err)
-	} else if !p.Can(auth.PermStatus) {
+	} else if !p.Can(auth.PermCluster) {
 		err = connect.NewError(connect.CodePermissionDenied,
-			fmt.Errorf("%s (%s, roles %v) lacks permission %q for %s", p.Name, p.Via, p.Roles, auth.PermStatus, procedure))
+			fmt.Errorf("%s (%s, roles %v) lacks permission %q for %s", p.Name, p.Via, p.Roles, auth.PermCluster, procedure))
 	}
 	if err != nil {
 		r.s.AuthRefused.WithLabelValues(procedure, connect.CodeOf(err).String()).Inc()
