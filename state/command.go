@@ -35,18 +35,24 @@ const (
 	// when every voter's binary applies them (LogFormatMembers).
 	CmdSetMember    CmdType = 7
 	CmdRemoveMember CmdType = 8
+	// CmdSetWorkerDrain drains a worker or ends its drain (see
+	// EncodeDrain). A leader writes it only when every voter's binary
+	// applies it (LogFormatDrain).
+	CmdSetWorkerDrain CmdType = 9
 )
 
 // LogFormat is the newest log format this binary applies: 1 for the
 // original commands, LogFormatBatch (2) adds CmdBatch, LogFormatMembers (3)
-// adds CmdSetMember and CmdRemoveMember. Nodes report it in their status
+// adds CmdSetMember and CmdRemoveMember, LogFormatDrain (4) adds
+// CmdSetWorkerDrain. Nodes report it in their status
 // so a leader knows when every voter can apply a command: it writes a
 // command of format n only once every voter reports at least n, since a
 // voter that cannot decode an entry diverges from the others.
 const (
-	LogFormat        = LogFormatMembers
+	LogFormat        = LogFormatDrain
 	LogFormatBatch   = 2
 	LogFormatMembers = 3
+	LogFormatDrain   = 4
 )
 
 // MaxBatch bounds the commands of one CmdBatch entry; MaxBatchBytes its
@@ -95,6 +101,10 @@ type Command struct {
 	// Member is CmdSetMember's record; only its ID is used by
 	// CmdRemoveMember.
 	Member MemberRecord
+	// Worker and Drained are CmdSetWorkerDrain's: the worker, and whether
+	// it is drained from now on.
+	Worker  string
+	Drained bool
 }
 
 // AssignmentDelta takes the assignment from generation Base to Generation
@@ -156,6 +166,13 @@ func (c *Command) Encode() []byte {
 		b = appendString(b, c.Member.ClientAddr)
 	case CmdRemoveMember:
 		b = appendString(b, c.Member.ID)
+	case CmdSetWorkerDrain:
+		b = appendString(b, c.Worker)
+		var flags uint64
+		if c.Drained {
+			flags |= 1
+		}
+		b = binary.AppendUvarint(b, flags)
 	}
 	return b
 }
@@ -303,6 +320,19 @@ func DecodeCommand(b []byte) (Command, error) {
 		c.Member.ID = d.string(maxMemberIDLen)
 		if d.err == nil {
 			if err := validMemberID(c.Member.ID); err != nil {
+				d.fail(err.Error())
+			}
+		}
+	case CmdSetWorkerDrain:
+		c.Worker = d.string(maxIDLen)
+		flags := d.uvarint()
+		c.Drained = flags&1 != 0
+		switch {
+		case d.err != nil:
+		case flags > 1:
+			d.fail("unknown drain flags")
+		default:
+			if err := validWorkerID(c.Worker); err != nil {
 				d.fail(err.Error())
 			}
 		}

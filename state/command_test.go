@@ -47,6 +47,8 @@ func sampleCommands() []Command {
 		{Type: CmdSetMember, Member: MemberRecord{ID: strings.Repeat("m", maxMemberIDLen), PeerAddr: "[::1]:1", ClientAddr: "node-4.example.com:65535"}},
 		{Type: CmdRemoveMember, Member: MemberRecord{ID: "n4"}},
 		{Type: CmdRemoveMember, Member: MemberRecord{ID: "a.b-c_D9"}},
+		{Type: CmdSetWorkerDrain, Worker: "w1", Drained: true},
+		{Type: CmdSetWorkerDrain, Worker: strings.Repeat("w", 128)},
 	}
 }
 
@@ -69,7 +71,7 @@ func TestCommandRoundTrip(t *testing.T) {
 			t.Fatalf("re-encode of %+v differs:\n% x\n% x", c, again, b)
 		}
 	}
-	for _, ct := range []CmdType{CmdNoop, CmdSubmitTask, CmdDeleteTask, CmdSetAssignment, CmdBatch, CmdSetMember, CmdRemoveMember} {
+	for _, ct := range []CmdType{CmdNoop, CmdSubmitTask, CmdDeleteTask, CmdSetAssignment, CmdBatch, CmdSetMember, CmdRemoveMember, CmdSetWorkerDrain} {
 		if !seen[ct] {
 			t.Errorf("CmdType %d not covered", ct)
 		}
@@ -94,6 +96,10 @@ func TestCommandEncodingIsStable(t *testing.T) {
 			[]byte{1, 7, 1, 'n', 3, 'h', ':', '1', 3, 'h', ':', '2'}},
 		{Command{Type: CmdRemoveMember, Member: MemberRecord{ID: "n"}},
 			[]byte{1, 8, 1, 'n'}},
+		{Command{Type: CmdSetWorkerDrain, Worker: "w", Drained: true},
+			[]byte{1, 9, 1, 'w', 1}},
+		{Command{Type: CmdSetWorkerDrain, Worker: "w"},
+			[]byte{1, 9, 1, 'w', 0}},
 	}
 	for _, tc := range cases {
 		if got := tc.c.Encode(); !bytes.Equal(got, tc.want) {
@@ -271,6 +277,8 @@ func FuzzDecodeCommand(f *testing.F) {
 	f.Add([]byte{commandVersion, byte(CmdSetMember), 1, 'n', 3, 'h', ':', '1', 3, 'h', ':', '0'})
 	f.Add([]byte{commandVersion, byte(CmdRemoveMember), 0})
 	f.Add([]byte{commandVersion, byte(CmdRemoveMember), 1, '/'})
+	f.Add([]byte{commandVersion, byte(CmdSetWorkerDrain), 1, 'w', 2})
+	f.Add([]byte{commandVersion, byte(CmdSetWorkerDrain), 1, ' ', 1})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := DecodeCommand(b)
 		if err != nil {

@@ -165,6 +165,11 @@ type FSM struct {
 	// members is the member table (see MemberRecord), by id.
 	members map[string]MemberRecord
 
+	// drained are the drained workers (see EncodeDrain); drainVer counts
+	// their changes.
+	drained  map[string]struct{}
+	drainVer uint64
+
 	applied   atomic.Uint64
 	dedupHits atomic.Uint64
 	// writes counts the commands applied since this FSM was made: what a
@@ -188,6 +193,7 @@ func NewFSM(clusterID string) *FSM {
 		assignment: make(map[string]Placement),
 		epochs:     make(map[string]uint64),
 		members:    make(map[string]MemberRecord),
+		drained:    make(map[string]struct{}),
 	}
 	ch := make(chan struct{})
 	f.appliedCh.Store(&ch)
@@ -338,6 +344,8 @@ func (f *FSM) applyCommandLocked(l Entry, seq uint32, c *Command) Result {
 		return f.setMemberLocked(l.Index, c.Member)
 	case CmdRemoveMember:
 		return f.removeMemberLocked(l.Index, c.Member.ID)
+	case CmdSetWorkerDrain:
+		return f.drainLocked(l.Index, c.Worker, c.Drained)
 	case CmdSubmitTask:
 		r = f.submitLocked(l.Index, c.Task)
 		if r.Code == CodeOK {
@@ -591,7 +599,7 @@ func (f *FSM) DedupLen() int {
 // always loads.
 const (
 	snapshotMagic   = "XCESNAP\n"
-	snapshotVersion = 6
+	snapshotVersion = 7
 )
 
 // ErrBadSnapshot is returned for a snapshot that is not ours, is newer than
@@ -635,6 +643,13 @@ type snapshotV5 struct {
 	Epochs []taskEpoch `json:"epochs"`
 }
 
+// snapshotV7 adds the drained workers (version 6 changed only how tasks
+// and request ids are written).
+type snapshotV7 struct {
+	snapshotV5
+	Drained []string `json:"drained"`
+}
+
 // taskEpoch is one task's epoch in a snapshot.
 type taskEpoch struct {
 	Task  string `json:"task"`
@@ -645,7 +660,7 @@ type taskEpoch struct {
 // copy-on-write view of the registry, the rest is copied. Release it once
 // written.
 type Snapshot struct {
-	s      snapshotV5
+	s      snapshotV7
 	tasks  *registryView
 	dedup  queueView[dedupEntry]
 	writes uint64
@@ -664,7 +679,7 @@ func (s *Snapshot) Release() { s.tasks.release() }
 func (f *FSM) Snapshot() *Snapshot {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	s := snapshotV5{snapshotV4: snapshotV4{snapshotV3: snapshotV3{snapshotV2: snapshotV2{snapshotV1: snapshotV1{
+	s := snapshotV7{snapshotV5: snapshotV5{snapshotV4: snapshotV4{snapshotV3: snapshotV3{snapshotV2: snapshotV2{snapshotV1: snapshotV1{
 		ClusterID:    f.clusterID,
 		AppliedIndex: f.applied.Load(),
 		DedupWindow:  f.window,
@@ -674,7 +689,7 @@ func (f *FSM) Snapshot() *Snapshot {
 		Assignment:           make([]Placement, 0, len(f.assignment)),
 	}, Members: make([]MemberRecord, 0, len(f.members))},
 		Epochs: make([]taskEpoch, 0, len(f.epochs)),
-	}
+	}, Drained: slices.AppendSeq(make([]string, 0, len(f.drained)), maps.Keys(f.drained))}
 	for id, e := range f.epochs {
 		s.Epochs = append(s.Epochs, taskEpoch{Task: id, Epoch: e})
 	}
@@ -700,6 +715,7 @@ func (s *Snapshot) Write(w io.Writer) error {
 	slices.SortFunc(s.s.Assignment, func(a, b Placement) int { return strings.Compare(a.Task, b.Task) })
 	slices.SortFunc(s.s.Members, func(a, b MemberRecord) int { return strings.Compare(a.ID, b.ID) })
 	slices.SortFunc(s.s.Epochs, func(a, b taskEpoch) int { return strings.Compare(a.Task, b.Task) })
+	slices.Sort(s.s.Drained)
 	bw := bufio.NewWriterSize(w, 1<<20)
 	if err := writeSnapshot(bw, &s.s, s.tasks, s.dedup); err != nil {
 		return err
@@ -709,7 +725,7 @@ func (s *Snapshot) Write(w io.Writer) error {
 
 // writeSnapshot writes the header, the tasks and the dedup table in
 // binary, then the rest of s as JSON, with both lists empty.
-func writeSnapshot(w io.Writer, s *snapshotV5, tasks *registryView, dedup queueView[dedupEntry]) error {
+func writeSnapshot(w io.Writer, s *snapshotV7, tasks *registryView, dedup queueView[dedupEntry]) error {
 	var hdr [len(snapshotMagic) + 4]byte
 	copy(hdr[:], snapshotMagic)
 	binary.BigEndian.PutUint32(hdr[len(snapshotMagic):], snapshotVersion)
@@ -729,7 +745,7 @@ func writeSnapshot(w io.Writer, s *snapshotV5, tasks *registryView, dedup queueV
 // element by element: marshalling a large registry in one piece held the
 // whole document in memory and the GC it caused stalled the node long
 // enough for its peers to miss heartbeats.
-func writeBody(w io.Writer, s *snapshotV5, tasks []*Task) error {
+func writeBody(w io.Writer, s *snapshotV7, tasks []*Task) error {
 	ew := &errWriter{w: w}
 	enc := json.NewEncoder(ew)
 	field := func(name string, v any, first bool) {
@@ -804,7 +820,9 @@ func writeBody(w io.Writer, s *snapshotV5, tasks []*Task) error {
 			ew.err = enc.Encode(&s.Epochs[i])
 		}
 	}
-	ew.write("]}\n")
+	ew.write("]")
+	field("drained", s.Drained, false)
+	ew.write("}\n")
 	return ew.err
 }
 
@@ -827,7 +845,7 @@ func (e *errWriter) write(s string) { _, _ = e.Write([]byte(s)) }
 // readSnapshot reads a snapshot of any version this binary reads: its
 // tasks as a registry, the rest as the newest body (what a version lacks
 // is left empty), and its version.
-func readSnapshot(r *bufio.Reader) (*snapshotV5, *registry, uint32, error) {
+func readSnapshot(r *bufio.Reader) (*snapshotV7, *registry, uint32, error) {
 	var hdr [len(snapshotMagic) + 4]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return nil, nil, 0, fmt.Errorf("%w: header: %v", ErrBadSnapshot, err)
@@ -836,7 +854,7 @@ func readSnapshot(r *bufio.Reader) (*snapshotV5, *registry, uint32, error) {
 		return nil, nil, 0, fmt.Errorf("%w: not an xce snapshot", ErrBadSnapshot)
 	}
 	v := binary.BigEndian.Uint32(hdr[len(snapshotMagic):])
-	var s snapshotV5
+	var s snapshotV7
 	var body any
 	switch v {
 	case 1:
@@ -848,6 +866,8 @@ func readSnapshot(r *bufio.Reader) (*snapshotV5, *registry, uint32, error) {
 	case 4:
 		body = &s.snapshotV4
 	case 5, 6:
+		body = &s.snapshotV5
+	case 7:
 		body = &s
 	default:
 		return nil, nil, 0, fmt.Errorf("%w: version %d is newer than this binary reads (%d)", ErrBadSnapshot, v, snapshotVersion)
@@ -923,6 +943,10 @@ func (f *FSM) Restore(r io.Reader) error {
 		}
 		members[m.ID] = m
 	}
+	drained, err := restoreDrained(s.Drained)
+	if err != nil {
+		return err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.tasks, f.dedup, f.order = tasks, dedup, order
@@ -931,6 +955,8 @@ func (f *FSM) Restore(r io.Reader) error {
 	f.assignGen, f.assignment, f.epochs = s.AssignmentGeneration, assignment, epochs
 	f.assignVer++
 	f.members = members
+	f.drained = drained
+	f.drainVer++
 	if s.DedupWindow > 0 {
 		f.window = s.DedupWindow
 	}
@@ -950,7 +976,7 @@ func (f *FSM) Restore(r io.Reader) error {
 // with an active worker restores with epoch 1, any other with 0 (its
 // history is not in the snapshot; docs/design.md, "Tasks, workers,
 // assignments").
-func restoreEpochs(version uint32, s *snapshotV5, tasks *registry, assignment map[string]Placement) (map[string]uint64, error) {
+func restoreEpochs(version uint32, s *snapshotV7, tasks *registry, assignment map[string]Placement) (map[string]uint64, error) {
 	epochs := make(map[string]uint64, len(s.Epochs))
 	if version < 5 {
 		for id, p := range assignment {

@@ -397,7 +397,7 @@ func TestNonUTF8IDsSurviveSnapshot(t *testing.T) {
 // TestStreamedBodyEqualsMarshal: the element-by-element writer produces a
 // document that decodes to exactly what json.Marshal of the whole body does.
 func TestStreamedBodyEqualsMarshal(t *testing.T) {
-	s := &snapshotV5{snapshotV4: snapshotV4{snapshotV3: snapshotV3{snapshotV2: snapshotV2{
+	s := &snapshotV7{snapshotV5: snapshotV5{snapshotV4: snapshotV4{snapshotV3: snapshotV3{snapshotV2: snapshotV2{
 		snapshotV1: snapshotV1{ClusterID: "c", AppliedIndex: 9, DedupWindow: 5, DedupMax: 7,
 			Tasks: []Task{{ID: "a", CreatedIndex: 1, State: TaskStatePending}, {ID: "b\"q", Stateful: true, StandbyReplicas: 2}},
 			Dedup: []dedupEntry{{Client: "x", Request: "r", Result: Result{Index: 3, Task: Task{ID: "a"}}}}},
@@ -405,9 +405,9 @@ func TestStreamedBodyEqualsMarshal(t *testing.T) {
 		Published: 3,
 	}, AssignmentGeneration: 1, Assignment: []Placement{{Task: "a", Active: "w1", Standbys: []string{"w2"}, Warmups: []string{"w3"}}}},
 		Members: []MemberRecord{{ID: "n1", PeerAddr: "h:1", ClientAddr: "h:2"}, {ID: "n2", PeerAddr: "[::1]:3", ClientAddr: "g:4"}}},
-		Epochs: []taskEpoch{{Task: "a", Epoch: 3}, {Task: "b\"q", Epoch: 1}}}
-	empty := &snapshotV5{snapshotV4: snapshotV4{snapshotV3: snapshotV3{snapshotV2: snapshotV2{snapshotV1: snapshotV1{Tasks: []Task{}, Dedup: []dedupEntry{}}, Outbox: []Event{}}, Assignment: []Placement{}}, Members: []MemberRecord{}}, Epochs: []taskEpoch{}}
-	for _, v := range []*snapshotV5{s, empty} {
+		Epochs: []taskEpoch{{Task: "a", Epoch: 3}, {Task: "b\"q", Epoch: 1}}}, Drained: []string{"w1", "w9"}}
+	empty := &snapshotV7{snapshotV5: snapshotV5{snapshotV4: snapshotV4{snapshotV3: snapshotV3{snapshotV2: snapshotV2{snapshotV1: snapshotV1{Tasks: []Task{}, Dedup: []dedupEntry{}}, Outbox: []Event{}}, Assignment: []Placement{}}, Members: []MemberRecord{}}, Epochs: []taskEpoch{}}, Drained: []string{}}
+	for _, v := range []*snapshotV7{s, empty} {
 		var streamed bytes.Buffer
 		tasks := make([]*Task, len(v.Tasks))
 		for i := range v.Tasks {
