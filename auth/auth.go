@@ -65,11 +65,13 @@ const (
 	PermJoin Permission = "join"
 	// PermBackup takes snapshots of the whole state.
 	PermBackup Permission = "backup"
+	// PermDrain drains workers and ends their drains.
+	PermDrain Permission = "drain"
 )
 
 // Grants is what each role may do.
 var Grants = map[Role][]Permission{
-	Admin:  {PermStatus, PermCluster, PermRead, PermMetrics, PermWrite, PermDelete, PermWorker, PermMembers, PermJoin, PermBackup},
+	Admin:  {PermStatus, PermCluster, PermRead, PermMetrics, PermWrite, PermDelete, PermWorker, PermMembers, PermJoin, PermBackup, PermDrain},
 	Writer: {PermStatus, PermCluster, PermRead, PermMetrics, PermWrite},
 	Reader: {PermStatus, PermCluster, PermRead, PermMetrics},
 	Worker: {PermStatus, PermWorker},

@@ -447,6 +447,10 @@ func (c *Client) doWorker(ctx context.Context, call func(ctx context.Context, s 
 	return retry(ctx, c, c.workerSvc, call)
 }
 
+// holdKey carries, in a call's context, how long the server may hold each
+// attempt beyond the attempt timeout.
+type holdKey struct{}
+
 // retry runs call on the stub of one endpoint after another until it
 // succeeds, fails for good, or ctx ends: it follows a NOT_READY answer's
 // leader hint at once (at most three hops in a row), otherwise waits the
@@ -462,8 +466,9 @@ func retry[S any](ctx context.Context, c *Client, stub func(ep string) S, call f
 	// A node that does not answer: the next one is tried soon, backing off
 	// exponentially only while none answers.
 	unanswered := backoff.Backoff{Min: 20 * time.Millisecond, Max: 640 * time.Millisecond}
+	extra, _ := ctx.Value(holdKey{}).(time.Duration)
 	for {
-		actx, cancel := context.WithTimeout(ctx, c.opts.AttemptTimeout)
+		actx, cancel := context.WithTimeout(ctx, c.opts.AttemptTimeout+extra)
 		err := call(actx, stub(ep))
 		cancel()
 		if err == nil {
@@ -727,7 +732,13 @@ func (c *Client) Register(ctx context.Context, id string, capacity uint32, addr 
 // Heartbeat renews the worker's session with its lags and facts and
 // returns its copies in the committed assignment. ErrUnknownWorker means
 // the primary has no session for it: Register, then heartbeat again.
+//
+// A heartbeat that asks the primary to hold it (wait_ms) gets that much
+// more than the attempt timeout for each attempt.
 func (c *Client) Heartbeat(ctx context.Context, req *xcev1.HeartbeatRequest) (*xcev1.HeartbeatResponse, error) {
+	if req.WaitMs > 0 {
+		ctx = context.WithValue(ctx, holdKey{}, time.Duration(req.WaitMs)*time.Millisecond)
+	}
 	var out *xcev1.HeartbeatResponse
 	err := c.doWorker(ctx, func(ctx context.Context, s xcev1connect.WorkerServiceClient) error {
 		r, err := s.Heartbeat(ctx, connect.NewRequest(req))

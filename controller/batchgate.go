@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/xce/xce/client"
@@ -31,17 +32,25 @@ type batchGate struct{ n *Node }
 func (batchGate) Name() string { return "batch-gate" }
 
 // Run runs the gate, then holds batch entries on until ctx ends. A backend
-// without batch entries (the Kafka backend) has nothing to gate. Member
-// commands (log format 3) are gated the same way once batches are on.
+// without batch entries (the Kafka backend) has nothing to gate: it has no
+// configuration of voters to ask, and drains are written at once (its
+// members must all run a binary that applies them; docs/operations.md).
+// Member commands (log format 3) and worker drains (4) are gated the same
+// way once batches are on.
 func (g batchGate) Run(ctx context.Context, _ uint64) error {
 	b, ok := g.n.batcher()
 	if !ok {
+		g.n.drains.Store(nil)
 		return nil
 	}
 	defer b.SetBatches(false)
 	g.n.runBatchGate(ctx, b)
 	if g.n.membership() != nil {
-		g.n.runMemberGate(ctx)
+		g.n.runFormatGates(ctx,
+			formatGate{format: state.LogFormatMembers, what: "member records", open: &g.n.members.cmds},
+			formatGate{format: state.LogFormatDrain, what: "worker drains", open: &g.n.drains})
+	} else {
+		g.n.drains.Store(nil)
 	}
 	<-ctx.Done()
 	return nil
@@ -98,40 +107,52 @@ func (n *Node) runBatchGate(ctx context.Context, b batcher) {
 	}
 }
 
-// runMemberGate allows member commands (the member table's records) in this
-// term once every voter answers with a log format that applies them
-// (state's log format 3): a voter on an older binary would stop at such an
-// entry. Unlike batches, a voter that does not answer holds the gate for
-// good: member records are not urgent (the configuration itself changes
-// without them), and the leader writes the missing ones when it can.
-func (n *Node) runMemberGate(ctx context.Context) {
+// A format gate allows, in this term, commands of a log format newer than
+// the first: member records (state's log format 3) and worker drains (4).
+// A voter on an older binary would stop at such an entry, so the PRIMARY
+// writes one only once every voter answered with a log format that applies
+// it. Unlike batches, a voter that does not answer holds the gate for good:
+// these commands are not urgent (the configuration changes without member
+// records, and a drain can wait), and the leader writes the missing records
+// when it can.
+type formatGate struct {
+	format uint32
+	what   string // the commands, for the log and the refusal
+	open   *atomic.Pointer[string]
+}
+
+// runFormatGates opens each gate in turn, each once every voter applies its
+// format, until ctx ends.
+func (n *Node) runFormatGates(ctx context.Context, gates ...formatGate) {
 	cl, err := n.statusClient()
 	if err != nil {
-		n.log.Warn().Err(err).Msg("member records stay off: no client for the voters")
+		n.log.Warn().Err(err).Msg("member records and drains stay off: no client for the voters")
 		return
 	}
 	defer cl.CloseIdleConnections()
 	tick := time.NewTicker(batchGatePoll)
 	defer tick.Stop()
 	var lastMissing string
-	for {
-		old, silent := n.votersBelow(ctx, cl, n.otherVoters(), state.LogFormatMembers)
-		missing := strings.Join(append(old, silent...), ", ")
-		if missing == "" {
-			n.members.cmds.Store(nil)
-			n.log.Info().Msg("every voter applies member records: membership records are written")
-			return
-		}
-		why := fmt.Sprintf("member records wait until every voter applies them (log format %d): %s", state.LogFormatMembers, missing)
-		n.members.cmds.Store(&why)
-		if missing != lastMissing {
-			n.log.Info().Str("voters", missing).Msgf("member records stay off until these voters apply them (log format %d)", state.LogFormatMembers)
-			lastMissing = missing
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
+	for _, g := range gates {
+		for {
+			old, silent := n.votersBelow(ctx, cl, n.otherVoters(), g.format)
+			missing := strings.Join(append(old, silent...), ", ")
+			if missing == "" {
+				g.open.Store(nil)
+				n.log.Info().Msgf("every voter applies %s (log format %d): they are written", g.what, g.format)
+				break
+			}
+			why := fmt.Sprintf("%s wait until every voter applies them (log format %d): %s", g.what, g.format, missing)
+			g.open.Store(&why)
+			if missing != lastMissing {
+				n.log.Info().Str("voters", missing).Msgf("%s stay off until these voters apply them (log format %d)", g.what, g.format)
+				lastMissing = missing
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
 		}
 	}
 }

@@ -216,22 +216,37 @@ func TestAutopilotStep(t *testing.T) {
 	}
 }
 
-// The member gate opens once every voter reports log format 3.
-func TestMemberGate(t *testing.T) {
-	a, old := startFakePeer(t, state.LogFormatMembers), startFakePeer(t, 2)
+// The member gate opens once every voter reports log format 3, the drain
+// gate once every voter reports 4.
+func TestFormatGates(t *testing.T) {
+	a, old := startFakePeer(t, state.LogFormatDrain), startFakePeer(t, 2)
 	n := gateNode(t, a.addr(), old.addr())
 	withMembers(n)
+	n.drains.Store(&drainGateClosed)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); n.runMemberGate(ctx) }()
+	go func() {
+		defer close(done)
+		n.runFormatGates(ctx,
+			formatGate{format: state.LogFormatMembers, what: "member records", open: &n.members.cmds},
+			formatGate{format: state.LogFormatDrain, what: "worker drains", open: &n.drains})
+	}()
 	t.Cleanup(func() { cancel(); <-done })
 	testutil.Eventually(t, 5*time.Second, "the old voter named", func() bool {
 		err := n.MembersWritable()
 		return err != nil && strings.Contains(err.Error(), old.addr()+" (log format 2")
 	})
+	if n.DrainsWritable() == nil {
+		t.Fatal("drains writable while a voter is on log format 2")
+	}
 	old.format.Store(state.LogFormatMembers)
-	waitDone(t, done, 5*batchGatePoll, "every voter on log format 3")
-	if err := n.MembersWritable(); err != nil {
+	testutil.Eventually(t, 5*batchGatePoll, "member records on, drains named the old voter", func() bool {
+		err := n.DrainsWritable()
+		return n.MembersWritable() == nil && err != nil && strings.Contains(err.Error(), old.addr()+" (log format 3")
+	})
+	old.format.Store(state.LogFormatDrain)
+	waitDone(t, done, 5*batchGatePoll, "every voter on log format 4")
+	if err := n.DrainsWritable(); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -152,6 +152,9 @@ type Node struct {
 	// members is what the term's services learned of the membership,
 	// read by the API.
 	members memberState
+	// drains is the reason worker drains may not be written yet; nil once
+	// every voter applies them (log format 4) in the current term.
+	drains atomic.Pointer[string]
 	// joining: the node started with join addresses on an empty data dir
 	// and waits to be added (set in Run before the backend starts).
 	joining bool
@@ -209,6 +212,7 @@ func New(opts Options) (*Node, error) {
 		n.fsm = state.NewFSM(cfg.ClusterID)
 	}
 	n.members.cmds.Store(&notPrimaryYet)
+	n.drains.Store(&drainsNotPrimary)
 	n.metrics = newMetrics(opts.Registry, n)
 	n.view.Store(ha.NewView(ha.View{Role: ha.RoleInit, Reason: "starting"}))
 	return n, nil
@@ -708,6 +712,7 @@ func (n *Node) establish(term uint64) {
 	lt := &leaderTerm{cancel: cancel, done: make(chan struct{})}
 	n.leader = lt
 	n.members.cmds.Store(&memberGateClosed)
+	n.drains.Store(&drainGateClosed)
 	n.members.pilot.Store(nil)
 	services := append([]LeaderService{batchGate{n}, &autopilotService{n: n}}, n.opts.Services...)
 	for _, s := range services {
@@ -745,6 +750,7 @@ func (n *Node) revoke() {
 	lt.cancel()
 	<-lt.done
 	n.members.cmds.Store(&notPrimaryYet)
+	n.drains.Store(&drainsNotPrimary)
 }
 
 // publish derives the client-visible View from the machine and the quorum

@@ -29,6 +29,8 @@ var Permissions = map[string]auth.Permission{
 	xcev1connect.ControllerServiceDeleteTaskProcedure:    auth.PermDelete,
 	xcev1connect.WorkerServiceRegisterProcedure:          auth.PermWorker,
 	xcev1connect.WorkerServiceHeartbeatProcedure:         auth.PermWorker,
+	xcev1connect.ControllerServiceDrainWorkerProcedure:   auth.PermDrain,
+	xcev1connect.ControllerServiceUndrainWorkerProcedure: auth.PermDrain,
 	xcev1connect.ClusterServiceListMembersProcedure:      auth.PermCluster,
 	xcev1connect.ClusterServiceAddMemberProcedure:        auth.PermMembers,
 	xcev1connect.ClusterServicePromoteMemberProcedure:    auth.PermMembers,

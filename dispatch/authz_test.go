@@ -1,6 +1,7 @@
 package dispatch_test
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -31,7 +32,7 @@ type acceptAll struct{}
 func (acceptAll) Register(string, uint32, string) (placement.RegisterInfo, error) {
 	return placement.RegisterInfo{Generation: 1}, nil
 }
-func (acceptAll) HeartbeatSeq(string, uint64, map[string]int64, []placement.Fact, []string) (placement.Answer, error) {
+func (acceptAll) Beat(context.Context, placement.Beat) (placement.Answer, error) {
 	return placement.Answer{}, nil
 }
 func (acceptAll) Workers() ([]placement.WorkerInfo, bool, error) { return nil, false, nil }

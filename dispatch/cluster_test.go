@@ -101,6 +101,8 @@ type clusterFake struct {
 	health   map[string]bool
 	writable error
 	writes   []string
+	// drainsClosed is DrainsWritable's answer.
+	drainsClosed error
 	// snap is what TakeSnapshot answers, snapErr its error; snaps counts
 	// the calls.
 	snap    ha.SnapshotInfo
@@ -124,6 +126,12 @@ func (n *fakeNode) ClientAddrs() map[string]string {
 		out[id] = r[1]
 	}
 	return out
+}
+
+func (n *fakeNode) DrainsWritable() error {
+	n.cluster.mu.Lock()
+	defer n.cluster.mu.Unlock()
+	return n.cluster.drainsClosed
 }
 
 func (n *fakeNode) MembersWritable() error {

@@ -39,6 +39,8 @@ type Node interface {
 	Backend() (name string, info *ha.RoleInfo)
 	// Membership is what the cluster methods need (cluster.go).
 	Membership
+	// Drains is what the drain methods need (drain.go).
+	Drains
 }
 
 // Methods maps every procedure of the API to its class. Each method is
@@ -56,6 +58,9 @@ var Methods = map[string]Class{
 	xcev1connect.ControllerServiceListWorkersProcedure: ClassFact,
 	xcev1connect.WorkerServiceRegisterProcedure:        ClassFact,
 	xcev1connect.WorkerServiceHeartbeatProcedure:       ClassFact,
+	// A drain is replicated, so that it outlives failovers: a write.
+	xcev1connect.ControllerServiceDrainWorkerProcedure:   ClassWrite,
+	xcev1connect.ControllerServiceUndrainWorkerProcedure: ClassWrite,
 	// The configuration as this node knows it: a read.
 	xcev1connect.ClusterServiceListMembersProcedure: ClassRead,
 	// Changes of the configuration and of leadership go through the

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -18,7 +19,7 @@ import (
 // Workers is the primary's worker sessions and assignor (placement.Service).
 type Workers interface {
 	Register(id string, capacity uint32, addr string) (placement.RegisterInfo, error)
-	HeartbeatSeq(id string, seq uint64, lags map[string]int64, facts []placement.Fact, running []string) (placement.Answer, error)
+	Beat(ctx context.Context, b placement.Beat) (placement.Answer, error)
 	Workers() ([]placement.WorkerInfo, bool, error)
 	Soft() (tasks map[string]placement.TaskSoft, settling, followup, ok bool)
 }
@@ -69,6 +70,7 @@ func (w *workerService) Register(ctx context.Context, req *connect.Request[xcev1
 		Generation:          info.Generation,
 		SessionTimeoutMs:    uint32(info.SessionTimeout.Milliseconds()),
 		HeartbeatIntervalMs: uint32(info.HeartbeatInterval.Milliseconds()),
+		MaxWaitMs:           uint32(info.MaxWait.Milliseconds()),
 	}), nil
 }
 
@@ -88,8 +90,16 @@ func (w *workerService) Heartbeat(ctx context.Context, req *connect.Request[xcev
 	if err := ctx.Err(); err != nil {
 		return nil, connect.NewError(connect.CodeCanceled, err)
 	}
-	a, err := w.s.workers.HeartbeatSeq(m.WorkerId, m.Seq, m.Lags, facts, m.Running)
+	a, err := w.s.workers.Beat(ctx, placement.Beat{
+		Worker: m.WorkerId, Seq: m.Seq, Lags: m.Lags, Facts: facts, Running: m.Running,
+		Wait: time.Duration(m.WaitMs) * time.Millisecond, AckSeq: m.AcknowledgedSeq,
+		Leaving: m.Leaving, LeaveNow: m.LeaveNow,
+	})
 	if err != nil {
+		if ctx.Err() != nil {
+			// The worker gave up on a held heartbeat: it sent a later one.
+			return nil, connect.NewError(connect.CodeCanceled, ctx.Err())
+		}
 		return nil, w.s.workersErr(err)
 	}
 	return connect.NewResponse(&xcev1.HeartbeatResponse{
@@ -97,6 +107,7 @@ func (w *workerService) Heartbeat(ctx context.Context, req *connect.Request[xcev
 		PendingActives: a.PendingActives, Epochs: a.Epochs,
 		ActiveLeaseMs:       uint32(a.ActiveLease.Milliseconds()),
 		HeartbeatIntervalMs: uint32(w.s.node.Config().Assignor.HeartbeatInterval.Milliseconds()),
+		Left:                a.Left, Drained: a.Drained,
 	}), nil
 }
 
@@ -110,13 +121,14 @@ func (s *Service) ListWorkers(ctx context.Context, _ *connect.Request[xcev1.List
 		return nil, s.workersErr(err)
 	}
 	gen, _ := s.node.FSM().AssignmentGeneration()
-	resp := &xcev1.ListWorkersResponse{Generation: gen, Settling: settling, Workers: make([]*xcev1.WorkerInfo, len(ws))}
+	resp := &xcev1.ListWorkersResponse{Generation: gen, Settling: settling, Workers: make([]*xcev1.WorkerInfo, len(ws)),
+		Drained: s.node.FSM().Drained()}
 	for i, w := range ws {
 		resp.Workers[i] = &xcev1.WorkerInfo{
 			WorkerId: w.ID, Capacity: uint32(w.Capacity), ClientAddr: w.Addr,
 			LastHeartbeatAgeMs: w.LastSeen.Milliseconds(),
 			Actives:            w.Copies.Actives, Standbys: w.Copies.Standbys, Warmups: w.Copies.Warmups,
-			Lags: w.Lags, Notice: w.Notice,
+			Lags: w.Lags, Notice: w.Notice, DrainState: w.DrainState,
 		}
 	}
 	return connect.NewResponse(resp), nil

@@ -33,7 +33,17 @@ type Config struct {
 	// 1s): planning costs O(tasks), and a submit storm must not make the
 	// primary re-plan every tick.
 	TaskReplan time.Duration
+	// MaxHold is the longest the primary holds a heartbeat whose answer
+	// would not change, so that the worker learns of a change within a
+	// round trip of it (docs/design.md, "Draining and leaving"). Zero
+	// means HeartbeatInterval, at most MaxHoldLimit; negative: heartbeats
+	// are answered at once.
+	MaxHold time.Duration
 }
+
+// MaxHoldLimit bounds MaxHold's default: a held heartbeat must be answered
+// well within the client port's write timeout.
+const MaxHoldLimit = 5 * time.Second
 
 // Bounds of the worker session timings.
 const (
@@ -67,6 +77,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.TaskReplan <= 0 {
 		c.TaskReplan = d.TaskReplan
+	}
+	if c.MaxHold == 0 {
+		c.MaxHold = min(c.HeartbeatInterval, MaxHoldLimit)
 	}
 	return c
 }

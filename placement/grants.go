@@ -177,21 +177,35 @@ func (b *grantBook) heard(id string, now time.Time) {
 
 // report records worker id's heartbeat, sent with the tasks it runs, and
 // decides which of actives (the tasks assigned to it as active) it may run;
-// the answer's grants count among what it may hold from then on.
-func (b *grantBook) report(id string, now time.Time, running, actives []string) GrantDecision {
+// the answer's grants count among what it may hold from then on. released
+// reports whether a task lost a holder (another worker may be granted it
+// now).
+func (b *grantBook) report(id string, now time.Time, running, actives []string) (d GrantDecision, released bool) {
 	b.heard(id, now)
 	r := b.workers[id]
 	rep := make(map[string]bool, len(running))
 	for _, t := range running {
 		rep[t] = true
 	}
-	self := maps.Clone(rep)
-	maps.Copy(self, r.granted)
+	before := r.holds()
+	r.running = rep
+	d, _ = b.decide(id, now, actives)
+	return d, b.index(id, before, r.holds())
+}
+
+// decide decides, at now, which of actives worker id may run, from what
+// its last report said it runs: a heartbeat the primary holds (answering
+// once its answer changes) is decided again when it is answered, later
+// than it was heard. The grants replace those of the worker's previous
+// answer. released is as for report.
+func (b *grantBook) decide(id string, now time.Time, actives []string) (d GrantDecision, released bool) {
+	r := b.workers[id]
+	self := r.holds()
 	in := GrantInput{
 		Now: now, TermStart: b.start, Fresh: b.fresh, SessionTimeout: b.timeout, Margin: b.margin,
 		Actives: make(map[string]string, len(actives)),
 		Holders: map[string][]string{},
-		Workers: map[string]GrantWorker{id: {Heard: now, Holds: self}},
+		Workers: map[string]GrantWorker{id: {Heard: r.heard, Holds: self}},
 	}
 	for _, t := range actives {
 		in.Actives[t] = id
@@ -206,11 +220,23 @@ func (b *grantBook) report(id string, now time.Time, running, actives []string) 
 			}
 		}
 	}
-	d := grants(in)
+	d = grants(in)
+	r.granted = d.Granted
+	return d, b.index(id, self, r.holds())
+}
+
+// leave records that worker id stopped every active and ends its session
+// at once: it holds nothing, so what it held may be granted elsewhere
+// without waiting for its lease to run out. Its caller checked that it
+// reported nothing running; released is as for report.
+func (b *grantBook) leave(id string, now time.Time) (released bool) {
+	b.heard(id, now)
+	r := b.workers[id]
 	before := r.holds()
-	r.running, r.granted = rep, d.Granted
-	b.index(id, before, r.holds())
-	return d
+	r.running, r.granted = nil, nil
+	released = b.index(id, before, nil)
+	delete(b.workers, id)
+	return released
 }
 
 // expire notes that worker id's session ended; what it held still counts
@@ -226,21 +252,24 @@ func (b *grantBook) expire(id string) {
 	}
 }
 
-// prune forgets the ended sessions whose lease has surely run out.
-func (b *grantBook) prune(now time.Time) {
+// prune forgets the ended sessions whose lease has surely run out, and
+// reports whether a task lost a holder.
+func (b *grantBook) prune(now time.Time) (released bool) {
 	for id, r := range b.workers {
 		if !r.live && now.Sub(r.heard) >= b.timeout+b.margin {
-			b.index(id, r.holds(), nil)
+			released = b.index(id, r.holds(), nil) || released
 			delete(b.workers, id)
 		}
 	}
+	return released
 }
 
 // index moves worker id's entries in holders from the tasks it held to
-// those it holds now.
-func (b *grantBook) index(id string, before, after map[string]bool) {
+// those it holds now, and reports whether it dropped one.
+func (b *grantBook) index(id string, before, after map[string]bool) (dropped bool) {
 	for t := range before {
 		if !after[t] {
+			dropped = true
 			delete(b.holders[t], id)
 			if len(b.holders[t]) == 0 {
 				delete(b.holders, t)
@@ -255,4 +284,5 @@ func (b *grantBook) index(id string, before, after map[string]bool) {
 			b.holders[t][id] = true
 		}
 	}
+	return dropped
 }

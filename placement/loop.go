@@ -31,6 +31,8 @@ func (s *Service) Start(term uint64) error {
 		workers:     make(map[string]*session),
 		kick:        make(chan struct{}, 1),
 		delays:      delaymgr.New(delaymgr.RealClock()),
+		changed:     make(chan struct{}),
+		done:        make(chan struct{}),
 	}
 	fresh := false
 	if gen, _ := s.fsm.AssignmentGeneration(); gen == 0 {
@@ -69,6 +71,7 @@ func (s *Service) Run(ctx context.Context, term uint64) error {
 	defer func() {
 		s.mu.Lock()
 		s.term = nil
+		close(ts.done)
 		s.mu.Unlock()
 		ts.delays.Stop()
 		s.log.Info().Uint64("term", term).Msg("assignor stopped")
@@ -89,6 +92,8 @@ func (s *Service) loop(ctx context.Context, ts *termState) {
 		lastPlan  time.Time
 		notUntil  time.Time
 		taskVer   = s.fsm.TaskVersion()
+		drainVer  = s.fsm.DrainVersion()
+		_, asgVer = s.fsm.AssignmentGeneration()
 		probe     *delaymgr.Handle
 	)
 	defer func() {
@@ -143,6 +148,17 @@ func (s *Service) loop(ctx context.Context, ts *termState) {
 				taskVer = v
 				taskDirty = true
 			}
+			// A drain changes the plan and the drained worker's answers;
+			// an assignment changed by other means than this loop's
+			// plans (a deleted task) changes answers too.
+			_, av := s.fsm.AssignmentGeneration()
+			if dv := s.fsm.DrainVersion(); dv != drainVer || av != asgVer {
+				dirty = dirty || dv != drainVer
+				drainVer, asgVer = dv, av
+				s.mu.Lock()
+				signal(ts)
+				s.mu.Unlock()
+			}
 		}
 	}
 }
@@ -162,7 +178,9 @@ func (s *Service) expire(ts *termState) bool {
 			ts.grants.expire(id)
 		}
 	}
-	ts.grants.prune(now)
+	if ts.grants.prune(now) || len(gone) > 0 {
+		signal(ts)
+	}
 	n := len(ts.workers)
 	s.mu.Unlock()
 	slices.Sort(gone)
@@ -180,7 +198,11 @@ func (s *Service) plan(ctx context.Context, ts *termState) (followup, retry bool
 	in := assign.Input{Config: s.cfg.Assign}
 	s.mu.Lock()
 	for _, w := range ts.workers {
-		in.Workers = append(in.Workers, assign.Worker{ID: w.id, Capacity: w.capacity, Lags: maps.Clone(w.lags)})
+		capacity := w.capacity
+		if w.leaving || s.fsm.IsDrained(w.id) {
+			capacity = 0
+		}
+		in.Workers = append(in.Workers, assign.Worker{ID: w.id, Capacity: capacity, Lags: maps.Clone(w.lags)})
 	}
 	s.mu.Unlock()
 	if len(in.Workers) == 0 && !anyCopy(prev) {
@@ -253,6 +275,9 @@ func (s *Service) plan(ctx context.Context, ts *termState) (followup, retry bool
 		s.log.Error().Str("err", r.Err).Msg("the log refused the assignment")
 		return res.Followup, true
 	}
+	s.mu.Lock()
+	signal(ts)
+	s.mu.Unlock()
 	ev := s.log.Info().Uint64("generation", delta.Generation).Uint64("index", r.Index).
 		Int("tasks", len(tasks)).Int("workers", len(in.Workers)).Int("changed", len(delta.Set)).
 		Int("removed", len(delta.Removed)).Int("moves", len(res.Moves)).Bool("followup", res.Followup).

@@ -304,7 +304,7 @@ func (s *modelSim) step(e *modelEvent) {
 				actives = append(actives, t)
 			}
 		}
-		d := p.book.report(id, s.toTime(local), b.running, actives)
+		d, _ := p.book.report(id, s.toTime(local), b.running, actives)
 		for _, why := range d.Waiting {
 			s.stats.Waits[why]++
 		}

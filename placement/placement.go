@@ -74,6 +74,10 @@ var (
 // FSM is what the Service reads of the replicated state.
 type FSM interface {
 	Assignment() (uint64, map[string]state.Placement)
+	// IsDrained and DrainVersion read the drained workers (xce workers
+	// drain); the version changes with the set.
+	IsDrained(id string) bool
+	DrainVersion() uint64
 	AssignmentGeneration() (gen, version uint64)
 	AllTasks() ([]state.Task, uint64)
 	TaskVersion() uint64
@@ -117,6 +121,11 @@ type Answer struct {
 	PendingActives []string
 	Epochs         map[string]uint64
 	ActiveLease    time.Duration
+	// Left: the worker was leaving and its session has ended; it holds
+	// nothing and may exit.
+	Left bool
+	// Drained: an operator drained the worker (its actives move away).
+	Drained bool
 }
 
 // RegisterInfo answers a registration.
@@ -124,6 +133,10 @@ type RegisterInfo struct {
 	Generation        uint64
 	SessionTimeout    time.Duration
 	HeartbeatInterval time.Duration
+	// MaxWait is the longest the primary holds a heartbeat that asks (0:
+	// it answers at once); a primary that holds heartbeats also hands a
+	// leaving worker's actives over.
+	MaxWait time.Duration
 }
 
 // WorkerInfo is what ListWorkers shows of one session.
@@ -136,7 +149,18 @@ type WorkerInfo struct {
 	Notice     string
 	Copies     Copies
 	Registered time.Time
+	// DrainState is "" (it runs what it is given), "draining" (drained,
+	// with actives still to move), "drained" (drained, no active left) or
+	// "leaving" (the worker is stopping and hands its actives over).
+	DrainState string
 }
+
+// The drain states of WorkerInfo.DrainState.
+const (
+	DrainDraining = "draining"
+	DrainDrained  = "drained"
+	DrainLeaving  = "leaving"
+)
 
 // TaskSoft is what the primary knows of one task beyond the log.
 type TaskSoft struct {
@@ -186,6 +210,13 @@ type session struct {
 	pending    map[string]string
 	// seq is the number of the last numbered heartbeat processed.
 	seq uint64
+	// leaving: the worker said it is stopping; it runs no new active.
+	leaving bool
+	// answered is the last answer sent, to the heartbeat answeredSeq.
+	answered    Answer
+	answeredSeq uint64
+	// held, while a heartbeat is held, is closed to end the hold.
+	held chan struct{}
 }
 
 type termState struct {
@@ -198,6 +229,11 @@ type termState struct {
 	grants *grantBook
 	kick   chan struct{}
 	delays *delaymgr.Manager
+	// changed is closed and replaced whenever an answer may change
+	// (signal); done is closed when the term ends. Held heartbeats wait on
+	// both.
+	changed chan struct{}
+	done    chan struct{}
 	// Written by the loop only, read under Service.mu.
 	followup bool
 }
@@ -246,8 +282,17 @@ func (s *Service) Register(id string, capacity uint32, addr string) (RegisterInf
 		w = &session{id: id, registered: now, lags: map[string]int64{}, updates: map[string]string{}, pending: map[string]string{}}
 		ts.workers[id] = w
 	}
-	changed := !known || w.capacity != int(capacity)
+	changed := !known || w.capacity != int(capacity) || w.leaving
 	w.capacity, w.addr, w.lastSeen = int(capacity), addr, now
+	// A registration is a new process, or one that lost its session: it
+	// says again whether it is leaving. A heartbeat held for the old one
+	// is over.
+	w.leaving = false
+	w.answered, w.answeredSeq = Answer{}, 0
+	if w.held != nil {
+		close(w.held)
+		w.held = nil
+	}
 	// A worker process that restarted numbers its heartbeats from 1 again;
 	// one that did not keeps counting up, so a heartbeat it sent before
 	// registering again and that arrives late is still refused once a
@@ -261,149 +306,8 @@ func (s *Service) Register(id string, capacity uint32, addr string) (RegisterInf
 		kick(ts)
 	}
 	gen, _ := s.fsm.AssignmentGeneration()
-	return RegisterInfo{Generation: gen, SessionTimeout: s.cfg.SessionTimeout, HeartbeatInterval: s.cfg.HeartbeatInterval}, nil
-}
-
-// Heartbeat renews a session, records the worker's lags, facts and the
-// actives it runs, and answers with the worker's copies in the committed
-// assignment, its assigned actives split into granted and pending.
-func (s *Service) Heartbeat(id string, lags map[string]int64, facts []Fact, running []string) (Answer, error) {
-	return s.HeartbeatSeq(id, 0, lags, facts, running)
-}
-
-// HeartbeatSeq is Heartbeat for the heartbeat numbered seq of its session
-// (0: not numbered): one numbered at or below the last processed is
-// refused with ErrStale and changes nothing.
-func (s *Service) HeartbeatSeq(id string, seq uint64, lags map[string]int64, facts []Fact, running []string) (Answer, error) {
-	if !validID(id) {
-		return Answer{}, fmt.Errorf("%w: worker_id %q: must be 1-128 characters of [A-Za-z0-9._-]", ErrInvalid, id)
-	}
-	if len(lags) > MaxLags {
-		return Answer{}, fmt.Errorf("%w: %d lags (at most %d)", ErrInvalid, len(lags), MaxLags)
-	}
-	for _, t := range slices.Sorted(maps.Keys(lags)) {
-		if !validID(t) {
-			return Answer{}, fmt.Errorf("%w: lags: task id %q", ErrInvalid, t)
-		}
-		if lags[t] < 0 {
-			return Answer{}, fmt.Errorf("%w: lags: negative lag %d for task %q", ErrInvalid, lags[t], t)
-		}
-	}
-	if len(running) > MaxLags {
-		return Answer{}, fmt.Errorf("%w: %d running tasks (at most %d)", ErrInvalid, len(running), MaxLags)
-	}
-	for _, t := range running {
-		if !validID(t) {
-			return Answer{}, fmt.Errorf("%w: running: task id %q", ErrInvalid, t)
-		}
-	}
-	if len(facts) > MaxFacts {
-		return Answer{}, fmt.Errorf("%w: %d facts (at most %d)", ErrInvalid, len(facts), MaxFacts)
-	}
-	for i, f := range facts {
-		if len(f.Text) > MaxFactText {
-			return Answer{}, fmt.Errorf("%w: facts[%d]: text longer than %d bytes", ErrInvalid, i, MaxFactText)
-		}
-		switch f.Kind {
-		case FactNotify:
-		case FactUpdate, FactSetPendingReason, FactClearPendingReason:
-			if !validID(f.Task) {
-				return Answer{}, fmt.Errorf("%w: facts[%d]: task_id %q", ErrInvalid, i, f.Task)
-			}
-		default:
-			return Answer{}, fmt.Errorf("%w: facts[%d]: unknown kind %d", ErrInvalid, i, f.Kind)
-		}
-	}
-	s.mu.Lock()
-	ts, err := s.current()
-	if err != nil {
-		s.mu.Unlock()
-		return Answer{}, err
-	}
-	w, ok := ts.workers[id]
-	if !ok {
-		s.mu.Unlock()
-		return Answer{}, fmt.Errorf("%w: worker %q has no session with this primary", ErrUnknownWorker, id)
-	}
-	if seq != 0 {
-		if seq <= w.seq {
-			s.mu.Unlock()
-			return Answer{}, fmt.Errorf("%w: worker %q sent heartbeat %d after %d", ErrStale, id, seq, w.seq)
-		}
-		w.seq = seq
-	}
-	w.lastSeen = time.Now()
-	crossed := s.crossed(w.lags, lags)
-	w.lags = maps.Clone(lags)
-	if w.lags == nil {
-		w.lags = map[string]int64{}
-	}
-	for _, f := range facts {
-		switch f.Kind {
-		case FactNotify:
-			w.notice = f.Text
-		case FactUpdate:
-			if _, exists := s.fsm.Task(f.Task); exists {
-				w.updates[f.Task] = f.Text
-			}
-		case FactSetPendingReason:
-			if _, exists := s.fsm.Task(f.Task); exists {
-				w.pending[f.Task] = f.Text
-			}
-		case FactClearPendingReason:
-			delete(w.pending, f.Task)
-		}
-	}
-	a := s.answer(ts, w, running)
-	s.mu.Unlock()
-	if crossed != "" {
-		s.log.Debug().Str("worker", id).Str("task", crossed).Msg("a lag crossed the acceptable recovery lag: planning")
-		kick(ts)
-	}
-	return a, nil
-}
-
-// answer records a worker's running report, decides the grants of its
-// assigned actives and builds its heartbeat's answer. Callers hold s.mu.
-func (s *Service) answer(ts *termState, w *session, running []string) Answer {
-	c := s.copiesOf(w.id)
-	d := ts.grants.report(w.id, w.lastSeen, running, c.Actives)
-	a := Answer{Copies: c, Epochs: map[string]uint64{}, ActiveLease: s.cfg.ActiveLease()}
-	a.Actives = nil
-	for _, t := range c.Actives {
-		if d.Granted[t] {
-			a.Actives = append(a.Actives, t)
-		} else {
-			a.PendingActives = append(a.PendingActives, t)
-		}
-	}
-	for _, l := range [][]string{c.Actives, c.Standbys, c.Warmups} {
-		for _, t := range l {
-			a.Epochs[t] = s.fsm.TaskEpoch(t)
-		}
-	}
-	return a
-}
-
-// crossed returns a task whose caught-up state differs between two lag
-// reports ("" when none does).
-func (s *Service) crossed(before, after map[string]int64) string {
-	limit := s.cfg.Assign.AcceptableRecoveryLag
-	up := func(m map[string]int64, t string) bool {
-		l, ok := m[t]
-		return ok && l <= limit
-	}
-	for t := range after {
-		if up(before, t) != up(after, t) {
-			return t
-		}
-	}
-	for t := range before {
-		if up(before, t) != up(after, t) {
-			return t
-		}
-	}
-	return ""
+	return RegisterInfo{Generation: gen, SessionTimeout: s.cfg.SessionTimeout, HeartbeatInterval: s.cfg.HeartbeatInterval,
+		MaxWait: max(s.cfg.MaxHold, 0)}, nil
 }
 
 // workerIndex lists each worker's copies for one version of the committed
@@ -470,16 +374,27 @@ func (s *Service) Workers() ([]WorkerInfo, bool, error) {
 	}
 	out := make([]WorkerInfo, 0, len(ts.workers))
 	for _, w := range ts.workers {
-		out = append(out, WorkerInfo{
+		wi := WorkerInfo{
 			ID: w.id, Capacity: w.capacity, Addr: w.addr, LastSeen: now.Sub(w.lastSeen),
 			Lags: maps.Clone(w.lags), Notice: w.notice, Registered: w.registered,
-		})
+		}
+		if w.leaving {
+			wi.DrainState = DrainLeaving
+		}
+		out = append(out, wi)
 	}
 	settling := now.Before(ts.settleUntil)
 	s.mu.Unlock()
 	slices.SortFunc(out, func(a, b WorkerInfo) int { return strings.Compare(a.ID, b.ID) })
 	for i := range out {
-		out[i].Copies = s.copiesOf(out[i].ID)
+		w := &out[i]
+		w.Copies = s.copiesOf(w.ID)
+		if w.DrainState == "" && s.fsm.IsDrained(w.ID) {
+			w.DrainState = DrainDrained
+			if len(w.Copies.Actives) > 0 {
+				w.DrainState = DrainDraining
+			}
+		}
 	}
 	return out, settling, nil
 }

@@ -1560,7 +1560,12 @@ type WorkerInfo struct {
 	Warmups            []string         `protobuf:"bytes,7,rep,name=warmups,proto3" json:"warmups,omitempty"`
 	Lags               map[string]int64 `protobuf:"bytes,8,rep,name=lags,proto3" json:"lags,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	// The worker's last notify fact.
-	Notice        string `protobuf:"bytes,9,opt,name=notice,proto3" json:"notice,omitempty"`
+	Notice string `protobuf:"bytes,9,opt,name=notice,proto3" json:"notice,omitempty"`
+	// "" (it runs what it is given); "draining" (an operator drained it and
+	// it still has actives, which move away as copies elsewhere catch up);
+	// "drained" (drained, no active left; it keeps its standbys); "leaving"
+	// (the worker is stopping and waits for its actives to be handed over).
+	DrainState    string `protobuf:"bytes,10,opt,name=drain_state,json=drainState,proto3" json:"drain_state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1658,11 +1663,20 @@ func (x *WorkerInfo) GetNotice() string {
 	return ""
 }
 
+func (x *WorkerInfo) GetDrainState() string {
+	if x != nil {
+		return x.DrainState
+	}
+	return ""
+}
+
 type ListWorkersResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Workers       []*WorkerInfo          `protobuf:"bytes,1,rep,name=workers,proto3" json:"workers,omitempty"`
-	Generation    uint64                 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
-	Settling      bool                   `protobuf:"varint,3,opt,name=settling,proto3" json:"settling,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Workers    []*WorkerInfo          `protobuf:"bytes,1,rep,name=workers,proto3" json:"workers,omitempty"`
+	Generation uint64                 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
+	Settling   bool                   `protobuf:"varint,3,opt,name=settling,proto3" json:"settling,omitempty"`
+	// Every drained worker (xce workers drain), with a session or not.
+	Drained       []string `protobuf:"bytes,4,rep,name=drained,proto3" json:"drained,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1718,6 +1732,211 @@ func (x *ListWorkersResponse) GetSettling() bool {
 	return false
 }
 
+func (x *ListWorkersResponse) GetDrained() []string {
+	if x != nil {
+		return x.Drained
+	}
+	return nil
+}
+
+type DrainWorkerRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	WorkerId      string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainWorkerRequest) Reset() {
+	*x = DrainWorkerRequest{}
+	mi := &file_xce_v1_xce_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainWorkerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainWorkerRequest) ProtoMessage() {}
+
+func (x *DrainWorkerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_xce_v1_xce_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainWorkerRequest.ProtoReflect.Descriptor instead.
+func (*DrainWorkerRequest) Descriptor() ([]byte, []int) {
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *DrainWorkerRequest) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+type DrainWorkerResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Raft index at which the drain was applied.
+	Index uint64 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	// Tasks of which the worker holds the only copy in the committed
+	// assignment: their actives move once a copy elsewhere has caught up
+	// (a warm-up restores one first).
+	OnlyCopy []string `protobuf:"bytes,2,rep,name=only_copy,json=onlyCopy,proto3" json:"only_copy,omitempty"`
+	// The worker has a session with the primary.
+	Connected     bool `protobuf:"varint,3,opt,name=connected,proto3" json:"connected,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainWorkerResponse) Reset() {
+	*x = DrainWorkerResponse{}
+	mi := &file_xce_v1_xce_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainWorkerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainWorkerResponse) ProtoMessage() {}
+
+func (x *DrainWorkerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_xce_v1_xce_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainWorkerResponse.ProtoReflect.Descriptor instead.
+func (*DrainWorkerResponse) Descriptor() ([]byte, []int) {
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *DrainWorkerResponse) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *DrainWorkerResponse) GetOnlyCopy() []string {
+	if x != nil {
+		return x.OnlyCopy
+	}
+	return nil
+}
+
+func (x *DrainWorkerResponse) GetConnected() bool {
+	if x != nil {
+		return x.Connected
+	}
+	return false
+}
+
+type UndrainWorkerRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	WorkerId      string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UndrainWorkerRequest) Reset() {
+	*x = UndrainWorkerRequest{}
+	mi := &file_xce_v1_xce_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UndrainWorkerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UndrainWorkerRequest) ProtoMessage() {}
+
+func (x *UndrainWorkerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_xce_v1_xce_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UndrainWorkerRequest.ProtoReflect.Descriptor instead.
+func (*UndrainWorkerRequest) Descriptor() ([]byte, []int) {
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *UndrainWorkerRequest) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+type UndrainWorkerResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Raft index at which the undrain was applied.
+	Index         uint64 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UndrainWorkerResponse) Reset() {
+	*x = UndrainWorkerResponse{}
+	mi := &file_xce_v1_xce_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UndrainWorkerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UndrainWorkerResponse) ProtoMessage() {}
+
+func (x *UndrainWorkerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_xce_v1_xce_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UndrainWorkerResponse.ProtoReflect.Descriptor instead.
+func (*UndrainWorkerResponse) Descriptor() ([]byte, []int) {
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *UndrainWorkerResponse) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
 type Fact struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Kind          FactKind               `protobuf:"varint,1,opt,name=kind,proto3,enum=xce.v1.FactKind" json:"kind,omitempty"`
@@ -1729,7 +1948,7 @@ type Fact struct {
 
 func (x *Fact) Reset() {
 	*x = Fact{}
-	mi := &file_xce_v1_xce_proto_msgTypes[21]
+	mi := &file_xce_v1_xce_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1741,7 +1960,7 @@ func (x *Fact) String() string {
 func (*Fact) ProtoMessage() {}
 
 func (x *Fact) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[21]
+	mi := &file_xce_v1_xce_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1754,7 +1973,7 @@ func (x *Fact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Fact.ProtoReflect.Descriptor instead.
 func (*Fact) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{21}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Fact) GetKind() FactKind {
@@ -1791,7 +2010,7 @@ type RegisterRequest struct {
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[22]
+	mi := &file_xce_v1_xce_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1803,7 +2022,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[22]
+	mi := &file_xce_v1_xce_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1816,7 +2035,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{22}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RegisterRequest) GetWorkerId() string {
@@ -1847,13 +2066,18 @@ type RegisterResponse struct {
 	SessionTimeoutMs uint32 `protobuf:"varint,2,opt,name=session_timeout_ms,json=sessionTimeoutMs,proto3" json:"session_timeout_ms,omitempty"`
 	// How often the worker should heartbeat.
 	HeartbeatIntervalMs uint32 `protobuf:"varint,3,opt,name=heartbeat_interval_ms,json=heartbeatIntervalMs,proto3" json:"heartbeat_interval_ms,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// The primary holds a heartbeat that asks it to (HeartbeatRequest.wait_ms)
+	// for up to this long, answering as soon as the worker's answer changes;
+	// and it hands a leaving worker's actives over (HeartbeatRequest.leaving).
+	// 0: a primary that does neither.
+	MaxWaitMs     uint32 `protobuf:"varint,4,opt,name=max_wait_ms,json=maxWaitMs,proto3" json:"max_wait_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[23]
+	mi := &file_xce_v1_xce_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1865,7 +2089,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[23]
+	mi := &file_xce_v1_xce_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1878,7 +2102,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{23}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RegisterResponse) GetGeneration() uint64 {
@@ -1902,6 +2126,13 @@ func (x *RegisterResponse) GetHeartbeatIntervalMs() uint32 {
 	return 0
 }
 
+func (x *RegisterResponse) GetMaxWaitMs() uint32 {
+	if x != nil {
+		return x.MaxWaitMs
+	}
+	return 0
+}
+
 type HeartbeatRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	WorkerId string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
@@ -1920,14 +2151,32 @@ type HeartbeatRequest struct {
 	// report is older than what the primary already heard. A registration
 	// starts the primary's count again (the worker may have restarted).
 	// 0: not numbered.
-	Seq           uint64 `protobuf:"varint,5,opt,name=seq,proto3" json:"seq,omitempty"`
+	Seq uint64 `protobuf:"varint,5,opt,name=seq,proto3" json:"seq,omitempty"`
+	// The primary may hold this heartbeat for up to wait_ms (at most
+	// RegisterResponse.max_wait_ms) and answer as soon as its answer would
+	// differ from the one acknowledged_seq got: a grant, a move or a new copy
+	// reaches the worker within a round trip. 0: answer at once.
+	WaitMs uint32 `protobuf:"varint,6,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
+	// The seq of the last heartbeat whose answer the worker acted on (0:
+	// none in this session). The primary holds a heartbeat only when it knows
+	// that answer.
+	AcknowledgedSeq uint64 `protobuf:"varint,7,opt,name=acknowledged_seq,json=acknowledgedSeq,proto3" json:"acknowledged_seq,omitempty"`
+	// The worker is leaving (its Run ended): the primary moves its actives
+	// to other workers, each once a copy there has caught up, and ends its
+	// session once it runs and is assigned no active (answer left).
+	Leaving bool `protobuf:"varint,8,opt,name=leaving,proto3" json:"leaving,omitempty"`
+	// With leaving: the worker stopped every active (running is empty) and
+	// leaves now, whatever it is still assigned; the primary ends its session
+	// at once, so its actives are granted elsewhere without waiting for the
+	// session to expire.
+	LeaveNow      bool `protobuf:"varint,9,opt,name=leave_now,json=leaveNow,proto3" json:"leave_now,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[24]
+	mi := &file_xce_v1_xce_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1939,7 +2188,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[24]
+	mi := &file_xce_v1_xce_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1952,7 +2201,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{24}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *HeartbeatRequest) GetWorkerId() string {
@@ -1990,6 +2239,34 @@ func (x *HeartbeatRequest) GetSeq() uint64 {
 	return 0
 }
 
+func (x *HeartbeatRequest) GetWaitMs() uint32 {
+	if x != nil {
+		return x.WaitMs
+	}
+	return 0
+}
+
+func (x *HeartbeatRequest) GetAcknowledgedSeq() uint64 {
+	if x != nil {
+		return x.AcknowledgedSeq
+	}
+	return 0
+}
+
+func (x *HeartbeatRequest) GetLeaving() bool {
+	if x != nil {
+		return x.Leaving
+	}
+	return false
+}
+
+func (x *HeartbeatRequest) GetLeaveNow() bool {
+	if x != nil {
+		return x.LeaveNow
+	}
+	return false
+}
+
 type HeartbeatResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Generation of the committed assignment the lists below come from.
@@ -2013,13 +2290,19 @@ type HeartbeatResponse struct {
 	// than its session timeout by a margin, so it stops them before the
 	// primary may grant them elsewhere.
 	ActiveLeaseMs uint32 `protobuf:"varint,8,opt,name=active_lease_ms,json=activeLeaseMs,proto3" json:"active_lease_ms,omitempty"`
+	// The primary ended the worker's session because it is leaving: the
+	// worker holds nothing and may exit.
+	Left bool `protobuf:"varint,9,opt,name=left,proto3" json:"left,omitempty"`
+	// An operator drained the worker (xce workers drain): its actives move
+	// away; it keeps its standbys.
+	Drained       bool `protobuf:"varint,10,opt,name=drained,proto3" json:"drained,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[25]
+	mi := &file_xce_v1_xce_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2031,7 +2314,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[25]
+	mi := &file_xce_v1_xce_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2044,7 +2327,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{25}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *HeartbeatResponse) GetGeneration() uint64 {
@@ -2103,6 +2386,20 @@ func (x *HeartbeatResponse) GetActiveLeaseMs() uint32 {
 	return 0
 }
 
+func (x *HeartbeatResponse) GetLeft() bool {
+	if x != nil {
+		return x.Left
+	}
+	return false
+}
+
+func (x *HeartbeatResponse) GetDrained() bool {
+	if x != nil {
+		return x.Drained
+	}
+	return false
+}
+
 // Member is one server of the Raft configuration.
 type Member struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -2131,7 +2428,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_xce_v1_xce_proto_msgTypes[26]
+	mi := &file_xce_v1_xce_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2143,7 +2440,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[26]
+	mi := &file_xce_v1_xce_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2156,7 +2453,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{26}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Member) GetId() string {
@@ -2231,7 +2528,7 @@ type ListMembersRequest struct {
 
 func (x *ListMembersRequest) Reset() {
 	*x = ListMembersRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[27]
+	mi := &file_xce_v1_xce_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2243,7 +2540,7 @@ func (x *ListMembersRequest) String() string {
 func (*ListMembersRequest) ProtoMessage() {}
 
 func (x *ListMembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[27]
+	mi := &file_xce_v1_xce_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2256,7 +2553,7 @@ func (x *ListMembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMembersRequest.ProtoReflect.Descriptor instead.
 func (*ListMembersRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{27}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListMembersRequest) GetConsistency() Consistency {
@@ -2277,7 +2574,7 @@ type ListMembersResponse struct {
 
 func (x *ListMembersResponse) Reset() {
 	*x = ListMembersResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[28]
+	mi := &file_xce_v1_xce_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2289,7 +2586,7 @@ func (x *ListMembersResponse) String() string {
 func (*ListMembersResponse) ProtoMessage() {}
 
 func (x *ListMembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[28]
+	mi := &file_xce_v1_xce_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2302,7 +2599,7 @@ func (x *ListMembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMembersResponse.ProtoReflect.Descriptor instead.
 func (*ListMembersResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{28}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListMembersResponse) GetMembers() []*Member {
@@ -2330,7 +2627,7 @@ type AddMemberRequest struct {
 
 func (x *AddMemberRequest) Reset() {
 	*x = AddMemberRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[29]
+	mi := &file_xce_v1_xce_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2342,7 +2639,7 @@ func (x *AddMemberRequest) String() string {
 func (*AddMemberRequest) ProtoMessage() {}
 
 func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[29]
+	mi := &file_xce_v1_xce_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2355,7 +2652,7 @@ func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberRequest.ProtoReflect.Descriptor instead.
 func (*AddMemberRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{29}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *AddMemberRequest) GetId() string {
@@ -2388,7 +2685,7 @@ type AddMemberResponse struct {
 
 func (x *AddMemberResponse) Reset() {
 	*x = AddMemberResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[30]
+	mi := &file_xce_v1_xce_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2400,7 +2697,7 @@ func (x *AddMemberResponse) String() string {
 func (*AddMemberResponse) ProtoMessage() {}
 
 func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[30]
+	mi := &file_xce_v1_xce_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2413,7 +2710,7 @@ func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberResponse.ProtoReflect.Descriptor instead.
 func (*AddMemberResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{30}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *AddMemberResponse) GetMember() *Member {
@@ -2432,7 +2729,7 @@ type PromoteMemberRequest struct {
 
 func (x *PromoteMemberRequest) Reset() {
 	*x = PromoteMemberRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[31]
+	mi := &file_xce_v1_xce_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2444,7 +2741,7 @@ func (x *PromoteMemberRequest) String() string {
 func (*PromoteMemberRequest) ProtoMessage() {}
 
 func (x *PromoteMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[31]
+	mi := &file_xce_v1_xce_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2457,7 +2754,7 @@ func (x *PromoteMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteMemberRequest.ProtoReflect.Descriptor instead.
 func (*PromoteMemberRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{31}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PromoteMemberRequest) GetId() string {
@@ -2476,7 +2773,7 @@ type PromoteMemberResponse struct {
 
 func (x *PromoteMemberResponse) Reset() {
 	*x = PromoteMemberResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[32]
+	mi := &file_xce_v1_xce_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2488,7 +2785,7 @@ func (x *PromoteMemberResponse) String() string {
 func (*PromoteMemberResponse) ProtoMessage() {}
 
 func (x *PromoteMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[32]
+	mi := &file_xce_v1_xce_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2501,7 +2798,7 @@ func (x *PromoteMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteMemberResponse.ProtoReflect.Descriptor instead.
 func (*PromoteMemberResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{32}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *PromoteMemberResponse) GetMember() *Member {
@@ -2522,7 +2819,7 @@ type RemoveMemberRequest struct {
 
 func (x *RemoveMemberRequest) Reset() {
 	*x = RemoveMemberRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[33]
+	mi := &file_xce_v1_xce_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2534,7 +2831,7 @@ func (x *RemoveMemberRequest) String() string {
 func (*RemoveMemberRequest) ProtoMessage() {}
 
 func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[33]
+	mi := &file_xce_v1_xce_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2547,7 +2844,7 @@ func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{33}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RemoveMemberRequest) GetId() string {
@@ -2572,7 +2869,7 @@ type RemoveMemberResponse struct {
 
 func (x *RemoveMemberResponse) Reset() {
 	*x = RemoveMemberResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[34]
+	mi := &file_xce_v1_xce_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2584,7 +2881,7 @@ func (x *RemoveMemberResponse) String() string {
 func (*RemoveMemberResponse) ProtoMessage() {}
 
 func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[34]
+	mi := &file_xce_v1_xce_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2597,7 +2894,7 @@ func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMemberResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{34}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{38}
 }
 
 type TransferLeaderRequest struct {
@@ -2610,7 +2907,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[35]
+	mi := &file_xce_v1_xce_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2622,7 +2919,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[35]
+	mi := &file_xce_v1_xce_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2635,7 +2932,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{35}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *TransferLeaderRequest) GetTo() string {
@@ -2655,7 +2952,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[36]
+	mi := &file_xce_v1_xce_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2667,7 +2964,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[36]
+	mi := &file_xce_v1_xce_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2680,7 +2977,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{36}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *TransferLeaderResponse) GetLeaderId() string {
@@ -2704,7 +3001,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[37]
+	mi := &file_xce_v1_xce_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2716,7 +3013,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[37]
+	mi := &file_xce_v1_xce_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2729,7 +3026,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{37}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *JoinRequest) GetId() string {
@@ -2770,7 +3067,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[38]
+	mi := &file_xce_v1_xce_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2782,7 +3079,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[38]
+	mi := &file_xce_v1_xce_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2795,7 +3092,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{38}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *JoinResponse) GetMember() *Member {
@@ -2813,7 +3110,7 @@ type SaveSnapshotRequest struct {
 
 func (x *SaveSnapshotRequest) Reset() {
 	*x = SaveSnapshotRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[39]
+	mi := &file_xce_v1_xce_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2825,7 +3122,7 @@ func (x *SaveSnapshotRequest) String() string {
 func (*SaveSnapshotRequest) ProtoMessage() {}
 
 func (x *SaveSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[39]
+	mi := &file_xce_v1_xce_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2838,7 +3135,7 @@ func (x *SaveSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SaveSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SaveSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{39}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{43}
 }
 
 // SnapshotChunk is one piece of a snapshot stream: the first carries the
@@ -2861,7 +3158,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_xce_v1_xce_proto_msgTypes[40]
+	mi := &file_xce_v1_xce_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2873,7 +3170,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[40]
+	mi := &file_xce_v1_xce_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2886,7 +3183,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{40}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *SnapshotChunk) GetFormat() uint32 {
@@ -2946,7 +3243,7 @@ type TakeSnapshotRequest struct {
 
 func (x *TakeSnapshotRequest) Reset() {
 	*x = TakeSnapshotRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[41]
+	mi := &file_xce_v1_xce_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2958,7 +3255,7 @@ func (x *TakeSnapshotRequest) String() string {
 func (*TakeSnapshotRequest) ProtoMessage() {}
 
 func (x *TakeSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[41]
+	mi := &file_xce_v1_xce_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2971,7 +3268,7 @@ func (x *TakeSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*TakeSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{41}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{45}
 }
 
 type TakeSnapshotResponse struct {
@@ -2988,7 +3285,7 @@ type TakeSnapshotResponse struct {
 
 func (x *TakeSnapshotResponse) Reset() {
 	*x = TakeSnapshotResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[42]
+	mi := &file_xce_v1_xce_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3000,7 +3297,7 @@ func (x *TakeSnapshotResponse) String() string {
 func (*TakeSnapshotResponse) ProtoMessage() {}
 
 func (x *TakeSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[42]
+	mi := &file_xce_v1_xce_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3013,7 +3310,7 @@ func (x *TakeSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*TakeSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{42}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *TakeSnapshotResponse) GetIndex() uint64 {
@@ -3155,7 +3452,7 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"\rapplied_index\x18\x03 \x01(\x04R\fappliedIndex\x12\x1a\n" +
 	"\bsettling\x18\x04 \x01(\bR\bsettling\x12\x1a\n" +
 	"\bfollowup\x18\x05 \x01(\bR\bfollowup\"\x14\n" +
-	"\x12ListWorkersRequest\"\xec\x02\n" +
+	"\x12ListWorkersRequest\"\x8d\x03\n" +
 	"\n" +
 	"WorkerInfo\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x1a\n" +
@@ -3167,16 +3464,30 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"\bstandbys\x18\x06 \x03(\tR\bstandbys\x12\x18\n" +
 	"\awarmups\x18\a \x03(\tR\awarmups\x120\n" +
 	"\x04lags\x18\b \x03(\v2\x1c.xce.v1.WorkerInfo.LagsEntryR\x04lags\x12\x16\n" +
-	"\x06notice\x18\t \x01(\tR\x06notice\x1a7\n" +
+	"\x06notice\x18\t \x01(\tR\x06notice\x12\x1f\n" +
+	"\vdrain_state\x18\n" +
+	" \x01(\tR\n" +
+	"drainState\x1a7\n" +
 	"\tLagsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x7f\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x99\x01\n" +
 	"\x13ListWorkersResponse\x12,\n" +
 	"\aworkers\x18\x01 \x03(\v2\x12.xce.v1.WorkerInfoR\aworkers\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x02 \x01(\x04R\n" +
 	"generation\x12\x1a\n" +
-	"\bsettling\x18\x03 \x01(\bR\bsettling\"Y\n" +
+	"\bsettling\x18\x03 \x01(\bR\bsettling\x12\x18\n" +
+	"\adrained\x18\x04 \x03(\tR\adrained\"1\n" +
+	"\x12DrainWorkerRequest\x12\x1b\n" +
+	"\tworker_id\x18\x01 \x01(\tR\bworkerId\"f\n" +
+	"\x13DrainWorkerResponse\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x1b\n" +
+	"\tonly_copy\x18\x02 \x03(\tR\bonlyCopy\x12\x1c\n" +
+	"\tconnected\x18\x03 \x01(\bR\tconnected\"3\n" +
+	"\x14UndrainWorkerRequest\x12\x1b\n" +
+	"\tworker_id\x18\x01 \x01(\tR\bworkerId\"-\n" +
+	"\x15UndrainWorkerResponse\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\"Y\n" +
 	"\x04Fact\x12$\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x10.xce.v1.FactKindR\x04kind\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x12\n" +
@@ -3185,22 +3496,27 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x1a\n" +
 	"\bcapacity\x18\x02 \x01(\rR\bcapacity\x12\x1f\n" +
 	"\vclient_addr\x18\x03 \x01(\tR\n" +
-	"clientAddr\"\x94\x01\n" +
+	"clientAddr\"\xb4\x01\n" +
 	"\x10RegisterResponse\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
 	"generation\x12,\n" +
 	"\x12session_timeout_ms\x18\x02 \x01(\rR\x10sessionTimeoutMs\x122\n" +
-	"\x15heartbeat_interval_ms\x18\x03 \x01(\rR\x13heartbeatIntervalMs\"\xf0\x01\n" +
+	"\x15heartbeat_interval_ms\x18\x03 \x01(\rR\x13heartbeatIntervalMs\x12\x1e\n" +
+	"\vmax_wait_ms\x18\x04 \x01(\rR\tmaxWaitMs\"\xeb\x02\n" +
 	"\x10HeartbeatRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x126\n" +
 	"\x04lags\x18\x02 \x03(\v2\".xce.v1.HeartbeatRequest.LagsEntryR\x04lags\x12\"\n" +
 	"\x05facts\x18\x03 \x03(\v2\f.xce.v1.FactR\x05facts\x12\x18\n" +
 	"\arunning\x18\x04 \x03(\tR\arunning\x12\x10\n" +
-	"\x03seq\x18\x05 \x01(\x04R\x03seq\x1a7\n" +
+	"\x03seq\x18\x05 \x01(\x04R\x03seq\x12\x17\n" +
+	"\await_ms\x18\x06 \x01(\rR\x06waitMs\x12)\n" +
+	"\x10acknowledged_seq\x18\a \x01(\x04R\x0facknowledgedSeq\x12\x18\n" +
+	"\aleaving\x18\b \x01(\bR\aleaving\x12\x1b\n" +
+	"\tleave_now\x18\t \x01(\bR\bleaveNow\x1a7\n" +
 	"\tLagsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x82\x03\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xb0\x03\n" +
 	"\x11HeartbeatResponse\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
@@ -3211,7 +3527,10 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"\x15heartbeat_interval_ms\x18\x05 \x01(\rR\x13heartbeatIntervalMs\x12=\n" +
 	"\x06epochs\x18\x06 \x03(\v2%.xce.v1.HeartbeatResponse.EpochsEntryR\x06epochs\x12'\n" +
 	"\x0fpending_actives\x18\a \x03(\tR\x0ependingActives\x12&\n" +
-	"\x0factive_lease_ms\x18\b \x01(\rR\ractiveLeaseMs\x1a9\n" +
+	"\x0factive_lease_ms\x18\b \x01(\rR\ractiveLeaseMs\x12\x12\n" +
+	"\x04left\x18\t \x01(\bR\x04left\x12\x18\n" +
+	"\adrained\x18\n" +
+	" \x01(\bR\adrained\x1a9\n" +
 	"\vEpochsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\xf0\x01\n" +
@@ -3289,7 +3608,7 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"\x10FACT_KIND_NOTIFY\x10\x01\x12\x14\n" +
 	"\x10FACT_KIND_UPDATE\x10\x02\x12 \n" +
 	"\x1cFACT_KIND_SET_PENDING_REASON\x10\x03\x12\"\n" +
-	"\x1eFACT_KIND_CLEAR_PENDING_REASON\x10\x042\xb4\x04\n" +
+	"\x1eFACT_KIND_CLEAR_PENDING_REASON\x10\x042\xca\x05\n" +
 	"\x11ControllerService\x12<\n" +
 	"\x06Status\x12\x15.xce.v1.StatusRequest\x1a\x16.xce.v1.StatusResponse\"\x03\x90\x02\x01\x12C\n" +
 	"\vWatchStatus\x12\x1a.xce.v1.WatchStatusRequest\x1a\x16.xce.v1.StatusResponse0\x01\x12C\n" +
@@ -3300,7 +3619,9 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"\n" +
 	"DeleteTask\x12\x19.xce.v1.DeleteTaskRequest\x1a\x1a.xce.v1.DeleteTaskResponse\x12L\n" +
 	"\rGetAssignment\x12\x1c.xce.v1.GetAssignmentRequest\x1a\x1d.xce.v1.GetAssignmentResponse\x12F\n" +
-	"\vListWorkers\x12\x1a.xce.v1.ListWorkersRequest\x1a\x1b.xce.v1.ListWorkersResponse2\x90\x01\n" +
+	"\vListWorkers\x12\x1a.xce.v1.ListWorkersRequest\x1a\x1b.xce.v1.ListWorkersResponse\x12F\n" +
+	"\vDrainWorker\x12\x1a.xce.v1.DrainWorkerRequest\x1a\x1b.xce.v1.DrainWorkerResponse\x12L\n" +
+	"\rUndrainWorker\x12\x1c.xce.v1.UndrainWorkerRequest\x1a\x1d.xce.v1.UndrainWorkerResponse2\x90\x01\n" +
 	"\rWorkerService\x12=\n" +
 	"\bRegister\x12\x17.xce.v1.RegisterRequest\x1a\x18.xce.v1.RegisterResponse\x12@\n" +
 	"\tHeartbeat\x12\x18.xce.v1.HeartbeatRequest\x1a\x19.xce.v1.HeartbeatResponse2\xcd\x04\n" +
@@ -3327,7 +3648,7 @@ func file_xce_v1_xce_proto_rawDescGZIP() []byte {
 }
 
 var file_xce_v1_xce_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_xce_v1_xce_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
+var file_xce_v1_xce_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_xce_v1_xce_proto_goTypes = []any{
 	(Role)(0),                      // 0: xce.v1.Role
 	(Consistency)(0),               // 1: xce.v1.Consistency
@@ -3353,32 +3674,36 @@ var file_xce_v1_xce_proto_goTypes = []any{
 	(*ListWorkersRequest)(nil),     // 21: xce.v1.ListWorkersRequest
 	(*WorkerInfo)(nil),             // 22: xce.v1.WorkerInfo
 	(*ListWorkersResponse)(nil),    // 23: xce.v1.ListWorkersResponse
-	(*Fact)(nil),                   // 24: xce.v1.Fact
-	(*RegisterRequest)(nil),        // 25: xce.v1.RegisterRequest
-	(*RegisterResponse)(nil),       // 26: xce.v1.RegisterResponse
-	(*HeartbeatRequest)(nil),       // 27: xce.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),      // 28: xce.v1.HeartbeatResponse
-	(*Member)(nil),                 // 29: xce.v1.Member
-	(*ListMembersRequest)(nil),     // 30: xce.v1.ListMembersRequest
-	(*ListMembersResponse)(nil),    // 31: xce.v1.ListMembersResponse
-	(*AddMemberRequest)(nil),       // 32: xce.v1.AddMemberRequest
-	(*AddMemberResponse)(nil),      // 33: xce.v1.AddMemberResponse
-	(*PromoteMemberRequest)(nil),   // 34: xce.v1.PromoteMemberRequest
-	(*PromoteMemberResponse)(nil),  // 35: xce.v1.PromoteMemberResponse
-	(*RemoveMemberRequest)(nil),    // 36: xce.v1.RemoveMemberRequest
-	(*RemoveMemberResponse)(nil),   // 37: xce.v1.RemoveMemberResponse
-	(*TransferLeaderRequest)(nil),  // 38: xce.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil), // 39: xce.v1.TransferLeaderResponse
-	(*JoinRequest)(nil),            // 40: xce.v1.JoinRequest
-	(*JoinResponse)(nil),           // 41: xce.v1.JoinResponse
-	(*SaveSnapshotRequest)(nil),    // 42: xce.v1.SaveSnapshotRequest
-	(*SnapshotChunk)(nil),          // 43: xce.v1.SnapshotChunk
-	(*TakeSnapshotRequest)(nil),    // 44: xce.v1.TakeSnapshotRequest
-	(*TakeSnapshotResponse)(nil),   // 45: xce.v1.TakeSnapshotResponse
-	nil,                            // 46: xce.v1.TaskAssignment.LagsEntry
-	nil,                            // 47: xce.v1.WorkerInfo.LagsEntry
-	nil,                            // 48: xce.v1.HeartbeatRequest.LagsEntry
-	nil,                            // 49: xce.v1.HeartbeatResponse.EpochsEntry
+	(*DrainWorkerRequest)(nil),     // 24: xce.v1.DrainWorkerRequest
+	(*DrainWorkerResponse)(nil),    // 25: xce.v1.DrainWorkerResponse
+	(*UndrainWorkerRequest)(nil),   // 26: xce.v1.UndrainWorkerRequest
+	(*UndrainWorkerResponse)(nil),  // 27: xce.v1.UndrainWorkerResponse
+	(*Fact)(nil),                   // 28: xce.v1.Fact
+	(*RegisterRequest)(nil),        // 29: xce.v1.RegisterRequest
+	(*RegisterResponse)(nil),       // 30: xce.v1.RegisterResponse
+	(*HeartbeatRequest)(nil),       // 31: xce.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),      // 32: xce.v1.HeartbeatResponse
+	(*Member)(nil),                 // 33: xce.v1.Member
+	(*ListMembersRequest)(nil),     // 34: xce.v1.ListMembersRequest
+	(*ListMembersResponse)(nil),    // 35: xce.v1.ListMembersResponse
+	(*AddMemberRequest)(nil),       // 36: xce.v1.AddMemberRequest
+	(*AddMemberResponse)(nil),      // 37: xce.v1.AddMemberResponse
+	(*PromoteMemberRequest)(nil),   // 38: xce.v1.PromoteMemberRequest
+	(*PromoteMemberResponse)(nil),  // 39: xce.v1.PromoteMemberResponse
+	(*RemoveMemberRequest)(nil),    // 40: xce.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil),   // 41: xce.v1.RemoveMemberResponse
+	(*TransferLeaderRequest)(nil),  // 42: xce.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil), // 43: xce.v1.TransferLeaderResponse
+	(*JoinRequest)(nil),            // 44: xce.v1.JoinRequest
+	(*JoinResponse)(nil),           // 45: xce.v1.JoinResponse
+	(*SaveSnapshotRequest)(nil),    // 46: xce.v1.SaveSnapshotRequest
+	(*SnapshotChunk)(nil),          // 47: xce.v1.SnapshotChunk
+	(*TakeSnapshotRequest)(nil),    // 48: xce.v1.TakeSnapshotRequest
+	(*TakeSnapshotResponse)(nil),   // 49: xce.v1.TakeSnapshotResponse
+	nil,                            // 50: xce.v1.TaskAssignment.LagsEntry
+	nil,                            // 51: xce.v1.WorkerInfo.LagsEntry
+	nil,                            // 52: xce.v1.HeartbeatRequest.LagsEntry
+	nil,                            // 53: xce.v1.HeartbeatResponse.EpochsEntry
 }
 var file_xce_v1_xce_proto_depIdxs = []int32{
 	0,  // 0: xce.v1.NotReady.role:type_name -> xce.v1.Role
@@ -3389,22 +3714,22 @@ var file_xce_v1_xce_proto_depIdxs = []int32{
 	4,  // 5: xce.v1.ListTasksResponse.tasks:type_name -> xce.v1.Task
 	0,  // 6: xce.v1.StatusResponse.role:type_name -> xce.v1.Role
 	15, // 7: xce.v1.StatusResponse.roster:type_name -> xce.v1.RosterMember
-	29, // 8: xce.v1.StatusResponse.members:type_name -> xce.v1.Member
+	33, // 8: xce.v1.StatusResponse.members:type_name -> xce.v1.Member
 	1,  // 9: xce.v1.GetAssignmentRequest.consistency:type_name -> xce.v1.Consistency
 	17, // 10: xce.v1.TaskAssignment.placement:type_name -> xce.v1.TaskPlacement
-	46, // 11: xce.v1.TaskAssignment.lags:type_name -> xce.v1.TaskAssignment.LagsEntry
+	50, // 11: xce.v1.TaskAssignment.lags:type_name -> xce.v1.TaskAssignment.LagsEntry
 	19, // 12: xce.v1.GetAssignmentResponse.tasks:type_name -> xce.v1.TaskAssignment
-	47, // 13: xce.v1.WorkerInfo.lags:type_name -> xce.v1.WorkerInfo.LagsEntry
+	51, // 13: xce.v1.WorkerInfo.lags:type_name -> xce.v1.WorkerInfo.LagsEntry
 	22, // 14: xce.v1.ListWorkersResponse.workers:type_name -> xce.v1.WorkerInfo
 	2,  // 15: xce.v1.Fact.kind:type_name -> xce.v1.FactKind
-	48, // 16: xce.v1.HeartbeatRequest.lags:type_name -> xce.v1.HeartbeatRequest.LagsEntry
-	24, // 17: xce.v1.HeartbeatRequest.facts:type_name -> xce.v1.Fact
-	49, // 18: xce.v1.HeartbeatResponse.epochs:type_name -> xce.v1.HeartbeatResponse.EpochsEntry
+	52, // 16: xce.v1.HeartbeatRequest.lags:type_name -> xce.v1.HeartbeatRequest.LagsEntry
+	28, // 17: xce.v1.HeartbeatRequest.facts:type_name -> xce.v1.Fact
+	53, // 18: xce.v1.HeartbeatResponse.epochs:type_name -> xce.v1.HeartbeatResponse.EpochsEntry
 	1,  // 19: xce.v1.ListMembersRequest.consistency:type_name -> xce.v1.Consistency
-	29, // 20: xce.v1.ListMembersResponse.members:type_name -> xce.v1.Member
-	29, // 21: xce.v1.AddMemberResponse.member:type_name -> xce.v1.Member
-	29, // 22: xce.v1.PromoteMemberResponse.member:type_name -> xce.v1.Member
-	29, // 23: xce.v1.JoinResponse.member:type_name -> xce.v1.Member
+	33, // 20: xce.v1.ListMembersResponse.members:type_name -> xce.v1.Member
+	33, // 21: xce.v1.AddMemberResponse.member:type_name -> xce.v1.Member
+	33, // 22: xce.v1.PromoteMemberResponse.member:type_name -> xce.v1.Member
+	33, // 23: xce.v1.JoinResponse.member:type_name -> xce.v1.Member
 	13, // 24: xce.v1.ControllerService.Status:input_type -> xce.v1.StatusRequest
 	16, // 25: xce.v1.ControllerService.WatchStatus:input_type -> xce.v1.WatchStatusRequest
 	5,  // 26: xce.v1.ControllerService.SubmitTask:input_type -> xce.v1.SubmitTaskRequest
@@ -3413,36 +3738,40 @@ var file_xce_v1_xce_proto_depIdxs = []int32{
 	11, // 29: xce.v1.ControllerService.DeleteTask:input_type -> xce.v1.DeleteTaskRequest
 	18, // 30: xce.v1.ControllerService.GetAssignment:input_type -> xce.v1.GetAssignmentRequest
 	21, // 31: xce.v1.ControllerService.ListWorkers:input_type -> xce.v1.ListWorkersRequest
-	25, // 32: xce.v1.WorkerService.Register:input_type -> xce.v1.RegisterRequest
-	27, // 33: xce.v1.WorkerService.Heartbeat:input_type -> xce.v1.HeartbeatRequest
-	30, // 34: xce.v1.ClusterService.ListMembers:input_type -> xce.v1.ListMembersRequest
-	32, // 35: xce.v1.ClusterService.AddMember:input_type -> xce.v1.AddMemberRequest
-	34, // 36: xce.v1.ClusterService.PromoteMember:input_type -> xce.v1.PromoteMemberRequest
-	36, // 37: xce.v1.ClusterService.RemoveMember:input_type -> xce.v1.RemoveMemberRequest
-	38, // 38: xce.v1.ClusterService.TransferLeader:input_type -> xce.v1.TransferLeaderRequest
-	40, // 39: xce.v1.ClusterService.Join:input_type -> xce.v1.JoinRequest
-	42, // 40: xce.v1.ClusterService.SaveSnapshot:input_type -> xce.v1.SaveSnapshotRequest
-	44, // 41: xce.v1.ClusterService.TakeSnapshot:input_type -> xce.v1.TakeSnapshotRequest
-	14, // 42: xce.v1.ControllerService.Status:output_type -> xce.v1.StatusResponse
-	14, // 43: xce.v1.ControllerService.WatchStatus:output_type -> xce.v1.StatusResponse
-	6,  // 44: xce.v1.ControllerService.SubmitTask:output_type -> xce.v1.SubmitTaskResponse
-	8,  // 45: xce.v1.ControllerService.GetTask:output_type -> xce.v1.GetTaskResponse
-	10, // 46: xce.v1.ControllerService.ListTasks:output_type -> xce.v1.ListTasksResponse
-	12, // 47: xce.v1.ControllerService.DeleteTask:output_type -> xce.v1.DeleteTaskResponse
-	20, // 48: xce.v1.ControllerService.GetAssignment:output_type -> xce.v1.GetAssignmentResponse
-	23, // 49: xce.v1.ControllerService.ListWorkers:output_type -> xce.v1.ListWorkersResponse
-	26, // 50: xce.v1.WorkerService.Register:output_type -> xce.v1.RegisterResponse
-	28, // 51: xce.v1.WorkerService.Heartbeat:output_type -> xce.v1.HeartbeatResponse
-	31, // 52: xce.v1.ClusterService.ListMembers:output_type -> xce.v1.ListMembersResponse
-	33, // 53: xce.v1.ClusterService.AddMember:output_type -> xce.v1.AddMemberResponse
-	35, // 54: xce.v1.ClusterService.PromoteMember:output_type -> xce.v1.PromoteMemberResponse
-	37, // 55: xce.v1.ClusterService.RemoveMember:output_type -> xce.v1.RemoveMemberResponse
-	39, // 56: xce.v1.ClusterService.TransferLeader:output_type -> xce.v1.TransferLeaderResponse
-	41, // 57: xce.v1.ClusterService.Join:output_type -> xce.v1.JoinResponse
-	43, // 58: xce.v1.ClusterService.SaveSnapshot:output_type -> xce.v1.SnapshotChunk
-	45, // 59: xce.v1.ClusterService.TakeSnapshot:output_type -> xce.v1.TakeSnapshotResponse
-	42, // [42:60] is the sub-list for method output_type
-	24, // [24:42] is the sub-list for method input_type
+	24, // 32: xce.v1.ControllerService.DrainWorker:input_type -> xce.v1.DrainWorkerRequest
+	26, // 33: xce.v1.ControllerService.UndrainWorker:input_type -> xce.v1.UndrainWorkerRequest
+	29, // 34: xce.v1.WorkerService.Register:input_type -> xce.v1.RegisterRequest
+	31, // 35: xce.v1.WorkerService.Heartbeat:input_type -> xce.v1.HeartbeatRequest
+	34, // 36: xce.v1.ClusterService.ListMembers:input_type -> xce.v1.ListMembersRequest
+	36, // 37: xce.v1.ClusterService.AddMember:input_type -> xce.v1.AddMemberRequest
+	38, // 38: xce.v1.ClusterService.PromoteMember:input_type -> xce.v1.PromoteMemberRequest
+	40, // 39: xce.v1.ClusterService.RemoveMember:input_type -> xce.v1.RemoveMemberRequest
+	42, // 40: xce.v1.ClusterService.TransferLeader:input_type -> xce.v1.TransferLeaderRequest
+	44, // 41: xce.v1.ClusterService.Join:input_type -> xce.v1.JoinRequest
+	46, // 42: xce.v1.ClusterService.SaveSnapshot:input_type -> xce.v1.SaveSnapshotRequest
+	48, // 43: xce.v1.ClusterService.TakeSnapshot:input_type -> xce.v1.TakeSnapshotRequest
+	14, // 44: xce.v1.ControllerService.Status:output_type -> xce.v1.StatusResponse
+	14, // 45: xce.v1.ControllerService.WatchStatus:output_type -> xce.v1.StatusResponse
+	6,  // 46: xce.v1.ControllerService.SubmitTask:output_type -> xce.v1.SubmitTaskResponse
+	8,  // 47: xce.v1.ControllerService.GetTask:output_type -> xce.v1.GetTaskResponse
+	10, // 48: xce.v1.ControllerService.ListTasks:output_type -> xce.v1.ListTasksResponse
+	12, // 49: xce.v1.ControllerService.DeleteTask:output_type -> xce.v1.DeleteTaskResponse
+	20, // 50: xce.v1.ControllerService.GetAssignment:output_type -> xce.v1.GetAssignmentResponse
+	23, // 51: xce.v1.ControllerService.ListWorkers:output_type -> xce.v1.ListWorkersResponse
+	25, // 52: xce.v1.ControllerService.DrainWorker:output_type -> xce.v1.DrainWorkerResponse
+	27, // 53: xce.v1.ControllerService.UndrainWorker:output_type -> xce.v1.UndrainWorkerResponse
+	30, // 54: xce.v1.WorkerService.Register:output_type -> xce.v1.RegisterResponse
+	32, // 55: xce.v1.WorkerService.Heartbeat:output_type -> xce.v1.HeartbeatResponse
+	35, // 56: xce.v1.ClusterService.ListMembers:output_type -> xce.v1.ListMembersResponse
+	37, // 57: xce.v1.ClusterService.AddMember:output_type -> xce.v1.AddMemberResponse
+	39, // 58: xce.v1.ClusterService.PromoteMember:output_type -> xce.v1.PromoteMemberResponse
+	41, // 59: xce.v1.ClusterService.RemoveMember:output_type -> xce.v1.RemoveMemberResponse
+	43, // 60: xce.v1.ClusterService.TransferLeader:output_type -> xce.v1.TransferLeaderResponse
+	45, // 61: xce.v1.ClusterService.Join:output_type -> xce.v1.JoinResponse
+	47, // 62: xce.v1.ClusterService.SaveSnapshot:output_type -> xce.v1.SnapshotChunk
+	49, // 63: xce.v1.ClusterService.TakeSnapshot:output_type -> xce.v1.TakeSnapshotResponse
+	44, // [44:64] is the sub-list for method output_type
+	24, // [24:44] is the sub-list for method input_type
 	24, // [24:24] is the sub-list for extension type_name
 	24, // [24:24] is the sub-list for extension extendee
 	0,  // [0:24] is the sub-list for field type_name
@@ -3459,7 +3788,7 @@ func file_xce_v1_xce_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_xce_v1_xce_proto_rawDesc), len(file_xce_v1_xce_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   47,
+			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -61,6 +61,12 @@ const (
 	// ControllerServiceListWorkersProcedure is the fully-qualified name of the ControllerService's
 	// ListWorkers RPC.
 	ControllerServiceListWorkersProcedure = "/xce.v1.ControllerService/ListWorkers"
+	// ControllerServiceDrainWorkerProcedure is the fully-qualified name of the ControllerService's
+	// DrainWorker RPC.
+	ControllerServiceDrainWorkerProcedure = "/xce.v1.ControllerService/DrainWorker"
+	// ControllerServiceUndrainWorkerProcedure is the fully-qualified name of the ControllerService's
+	// UndrainWorker RPC.
+	ControllerServiceUndrainWorkerProcedure = "/xce.v1.ControllerService/UndrainWorker"
 	// WorkerServiceRegisterProcedure is the fully-qualified name of the WorkerService's Register RPC.
 	WorkerServiceRegisterProcedure = "/xce.v1.WorkerService/Register"
 	// WorkerServiceHeartbeatProcedure is the fully-qualified name of the WorkerService's Heartbeat RPC.
@@ -104,6 +110,14 @@ type ControllerServiceClient interface {
 	GetAssignment(context.Context, *connect.Request[v1.GetAssignmentRequest]) (*connect.Response[v1.GetAssignmentResponse], error)
 	// ListWorkers reports the live worker sessions, which only the primary holds.
 	ListWorkers(context.Context, *connect.Request[v1.ListWorkersRequest]) (*connect.Response[v1.ListWorkersResponse], error)
+	// DrainWorker moves a worker's actives to other workers, each once a copy
+	// there has caught up, and gives it no new copy; the worker keeps running
+	// its standbys. The drain is replicated: it outlives failovers and the
+	// worker's restarts until UndrainWorker. Idempotent.
+	DrainWorker(context.Context, *connect.Request[v1.DrainWorkerRequest]) (*connect.Response[v1.DrainWorkerResponse], error)
+	// UndrainWorker ends a drain; the assignor may give the worker actives
+	// again. Idempotent.
+	UndrainWorker(context.Context, *connect.Request[v1.UndrainWorkerRequest]) (*connect.Response[v1.UndrainWorkerResponse], error)
 }
 
 // NewControllerServiceClient constructs a client for the xce.v1.ControllerService service. By
@@ -166,6 +180,18 @@ func NewControllerServiceClient(httpClient connect.HTTPClient, baseURL string, o
 			connect.WithSchema(controllerServiceMethods.ByName("ListWorkers")),
 			connect.WithClientOptions(opts...),
 		),
+		drainWorker: connect.NewClient[v1.DrainWorkerRequest, v1.DrainWorkerResponse](
+			httpClient,
+			baseURL+ControllerServiceDrainWorkerProcedure,
+			connect.WithSchema(controllerServiceMethods.ByName("DrainWorker")),
+			connect.WithClientOptions(opts...),
+		),
+		undrainWorker: connect.NewClient[v1.UndrainWorkerRequest, v1.UndrainWorkerResponse](
+			httpClient,
+			baseURL+ControllerServiceUndrainWorkerProcedure,
+			connect.WithSchema(controllerServiceMethods.ByName("UndrainWorker")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -179,6 +205,8 @@ type controllerServiceClient struct {
 	deleteTask    *connect.Client[v1.DeleteTaskRequest, v1.DeleteTaskResponse]
 	getAssignment *connect.Client[v1.GetAssignmentRequest, v1.GetAssignmentResponse]
 	listWorkers   *connect.Client[v1.ListWorkersRequest, v1.ListWorkersResponse]
+	drainWorker   *connect.Client[v1.DrainWorkerRequest, v1.DrainWorkerResponse]
+	undrainWorker *connect.Client[v1.UndrainWorkerRequest, v1.UndrainWorkerResponse]
 }
 
 // Status calls xce.v1.ControllerService.Status.
@@ -221,6 +249,16 @@ func (c *controllerServiceClient) ListWorkers(ctx context.Context, req *connect.
 	return c.listWorkers.CallUnary(ctx, req)
 }
 
+// DrainWorker calls xce.v1.ControllerService.DrainWorker.
+func (c *controllerServiceClient) DrainWorker(ctx context.Context, req *connect.Request[v1.DrainWorkerRequest]) (*connect.Response[v1.DrainWorkerResponse], error) {
+	return c.drainWorker.CallUnary(ctx, req)
+}
+
+// UndrainWorker calls xce.v1.ControllerService.UndrainWorker.
+func (c *controllerServiceClient) UndrainWorker(ctx context.Context, req *connect.Request[v1.UndrainWorkerRequest]) (*connect.Response[v1.UndrainWorkerResponse], error) {
+	return c.undrainWorker.CallUnary(ctx, req)
+}
+
 // ControllerServiceHandler is an implementation of the xce.v1.ControllerService service.
 type ControllerServiceHandler interface {
 	Status(context.Context, *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error)
@@ -235,6 +273,14 @@ type ControllerServiceHandler interface {
 	GetAssignment(context.Context, *connect.Request[v1.GetAssignmentRequest]) (*connect.Response[v1.GetAssignmentResponse], error)
 	// ListWorkers reports the live worker sessions, which only the primary holds.
 	ListWorkers(context.Context, *connect.Request[v1.ListWorkersRequest]) (*connect.Response[v1.ListWorkersResponse], error)
+	// DrainWorker moves a worker's actives to other workers, each once a copy
+	// there has caught up, and gives it no new copy; the worker keeps running
+	// its standbys. The drain is replicated: it outlives failovers and the
+	// worker's restarts until UndrainWorker. Idempotent.
+	DrainWorker(context.Context, *connect.Request[v1.DrainWorkerRequest]) (*connect.Response[v1.DrainWorkerResponse], error)
+	// UndrainWorker ends a drain; the assignor may give the worker actives
+	// again. Idempotent.
+	UndrainWorker(context.Context, *connect.Request[v1.UndrainWorkerRequest]) (*connect.Response[v1.UndrainWorkerResponse], error)
 }
 
 // NewControllerServiceHandler builds an HTTP handler from the service implementation. It returns
@@ -293,6 +339,18 @@ func NewControllerServiceHandler(svc ControllerServiceHandler, opts ...connect.H
 		connect.WithSchema(controllerServiceMethods.ByName("ListWorkers")),
 		connect.WithHandlerOptions(opts...),
 	)
+	controllerServiceDrainWorkerHandler := connect.NewUnaryHandler(
+		ControllerServiceDrainWorkerProcedure,
+		svc.DrainWorker,
+		connect.WithSchema(controllerServiceMethods.ByName("DrainWorker")),
+		connect.WithHandlerOptions(opts...),
+	)
+	controllerServiceUndrainWorkerHandler := connect.NewUnaryHandler(
+		ControllerServiceUndrainWorkerProcedure,
+		svc.UndrainWorker,
+		connect.WithSchema(controllerServiceMethods.ByName("UndrainWorker")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/xce.v1.ControllerService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ControllerServiceStatusProcedure:
@@ -311,6 +369,10 @@ func NewControllerServiceHandler(svc ControllerServiceHandler, opts ...connect.H
 			controllerServiceGetAssignmentHandler.ServeHTTP(w, r)
 		case ControllerServiceListWorkersProcedure:
 			controllerServiceListWorkersHandler.ServeHTTP(w, r)
+		case ControllerServiceDrainWorkerProcedure:
+			controllerServiceDrainWorkerHandler.ServeHTTP(w, r)
+		case ControllerServiceUndrainWorkerProcedure:
+			controllerServiceUndrainWorkerHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -350,6 +412,14 @@ func (UnimplementedControllerServiceHandler) GetAssignment(context.Context, *con
 
 func (UnimplementedControllerServiceHandler) ListWorkers(context.Context, *connect.Request[v1.ListWorkersRequest]) (*connect.Response[v1.ListWorkersResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("xce.v1.ControllerService.ListWorkers is not implemented"))
+}
+
+func (UnimplementedControllerServiceHandler) DrainWorker(context.Context, *connect.Request[v1.DrainWorkerRequest]) (*connect.Response[v1.DrainWorkerResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("xce.v1.ControllerService.DrainWorker is not implemented"))
+}
+
+func (UnimplementedControllerServiceHandler) UndrainWorker(context.Context, *connect.Request[v1.UndrainWorkerRequest]) (*connect.Response[v1.UndrainWorkerResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("xce.v1.ControllerService.UndrainWorker is not implemented"))
 }
 
 // WorkerServiceClient is a client for the xce.v1.WorkerService service.
