@@ -124,6 +124,8 @@ type state struct {
 	copies  map[string]*copyRun
 	lags    map[string]int64 // from report
 	retries map[string]*retry
+	// closed: the worker is stopping; no copy starts any more.
+	closed bool
 }
 
 func newState() state {
@@ -157,6 +159,11 @@ func (s *state) ack(r *xcev1.HeartbeatResponse, sent time.Time, lease time.Durat
 func (s *state) sent() []string {
 	var running []string
 	for t, r := range s.copies {
+		select {
+		case <-r.done:
+			continue // its Run returned; reconcile has yet to forget it
+		default:
+		}
 		if r.c.Role == Active {
 			running = append(running, t)
 		}
@@ -229,44 +236,113 @@ func (w *Worker) fence(r *copyRun, now time.Time) error {
 }
 
 // supervise starts and stops copies until ctx ends or the protocol loop
-// fails; then it stops every copy and waits for each Run to return. It
-// returns the protocol loop's error and whether that loop has returned.
+// fails; once ctx ends, a worker registered with a primary that hands
+// actives over leaves (leave). Then it stops every copy and waits for
+// each Run to return. It returns the protocol loop's error and whether
+// that loop has returned.
 func (w *Worker) supervise(ctx context.Context, perr <-chan error) (error, bool) {
+	err, done, _ := w.superviseUntil(ctx.Done(), perr, time.Time{})
+	if !done && w.handsOver.Load() && w.cfg.DrainTimeout > 0 {
+		err, done = w.leave(perr)
+	}
+	w.mu.Lock()
+	w.st.closed = true // nothing starts from here on
+	w.mu.Unlock()
+	w.stopCopies(func(*copyRun) bool { return true }, errStopping)
+	return err, done
+}
+
+// superviseUntil starts and stops copies until stop is closed, the
+// protocol loop returns (its error, done), or until passes (timedOut; zero:
+// never).
+func (w *Worker) superviseUntil(stop <-chan struct{}, perr <-chan error, until time.Time) (err error, done, timedOut bool) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	var err error
-	protocolDone := false
-loop:
 	for {
-		next := w.reconcile(ctx, time.Now())
+		next := w.reconcile(time.Now())
+		if !until.IsZero() && (next.IsZero() || until.Before(next)) {
+			next = until
+		}
 		timer.Stop()
 		if !next.IsZero() {
 			timer.Reset(time.Until(next))
 		}
 		select {
-		case <-ctx.Done():
-			break loop
+		case <-stop:
+			return nil, false, false
 		case err = <-perr:
-			protocolDone = true
-			break loop
+			return err, true, false
 		case <-w.wake:
 		case <-timer.C:
+			if !until.IsZero() && !time.Now().Before(until) {
+				return nil, false, true
+			}
 		}
 	}
+}
+
+// leaveNowWait bounds the wait for the primary's answer to a worker that
+// leaves now.
+const leaveNowWait = 5 * time.Second
+
+// leave hands the actives over: the worker tells the primary it is
+// leaving, runs its actives until the primary moves each elsewhere (and
+// says each stopped at once), and returns once the primary has ended its
+// session. Past Config.DrainTimeout it stops the actives left, tells the
+// primary it leaves now (so they are granted elsewhere at once) and
+// returns.
+func (w *Worker) leave(perr <-chan error) (error, bool) {
+	w.log.Info().Strs("actives", w.activeTasks()).Dur("drain_timeout", w.cfg.DrainTimeout).
+		Msg("leaving: handing the actives over to other workers before stopping")
+	w.leaving.Store(true)
+	w.urge()
+	start := time.Now()
+	err, done, timedOut := w.superviseUntil(w.left, perr, start.Add(w.cfg.DrainTimeout))
+	if !timedOut {
+		if !done {
+			w.log.Info().Dur("took", time.Since(start)).Msg("every active handed over")
+		}
+		return err, done
+	}
+	w.log.Warn().Strs("actives", w.activeTasks()).Dur("drain_timeout", w.cfg.DrainTimeout).
+		Msg("the drain deadline passed: stopping the actives not handed over; the primary gives them to other workers at once")
+	w.stopCopies(func(r *copyRun) bool { return r.c.Role == Active }, errStopping)
+	w.leaveNow.Store(true)
+	w.urge()
+	err, done, _ = w.superviseUntil(w.left, perr, time.Now().Add(leaveNowWait))
+	return err, done
+}
+
+// activeTasks lists the actives the worker runs.
+func (w *Worker) activeTasks() []string {
 	w.mu.Lock()
-	runs := slices.Collect(maps.Values(w.st.copies))
-	for _, r := range runs {
-		r.stopping = true
-		r.cancel(errStopping)
+	defer w.mu.Unlock()
+	return w.st.sent()
+}
+
+// stopCopies cancels every copy that which selects and waits for their
+// Runs to return.
+func (w *Worker) stopCopies(which func(*copyRun) bool, cause error) {
+	w.mu.Lock()
+	var runs []*copyRun
+	for _, r := range w.st.copies {
+		if which(r) {
+			runs = append(runs, r)
+			r.stopping = true
+			r.cancel(cause)
+		}
 	}
 	w.mu.Unlock()
 	for _, r := range runs {
 		<-r.done
 	}
 	w.mu.Lock()
-	clear(w.st.copies)
+	for _, r := range runs {
+		if w.st.copies[r.c.Task] == r {
+			delete(w.st.copies, r.c.Task)
+		}
+	}
 	w.mu.Unlock()
-	return err, protocolDone
 }
 
 // reconcile brings the running copies toward the wanted ones at now: it
@@ -274,10 +350,13 @@ loop:
 // they are, and starts the wanted ones not running (a task's next copy
 // only once the previous Run returned). It returns when it must run again
 // at the latest (the lease's end, a retry), zero for no deadline.
-func (w *Worker) reconcile(ctx context.Context, now time.Time) time.Time {
+func (w *Worker) reconcile(now time.Time) time.Time {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	s := &w.st
+	if s.closed {
+		return time.Time{}
+	}
 	for _, t := range slices.Sorted(maps.Keys(s.copies)) {
 		r := s.copies[t]
 		select {
@@ -306,6 +385,15 @@ func (w *Worker) reconcile(ctx context.Context, now time.Time) time.Time {
 
 	valid := s.leaseValid(now)
 	want := wanted(s.resp, s.granted, valid)
+	if w.leaving.Load() {
+		// A leaving worker starts no active: one granted now is held as
+		// a standby until the primary moves it elsewhere.
+		for t, c := range want {
+			if r := s.copies[t]; c.Role == Active && (r == nil || r.c.Role != Active) {
+				want[t] = Copy{Task: t, Role: Standby, Epoch: c.Epoch}
+			}
+		}
+	}
 	if !valid && !s.lapsed && len(s.granted) > 0 {
 		s.lapsed = true
 		w.log.Warn().Time("last_acknowledged_send", s.ackSent).Dur("active_lease", s.lease).
@@ -361,7 +449,7 @@ func (w *Worker) reconcile(ctx context.Context, now time.Time) time.Time {
 			earliest(rt.at)
 			continue
 		}
-		w.start(ctx, want[t], now)
+		w.start(want[t], now)
 	}
 	for _, r := range s.copies {
 		if r.c.Role == Active && !r.stopping {
@@ -372,10 +460,11 @@ func (w *Worker) reconcile(ctx context.Context, now time.Time) time.Time {
 	return next
 }
 
-// start runs copy c in its own goroutine (under w.mu).
-func (w *Worker) start(ctx context.Context, c Copy, now time.Time) {
+// start runs copy c in its own goroutine (under w.mu). The goroutine is
+// owned by the copy's record: stopCopies cancels it and waits for it.
+func (w *Worker) start(c Copy, now time.Time) {
 	r := &copyRun{w: w, c: c, started: now, done: make(chan struct{})}
-	cctx, cancel := context.WithCancelCause(context.WithValue(ctx, copyKey{}, r))
+	cctx, cancel := context.WithCancelCause(context.WithValue(w.life, copyKey{}, r))
 	r.cancel = cancel
 	w.st.copies[c.Task] = r
 	w.log.Info().Str("task", c.Task).Str("role", c.Role.String()).Uint64("epoch", c.Epoch).Msg("starting a copy")
@@ -398,6 +487,10 @@ func (w *Worker) start(ctx context.Context, c Copy, now time.Time) {
 		close(r.done)
 		w.mu.Unlock()
 		cancel(nil)
+		if c.Role == Active {
+			// The primary may grant it elsewhere once it hears.
+			w.urge()
+		}
 		w.poke()
 	}()
 }

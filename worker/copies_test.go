@@ -200,9 +200,10 @@ func TestLease(t *testing.T) {
 		if len(runs) != 3 || runs[2].c != (Copy{"a", Active, 4}) || runs[2].ended || runs[2].start < 7*time.Second {
 			t.Fatalf("runs %v, want a/active/4 again after 7s", runs)
 		}
-		// Until 2s: a runs. Then, once the controller answers again: the
-		// heartbeat sent at 3s (a still ran), the one sent at once after
-		// it (a stopped; its answer restarts a), and a from then on.
+		// Until 2s: a runs. The heartbeat sent at 3s (a still ran) is
+		// abandoned when a stops at 5s, for one sent at once saying so;
+		// once the controller answers again (7s) that one's answer
+		// restarts a, and a runs from then on.
 		var got []string
 		for _, hb := range f.all() {
 			got = append(got, strings.Join(hb.req.Running, ","))
@@ -210,7 +211,7 @@ func TestLease(t *testing.T) {
 				t.Errorf("the lease renewed at %v, a restarted at %v", hb.at, runs[2].start)
 			}
 		}
-		if want := []string{"", "a", "a", "a", "", "a", "a"}; !slices.Equal(got, want) {
+		if want := []string{"", "a", "a", "", "a", "a", "a"}; !slices.Equal(got, want) {
 			t.Errorf("heartbeats list as running %q, want %q", got, want)
 		}
 		if n := strings.Count(f.logs.String(), "the active lease ran out: stopping every active"); n != 1 {
@@ -252,8 +253,9 @@ func TestRoleChange(t *testing.T) {
 		if errors.Is(runs[0].cause, ErrLeaseExpired) || !errors.Is(runs[0].cause, ErrFenced) {
 			t.Errorf("cause %v", runs[0].cause)
 		}
+		// The active's Run returned at 3.5s: the worker says so at once.
 		got := runningAt(f)
-		want := []string{"0s:", "1s:a", "2s:a", "3s:a", "4s:"}
+		want := []string{"0s:", "1s:a", "2s:a", "3s:a", "3.5s:", "4.5s:"}
 		if !slices.Equal(got, want) {
 			t.Errorf("heartbeats (at:running) %v, want %v", got, want)
 		}
@@ -279,8 +281,10 @@ func TestPendingActives(t *testing.T) {
 		time.Sleep(time.Second)
 		synctest.Wait()
 		wantRuns(t, r, "p/standby/5 from 0s, ended 2s", "p/active/5 from 2s, ended 4s", "p/active/6 from 4s, running")
+		// At 4s the new epoch's answer stops p's active of epoch 5; the
+		// worker says so at once, with p of epoch 6 running.
 		got := runningAt(f)
-		want := []string{"0s:", "1s:", "2s:", "3s:p", "4s:p"}
+		want := []string{"0s:", "1s:", "2s:", "3s:p", "4s:p", "4s:p"}
 		if !slices.Equal(got, want) {
 			t.Errorf("heartbeats (at:running) %v, want %v", got, want)
 		}
@@ -338,13 +342,14 @@ func TestCopyFails(t *testing.T) {
 		time.Sleep(4 * time.Second)
 		synctest.Wait()
 		// Both start on the first answer (0.5s) and fail. s: again after
-		// 1s, then after 2s more. a's retry is due at 1.5s, while the
-		// heartbeat sent at 1.25s, which does not list it, is in flight:
-		// a starts on that heartbeat's answer.
+		// 1s, then after 2s more. a stopped: the worker says so at once
+		// (0.5s); that heartbeat, which does not list a, is answered at
+		// 1s and grants a again; a's retry is due at 1.5s, with no
+		// heartbeat in flight, and it starts then.
 		wantRuns(t, r, "a/active/1 from 500ms, ended 500ms", "s/standby/1 from 500ms, ended 500ms",
-			"s/standby/1 from 1.5s, ended 1.5s", "a/active/1 from 1.75s, running", "s/standby/1 from 3.5s, running")
+			"a/active/1 from 1.5s, running", "s/standby/1 from 1.5s, ended 1.5s", "s/standby/1 from 3.5s, running")
 		got := runningAt(f)
-		want := []string{"0s:", "1.25s:", "2.5s:a", "3.75s:a"}
+		want := []string{"0s:", "500ms:", "1.75s:a", "3s:a"}
 		if !slices.Equal(got, want) {
 			t.Errorf("heartbeats (at:running) %v, want %v", got, want)
 		}

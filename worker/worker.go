@@ -78,7 +78,15 @@ type Config struct {
 	// AttemptTimeout bounds one call to one controller (0: the client
 	// library's default).
 	AttemptTimeout time.Duration
+	// DrainTimeout bounds how long Run, once its context ends, keeps the
+	// worker's actives running while the primary hands them to other
+	// workers; past it the worker stops them anyway and leaves (0: 30s;
+	// negative: it stops at once, as a worker that is killed).
+	DrainTimeout time.Duration
 }
+
+// DefaultDrainTimeout is Config.DrainTimeout's default.
+const DefaultDrainTimeout = 30 * time.Second
 
 var idRe = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
 
@@ -99,6 +107,9 @@ func (cfg Config) validate() (Config, error) {
 		return cfg, fmt.Errorf("%w: no controller address", ErrConfig)
 	}
 	cfg.Controllers = eps
+	if cfg.DrainTimeout == 0 {
+		cfg.DrainTimeout = DefaultDrainTimeout
+	}
 	return cfg, nil
 }
 
@@ -114,6 +125,24 @@ type Worker struct {
 	// wake tells the supervisor that something changed (a heartbeat was
 	// acknowledged, a copy's Run returned).
 	wake chan struct{}
+	// urgent tells the protocol loop to send a heartbeat now, abandoning
+	// the one in flight: an active stopped (the primary may grant it
+	// elsewhere once it knows), or the worker began to leave.
+	urgent chan struct{}
+	// life is the copies' and the protocol's lifetime: it outlasts Run's
+	// context while a leaving worker hands its actives over.
+	life context.Context
+
+	// Leaving (docs/design.md, "Draining and leaving"). leaving: Run's
+	// context ended and the worker hands its actives over; leaveNow: the
+	// drain deadline passed and it stopped every active; left is closed
+	// once the primary ended its session. handsOver: the primary holds
+	// heartbeats and hands a leaving worker's actives over.
+	leaving   atomic.Bool
+	leaveNow  atomic.Bool
+	left      chan struct{}
+	leftOnce  sync.Once
+	handsOver atomic.Bool
 
 	// The protocol loop's own state.
 	registered bool
@@ -125,6 +154,10 @@ type Worker struct {
 	sentNotice     *string           // facts the current session has acknowledged
 	sentUpdates    map[string]string // task → UPDATE text
 	failing        bool              // a heartbeat failed: log the outage once
+	// maxWait is how long the primary may hold a heartbeat (0: it does
+	// not); ackSeq is the seq of the last answer acted on in this session.
+	maxWait time.Duration
+	ackSeq  uint64
 
 	mu sync.Mutex
 	st state
@@ -149,13 +182,20 @@ func New(cfg Config, h Handler) (*Worker, error) {
 		cfg: cfg, h: h, c: c,
 		log:         cfg.Logger.With().Str("worker_id", cfg.ID).Logger(),
 		wake:        make(chan struct{}, 1),
+		urgent:      make(chan struct{}, 1),
+		left:        make(chan struct{}),
 		interval:    defaultInterval,
 		sentUpdates: map[string]string{},
 		st:          newState(),
 	}, nil
 }
 
-// Run runs the worker until ctx ends; it returns nil then. It returns an
+// Run runs the worker until ctx ends; it returns nil then. When ctx ends
+// the worker leaves: it tells the primary, keeps its actives running until
+// the primary has handed each to another worker (stopping each when told
+// and saying so at once), and returns once the primary has ended its
+// session, or once Config.DrainTimeout has passed (it then stops its
+// actives, tells the primary it leaves now, and returns). It returns an
 // error only when the controller refuses the registration's arguments or
 // the worker's credentials (Unauthenticated, PermissionDenied, a
 // certificate refused at the handshake), or when called a second time.
@@ -167,12 +207,13 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	defer w.c.Close()
 	w.log.Info().Strs("controllers", w.cfg.Controllers).Uint32("capacity", w.cfg.Capacity).Msg("worker starting")
-	pctx, pcancel := context.WithCancel(ctx)
-	defer pcancel()
+	life, stop := context.WithCancel(context.WithoutCancel(ctx))
+	defer stop()
+	w.life = life
 	perr := make(chan error, 1)
-	go func() { perr <- w.protocol(pctx) }()
+	go func() { perr <- w.protocol(life) }()
 	err, protocolDone := w.supervise(ctx, perr)
-	pcancel()
+	stop()
 	if !protocolDone {
 		<-perr
 	}
@@ -191,8 +232,18 @@ func (w *Worker) poke() {
 	}
 }
 
-// protocol registers and heartbeats until ctx ends (nil) or the controller
-// refuses the worker (the error).
+// urge asks the protocol loop for a heartbeat now.
+func (w *Worker) urge() {
+	select {
+	case w.urgent <- struct{}{}:
+	default:
+	}
+}
+
+// protocol registers and heartbeats until ctx ends or the primary ended
+// the session of the leaving worker (nil), or the controller refuses the
+// worker (the error). With a primary that holds heartbeats, the next one
+// goes as soon as the last is answered; otherwise every interval.
 func (w *Worker) protocol(ctx context.Context) error {
 	retry := backoff.Backoff{Min: time.Second, Max: 10 * time.Second}
 	for {
@@ -216,16 +267,29 @@ func (w *Worker) protocol(ctx context.Context) error {
 			justRegistered = true
 		}
 		start := time.Now()
-		w.heartbeat(ctx, justRegistered)
-		if ctx.Err() != nil {
+		answered, urgent := w.heartbeat(ctx, justRegistered)
+		select {
+		case <-ctx.Done():
 			return nil
+		case <-w.left:
+			return nil
+		default:
 		}
-		if !w.registered && !justRegistered {
+		switch {
+		case !w.registered && !justRegistered:
 			continue // register again at once
+		case urgent, answered && w.maxWait > 0:
+			continue
 		}
-		if !backoff.Sleep(ctx, w.interval-time.Since(start)) {
+		t := time.NewTimer(w.interval - time.Since(start))
+		select {
+		case <-ctx.Done():
+			t.Stop()
 			return nil
+		case <-w.urgent:
+		case <-t.C:
 		}
+		t.Stop()
 	}
 }
 
@@ -248,11 +312,14 @@ func (w *Worker) register(ctx context.Context) error {
 		w.interval = time.Duration(r.HeartbeatIntervalMs) * time.Millisecond
 	}
 	w.sessionTimeout = time.Duration(r.SessionTimeoutMs) * time.Millisecond
-	// A new session knows none of the worker's facts.
+	w.maxWait = time.Duration(r.MaxWaitMs) * time.Millisecond
+	w.handsOver.Store(w.maxWait > 0)
+	// A new session knows none of the worker's facts, nor its answers.
 	w.sentNotice = nil
 	clear(w.sentUpdates)
+	w.ackSeq = 0
 	w.log.Info().Uint64("generation", r.Generation).Dur("heartbeat_interval", w.interval).
-		Dur("session_timeout", w.sessionTimeout).Msg("registered")
+		Dur("session_timeout", w.sessionTimeout).Dur("max_wait", w.maxWait).Msg("registered")
 	return nil
 }
 
@@ -278,9 +345,10 @@ func updateText(lags map[string]int64, task string) string {
 }
 
 // request builds the heartbeat: every lag, the actives whose Run has not
-// returned, and the facts the session has not acknowledged yet. From here
-// until the answer, the worker starts no active it does not list as
-// running (state.sent).
+// returned, the facts the session has not acknowledged yet, whether the
+// worker leaves, and how long the primary may hold it. From here until the
+// answer, the worker starts no active it does not list as running
+// (state.sent).
 func (w *Worker) request() *xcev1.HeartbeatRequest {
 	var lags map[string]int64
 	if l, ok := w.h.(Lagger); ok {
@@ -292,7 +360,11 @@ func (w *Worker) request() *xcev1.HeartbeatRequest {
 		lags = w.st.reportedLags()
 	}
 	w.seq++
-	req := &xcev1.HeartbeatRequest{WorkerId: w.cfg.ID, Lags: lags, Running: w.st.sent(), Seq: w.seq}
+	req := &xcev1.HeartbeatRequest{WorkerId: w.cfg.ID, Lags: lags, Running: w.st.sent(), Seq: w.seq,
+		AcknowledgedSeq: w.ackSeq, Leaving: w.leaving.Load(), LeaveNow: w.leaveNow.Load()}
+	if w.maxWait > 0 && !req.LeaveNow {
+		req.WaitMs = uint32(min(w.maxWait, w.interval).Milliseconds())
+	}
 	actives := w.st.resp.actives
 	if n := noticeText(actives); w.sentNotice == nil || *w.sentNotice != n {
 		req.Facts = append(req.Facts, &xcev1.Fact{Kind: xcev1.FactKind_FACT_KIND_NOTIFY, Text: n})
@@ -326,25 +398,51 @@ func (w *Worker) acked(req *xcev1.HeartbeatRequest, actives []string) {
 	}
 }
 
-func (w *Worker) heartbeat(ctx context.Context, justRegistered bool) {
+// heartbeat sends one heartbeat and takes its answer. It reports whether
+// the primary answered, and whether something urgent (urge) happened
+// while it waited: it then abandoned the heartbeat, or took its answer,
+// and the next one should go at once.
+func (w *Worker) heartbeat(ctx context.Context, justRegistered bool) (answered, urgent bool) {
+	// What was urgent before the request is built is in it.
+	select {
+	case <-w.urgent:
+	default:
+	}
 	req := w.request()
 	// The lease counts from before the call: the primary hears the
 	// heartbeat no earlier, whichever attempt of the client's retries
 	// reaches it.
 	sent := time.Now()
 	// Through an election the client retries for a while; past half a
-	// session the next heartbeat starts over with fresher lags.
-	timeout := max(w.interval, w.sessionTimeout/2)
+	// session the next heartbeat starts over with fresher lags. A held
+	// heartbeat may take its wait on top.
+	timeout := max(w.interval, w.sessionTimeout/2) + time.Duration(req.WaitMs)*time.Millisecond
 	hctx, cancel := context.WithTimeout(ctx, timeout)
+	var abandoned atomic.Bool
+	done, watched := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case <-w.urgent:
+			abandoned.Store(true)
+			cancel()
+		case <-done:
+		}
+	}()
 	resp, err := w.c.Heartbeat(hctx, req)
+	close(done)
+	<-watched
 	cancel()
+	urgent = abandoned.Load()
 	switch {
 	case ctx.Err() != nil:
-		return
+		return false, urgent
+	case err != nil && urgent:
+		return false, true // abandoned for a newer heartbeat
 	case errors.Is(err, client.ErrUnknownWorker):
 		w.registered = false
 		w.log.Info().Bool("just_registered", justRegistered).Msg("the primary has no session for this worker: registering again")
-		return
+		return false, urgent
 	case err != nil:
 		ev := w.log.Debug()
 		if !w.failing {
@@ -352,14 +450,29 @@ func (w *Worker) heartbeat(ctx context.Context, justRegistered bool) {
 		}
 		ev.Err(err).Msg("heartbeat failed")
 		w.failing = true
-		return
+		return false, urgent
 	}
 	if w.failing {
 		w.log.Info().Msg("heartbeats go through again")
 		w.failing = false
 	}
+	w.take(req, resp, sent)
+	return true, urgent
+}
+
+// take acts on an answer: it records the copies and the lease and, before
+// the next heartbeat is built, starts the granted actives (so that the
+// next heartbeat lists them as running and keeps their grants).
+func (w *Worker) take(req *xcev1.HeartbeatRequest, resp *xcev1.HeartbeatResponse, sent time.Time) {
 	if resp.HeartbeatIntervalMs > 0 {
 		w.interval = time.Duration(resp.HeartbeatIntervalMs) * time.Millisecond
+	}
+	w.ackSeq = req.Seq
+	if resp.Left {
+		w.log.Info().Msg("the primary ended this worker's session: it has handed every active over")
+		w.leftOnce.Do(func() { close(w.left) })
+		w.poke()
+		return
 	}
 	// Without a lease from the primary the session timeout bounds it.
 	lease := time.Duration(resp.ActiveLeaseMs) * time.Millisecond
@@ -374,8 +487,9 @@ func (w *Worker) heartbeat(ctx context.Context, justRegistered bool) {
 		w.log.Info().Uint64("generation", resp.Generation).Uint64("previous_generation", prev).
 			Strs("actives", nonNil(resp.Actives)).Strs("pending_actives", nonNil(resp.PendingActives)).
 			Strs("standbys", nonNil(resp.Standbys)).Strs("warmups", nonNil(resp.Warmups)).
-			Interface("epochs", resp.Epochs).Msg("assignment changed")
+			Interface("epochs", resp.Epochs).Bool("drained", resp.Drained).Msg("assignment changed")
 	}
+	w.reconcile(time.Now())
 	w.poke()
 }
 

@@ -294,14 +294,19 @@ func TestRunHeartbeatsAndSimulates(t *testing.T) {
 		}
 		wantHeartbeat(t, f, 8*step, map[string]int64{"a": 0, "w": 0}, "NOTIFY: actives: a", "UPDATE a: running")
 
-		// a moves away; w becomes the active. a's lag grows at the restore
+		// a moves away; w becomes the active. The worker says at once that
+		// a stopped, with its new actives. a's lag grows at the restore
 		// rate and its state goes once the lag passes 30000.
 		f.assign(2, []string{"w"}, nil, nil)
 		time.Sleep(step)
 		synctest.Wait()
+		wantHeartbeat(t, f, 9*step, map[string]int64{"a": 0, "w": 0}, "NOTIFY: actives: w", "UPDATE w: running")
+		if hb, _ := f.last(t); slices.Contains(hb.req.Running, "a") {
+			t.Errorf("the heartbeat right after a stopped lists %v as running", hb.req.Running)
+		}
 		time.Sleep(step)
 		synctest.Wait()
-		wantHeartbeat(t, f, 10*step, map[string]int64{"a": 10_000, "w": 0}, "NOTIFY: actives: w", "UPDATE w: running")
+		wantHeartbeat(t, f, 10*step, map[string]int64{"a": 10_000, "w": 0})
 		time.Sleep(2 * step)
 		synctest.Wait()
 		wantHeartbeat(t, f, 12*step, map[string]int64{"a": 30_000, "w": 0})
