@@ -64,11 +64,12 @@ const departedInput = `{
   }
 }`
 
-// A previous assignment that names a departed worker is planned like any
-// other: that worker's copies are lost, its actives go to their standbys.
-func TestAssignPlanDepartedWorker(t *testing.T) {
+// planJSON writes input to a file and runs `xce assign plan --json` on it;
+// it returns the file, for other runs, and the decoded plan.
+func planJSON(t *testing.T, input string) (string, planOutput) {
+	t.Helper()
 	file := filepath.Join(t.TempDir(), "in.json")
-	if err := os.WriteFile(file, []byte(departedInput), 0o600); err != nil {
+	if err := os.WriteFile(file, []byte(input), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	out, code := runCmd(t, assignCmd(), "plan", "--input", file, "--json")
@@ -79,6 +80,13 @@ func TestAssignPlanDepartedWorker(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &got); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
+	return file, got
+}
+
+// A previous assignment that names a departed worker is planned like any
+// other: that worker's copies are lost, its actives go to their standbys.
+func TestAssignPlanDepartedWorker(t *testing.T) {
+	file, got := planJSON(t, departedInput)
 	// I2 {T1,T4 | T2,T3}, I3 {T2,T3 | T1,T4}: one plan, no follow-up.
 	want := map[string]placementJSON{
 		"T1": {Active: "I2", Standbys: []string{"I3"}, Warmups: []string{}},
@@ -124,18 +132,7 @@ const standbysInput = `{
 // A task's standby_replicas replaces num_standby_replicas for it, and the
 // table and the JSON show the same plan.
 func TestAssignPlanTaskStandbys(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "in.json")
-	if err := os.WriteFile(file, []byte(standbysInput), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	out, code := runCmd(t, assignCmd(), "plan", "--input", file, "--json")
-	if code != exitOK {
-		t.Fatalf("exit %d: %s", code, out)
-	}
-	var got planOutput
-	if err := json.Unmarshal([]byte(out), &got); err != nil {
-		t.Fatalf("%v: %s", err, out)
-	}
+	file, got := planJSON(t, standbysInput)
 	want := map[string]placementJSON{
 		"T": {Active: "W1", Standbys: []string{"W2", "W3"}, Warmups: []string{}},
 		"U": {Active: "W3", Standbys: []string{}, Warmups: []string{}},
