@@ -51,8 +51,7 @@
 // Each stateful task gets min(s, E-1) standbys, s being its own
 // Task.StandbyReplicas when above 0 and Config.NumStandbyReplicas otherwise,
 // and E the number of workers with capacity above 0: that is "where capacity
-// allows". A task can so ask for more (or fewer) copies than the cluster's
-// default, say for state that is costly to restore.
+// allows".
 //
 // # Movement
 //
