@@ -36,7 +36,8 @@
 // count as capacity 1. Three classes are balanced, in this order:
 //
 //  1. stateful actives (N = number of stateful tasks);
-//  2. stateful copies, actives plus standbys (N = stateful tasks × (1+standbys));
+//  2. stateful copies, actives plus standbys (N = the sum over stateful
+//     tasks of 1 + the task's standbys);
 //  3. total load, every active plus every standby (stateless tasks fill in).
 //
 // The target reaches class 1 unless moves wait for warm-up slots (then
@@ -47,8 +48,10 @@
 // optimal: no single allowed move from a worker above its ceiling (or above
 // its floor) to a worker below its ceiling (or below its floor) remains.
 //
-// Each stateful task gets min(NumStandbyReplicas, E-1) standbys, E being the
-// number of workers with capacity above 0: that is "where capacity allows".
+// Each stateful task gets min(s, E-1) standbys, s being its own
+// Task.StandbyReplicas when above 0 and Config.NumStandbyReplicas otherwise,
+// and E the number of workers with capacity above 0: that is "where capacity
+// allows".
 //
 // # Movement
 //
@@ -129,6 +132,11 @@ const (
 type Task struct {
 	ID       string
 	Stateful bool
+	// StandbyReplicas, when above 0, replaces Config.NumStandbyReplicas for
+	// this task, so that a task whose state is costly to rebuild can keep
+	// more caught-up copies than the rest; 0 means the config's value. At
+	// most MaxStandbyReplicas; a stateless task ignores it.
+	StandbyReplicas int
 }
 
 // Worker is a live worker instance. Capacity is its relative weight (see the
@@ -197,7 +205,8 @@ type Result struct {
 
 // Plan computes the next assignment. It returns an error, naming the
 // offending item, for an invalid config, an empty or duplicate task or worker
-// id, a negative or too large capacity, or a negative lag.
+// id, a negative or too large StandbyReplicas, a negative or too large
+// capacity, or a negative lag.
 func Plan(in Input) (Result, error) {
 	if err := in.Config.Validate(); err != nil {
 		return Result{}, fmt.Errorf("assign: invalid config: %w", err)
@@ -209,9 +218,9 @@ func Plan(in Input) (Result, error) {
 	return p.run(), nil
 }
 
-// validateInput checks ids, capacities and lags, reporting the first problem
-// in input order (and, within one worker's lags, the smallest task id) so that
-// the error is deterministic.
+// validateInput checks ids, standby counts, capacities and lags, reporting
+// the first problem in input order (and, within one worker's lags, the
+// smallest task id) so that the error is deterministic.
 func validateInput(in Input) error {
 	seenT := make(map[string]struct{}, len(in.Tasks))
 	for i, t := range in.Tasks {
@@ -222,6 +231,12 @@ func validateInput(in Input) error {
 			return fmt.Errorf("assign: task %q: duplicate id", t.ID)
 		}
 		seenT[t.ID] = struct{}{}
+		if t.StandbyReplicas < 0 {
+			return fmt.Errorf("assign: task %q: negative standby replicas %d", t.ID, t.StandbyReplicas)
+		}
+		if t.StandbyReplicas > MaxStandbyReplicas {
+			return fmt.Errorf("assign: task %q: standby replicas %d exceed the maximum %d", t.ID, t.StandbyReplicas, MaxStandbyReplicas)
+		}
 	}
 	seenW := make(map[string]struct{}, len(in.Workers))
 	for i, w := range in.Workers {

@@ -287,6 +287,9 @@ func TestBadInput(t *testing.T) {
 	}{
 		{"empty task id", Input{Tasks: []Task{{ID: "a"}, {ID: ""}}}, `task at index 1: empty id`},
 		{"duplicate task", Input{Tasks: []Task{{ID: "a"}, {ID: "b"}, {ID: "a", Stateful: true}}}, `task "a": duplicate id`},
+		{"negative standbys", Input{Tasks: []Task{{ID: "a", Stateful: true, StandbyReplicas: -1}}}, `task "a": negative standby replicas -1`},
+		{"too many standbys", Input{Tasks: []Task{{ID: "a"}, {ID: "b", Stateful: true, StandbyReplicas: MaxStandbyReplicas + 1}}},
+			`task "b": standby replicas 17 exceed the maximum 16`},
 		{"empty worker id", Input{Workers: []Worker{w("", 1, nil)}}, `worker at index 0: empty id`},
 		{"duplicate worker", Input{Workers: []Worker{w("x", 1, nil), w("x", 2, nil)}}, `worker "x": duplicate id`},
 		{"negative capacity", Input{Workers: []Worker{w("x", -1, nil)}}, `worker "x": negative capacity -1`},

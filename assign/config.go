@@ -14,8 +14,8 @@ const (
 	DefaultNumStandbyReplicas       int           = 0
 	DefaultProbingRebalanceInterval time.Duration = 10 * time.Minute
 	MinProbingRebalanceInterval     time.Duration = time.Minute
-	// MaxStandbyReplicas bounds NumStandbyReplicas: each standby is a full
-	// copy of a task's state.
+	// MaxStandbyReplicas bounds NumStandbyReplicas and a task's own
+	// StandbyReplicas: each standby is a full copy of a task's state.
 	MaxStandbyReplicas = 16
 )
 
@@ -31,7 +31,8 @@ type Config struct {
 	// that an unbalanced cluster can always make progress.
 	MaxWarmupReplicas int
 	// NumStandbyReplicas is how many standbys each stateful task gets, so that
-	// a caught-up copy can take over when the active's worker dies.
+	// a caught-up copy can take over when the active's worker dies; a task
+	// whose Task.StandbyReplicas is above 0 gets that many instead.
 	NumStandbyReplicas int
 	// ProbingRebalanceInterval is how long the caller waits before planning
 	// again after a Result with Followup; Plan only validates it, since a

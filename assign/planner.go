@@ -31,7 +31,8 @@ type planner struct {
 	nT, nW    int
 	weight    []uint64 // effective capacity
 	totalW    uint64
-	k         int // standbys per stateful task
+	kt        []int // per task: its standbys (0 for a stateless task)
+	nCopies   int   // stateful copies: the sum over stateful tasks of 1+kt
 	stateful  []int
 	stateless []int
 
@@ -110,7 +111,15 @@ func newPlanner(in Input) *planner {
 			eligible++
 		}
 	}
-	p.k = min(p.cfg.NumStandbyReplicas, max(eligible-1, 0))
+	p.kt = make([]int, p.nT)
+	for _, t := range p.stateful {
+		want := p.tasks[t].StandbyReplicas
+		if want == 0 {
+			want = p.cfg.NumStandbyReplicas
+		}
+		p.kt[t] = min(want, max(eligible-1, 0))
+		p.nCopies += 1 + p.kt[t]
+	}
 
 	p.indexLags(tidx)
 	p.cleanPrevious(in.Previous, widx)
@@ -539,7 +548,6 @@ func (p *planner) valuable(t, w int) bool {
 // (lagging and loaded ones first), missing ones go to workers with state
 // before empty ones, and then the copies are balanced.
 func (p *planner) placeStandbys() {
-	k := p.k
 	p.sstar = make([][]int, p.nT)
 	p.pend = make([][]pendingMove, p.nT)
 	p.copies = slices.Clone(p.cntA)
@@ -547,12 +555,12 @@ func (p *planner) placeStandbys() {
 	// task); a list that outgrows its share is reallocated by append.
 	size := 0
 	for _, t := range p.stateful {
-		size += max(k, len(p.prevS[t])) + 1
+		size += max(p.kt[t], len(p.prevS[t])) + 1
 	}
 	buf := make([]int, size)
 	for _, t := range p.stateful {
 		a := p.astar[t]
-		n := max(k, len(p.prevS[t])) + 1
+		n := max(p.kt[t], len(p.prevS[t])) + 1
 		s := buf[:0:n]
 		buf = buf[n:]
 		for _, w := range p.prevS[t] {
@@ -570,11 +578,11 @@ func (p *planner) placeStandbys() {
 			p.copies[w]++
 		}
 	}
-	c := newCounter(p.copies, len(p.stateful)*(1+k), p.weight, p.totalW)
+	c := newCounter(p.copies, p.nCopies, p.weight, p.totalW)
 
 	for _, t := range p.stateful {
 		s := p.sstar[t]
-		for len(s) > k {
+		for len(s) > p.kt[t] {
 			vi := 0
 			for i := 1; i < len(s); i++ {
 				if p.dropFirst(t, s[i], s[vi]) {
@@ -593,7 +601,7 @@ func (p *planner) placeStandbys() {
 	}
 	var h *workerHeap
 	for _, t := range p.stateful {
-		for len(p.sstar[t]) < k {
+		for len(p.sstar[t]) < p.kt[t] {
 			if h == nil {
 				h = newWorkerHeap(p.nW, lighter)
 			}
@@ -960,11 +968,12 @@ func (p *planner) reconcile() {
 	p.sOut = make([][]int, p.nT)
 	p.wOut = make([][]int, p.nT)
 	var reqs []warmupRequest
-	buf := make([]int, len(p.stateful)*(p.k+1))
+	buf := make([]int, p.nCopies)
 	for _, t := range p.stateful {
 		a := p.astar[t]
-		s := append(buf[:0:p.k+1], p.sstar[t]...)
-		buf = buf[p.k+1:]
+		k := p.kt[t]
+		s := append(buf[:0:k+1], p.sstar[t]...)
+		buf = buf[k+1:]
 		out := a
 		if p.activeWaits(t) {
 			out = p.a0[t]
@@ -973,7 +982,7 @@ func (p *planner) reconcile() {
 			} else {
 				s = append(s, a)
 			}
-			if len(s) > p.k {
+			if len(s) > k {
 				di := 0
 				for i := 1; i < len(s); i++ {
 					if vi, vd := p.keepValue(t, s[i], a), p.keepValue(t, s[di], a); vi < vd || (vi == vd && s[i] > s[di]) {

@@ -10,9 +10,11 @@ import (
 )
 
 // genInput makes a random, valid input: 1-20 workers (capacity 1-4, now and
-// then 0), 0-200 tasks, random lags around the acceptable recovery lag, and
-// a random Previous that may name departed workers and deleted tasks, repeat
-// a worker or put the active among the standbys.
+// then 0), 0-200 tasks (in half the inputs with their own standby counts,
+// 0 among them, now and then more than the workers allow), random lags
+// around the acceptable recovery lag, and a random Previous that may name
+// departed workers and deleted tasks, repeat a worker or put the active
+// among the standbys.
 func genInput(r *rand.Rand) Input {
 	cfg := DefaultConfig()
 	cfg.NumStandbyReplicas = r.IntN(4)
@@ -21,10 +23,14 @@ func genInput(r *rand.Rand) Input {
 	nW, nT := 1+r.IntN(20), r.IntN(201)
 	allCaughtUp := r.IntN(10) == 0
 	zeroCaps := r.IntN(10) == 0
+	ownStandbys := r.IntN(2) == 0
 
 	tasks := make([]Task, nT)
 	for i := range tasks {
 		tasks[i] = Task{ID: fmt.Sprintf("t%03d", i), Stateful: r.IntN(10) < 7}
+		if ownStandbys {
+			tasks[i].StandbyReplicas = []int{0, 0, 1, 2, 3, 6, MaxStandbyReplicas}[r.IntN(7)]
+		}
 	}
 	workers := make([]Worker, nW)
 	for i := range workers {
@@ -93,7 +99,7 @@ type facts struct {
 	stateful map[string]bool
 	weight   map[string]int
 	totalW   int
-	k        int
+	eligible int // workers with capacity above 0
 }
 
 func newFacts(in Input) *facts {
@@ -101,7 +107,6 @@ func newFacts(in Input) *facts {
 	for _, t := range in.Tasks {
 		f.stateful[t.ID] = t.Stateful
 	}
-	eligible := 0
 	for _, w := range in.Workers {
 		f.workers[w.ID] = w
 		for id, l := range w.Lags {
@@ -120,11 +125,32 @@ func newFacts(in Input) *facts {
 	}
 	for _, w := range f.weight {
 		if w > 0 {
-			eligible++
+			f.eligible++
 		}
 	}
-	f.k = min(in.Config.NumStandbyReplicas, max(eligible-1, 0))
 	return f
+}
+
+// standbys is how many standbys a stateful task must get: its own count
+// when above 0, else the config's, capped by the eligible workers.
+func (f *facts) standbys(task Task) int {
+	want := task.StandbyReplicas
+	if want == 0 {
+		want = f.in.Config.NumStandbyReplicas
+	}
+	return min(want, max(f.eligible-1, 0))
+}
+
+// copies is the size of the stateful copies class: every stateful task's
+// active and standbys.
+func (f *facts) copies() int {
+	n := 0
+	for _, task := range f.in.Tasks {
+		if task.Stateful {
+			n += 1 + f.standbys(task)
+		}
+	}
+	return n
 }
 
 func (f *facts) lagOf(w, t string) int64 {
@@ -229,8 +255,8 @@ func checkInvariants(t *testing.T, in Input, res Result) {
 			}
 			continue
 		}
-		if len(p.Standbys) != f.k {
-			t.Fatalf("task %s: %d standbys, want %d", task.ID, len(p.Standbys), f.k)
+		if want := f.standbys(task); len(p.Standbys) != want {
+			t.Fatalf("task %s: %d standbys, want %d", task.ID, len(p.Standbys), want)
 		}
 		warmups += len(p.Warmups)
 		// Actives only on caught-up workers unless none is caught up; then
@@ -348,7 +374,7 @@ func checkTarget(t *testing.T, in Input, p *planner, res Result) {
 		}
 	}
 	// Copies: balanced or no allowed single move left.
-	nC := len(p.stateful) * (1 + p.k)
+	nC := newFacts(in).copies()
 	for v := range p.nW {
 		loV, hiV := bandOf(nC, int(w(v)), total)
 		for u := range p.nW {
@@ -648,7 +674,7 @@ func TestPropertyNewCopiesGoToTheMostCaughtUp(t *testing.T) {
 			return inBand(c) && c.cnt[w]-1 >= loW && c.cnt[u]+1 <= hiU
 		}
 		actClass := class{acts, len(p.stateful)}
-		copyClass := class{copies, len(p.stateful) * (1 + p.k)}
+		copyClass := class{copies, f.copies()}
 		for _, ti := range p.stateful {
 			task := p.tasks[ti].ID
 			out, old := res.Assignment[task], prev[task]

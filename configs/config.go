@@ -173,9 +173,13 @@ type PeerLimits struct {
 // every node should carry the same values so that a failover keeps the
 // policy.
 type Assignor struct {
-	AcceptableRecoveryLag    int64    `yaml:"acceptable_recovery_lag"`    // default 10000
-	MaxWarmupReplicas        int      `yaml:"max_warmup_replicas"`        // default 2, at least 1
-	NumStandbyReplicas       int      `yaml:"num_standby_replicas"`       // default 0
+	AcceptableRecoveryLag int64 `yaml:"acceptable_recovery_lag"` // default 10000
+	MaxWarmupReplicas     int   `yaml:"max_warmup_replicas"`     // default 2, at least 1
+	// NumStandbyReplicas: standbys per stateful task, on workers other than
+	// the active's; a task submitted with its own standby_replicas above 0
+	// (`xce submit --standbys N`) gets that many instead. Either is capped
+	// by the workers with capacity above 0, less one.
+	NumStandbyReplicas       int      `yaml:"num_standby_replicas"`       // default 0, at most 16
 	ProbingRebalanceInterval Duration `yaml:"probing_rebalance_interval"` // default 10m, at least 1m
 	// SessionTimeout: a worker silent for this long is gone; a new primary
 	// also waits this long for workers to report before it plans.

@@ -12,6 +12,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/xce/xce/assign"
 	"github.com/xce/xce/auth"
 	"github.com/xce/xce/configs"
 	"github.com/xce/xce/ha"
@@ -82,7 +83,9 @@ const (
 	MaxRequestBytes = 64 << 10
 	defaultPageSize = 100
 	maxPageSize     = 1000
-	maxStandbys     = 16
+	// maxStandbys is the assignor's limit: a task asking for more could
+	// never get them.
+	maxStandbys = assign.MaxStandbyReplicas
 )
 
 var taskIDRe = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)

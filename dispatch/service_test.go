@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/xce/xce/assign"
 	"github.com/xce/xce/client"
 	"github.com/xce/xce/configs"
 	"github.com/xce/xce/dispatch"
@@ -406,6 +407,29 @@ func TestStoppingRefusesWritesServesStatus(t *testing.T) {
 	}
 	if node.applies.Load() != 0 {
 		t.Error("refusal reached Apply")
+	}
+}
+
+// A submit may ask for as many standbys as the assignor places and no more:
+// the refusal names the limit and applies nothing.
+func TestSubmitStandbysLimit(t *testing.T) {
+	node := newFakeNode("n1", primary)
+	ts := startServer(t, node, netio.DefaultLimits())
+	ctx := ctxT(t)
+	_, err := ts.svc.SubmitTask(ctx, connect.NewRequest(&xcev1.SubmitTaskRequest{TaskId: "many", Stateful: true, StandbyReplicas: assign.MaxStandbyReplicas + 1}))
+	wantCode(t, "submit with 17 standbys", err, connect.CodeInvalidArgument)
+	if want := "standby_replicas: 17 is more than 16"; !strings.Contains(err.Error(), want) {
+		t.Errorf("refusal %q does not say %q", err, want)
+	}
+	if node.applies.Load() != 0 {
+		t.Error("the refused submit reached Apply")
+	}
+	r, err := ts.svc.SubmitTask(ctx, connect.NewRequest(&xcev1.SubmitTaskRequest{TaskId: "most", Stateful: true, StandbyReplicas: assign.MaxStandbyReplicas}))
+	if err != nil {
+		t.Fatalf("submit with 16 standbys: %v", err)
+	}
+	if got := r.Msg.Task.StandbyReplicas; got != assign.MaxStandbyReplicas {
+		t.Errorf("stored %d standby replicas, want %d", got, assign.MaxStandbyReplicas)
 	}
 }
 

@@ -32,8 +32,14 @@ const (
 
 // itAssignor: one standby each, and a short worker session.
 func itAssignor(cfg *configs.Config) {
+	itSessions(cfg)
 	a := &cfg.Assignor
 	a.NumStandbyReplicas, a.AcceptableRecoveryLag = 1, 10000
+}
+
+// itSessions: a short worker session, the assignor's policy left as it is.
+func itSessions(cfg *configs.Config) {
+	a := &cfg.Assignor
 	a.SessionTimeout = configs.Duration{Duration: itSessionTimeout}
 	a.HeartbeatInterval = configs.Duration{Duration: 300 * time.Millisecond}
 }
@@ -329,5 +335,62 @@ func TestControllerFailoverKeepsPlacement(t *testing.T) {
 		return nil
 	}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestTaskStandbysThroughTheCLI: with the default num_standby_replicas (0),
+// a task submitted with `xce submit --standbys 2` gets a standby on each of
+// the two workers that do not run its active, and a task submitted without
+// --standbys gets none; a submit asking for more than the assignor's
+// maximum is refused.
+func TestTaskStandbysThroughTheCLI(t *testing.T) {
+	c := newCluster(t, 3, WithConfig(itSessions))
+	c.StartAll()
+	c.WaitRoles(raceSlack(15 * time.Second))
+	ws := newWorkers(t, c)
+	all := []string{"w1", "w2", "w3"}
+	for _, id := range all {
+		ws.start(id)
+	}
+	addr := strings.Join(c.Addrs(), ",")
+	for _, args := range [][]string{{"T", "--stateful", "--standbys", "2"}, {"U", "--stateful"}} {
+		r := runXCE(t, 30*time.Second, append([]string{"submit", "--addr", addr}, args...)...)
+		if r.Code != 0 {
+			t.Fatalf("xce submit %v: exit %d: %s", args, r.Code, r.Stderr)
+		}
+	}
+	r := runXCE(t, 30*time.Second, "submit", "--addr", addr, "V", "--stateful", "--standbys", "17")
+	if r.Code == 0 || !strings.Contains(r.Stderr, "standby_replicas: 17 is more than 16") {
+		t.Errorf("xce submit --standbys 17: exit %d, stderr %q; want a refusal naming the limit", r.Code, r.Stderr)
+	}
+
+	var last placementOf
+	err := testutil.Poll(raceSlack(30*time.Second), 100*time.Millisecond, func() error {
+		a, err := c.assignment()
+		if err != nil {
+			return err
+		}
+		last = placements(a)
+		tp, up := last["T"], last["U"]
+		if tp == nil || up == nil {
+			return fmt.Errorf("T or U not in the assignment")
+		}
+		if tp.Active == "" || len(tp.Warmups) != 0 {
+			return fmt.Errorf("T placed %v|%v|%v", tp.Active, tp.Standbys, tp.Warmups)
+		}
+		others := slices.DeleteFunc(slices.Clone(all), func(w string) bool { return w == tp.Active })
+		if !slices.Equal(tp.Standbys, others) {
+			return fmt.Errorf("T's standbys %v, want %v", tp.Standbys, others)
+		}
+		if up.Active == "" || len(up.Standbys) != 0 {
+			return fmt.Errorf("U placed %v|%v, want an active and no standby", up.Active, up.Standbys)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("per-task standbys not placed: %v\nlast: %v", err, last)
+	}
+	if _, ok := last["V"]; ok {
+		t.Errorf("the refused task V was placed: %v", last)
 	}
 }

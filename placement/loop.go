@@ -214,7 +214,11 @@ func (s *Service) plan(ctx context.Context, ts *termState) (followup, retry bool
 	tasks, _ := s.fsm.AllTasks()
 	in.Tasks = make([]assign.Task, len(tasks))
 	for i, t := range tasks {
-		in.Tasks[i] = assign.Task{ID: t.ID, Stateful: t.Stateful}
+		// A submit asking for more than the assignor's maximum is refused,
+		// but the log format takes larger counts: such a task gets the
+		// maximum rather than failing every plan.
+		k := min(t.StandbyReplicas, assign.MaxStandbyReplicas)
+		in.Tasks[i] = assign.Task{ID: t.ID, Stateful: t.Stateful, StandbyReplicas: int(k)}
 	}
 	in.Previous = make(assign.Assignment, len(prev))
 	for id, p := range prev {

@@ -94,10 +94,14 @@ func (r *rig) assignmentWrites() int {
 
 func (r *rig) submit(ids ...string) {
 	for _, id := range ids {
-		c := state.Command{Type: state.CmdSubmitTask, Task: state.Task{ID: id, Stateful: true}}
-		if _, err := r.apply(context.Background(), c.Encode()); err != nil {
-			r.t.Fatal(err)
-		}
+		r.submitTask(state.Task{ID: id, Stateful: true})
+	}
+}
+
+func (r *rig) submitTask(t state.Task) {
+	c := state.Command{Type: state.CmdSubmitTask, Task: t}
+	if _, err := r.apply(context.Background(), c.Encode()); err != nil {
+		r.t.Fatal(err)
 	}
 }
 
@@ -452,6 +456,30 @@ func TestFailedWriteIsRetried(t *testing.T) {
 		settle(2 * time.Second)
 		if r.gen() == 0 || r.placement("t0").Active != "w1" {
 			t.Fatalf("no assignment after writes recovered: gen %d", r.gen())
+		}
+	})
+}
+
+// A task's own standby count replaces num_standby_replicas (here 0) for
+// it; a count above the assignor's maximum, which the log format takes but
+// a submit refuses, is capped rather than failing the plan.
+func TestTaskStandbysArePlanned(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, 0)
+		r.submitTask(state.Task{ID: "two", Stateful: true, StandbyReplicas: 2})
+		r.submitTask(state.Task{ID: "huge", Stateful: true, StandbyReplicas: 1 << 16})
+		r.submit("plain")
+		r.start(1)
+		r.register("w1", 1)
+		r.register("w2", 1)
+		r.register("w3", 1)
+		defer r.run(1)()
+		settle(200 * time.Millisecond)
+		for id, want := range map[string]int{"two": 2, "huge": 2, "plain": 0} {
+			p := r.placement(id)
+			if p.Active == "" || len(p.Standbys) != want || slices.Contains(p.Standbys, p.Active) {
+				t.Errorf("%s placed %+v, want an active and %d standbys elsewhere", id, p, want)
+			}
 		}
 	})
 }

@@ -27,6 +27,9 @@ type planInput struct {
 	Tasks []struct {
 		ID       string `json:"id"`
 		Stateful bool   `json:"stateful"`
+		// StandbyReplicas is the task's own standby count, as `xce submit
+		// --standbys` records it: 0 means num_standby_replicas.
+		StandbyReplicas int `json:"standby_replicas"`
 	} `json:"tasks"`
 	Workers []struct {
 		ID       string           `json:"id"`
@@ -98,8 +101,14 @@ func parsePlanInput(r io.Reader) (assign.Input, error) {
 		if tasks[t.ID] {
 			return out, fmt.Errorf("tasks[%d].id: duplicate %q", i, t.ID)
 		}
+		switch {
+		case t.StandbyReplicas < 0:
+			return out, fmt.Errorf("tasks[%d].standby_replicas: %d is negative", i, t.StandbyReplicas)
+		case t.StandbyReplicas > assign.MaxStandbyReplicas:
+			return out, fmt.Errorf("tasks[%d].standby_replicas: %d is more than %d", i, t.StandbyReplicas, assign.MaxStandbyReplicas)
+		}
 		tasks[t.ID] = true
-		out.Tasks = append(out.Tasks, assign.Task{ID: t.ID, Stateful: t.Stateful})
+		out.Tasks = append(out.Tasks, assign.Task{ID: t.ID, Stateful: t.Stateful, StandbyReplicas: t.StandbyReplicas})
 	}
 	workers := map[string]bool{}
 	for i, w := range in.Workers {

@@ -14,6 +14,8 @@ func TestParsePlanInputErrors(t *testing.T) {
 	for _, tc := range []struct{ in, want string }{
 		{`{"tasks":[{"id":"a"},{"id":"a"}]}`, `tasks[1].id: duplicate "a"`},
 		{`{"tasks":[{"id":""}]}`, `tasks[0].id: empty`},
+		{`{"tasks":[{"id":"a","stateful":true,"standby_replicas":-1}]}`, `tasks[0].standby_replicas: -1 is negative`},
+		{`{"tasks":[{"id":"a"},{"id":"b","stateful":true,"standby_replicas":17}]}`, `tasks[1].standby_replicas: 17 is more than 16`},
 		{`{"workers":[{"id":"W","capacity":-1}]}`, `workers[0].capacity: -1 is negative`},
 		{`{"workers":[{"id":"W","capacity":1},{"id":"W","capacity":1}]}`, `workers[1].id: duplicate "W"`},
 		{`{"tasks":[{"id":"a"}],"workers":[{"id":"W","capacity":1,"lags":{"b":0}}]}`, `workers[0].lags: unknown task "b"`},
@@ -62,11 +64,12 @@ const departedInput = `{
   }
 }`
 
-// A previous assignment that names a departed worker is planned like any
-// other: that worker's copies are lost, its actives go to their standbys.
-func TestAssignPlanDepartedWorker(t *testing.T) {
+// planJSON writes input to a file and runs `xce assign plan --json` on it;
+// it returns the file, for other runs, and the decoded plan.
+func planJSON(t *testing.T, input string) (string, planOutput) {
+	t.Helper()
 	file := filepath.Join(t.TempDir(), "in.json")
-	if err := os.WriteFile(file, []byte(departedInput), 0o600); err != nil {
+	if err := os.WriteFile(file, []byte(input), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	out, code := runCmd(t, assignCmd(), "plan", "--input", file, "--json")
@@ -77,6 +80,13 @@ func TestAssignPlanDepartedWorker(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &got); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
+	return file, got
+}
+
+// A previous assignment that names a departed worker is planned like any
+// other: that worker's copies are lost, its actives go to their standbys.
+func TestAssignPlanDepartedWorker(t *testing.T) {
+	file, got := planJSON(t, departedInput)
 	// I2 {T1,T4 | T2,T3}, I3 {T2,T3 | T1,T4}: one plan, no follow-up.
 	want := map[string]placementJSON{
 		"T1": {Active: "I2", Standbys: []string{"I3"}, Warmups: []string{}},
@@ -104,5 +114,43 @@ func TestAssignPlanDepartedWorker(t *testing.T) {
 	if code != exitOK || !strings.Contains(text, "departed workers (their copies are lost): I1") ||
 		!strings.Contains(text, "T1    I2      I3") {
 		t.Fatalf("exit %d, text output:\n%s", code, text)
+	}
+}
+
+// standbysInput asks, with num_standby_replicas left at its default (0),
+// for two standbys of T and none of U, on three workers.
+const standbysInput = `{
+  "tasks": [{"id":"T","stateful":true,"standby_replicas":2},{"id":"U","stateful":true}],
+  "workers": [
+    {"id":"W1","capacity":1,"lags":{"T":0}},
+    {"id":"W2","capacity":1,"lags":{"T":0}},
+    {"id":"W3","capacity":1,"lags":{"T":0,"U":0}}
+  ],
+  "previous": {"T": {"active":"W1","standbys":["W2"]}, "U": {"active":"W3"}}
+}`
+
+// A task's standby_replicas replaces num_standby_replicas for it, and the
+// table and the JSON show the same plan.
+func TestAssignPlanTaskStandbys(t *testing.T) {
+	file, got := planJSON(t, standbysInput)
+	want := map[string]placementJSON{
+		"T": {Active: "W1", Standbys: []string{"W2", "W3"}, Warmups: []string{}},
+		"U": {Active: "W3", Standbys: []string{}, Warmups: []string{}},
+	}
+	if !reflect.DeepEqual(got.Assignment, want) || got.Followup {
+		t.Fatalf("got %+v followup %v, want %+v", got.Assignment, got.Followup, want)
+	}
+	if wantMoves := []moveJSON{{Task: "T", Kind: "standby", To: "W3"}}; !reflect.DeepEqual(got.Moves, wantMoves) {
+		t.Fatalf("moves %+v, want %+v", got.Moves, wantMoves)
+	}
+
+	text, code := runCmd(t, assignCmd(), "plan", "--input", file)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, text)
+	}
+	for _, line := range []string{"T     W1      W2,W3", "U     W3", "1 moves; follow-up rebalance needed: false", "T standby: (none) -> W3"} {
+		if !strings.Contains(text, line) {
+			t.Fatalf("text output lacks %q:\n%s", line, text)
+		}
 	}
 }

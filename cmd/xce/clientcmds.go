@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/xce/xce/assign"
 	"github.com/xce/xce/client"
 	xcev1 "github.com/xce/xce/proto/xce/v1"
 )
@@ -216,7 +217,8 @@ func submitCmd() *cobra.Command {
 		},
 	}
 	f.register(cmd)
-	cmd.Flags().Uint32Var(&standbys, "standbys", 0, "standby replicas wanted")
+	cmd.Flags().Uint32Var(&standbys, "standbys", 0,
+		fmt.Sprintf("standby replicas wanted for a stateful task, at most %d (0: the cluster's assignor.num_standby_replicas)", assign.MaxStandbyReplicas))
 	cmd.Flags().BoolVar(&stateful, "stateful", false, "the task keeps state")
 	return cmd
 }
