@@ -59,7 +59,7 @@ func devCmd() *cobra.Command {
 	fl.BoolVar(&noKafka, "no-kafka", false, "run without the embedded broker (publishing disabled)")
 	fl.IntVar(&o.workers.n, "workers", 3, "workers to run (w1, w2, …; capacity 1 each): Kafka-backed ones on input-0 … input-5 with Kafka, simulators with --no-kafka")
 	fl.Float64Var(&o.workers.restoreRate, "worker-restore-rate", 20000, "the reference workers' restore rate, records/s")
-	fl.BoolVar(&o.secure, "tls", false, "TLS on every port with certificates from a CA in <dir>/tls, workers by their certificates, the CLI examples with an admin token")
+	fl.BoolVar(&o.secure, "tls", false, "TLS on every port with certificates from a CA in <dir>/tls, workers by their certificates, the broker with SASL, the CLI examples with an admin token")
 	fl.DurationVar(&o.restartAfter, "restart-after", 5*time.Second, "start a node, worker or the broker that exited again after this long (0: never)")
 	return cmd
 }
@@ -137,12 +137,13 @@ func runDev(o devOptions) error {
 	return nil
 }
 
-// newCluster lays out the servers. With --tls, the CA, certificates and
-// admin token in <dir>/tls are made once and kept across runs.
+// newCluster lays out the servers. With --tls, the CA, certificates, admin
+// token and the broker's credentials in <dir>/tls are made once and kept
+// across runs.
 func (d *devRun) newCluster() (*localcluster.Cluster, error) {
 	return localcluster.New(localcluster.Options{
 		Exe: d.exe, Dir: d.dir, LogDir: d.logDir, N: d.nodes, ClusterID: "dev", BasePort: d.basePort,
-		Secure: d.secure, Workers: d.workers.ids(),
+		Secure: d.secure, SecureKafka: d.kafkaAddr != "", Workers: d.workers.ids(),
 		Configure: d.configure,
 	})
 }
@@ -211,17 +212,25 @@ func (d *devRun) startProcess(stage devStage, name string, args ...string) (*pro
 	return c, d.sup.add(stage, name, logPath, c)
 }
 
-// startBroker starts kafka-dev and waits until it listens.
+// startBroker starts kafka-dev and waits until it listens. With --tls it
+// serves TLS and requires SASL.
 func (d *devRun) startBroker(ctx context.Context) error {
 	dataDir := filepath.Join(d.dir, "kafka")
-	c, err := d.startProcess(stageBroker, "kafka", "kafka-dev", "--addr", d.kafkaAddr, "--data-dir", dataDir)
+	args := []string{"kafka-dev", "--addr", d.kafkaAddr, "--data-dir", dataDir}
+	secured := ""
+	if b := d.cluster.KafkaBroker(); b.CertFile != "" {
+		args = append(args, "--tls-cert-file", b.CertFile, "--tls-key-file", b.KeyFile,
+			"--sasl-user", b.User, "--sasl-password-file", b.PasswordFile)
+		secured = fmt.Sprintf("TLS and SASL as %s, ", b.User)
+	}
+	c, err := d.startProcess(stageBroker, "kafka", args...)
 	if err != nil {
 		return err
 	}
 	if err := waitListening(ctx, d.kafkaAddr, 10*time.Second); err != nil {
 		return fmt.Errorf("kafka-dev: %w; see %s", err, d.logPath("kafka"))
 	}
-	fmt.Fprintf(d.out, "kafka  %s  (kfake, log in %s)  log %s  pid %d\n", d.kafkaAddr, dataDir, d.logPath("kafka"), c.pid())
+	fmt.Fprintf(d.out, "kafka  %s  (kfake, %slog in %s)  log %s  pid %d\n", d.kafkaAddr, secured, dataDir, d.logPath("kafka"), c.pid())
 	return nil
 }
 
@@ -257,6 +266,7 @@ func (d *devRun) startWorkers() error {
 		store := filepath.Join(d.dir, "stores", id)
 		if d.kv() {
 			args = append(args, "--store", store, "--brokers", d.kafkaAddr)
+			args = append(args, kafkaSecurityArgs(d.cluster.KafkaSecurity())...)
 		}
 		if d.secure {
 			w := d.cluster.WorkerCredentials(id)
@@ -275,8 +285,8 @@ func (d *devRun) startWorkers() error {
 	return nil
 }
 
-// printTry prints commands that work at once against the dev cluster; the
-// admin token stays in its file, which the commands read.
+// printTry prints commands that work at once against the dev cluster;
+// secrets stay in their files, which the commands read.
 func (d *devRun) printTry() {
 	addrs := d.cluster.ClientAddrs()
 	all := strings.Join(addrs, ",")
@@ -296,7 +306,8 @@ func (d *devRun) printTry() {
 		fmt.Fprintf(d.out, "      xce submit my-stateful-task --stateful --addr %s\n      xce workers --addr %s\n      xce assignment --addr %s\n", all, all, all)
 	}
 	if d.kafkaAddr != "" {
-		fmt.Fprintf(d.out, "      xce events tail --brokers %s --from-start\n", d.kafkaAddr)
+		tail := append([]string{"xce events tail --brokers", d.kafkaAddr, "--from-start"}, kafkaSecurityArgs(d.cluster.KafkaSecurity())...)
+		fmt.Fprintf(d.out, "      %s\n", strings.Join(tail, " "))
 	}
 	if d.kv() {
 		fmt.Fprintf(d.out, "tasks %s0 … %s%d read %s (%d records/s from a generator) into %s and %s\n",

@@ -11,6 +11,7 @@ import (
 
 	"github.com/xce/xce/client"
 	"github.com/xce/xce/internal/backoff"
+	"github.com/xce/xce/internal/kafkaopts"
 	"github.com/xce/xce/logging"
 	"github.com/xce/xce/worker/kvworker"
 )
@@ -26,10 +27,10 @@ const (
 
 // setupDevKV creates the worker topics and submits the input tasks; a task
 // that exists already (a dev directory run before) is kept.
-func setupDevKV(ctx context.Context, brokers string, cl *client.Client) error {
+func setupDevKV(ctx context.Context, brokers string, sec kafkaopts.Security, cl *client.Client) error {
 	tctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	if err := kvworker.EnsureTopics(tctx, kvworker.Config{Brokers: []string{brokers}, StoreDir: "-"}, devKVTasks); err != nil {
+	if err := kvworker.EnsureTopics(tctx, kvworker.Config{Brokers: []string{brokers}, StoreDir: "-", Security: sec}, devKVTasks); err != nil {
 		return err
 	}
 	for p := range devKVTasks {
@@ -46,7 +47,7 @@ func setupDevKV(ctx context.Context, brokers string, cl *client.Client) error {
 // its partitions with keys k0 … k99, until ctx ends. Kafka errors are
 // logged to logPath and retried: the generator is a convenience, not a
 // part under test. It fails only when it cannot make its client.
-func runDevInput(ctx context.Context, logPath, brokers string, rate int) error {
+func runDevInput(ctx context.Context, logPath, brokers string, sec kafkaopts.Security, rate int) error {
 	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
@@ -56,8 +57,12 @@ func runDevInput(ctx context.Context, logPath, brokers string, rate int) error {
 	if err != nil {
 		return err
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers), kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.DefaultProduceTopic(kvworker.DefaultInputTopic))
+	conn, err := sec.Opts(log)
+	if err != nil {
+		return err
+	}
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.DefaultProduceTopic(kvworker.DefaultInputTopic)}, conn...)...)
 	if err != nil {
 		return err
 	}
@@ -82,18 +87,20 @@ func runDevInput(ctx context.Context, logPath, brokers string, rate int) error {
 }
 
 // startDevKV sets up the Kafka workers' topics and tasks and starts the
-// input generator under d's supervisor.
+// input generator under d's supervisor, through the broker's TLS and SASL
+// with --tls.
 func startDevKV(ctx context.Context, d *devRun) error {
 	cl, err := client.New(d.cluster.ClientAddrs(), client.Options{Credentials: d.cluster.Credentials()})
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
-	if err := setupDevKV(ctx, d.kafkaAddr, cl); err != nil {
+	sec := d.cluster.KafkaSecurity()
+	if err := setupDevKV(ctx, d.kafkaAddr, sec, cl); err != nil {
 		return fmt.Errorf("kafka workers: %w", err)
 	}
 	logPath := d.logPath("input")
 	return d.sup.add(stageInput, "input", logPath, &goChild{run: func(ctx context.Context) error {
-		return runDevInput(ctx, logPath, d.kafkaAddr, devInputRate)
+		return runDevInput(ctx, logPath, d.kafkaAddr, sec, devInputRate)
 	}})
 }
