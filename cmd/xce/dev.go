@@ -106,6 +106,8 @@ type devRun struct {
 	out         io.Writer
 }
 
+// runDev runs the dev cluster until Ctrl-C (SIGINT or SIGTERM), then
+// stops all of it.
 func runDev(o devOptions) error {
 	exe, err := os.Executable()
 	if err != nil {
@@ -119,7 +121,7 @@ func runDev(o devOptions) error {
 			}
 		}
 	}
-	d := &devRun{devOptions: o, exe: exe, logDir: filepath.Join(o.dir, "logs"), out: &syncWriter{w: os.Stdout}}
+	d := &devRun{devOptions: o, exe: exe, logDir: filepath.Join(o.dir, "logs"), out: os.Stdout}
 	if d.cluster, err = d.newCluster(); err != nil {
 		return err
 	}
@@ -187,7 +189,7 @@ func (d *devRun) start(ctx context.Context) error {
 		fmt.Fprintln(d.out)
 	}
 	if d.kv() {
-		if err := startDevKV(ctx, d); err != nil {
+		if err := d.startKV(ctx); err != nil {
 			return err
 		}
 	}

@@ -86,10 +86,10 @@ func runDevInput(ctx context.Context, logPath, brokers string, sec kafkaopts.Sec
 	}
 }
 
-// startDevKV sets up the Kafka workers' topics and tasks and starts the
-// input generator under d's supervisor, through the broker's TLS and SASL
-// with --tls.
-func startDevKV(ctx context.Context, d *devRun) error {
+// startKV sets up the Kafka workers' topics and tasks and starts the input
+// generator under the supervisor, through the broker's TLS and SASL with
+// --tls.
+func (d *devRun) startKV(ctx context.Context) error {
 	cl, err := client.New(d.cluster.ClientAddrs(), client.Options{Credentials: d.cluster.Credentials()})
 	if err != nil {
 		return err

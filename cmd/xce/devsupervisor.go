@@ -164,7 +164,7 @@ type supervisor struct {
 	ctx    context.Context // ends with Stop, or with the parent's (Ctrl-C)
 	cancel context.CancelFunc
 	policy restartPolicy
-	out    io.Writer // each report is one Write
+	out    io.Writer // each report is one Write, whole (os.File serializes them)
 
 	watches sync.WaitGroup
 
@@ -323,17 +323,4 @@ func lastLines(path string, n int) []string {
 		}
 	}
 	return lines
-}
-
-// syncWriter makes each Write to w whole, for the lines of the dev
-// command and of its supervisor's goroutines.
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
 }
