@@ -127,17 +127,48 @@ func (f *kafkaSecurityFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.passwordFile, "sasl-password-file", "", "file whose first line is the --sasl-user's password")
 }
 
-// opts are the kgo options the flags ask for; a refused authentication is
-// told on stderr.
-func (f *kafkaSecurityFlags) opts(stderr io.Writer) ([]kgo.Opt, error) {
+// security is what the flags ask for, checked (a usage error otherwise).
+func (f *kafkaSecurityFlags) security() (kafkaopts.Security, error) {
 	sec := kafkaopts.Security{TLS: kafkaopts.TLS{Enabled: f.tls, Files: tlsconf.Files{CA: f.ca, Cert: f.cert, Key: f.key}}}
 	if f.user != "" || f.passwordFile != "" {
 		sec.SASL = kafkaopts.SASL{Mechanism: f.mechanism, Username: f.user, PasswordFile: f.passwordFile}
 	}
 	if err := sec.Validate(); err != nil {
-		return nil, usageErr("%v", err)
+		return kafkaopts.Security{}, usageErr("%v", err)
+	}
+	return sec, nil
+}
+
+// opts are the kgo options the flags ask for; a refused authentication is
+// told on stderr.
+func (f *kafkaSecurityFlags) opts(stderr io.Writer) ([]kgo.Opt, error) {
+	sec, err := f.security()
+	if err != nil {
+		return nil, err
 	}
 	return sec.Opts(zerolog.New(zerolog.ConsoleWriter{Out: stderr, NoColor: true}))
+}
+
+// kafkaSecurityArgs are the flags of kafkaSecurityFlags that ask for sec,
+// for a command line that `xce dev` runs or prints; the password stays in
+// its file.
+func kafkaSecurityArgs(sec kafkaopts.Security) []string {
+	var args []string
+	files := sec.TLS.Files
+	if sec.TLS.Enabled && files.CA == "" && files.Cert == "" {
+		args = append(args, "--tls")
+	}
+	for _, f := range []struct{ flag, path string }{
+		{"--tls-ca-file", files.CA}, {"--tls-cert-file", files.Cert}, {"--tls-key-file", files.Key},
+	} {
+		if f.path != "" {
+			args = append(args, f.flag, f.path)
+		}
+	}
+	if a := sec.SASL; a.Mechanism != "" {
+		args = append(args, "--sasl-mechanism", a.Mechanism, "--sasl-user", a.Username, "--sasl-password-file", a.PasswordFile)
+	}
+	return args
 }
 
 func eventsCmd() *cobra.Command {

@@ -9,9 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/xce/xce/client"
-	"github.com/xce/xce/internal/kafkaopts"
 	"github.com/xce/xce/logging"
-	"github.com/xce/xce/tlsconf"
 	"github.com/xce/xce/worker"
 	"github.com/xce/xce/worker/kvworker"
 )
@@ -41,13 +39,9 @@ func runKVWorker(ctx context.Context, f *workerFlags, stderr io.Writer) error {
 		return usageErr("%v", err)
 	}
 	cfg.Logger = log
-	k := &f.kv.kafka
-	sec := kafkaopts.Security{TLS: kafkaopts.TLS{Enabled: k.tls, Files: tlsconf.Files{CA: k.ca, Cert: k.cert, Key: k.key}}}
-	if k.user != "" || k.passwordFile != "" {
-		sec.SASL = kafkaopts.SASL{Mechanism: k.mechanism, Username: k.user, PasswordFile: k.passwordFile}
-	}
-	if err := sec.Validate(); err != nil {
-		return usageErr("%v", err)
+	sec, err := f.kv.kafka.security()
+	if err != nil {
+		return err
 	}
 	var brokers []string
 	for _, b := range strings.Split(f.kv.brokers, ",") {

@@ -4,7 +4,8 @@
 // written by marshalling; the launcher starts, signals, kills and stops the
 // processes, keeps each node's log and waits until the cluster has elected.
 // A secured cluster (Options.Secure) gets its own CA, certificates and
-// admin token.
+// admin token, and for a local Kafka broker a certificate and a SASL
+// password (Options.SecureKafka).
 package localcluster
 
 import (
@@ -59,6 +60,12 @@ type Options struct {
 	// Workers, with Secure, are the workers to make certificates for
 	// (WorkerCredentials).
 	Workers []string
+	// SecureKafka, with Secure, also makes under <Dir>/tls a certificate
+	// for a local Kafka broker (for 127.0.0.1 and localhost) and a random
+	// SASL password, and sets every node's kafka.tls and kafka.sasl to
+	// them: KafkaBroker is what the broker serves, KafkaSecurity what its
+	// clients use. The brokers themselves are Configure's to set.
+	SecureKafka bool
 }
 
 // Node is one server of a Cluster. Indexes are 0-based; node i has id

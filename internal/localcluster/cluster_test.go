@@ -2,6 +2,7 @@ package localcluster
 
 import (
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/hex"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/xce/xce/configs"
+	"github.com/xce/xce/internal/kafkaopts"
 	"github.com/xce/xce/tlsconf"
 )
 
@@ -115,6 +117,70 @@ func TestSecureGeneratesCredentials(t *testing.T) {
 	cfg := peerOnly.Config(0)
 	if cfg.PeerTLS.CertFile == "" || cfg.TLS.CertFile != "" || cfg.Auth.TokensFile != "" {
 		t.Errorf("peer TLS only: peer_tls %+v tls %+v auth %+v", cfg.PeerTLS, cfg.TLS, cfg.Auth)
+	}
+}
+
+// With SecureKafka the broker gets a certificate from the cluster's CA for
+// the loopback names, which is no principal of the cluster, and a 0600
+// password; the nodes' kafka.tls and kafka.sasl name them, KafkaSecurity is
+// what those keys say, and a second New keeps them.
+func TestSecureKafka(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{Exe: "xce", Dir: dir, N: 1, ClusterID: "lc", BasePort: 7800, Secure: true, SecureKafka: true,
+		Configure: func(cfg *configs.Config) { cfg.Kafka.Brokers = []string{"127.0.0.1:9092"} }}
+	c, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := c.KafkaBroker()
+	if st, err := os.Stat(b.PasswordFile); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("password file: %v %v, want mode 0600", st, err)
+	}
+	pw, err := os.ReadFile(b.PasswordFile)
+	if err != nil || len(pw) != 65 {
+		t.Errorf("password file holds %d bytes (%v), want 64 and a line break", len(pw), err)
+	}
+	src, err := tlsconf.NewSource(tlsconf.Files{CA: c.Credentials().CAFile, Cert: b.CertFile, Key: b.KeyFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf := src.Leaf()
+	for _, host := range loopbackHosts {
+		if _, err := leaf.Verify(x509.VerifyOptions{Roots: src.Pool(), DNSName: host, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+			t.Errorf("the broker certificate for %s: %v", host, err)
+		}
+	}
+	if id, _ := tlsconf.IdentityOf(leaf); id.Cluster == "lc" {
+		t.Errorf("the broker certificate names %v, a principal of the cluster", id)
+	}
+	got, err := configs.Load(c.Nodes[0].ConfigPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := kafkaopts.Security{
+		TLS:  kafkaopts.TLS{Files: tlsconf.Files{CA: c.Credentials().CAFile}},
+		SASL: kafkaopts.SASL{Mechanism: kafkaopts.ScramSHA512, Username: b.User, PasswordFile: b.PasswordFile},
+	}
+	if sec := got.KafkaSecurity(); sec != want || c.KafkaSecurity() != want {
+		t.Errorf("kafka security: config %+v, KafkaSecurity %+v, want %+v", sec, c.KafkaSecurity(), want)
+	}
+	if err := got.Validate(); err != nil {
+		t.Error(err)
+	}
+	again, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pw2, _ := os.ReadFile(b.PasswordFile); again.KafkaBroker() != b || string(pw2) != string(pw) {
+		t.Errorf("second New: %+v, want the first's %+v and the same password", again.KafkaBroker(), b)
+	}
+
+	plain, err := New(Options{Exe: "xce", Dir: t.TempDir(), N: 1, BasePort: 7810, Secure: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plain.KafkaBroker() != (KafkaBroker{}) || plain.KafkaSecurity() != (kafkaopts.Security{}) || plain.Config(0).Kafka.SASL.Mechanism != "" {
+		t.Errorf("without SecureKafka: broker %+v, security %+v", plain.KafkaBroker(), plain.KafkaSecurity())
 	}
 }
 

@@ -11,9 +11,10 @@ import (
 
 // Process is one child process whose output goes to a log file.
 type Process struct {
-	proc *os.Process
-	done chan struct{}
-	code int // valid once done is closed; -1: killed by a signal
+	proc  *os.Process
+	done  chan struct{}
+	code  int              // valid once done is closed; -1: killed by a signal
+	state *os.ProcessState // valid once done is closed; nil if the wait failed
 }
 
 // StartProcess runs exe with args, appending its stdout and stderr to the
@@ -36,7 +37,7 @@ func StartProcess(exe, logPath string, dieWithParent bool, args ...string) (*Pro
 	p := &Process{proc: cmd.Process, done: make(chan struct{}), code: -1}
 	go func() {
 		_ = cmd.Wait()
-		p.code = cmd.ProcessState.ExitCode()
+		p.code, p.state = cmd.ProcessState.ExitCode(), cmd.ProcessState
 		close(p.done)
 	}()
 	return p, nil
@@ -52,7 +53,7 @@ func Adopt(pid int) (*Process, error) {
 	p := &Process{proc: proc, done: make(chan struct{}), code: -1}
 	go func() {
 		if st, err := proc.Wait(); err == nil {
-			p.code = st.ExitCode()
+			p.code, p.state = st.ExitCode(), st
 		}
 		close(p.done)
 	}()
@@ -73,6 +74,18 @@ func (p *Process) Exited() bool {
 	default:
 		return false
 	}
+}
+
+// ExitStatus says how the process ended, with its code or the signal that
+// killed it ("exit status 1", "signal: killed"); "" while it runs.
+func (p *Process) ExitStatus() string {
+	if !p.Exited() {
+		return ""
+	}
+	if p.state == nil {
+		return "exit status unknown"
+	}
+	return p.state.String()
 }
 
 // Signal sends sig; a process that has exited is not an error.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/xce/xce/client"
 	"github.com/xce/xce/configs"
+	"github.com/xce/xce/internal/kafkaopts"
 	"github.com/xce/xce/tlsconf"
 )
 
@@ -43,7 +44,47 @@ func (c *Cluster) WorkerCredentials(id string) Credentials {
 	return Credentials{CAFile: ca, CertFile: cert, KeyFile: key}
 }
 
+// KafkaBroker is what a local Kafka broker (xce kafka-dev) serves for a
+// cluster with Options.SecureKafka: TLS with CertFile and KeyFile, signed
+// by the cluster's CA, and SASL as User with the password in PasswordFile
+// (0600).
+type KafkaBroker struct {
+	CertFile, KeyFile  string
+	User, PasswordFile string
+}
+
+// The secured broker's certificate files are named kafkaBrokerName; every
+// client authenticates as kafkaUser with kafkaMechanism (the broker
+// enables them all).
+const (
+	kafkaBrokerName = "kafka-broker"
+	kafkaUser       = "xce"
+	kafkaMechanism  = kafkaopts.ScramSHA512
+)
+
+// KafkaBroker is the broker's side of Options.SecureKafka; zero without it.
+func (c *Cluster) KafkaBroker() KafkaBroker {
+	if !c.opts.kafkaSecured() {
+		return KafkaBroker{}
+	}
+	cert, key := tlsconf.CertFiles(c.TLSDir(), kafkaBrokerName)
+	return KafkaBroker{CertFile: cert, KeyFile: key, User: kafkaUser, PasswordFile: c.kafkaPasswordFile()}
+}
+
+// KafkaSecurity is how a client reaches the broker of Options.SecureKafka:
+// the nodes' kafka.tls and kafka.sasl, as every Kafka client takes them.
+// Zero (plaintext) without it.
+func (c *Cluster) KafkaSecurity() kafkaopts.Security {
+	var cfg configs.Config
+	c.secureKafkaConfig(&cfg)
+	return cfg.KafkaSecurity()
+}
+
+func (c *Cluster) kafkaPasswordFile() string { return filepath.Join(c.TLSDir(), "kafka-password") }
+
 func (o Options) secured() bool { return o.Secure || o.PeerTLSOnly }
+
+func (o Options) kafkaSecured() bool { return o.Secure && o.SecureKafka }
 
 // clusterID is the cluster id the nodes' configs carry.
 func (o Options) clusterID() string {
@@ -56,8 +97,9 @@ func (o Options) clusterID() string {
 // secure creates, once, under the cluster's TLS dir, a CA, a certificate
 // per node (naming the node, for 127.0.0.1 and localhost), per worker of
 // Options.Workers, the admin's client certificate, the admin token and the
-// tokens file. A second New on the same dir reuses them, so a restarted
-// cluster keeps its credentials.
+// tokens file, and with Options.SecureKafka the broker's certificate and
+// the Kafka password. A second New on the same dir reuses them, so a
+// restarted cluster keeps its credentials.
 func (c *Cluster) secure() error {
 	dir := c.TLSDir()
 	cluster := c.opts.clusterID()
@@ -79,15 +121,20 @@ func (c *Cluster) secure() error {
 		}
 		req := tlsconf.CertRequest{ID: id}
 		if id.Kind == tlsconf.KindNode {
-			req.Hosts = []string{"127.0.0.1", "localhost"}
+			req.Hosts = loopbackHosts
 		}
 		if _, _, err := tlsconf.CreateCert(dir, req); err != nil {
 			return err
 		}
 	}
-	token, err := readOrCreateToken(c.TokenFile())
+	if c.opts.kafkaSecured() {
+		if err := c.secureKafka(); err != nil {
+			return err
+		}
+	}
+	token, err := readOrCreateSecret(c.TokenFile())
 	if err != nil {
-		return err
+		return fmt.Errorf("admin token: %w", err)
 	}
 	sum := sha256.Sum256([]byte(token))
 	line := hex.EncodeToString(sum[:]) + " " + adminName + " admin\n"
@@ -98,6 +145,38 @@ func (c *Cluster) secure() error {
 	cert, key := tlsconf.CertFiles(dir, adminName)
 	c.creds = Credentials{CAFile: ca, CertFile: cert, KeyFile: key, Token: token}
 	return nil
+}
+
+// loopbackHosts are the names a local server's certificate carries.
+var loopbackHosts = []string{"127.0.0.1", "localhost"}
+
+// secureKafka creates, once, the broker's certificate and the SASL
+// password (Options.SecureKafka).
+func (c *Cluster) secureKafka() error {
+	dir := c.TLSDir()
+	if cert, _ := tlsconf.CertFiles(dir, kafkaBrokerName); !exists(cert) {
+		// The certificate names a cluster of its own, so that its key is
+		// no principal of this one (a node certificate would be).
+		id := tlsconf.Identity{Cluster: kafkaBrokerName, Kind: tlsconf.KindNode, Name: kafkaBrokerName}
+		if _, _, err := tlsconf.CreateCert(dir, tlsconf.CertRequest{ID: id, Hosts: loopbackHosts}); err != nil {
+			return err
+		}
+	}
+	if _, err := readOrCreateSecret(c.kafkaPasswordFile()); err != nil {
+		return fmt.Errorf("kafka password: %w", err)
+	}
+	return nil
+}
+
+// secureKafkaConfig sets kafka.tls and kafka.sasl to the secured broker's
+// (Options.SecureKafka).
+func (c *Cluster) secureKafkaConfig(cfg *configs.Config) {
+	if !c.opts.kafkaSecured() {
+		return
+	}
+	ca, _ := tlsconf.CAFiles(c.TLSDir())
+	cfg.Kafka.TLS.CAFile = ca
+	cfg.Kafka.SASL = configs.KafkaSASL{Mechanism: kafkaMechanism, Username: kafkaUser, PasswordFile: c.kafkaPasswordFile()}
 }
 
 func (c *Cluster) tokensFile() string { return filepath.Join(c.TLSDir(), "tokens") }
@@ -116,11 +195,13 @@ func (c *Cluster) secureConfig(n *Node, cfg *configs.Config) {
 		cfg.TLS = configs.ClientTLS{CAFile: ca, CertFile: cert, KeyFile: key, ClientAuth: string(tlsconf.ClientAuthOptional)}
 		cfg.Auth.TokensFile = c.tokensFile()
 	}
+	c.secureKafkaConfig(cfg)
 }
 
-// readOrCreateToken returns the token in path, writing a new random one
-// (32 bytes, hex, the file 0600) if there is none.
-func readOrCreateToken(path string) (string, error) {
+// readOrCreateSecret returns the secret (a token, a password) in path,
+// writing a new random one (32 bytes, hex, the file 0600) if there is
+// none.
+func readOrCreateSecret(path string) (string, error) {
 	b, err := os.ReadFile(path)
 	if err == nil {
 		if t := strings.TrimSpace(string(b)); t != "" {
@@ -135,7 +216,7 @@ func readOrCreateToken(path string) (string, error) {
 	}
 	t := hex.EncodeToString(r[:])
 	if err := os.WriteFile(path, []byte(t+"\n"), 0o600); err != nil {
-		return "", fmt.Errorf("admin token: %w", err)
+		return "", err
 	}
 	return t, nil
 }
