@@ -142,10 +142,18 @@ type Task struct {
 // Worker is a live worker instance. Capacity is its relative weight (see the
 // package doc); Lags maps task id to the worker's reported lag for that task,
 // and a task missing from Lags means the worker has no state for it.
+//
+// A Drained worker (an operator drained it, or it is leaving) runs no
+// active and gets no new copy: its actives move to other workers, each as
+// soon as one is caught up (a warm-up first otherwise), as they would from a
+// worker of capacity 0. Unlike capacity 0, the standbys it holds stay, on top
+// of the standbys their tasks get elsewhere (they do not count toward them),
+// until it is undrained or gone: they are a caught-up copy to come back to.
 type Worker struct {
 	ID       string
 	Capacity int
 	Lags     map[string]int64
+	Drained  bool
 }
 
 // Placement says where the copies of one task run. Active is "" only when

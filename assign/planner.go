@@ -7,8 +7,10 @@ import (
 )
 
 // maxRounds bounds the rounds run computes towards a fixed point; in
-// practice the second round already is one (see run).
-const maxRounds = 10
+// practice the second round already is one (see run), but many actives
+// waiting to leave drained workers for a few warm-up slots can take a
+// dozen.
+const maxRounds = 20
 
 // lagEntry is one reported lag, indexed by task so that "who has state for
 // this task" is a short sorted list instead of a scan over every worker.
@@ -31,8 +33,9 @@ type planner struct {
 	nT, nW    int
 	weight    []uint64 // effective capacity
 	totalW    uint64
-	kt        []int // per task: its standbys (0 for a stateless task)
-	nCopies   int   // stateful copies: the sum over stateful tasks of 1+kt
+	drained   []bool // per worker: Worker.Drained
+	kt        []int  // per task: its standbys (0 for a stateless task)
+	nCopies   int    // stateful copies: the sum over stateful tasks of 1+kt
 	stateful  []int
 	stateless []int
 
@@ -61,6 +64,7 @@ type planner struct {
 	paid    []bool  // per task: the target active move holds a warm-up slot
 	cntA    []int   // target actives per worker
 	sstar   [][]int // target standbys
+	extra   [][]int // per task: standbys kept on drained workers, beyond sstar
 	copies  []int   // target stateful copies per worker
 	pend    [][]pendingMove
 	budget  int  // warm-up slots left
@@ -94,14 +98,24 @@ func newPlanner(in Input) *planner {
 	}
 	widx := make(map[string]int, p.nW)
 	p.weight = make([]uint64, p.nW)
+	p.drained = make([]bool, p.nW)
 	for i, w := range p.workers {
 		widx[w.ID] = i
+		if w.Drained {
+			// Weight 0: it takes no active and no new copy; its
+			// standbys stay as extras (placeStandbys).
+			p.drained[i] = true
+			continue
+		}
 		p.weight[i] = uint64(w.Capacity)
 		p.totalW += uint64(w.Capacity)
 	}
 	if p.totalW == 0 {
+		// Nowhere better to go: every worker counts alike, the drained
+		// ones too, and the placement stays where it is.
 		for i := range p.weight {
 			p.weight[i] = 1
+			p.drained[i] = false
 		}
 		p.totalW = uint64(p.nW)
 	}
@@ -333,45 +347,52 @@ func (p *planner) placeActives() {
 	var h *workerHeap
 	for _, t := range pending {
 		best := -1
+		// A drained worker takes an active only when no other worker is
+		// as caught up: it then holds the one copy to run from.
+		drainedToo := false
 		consider := func(w int) {
-			if best < 0 || lighter(w, best) {
+			if (drainedToo || !p.drained[w]) && (best < 0 || lighter(w, best)) {
 				best = w
 			}
 		}
-		switch {
-		case p.anyCU[t]:
-			// A caught-up standby takes over first (a swap, no warm-up),
-			// then a caught-up warm-up, then any caught-up worker.
-			for _, w := range p.prevS[t] {
-				if p.caughtUp(w, t) {
-					consider(w)
-				}
-			}
-			if best < 0 {
-				for _, w := range p.prevW[t] {
+		for pass := 0; pass < 2 && best < 0; pass++ {
+			drainedToo = pass == 1
+			switch {
+			case p.anyCU[t]:
+				// A caught-up standby takes over first (a swap, no
+				// warm-up), then a caught-up warm-up, then any caught-up
+				// worker.
+				for _, w := range p.prevS[t] {
 					if p.caughtUp(w, t) {
 						consider(w)
 					}
 				}
-			}
-			if best < 0 {
-				for _, e := range p.lags[t] {
-					if e.lag <= arl {
-						consider(e.w)
+				if best < 0 {
+					for _, w := range p.prevW[t] {
+						if p.caughtUp(w, t) {
+							consider(w)
+						}
 					}
 				}
-			}
-		case p.pinned[t]:
-			best = p.prevA[t]
-		case p.minLag[t] == infLag:
-			if h == nil {
-				h = newWorkerHeap(p.nW, lighter)
-			}
-			best = h.top()
-		default:
-			for _, e := range p.lags[t] {
-				if e.lag == p.minLag[t] {
-					consider(e.w)
+				if best < 0 {
+					for _, e := range p.lags[t] {
+						if e.lag <= arl {
+							consider(e.w)
+						}
+					}
+				}
+			case p.pinned[t]:
+				best = p.prevA[t]
+			case p.minLag[t] == infLag:
+				if h == nil {
+					h = newWorkerHeap(p.nW, lighter)
+				}
+				best = h.top()
+			default:
+				for _, e := range p.lags[t] {
+					if e.lag == p.minLag[t] {
+						consider(e.w)
+					}
 				}
 			}
 		}
@@ -549,6 +570,7 @@ func (p *planner) valuable(t, w int) bool {
 // before empty ones, and then the copies are balanced.
 func (p *planner) placeStandbys() {
 	p.sstar = make([][]int, p.nT)
+	p.extra = make([][]int, p.nT)
 	p.pend = make([][]pendingMove, p.nT)
 	p.copies = slices.Clone(p.cntA)
 	// The standby lists share one buffer (one allocation instead of one per
@@ -563,16 +585,26 @@ func (p *planner) placeStandbys() {
 		n := max(p.kt[t], len(p.prevS[t])) + 1
 		s := buf[:0:n]
 		buf = buf[n:]
+		var extra []int
 		for _, w := range p.prevS[t] {
-			if w != a {
+			switch {
+			case w == a:
+			case p.drained[w]:
+				extra = append(extra, w)
+			default:
 				s = append(s, w)
 			}
 		}
-		if len(s) < len(p.prevS[t]) {
-			if w := p.partner(t); w >= 0 && !slices.Contains(s, w) {
-				s = insertSorted(s, w)
+		if len(s)+len(extra) < len(p.prevS[t]) {
+			if w := p.partner(t); w >= 0 && !slices.Contains(s, w) && !slices.Contains(extra, w) {
+				if p.drained[w] {
+					extra = insertSorted(extra, w)
+				} else {
+					s = insertSorted(s, w)
+				}
 			}
 		}
+		p.extra[t] = extra
 		p.sstar[t] = s
 		for _, w := range s {
 			p.copies[w]++
@@ -1004,10 +1036,17 @@ func (p *planner) reconcile() {
 			reqs = append(reqs, warmupRequest{t: t, w: m.to, paid: true, resume: slices.Contains(p.prevW[t], m.to), standby: true})
 		}
 		slices.Sort(s)
-		p.aOut[t], p.sOut[t] = out, s
 		if out != a || !slices.Equal(s, p.sstar[t]) {
 			p.followup = true
 		}
+		// A drained worker's standbys stay beside the others, unless it
+		// keeps the active while its move waits.
+		for _, w := range p.extra[t] {
+			if w != out {
+				s = insertSorted(s, w)
+			}
+		}
+		p.aOut[t], p.sOut[t] = out, s
 	}
 	if p.blocked {
 		p.followup = true

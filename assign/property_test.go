@@ -10,7 +10,7 @@ import (
 )
 
 // genInput makes a random, valid input: 1-20 workers (capacity 1-4, now and
-// then 0), 0-200 tasks (in half the inputs with their own standby counts,
+// then 0, now and then drained), 0-200 tasks (in half the inputs with their own standby counts,
 // 0 among them, now and then more than the workers allow), random lags
 // around the acceptable recovery lag, and a random Previous that may name
 // departed workers and deleted tasks, repeat a worker or put the active
@@ -23,6 +23,7 @@ func genInput(r *rand.Rand) Input {
 	nW, nT := 1+r.IntN(20), r.IntN(201)
 	allCaughtUp := r.IntN(10) == 0
 	zeroCaps := r.IntN(10) == 0
+	drains := r.IntN(4) == 0
 	ownStandbys := r.IntN(2) == 0
 
 	tasks := make([]Task, nT)
@@ -38,6 +39,7 @@ func genInput(r *rand.Rand) Input {
 		if zeroCaps && r.IntN(3) == 0 {
 			w.Capacity = 0
 		}
+		w.Drained = drains && r.IntN(3) == 0
 		density := r.Float64()
 		for _, t := range tasks {
 			switch {
@@ -94,6 +96,7 @@ func runPlanner(t *testing.T, in Input) (*planner, Result) {
 
 type facts struct {
 	in       Input
+	drained  map[string]bool
 	lag      map[[2]string]int64 // (worker, task) -> lag; missing = infinite
 	workers  map[string]Worker
 	stateful map[string]bool
@@ -103,7 +106,8 @@ type facts struct {
 }
 
 func newFacts(in Input) *facts {
-	f := &facts{in: in, lag: map[[2]string]int64{}, workers: map[string]Worker{}, stateful: map[string]bool{}, weight: map[string]int{}}
+	f := &facts{in: in, lag: map[[2]string]int64{}, workers: map[string]Worker{}, stateful: map[string]bool{}, weight: map[string]int{},
+		drained: map[string]bool{}}
 	for _, t := range in.Tasks {
 		f.stateful[t.ID] = t.Stateful
 	}
@@ -114,6 +118,11 @@ func newFacts(in Input) *facts {
 				f.lag[[2]string{w.ID, id}] = l
 			}
 		}
+		if w.Drained {
+			f.drained[w.ID] = true
+			f.weight[w.ID] = 0
+			continue
+		}
 		f.weight[w.ID] = w.Capacity
 		f.totalW += w.Capacity
 	}
@@ -122,6 +131,7 @@ func newFacts(in Input) *facts {
 			f.weight[id] = 1
 		}
 		f.totalW = len(in.Workers)
+		clear(f.drained)
 	}
 	for _, w := range f.weight {
 		if w > 0 {
@@ -255,8 +265,40 @@ func checkInvariants(t *testing.T, in Input, res Result) {
 			}
 			continue
 		}
-		if want := f.standbys(task); len(p.Standbys) != want {
-			t.Fatalf("task %s: %d standbys, want %d", task.ID, len(p.Standbys), want)
+		// A drained worker takes no new copy: its standbys are ones it
+		// had, beside the task's own count; it keeps an active only while
+		// its move waits, and warms nothing up.
+		was := prev[task.ID]
+		counted := 0
+		for _, w := range p.Standbys {
+			if !f.drained[w] {
+				counted++
+			} else if !slices.Contains(was.Standbys, w) && was.Active != w {
+				t.Fatalf("task %s: drained worker %s got a new standby: %+v (was %+v)", task.ID, w, p, was)
+			}
+		}
+		if want := f.standbys(task); counted != want {
+			t.Fatalf("task %s: %d standbys on workers not drained, want %d: %+v", task.ID, counted, want, p)
+		}
+		if f.drained[p.Active] && was.Active != p.Active {
+			// Only as the most caught-up copy, where no other worker is
+			// as caught up (every caught-up worker counts alike).
+			eff := func(w string) int64 {
+				if f.caughtUp(w, task.ID) {
+					return 0
+				}
+				return f.lagOf(w, task.ID)
+			}
+			for _, w := range in.Workers {
+				if !f.drained[w.ID] && eff(w.ID) <= eff(p.Active) {
+					t.Fatalf("task %s: drained worker %s got the active (was %q) though %s is as caught up", task.ID, p.Active, was.Active, w.ID)
+				}
+			}
+		}
+		for _, w := range p.Warmups {
+			if f.drained[w] {
+				t.Fatalf("task %s: drained worker %s warms it up", task.ID, w)
+			}
 		}
 		warmups += len(p.Warmups)
 		// Actives only on caught-up workers unless none is caught up; then
@@ -408,6 +450,13 @@ func checkTarget(t *testing.T, in Input, p *planner, res Result) {
 		for _, s := range p.sstar[ti] {
 			want = append(want, p.workers[s].ID)
 		}
+		// A drained worker's standbys stay beside the target's.
+		for _, s := range p.extra[ti] {
+			if id := p.workers[s].ID; id != out.Active {
+				want = append(want, id)
+			}
+		}
+		slices.Sort(want)
 		if !slices.Equal(out.Standbys, want) {
 			differs = true
 		}

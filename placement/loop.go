@@ -198,11 +198,8 @@ func (s *Service) plan(ctx context.Context, ts *termState) (followup, retry bool
 	in := assign.Input{Config: s.cfg.Assign}
 	s.mu.Lock()
 	for _, w := range ts.workers {
-		capacity := w.capacity
-		if w.leaving || s.fsm.IsDrained(w.id) {
-			capacity = 0
-		}
-		in.Workers = append(in.Workers, assign.Worker{ID: w.id, Capacity: capacity, Lags: maps.Clone(w.lags)})
+		in.Workers = append(in.Workers, assign.Worker{ID: w.id, Capacity: w.capacity, Lags: maps.Clone(w.lags),
+			Drained: w.leaving || s.fsm.IsDrained(w.id)})
 	}
 	s.mu.Unlock()
 	if len(in.Workers) == 0 && !anyCopy(prev) {

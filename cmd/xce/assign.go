@@ -35,6 +35,8 @@ type planInput struct {
 		ID       string           `json:"id"`
 		Capacity int              `json:"capacity"`
 		Lags     map[string]int64 `json:"lags"`
+		// Drained: drained by an operator, or leaving (assign.Worker).
+		Drained bool `json:"drained"`
 	} `json:"workers"`
 	Previous map[string]placementJSON `json:"previous"`
 }
@@ -129,7 +131,7 @@ func parsePlanInput(r io.Reader) (assign.Input, error) {
 				return out, fmt.Errorf("workers[%d].lags[%q]: %d is negative", i, task, lag)
 			}
 		}
-		out.Workers = append(out.Workers, assign.Worker{ID: w.ID, Capacity: w.Capacity, Lags: w.Lags})
+		out.Workers = append(out.Workers, assign.Worker{ID: w.ID, Capacity: w.Capacity, Lags: w.Lags, Drained: w.Drained})
 	}
 	// A worker named in previous but missing from workers has gone: its
 	// copies are lost, which is the what-if an operator asks about when a

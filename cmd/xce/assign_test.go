@@ -154,3 +154,22 @@ func TestAssignPlanTaskStandbys(t *testing.T) {
 		}
 	}
 }
+
+// A drained worker in the what-if input hands its active to its caught-up
+// standby and keeps a standby of it.
+func TestAssignPlanDrainedWorker(t *testing.T) {
+	_, got := planJSON(t, `{
+  "config": {"num_standby_replicas": 1},
+  "tasks": [{"id":"T","stateful":true}],
+  "workers": [
+    {"id":"W1","capacity":1,"lags":{"T":0},"drained":true},
+    {"id":"W2","capacity":1,"lags":{"T":0}},
+    {"id":"W3","capacity":1}
+  ],
+  "previous": {"T": {"active":"W1","standbys":["W2"]}}
+}`)
+	want := map[string]placementJSON{"T": {Active: "W2", Standbys: []string{"W1", "W3"}, Warmups: []string{}}}
+	if !reflect.DeepEqual(got.Assignment, want) || got.Followup {
+		t.Fatalf("got %+v followup %v, want %+v", got.Assignment, got.Followup, want)
+	}
+}
