@@ -77,6 +77,7 @@ type Handler struct {
 	cfg  Config
 	conn []kgo.Opt
 	log  zerolog.Logger
+	lags lagBook
 }
 
 // New checks cfg and returns a Handler.
@@ -168,7 +169,14 @@ func (h *Handler) Run(ctx context.Context, c worker.Copy, report func(lag int64)
 		}
 		return err
 	}
-	defer st.close()
+	defer func() {
+		// The store stays on disk: its lag is still this worker's.
+		if next, err := st.next(); err == nil {
+			h.lags.release(c.Task, next)
+		}
+		st.close()
+	}()
+	report = h.reporter(c.Task, report)
 	log := h.log.With().Str("task", c.Task).Str("role", c.Role.String()).Uint64("epoch", c.Epoch).Logger()
 	log.Info().Msg("copy starting")
 	defer log.Info().Msg("copy stopped")
@@ -192,6 +200,14 @@ func (h *Handler) Run(ctx context.Context, c worker.Copy, report func(lag int64)
 		if !backoff.Sleep(ctx, wait) {
 			return nil
 		}
+	}
+}
+
+// reporter wraps a copy's report so that Lags knows its lag too.
+func (h *Handler) reporter(task string, report func(int64)) func(int64) {
+	return func(lag int64) {
+		h.lags.setHeld(task, lag)
+		report(lag)
 	}
 }
 
@@ -386,14 +402,31 @@ func (h *Handler) active(ctx context.Context, log zerolog.Logger, c worker.Copy,
 	}
 	log.Info().Str("transactional_id", TransactionalID(c.Task)).Msg("producer epoch acquired: older actives of the task are fenced")
 
-	// 2. Restore to the changelog's end (stable now: no transaction of
-	// an older active is open any more).
+	// 2. Where the store and the input stand (stable now: no transaction
+	// of an older active is open any more). Both partitions are added at
+	// once: the consumer starts fetching as soon as one is, and a partition
+	// added later waits for that fetch, which waits for data up to the
+	// fetch's max wait.
 	next, end, err := h.position(ctx, adm, st, p)
 	if err != nil {
 		return err
 	}
-	cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{h.cfg.ChangelogTopic: {p: kgo.NewOffset().At(next)}})
+	from, err := h.committedInput(ctx, adm, c.Task, p)
+	if err != nil {
+		return err
+	}
+	inputID, err := h.inputTopic(ctx, adm, p)
+	if err != nil {
+		return err
+	}
+	cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{
+		h.cfg.ChangelogTopic: {p: kgo.NewOffset().At(next)},
+		h.cfg.InputTopic:     {p: from},
+	})
+
+	// 3. Restore to the changelog's end; input fetched meanwhile waits.
 	restore := startRestore(next, end)
+	var early []*kgo.Record
 	for next < end {
 		report(end - next)
 		fs := cl.PollRecords(ctx, 10_000)
@@ -403,7 +436,9 @@ func (h *Handler) active(ctx context.Context, log zerolog.Logger, c worker.Copy,
 		if err := fetchErr(fs); err != nil {
 			return err
 		}
-		n, err := applyChangelog(st, fs.Records(), true)
+		in, back := h.split(fs)
+		early = append(early, in...)
+		n, err := applyChangelog(st, back, true)
 		if err != nil {
 			return err
 		}
@@ -414,27 +449,16 @@ func (h *Handler) active(ctx context.Context, log zerolog.Logger, c worker.Copy,
 	}
 	report(0)
 	log.Info().Int64("changelog_offset", next).Msg("store restored")
-
-	// 3. The input from the committed offset.
-	from, err := h.committedInput(ctx, adm, c.Task, p)
-	if err != nil {
-		return err
-	}
-	topics, err := adm.ListTopics(ctx, h.cfg.InputTopic)
-	if err != nil {
-		return err
-	}
-	td, ok := topics[h.cfg.InputTopic]
-	if !ok || td.Err != nil {
-		return fmt.Errorf("input topic %s: %v", h.cfg.InputTopic, td.Err)
-	}
-	if _, ok := td.Partitions[p]; !ok {
-		return fmt.Errorf("input topic %s has no partition %d", h.cfg.InputTopic, p)
-	}
-	cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{h.cfg.InputTopic: {p: from}})
 	log.Info().Str("from", from.String()).Msg("processing the input")
 
-	t := &txn{h: h, cl: cl, st: st, task: c.Task, p: p, epoch: c.Epoch, inputID: td.ID}
+	t := &txn{h: h, cl: cl, st: st, task: c.Task, p: p, epoch: c.Epoch, inputID: inputID}
+	for len(early) > 0 {
+		n := min(len(early), h.cfg.BatchMax)
+		if err := t.commit(ctx, early[:n]); err != nil {
+			return err
+		}
+		early = early[n:]
+	}
 	for {
 		// Bounded, so that an idle active still notices its context.
 		pctx, cancel := context.WithTimeout(ctx, lagEvery)
@@ -446,16 +470,7 @@ func (h *Handler) active(ctx context.Context, log zerolog.Logger, c worker.Copy,
 		if err := fetchErr(fs); err != nil {
 			return err
 		}
-		var in, back []*kgo.Record
-		for _, r := range fs.Records() {
-			if r.Topic == h.cfg.InputTopic {
-				if !r.Attrs.IsControl() {
-					in = append(in, r)
-				}
-				continue
-			}
-			back = append(back, r)
-		}
+		in, back := h.split(fs)
 		if len(in) > 0 {
 			if err := t.commit(ctx, in); err != nil {
 				return err
@@ -468,6 +483,38 @@ func (h *Handler) active(ctx context.Context, log zerolog.Logger, c worker.Copy,
 			return err
 		}
 	}
+}
+
+// split parts a poll into input records (without transaction markers)
+// and changelog records (with them: they count as changelog positions).
+func (h *Handler) split(fs kgo.Fetches) (in, back []*kgo.Record) {
+	for _, r := range fs.Records() {
+		if r.Topic == h.cfg.InputTopic {
+			if !r.Attrs.IsControl() {
+				in = append(in, r)
+			}
+			continue
+		}
+		back = append(back, r)
+	}
+	return in, back
+}
+
+// inputTopic checks that the input topic has partition p and returns the
+// topic's id.
+func (h *Handler) inputTopic(ctx context.Context, adm *kadm.Client, p int32) (kadm.TopicID, error) {
+	topics, err := adm.ListTopics(ctx, h.cfg.InputTopic)
+	if err != nil {
+		return kadm.TopicID{}, err
+	}
+	td, ok := topics[h.cfg.InputTopic]
+	if !ok || td.Err != nil {
+		return kadm.TopicID{}, fmt.Errorf("input topic %s: %v", h.cfg.InputTopic, td.Err)
+	}
+	if _, ok := td.Partitions[p]; !ok {
+		return kadm.TopicID{}, fmt.Errorf("input topic %s has no partition %d", h.cfg.InputTopic, p)
+	}
+	return td.ID, nil
 }
 
 // committedInput is the task's committed input offset, or the partition's

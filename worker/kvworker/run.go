@@ -12,13 +12,26 @@ import (
 	"github.com/xce/xce/worker"
 )
 
-// RunWorker runs a worker whose copies h holds, until ctx ends: the worker
-// library's registration, heartbeats and lease around h.
+// RunWorker runs a worker whose copies h holds, until ctx ends and the
+// worker has handed its actives over: the worker library's registration,
+// heartbeats and lease around h. While it runs, the lags of the stores no
+// copy holds are kept fresh (Handler.Lags).
 func RunWorker(ctx context.Context, cfg worker.Config, h *Handler) error {
 	w, err := worker.New(cfg, h)
 	if err != nil {
 		return err
 	}
+	lctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	// The stores' lags go with the first heartbeat, so that the assignor
+	// plans for this worker knowing where its state is.
+	h.scanStores(ctx)
+	h.firstLags(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h.watchLags(lctx)
+	}()
+	defer func() { stop(); <-done }()
 	return w.Run(ctx)
 }
 
