@@ -133,6 +133,8 @@ func (s *Service) Beat(ctx context.Context, b Beat) (Answer, error) {
 		w.lags = map[string]int64{}
 	}
 	s.recordFacts(w, b.Facts)
+	first := !w.reported
+	w.reported = true
 	startsLeaving := b.Leaving && !w.leaving
 	w.leaving = w.leaving || b.Leaving
 	c := s.copiesOf(w.id)
@@ -157,7 +159,7 @@ func (s *Service) Beat(ctx context.Context, b Beat) (Answer, error) {
 	if startsLeaving {
 		s.log.Info().Str("worker", w.id).Strs("actives", c.Actives).Msg("worker leaving: its actives move to other workers, each once a copy there has caught up")
 	}
-	if startsLeaving || crossed != "" {
+	if startsLeaving || crossed != "" || first {
 		if crossed != "" {
 			s.log.Debug().Str("worker", w.id).Str("task", crossed).Msg("a lag crossed the acceptable recovery lag: planning")
 		}

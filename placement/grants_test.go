@@ -252,7 +252,9 @@ func TestReturningWorkerHoldsUntilItReports(t *testing.T) {
 		if p := r.placement("t0"); p.Active != "w2" {
 			t.Fatalf("t0 placed %+v after w1 expired", p)
 		}
-		r.register("w1", 1)
+		if _, err := r.svc.Register("w1", 1, ""); err != nil {
+			t.Fatal(err)
+		}
 		if a, _ := r.svc.Heartbeat("w2", caught, nil, nil); len(a.Actives) != 0 {
 			t.Fatalf("w2 granted t0 while w1, back, has not reported: %+v", a)
 		}

@@ -198,6 +198,9 @@ func (s *Service) plan(ctx context.Context, ts *termState) (followup, retry bool
 	in := assign.Input{Config: s.cfg.Assign}
 	s.mu.Lock()
 	for _, w := range ts.workers {
+		if !w.reported {
+			continue
+		}
 		in.Workers = append(in.Workers, assign.Worker{ID: w.id, Capacity: w.capacity, Lags: maps.Clone(w.lags),
 			Drained: w.leaving || s.fsm.IsDrained(w.id)})
 	}

@@ -212,6 +212,11 @@ type session struct {
 	seq uint64
 	// leaving: the worker said it is stopping; it runs no new active.
 	leaving bool
+	// reported: a heartbeat came since the session opened. The assignor
+	// plans for a worker only then, knowing its lags: planned at its
+	// registration, a worker that holds state would get warm-ups it does
+	// not need, and moves when its lags arrive.
+	reported bool
 	// answered is the last answer sent, to the heartbeat answeredSeq.
 	answered    Answer
 	answeredSeq uint64
@@ -303,7 +308,9 @@ func (s *Service) Register(id string, capacity uint32, addr string) (RegisterInf
 	s.mu.Unlock()
 	if changed {
 		s.log.Info().Str("worker", id).Uint32("capacity", capacity).Str("addr", addr).Bool("new", !known).Int("workers", n).Msg("worker registered")
-		kick(ts)
+		if known {
+			kick(ts) // a new one is planned for once it reports (Beat)
+		}
 	}
 	gen, _ := s.fsm.AssignmentGeneration()
 	return RegisterInfo{Generation: gen, SessionTimeout: s.cfg.SessionTimeout, HeartbeatInterval: s.cfg.HeartbeatInterval,

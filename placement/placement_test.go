@@ -130,11 +130,14 @@ func mapsKeys[V any](m map[string]V) func(func(string) bool) {
 	}
 }
 
+// register opens worker id's session and sends its first heartbeat, with
+// no lags: the assignor plans for a worker once it has reported.
 func (r *rig) register(id string, capacity uint32) {
 	r.t.Helper()
 	if _, err := r.svc.Register(id, capacity, ""); err != nil {
 		r.t.Fatalf("register %s: %v", id, err)
 	}
+	r.beat(id, nil)
 }
 
 func (r *rig) beat(id string, lags map[string]int64, facts ...Fact) Answer {

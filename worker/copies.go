@@ -313,6 +313,44 @@ func (w *Worker) leave(perr <-chan error) (error, bool) {
 	return err, done
 }
 
+// settle starts the actives the last answer granted whose previous copy
+// (a standby, a warm-up, an active of an older epoch) is still stopping,
+// waiting at most d for those copies to return: the next heartbeat must
+// list the actives as running, or it withdraws their grants until its own
+// answer (state.sent).
+func (w *Worker) settle(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		w.reconcile(time.Now())
+		if !w.awaitingStart() {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.returned:
+		case <-t.C:
+			return
+		}
+	}
+}
+
+// awaitingStart reports whether a granted active waits for another copy
+// of its task to stop before it starts.
+func (w *Worker) awaitingStart() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s := &w.st
+	now := time.Now()
+	for t, c := range wanted(s.resp, s.granted, s.leaseValid(now)) {
+		if r := s.copies[t]; c.Role == Active && r != nil && !keeps(r.c, c) {
+			return true
+		}
+	}
+	return false
+}
+
 // activeTasks lists the actives the worker runs.
 func (w *Worker) activeTasks() []string {
 	w.mu.Lock()
@@ -490,6 +528,10 @@ func (w *Worker) start(c Copy, now time.Time) {
 		if c.Role == Active {
 			// The primary may grant it elsewhere once it hears.
 			w.urge()
+		}
+		select {
+		case w.returned <- struct{}{}:
+		default:
 		}
 		w.poke()
 	}()

@@ -129,6 +129,8 @@ type Worker struct {
 	// the one in flight: an active stopped (the primary may grant it
 	// elsewhere once it knows), or the worker began to leave.
 	urgent chan struct{}
+	// returned is poked whenever a copy's Run returns.
+	returned chan struct{}
 	// life is the copies' and the protocol's lifetime: it outlasts Run's
 	// context while a leaving worker hands its actives over.
 	life context.Context
@@ -183,6 +185,7 @@ func New(cfg Config, h Handler) (*Worker, error) {
 		log:         cfg.Logger.With().Str("worker_id", cfg.ID).Logger(),
 		wake:        make(chan struct{}, 1),
 		urgent:      make(chan struct{}, 1),
+		returned:    make(chan struct{}, 1),
 		left:        make(chan struct{}),
 		interval:    defaultInterval,
 		sentUpdates: map[string]string{},
@@ -274,6 +277,9 @@ func (w *Worker) protocol(ctx context.Context) error {
 		case <-w.left:
 			return nil
 		default:
+		}
+		if answered {
+			w.settle(ctx, w.interval)
 		}
 		switch {
 		case !w.registered && !justRegistered:
