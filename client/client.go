@@ -796,3 +796,39 @@ func (c *Client) Endpoints() []string {
 // CloseIdleConnections closes the idle connections of the client's HTTP
 // client (and the goroutines that keep them), for a caller that is done.
 func (c *Client) CloseIdleConnections() { c.http.CloseIdleConnections() }
+
+// DrainWorker drains worker id: the primary moves its actives to other
+// workers, each once a copy there has caught up, and gives it no new copy;
+// the drain is replicated and lasts until UndrainWorker. The answer names
+// the tasks of which the worker holds the only copy. A drain is idempotent,
+// so a retry is safe. A primary that cannot write drains yet (a voter on an
+// older binary) answers ErrFailedPrecondition.
+func (c *Client) DrainWorker(ctx context.Context, id string) (*xcev1.DrainWorkerResponse, error) {
+	var out *xcev1.DrainWorkerResponse
+	err := c.do(ctx, func(ctx context.Context, s xcev1connect.ControllerServiceClient) error {
+		r, err := s.DrainWorker(ctx, connect.NewRequest(&xcev1.DrainWorkerRequest{WorkerId: id}))
+		if err == nil {
+			out = r.Msg
+		}
+		return err
+	})
+	return out, preconditionErr(err)
+}
+
+// UndrainWorker ends worker id's drain; idempotent like DrainWorker.
+func (c *Client) UndrainWorker(ctx context.Context, id string) error {
+	err := c.do(ctx, func(ctx context.Context, s xcev1connect.ControllerServiceClient) error {
+		_, err := s.UndrainWorker(ctx, connect.NewRequest(&xcev1.UndrainWorkerRequest{WorkerId: id}))
+		return err
+	})
+	return preconditionErr(err)
+}
+
+// preconditionErr turns a FailedPrecondition answer into
+// ErrFailedPrecondition with the server's reason.
+func preconditionErr(err error) error {
+	if err != nil && !errors.Is(err, ErrNotReady) && connect.CodeOf(err) == connect.CodeFailedPrecondition {
+		return fmt.Errorf("%w: %s", ErrFailedPrecondition, connectMsg(err))
+	}
+	return err
+}

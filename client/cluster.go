@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"connectrpc.com/connect"
 
@@ -12,10 +11,11 @@ import (
 )
 
 // ErrFailedPrecondition: the primary refused a membership or leadership
-// change in the cluster's current state (removing a voter would leave too
-// few healthy voters for a quorum, promoting a member that has not caught
-// up, transferring to a non-voter, …); the message says which. Not
-// retried: the same call would be refused again until the state changes.
+// change, or a drain, in the cluster's current state (removing a voter
+// would leave too few healthy voters for a quorum, promoting a member that
+// has not caught up, transferring to a non-voter, a voter on a binary that
+// does not apply drains, …); the message says which. Not retried: the same
+// call would be refused again until the state changes.
 var ErrFailedPrecondition = errors.New("refused in the cluster's current state")
 
 // The ClusterService calls below go to the PRIMARY (only it changes the
@@ -55,10 +55,7 @@ func (c *Client) doCluster(ctx context.Context, call func(ctx context.Context, s
 		attempt++
 		return call(ctx, s, attempt)
 	})
-	if !errors.Is(err, ErrNotReady) && connect.CodeOf(err) == connect.CodeFailedPrecondition {
-		return fmt.Errorf("%w: %s", ErrFailedPrecondition, connectMsg(err))
-	}
-	return err
+	return preconditionErr(err)
 }
 
 // listMembers is one ListMembers attempt on s.

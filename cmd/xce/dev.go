@@ -260,11 +260,17 @@ func (d *devRun) startServers() error {
 
 // startWorkers starts the workers: Kafka-backed ones with Kafka, else
 // simulators.
+// devDrainTimeout is the dev workers' --drain-timeout.
+const devDrainTimeout = 2 * time.Second
+
 func (d *devRun) startWorkers() error {
 	all := strings.Join(d.cluster.ClientAddrs(), ",")
 	for _, id := range d.workers.ids() {
+		// A short drain: Ctrl-C stops every worker at once, and with
+		// nowhere to hand their actives to they would wait it out.
 		args := []string{"worker", "--id", id, "--controllers", all, "--capacity", "1",
-			"--restore-rate", strconv.FormatFloat(d.workers.restoreRate, 'g', -1, 64), "--log-format", "json"}
+			"--restore-rate", strconv.FormatFloat(d.workers.restoreRate, 'g', -1, 64), "--log-format", "json",
+			"--drain-timeout", devDrainTimeout.String()}
 		store := filepath.Join(d.dir, "stores", id)
 		if d.kv() {
 			args = append(args, "--store", store, "--brokers", d.kafkaAddr)

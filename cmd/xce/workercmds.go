@@ -29,7 +29,7 @@ type workerFlags struct {
 	capacity                    uint32
 	restoreRate                 float64
 	initialLag, dropLag         int64
-	dropAfter                   time.Duration
+	dropAfter, drainTimeout     time.Duration
 	logLevel, logFormat         string
 	creds                       credFlags
 	kv                          kvWorkerFlags // --store: the Kafka-backed worker
@@ -50,6 +50,12 @@ func (f *workerFlags) config() (worker.Config, worker.SimulatorConfig, error) {
 		return worker.Config{}, worker.SimulatorConfig{}, usageErr("--drop-lag: %d is not positive", f.dropLag)
 	case f.dropAfter <= 0:
 		return worker.Config{}, worker.SimulatorConfig{}, usageErr("--drop-after: %s is not positive", f.dropAfter)
+	case f.drainTimeout < 0:
+		return worker.Config{}, worker.SimulatorConfig{}, usageErr("--drain-timeout: %s is negative", f.drainTimeout)
+	}
+	drain := f.drainTimeout
+	if drain == 0 {
+		drain = -1 // worker.Config: negative stops at once
 	}
 	initial := f.initialLag
 	if initial == 0 {
@@ -57,7 +63,7 @@ func (f *workerFlags) config() (worker.Config, worker.SimulatorConfig, error) {
 	}
 	return worker.Config{
 			ID: f.id, Controllers: strings.Split(f.controllers, ","), Capacity: f.capacity, ClientAddr: f.clientAddr,
-			Credentials: f.creds.credentials(), PinControllers: f.pinControllers,
+			Credentials: f.creds.credentials(), PinControllers: f.pinControllers, DrainTimeout: drain,
 		}, worker.SimulatorConfig{
 			RestoreRate: f.restoreRate, InitialLag: initial, DropLag: f.dropLag, DropAfter: f.dropAfter,
 		}, nil
@@ -106,7 +112,13 @@ at the same rate and is dropped past --drop-lag or after --drop-after. It
 reports its lags, a notice when its actives change, and "running" or
 "restoring" for each active task. It runs an active only while the primary
 grants it and its lease holds (a heartbeat acknowledged within the lease the
-primary gives), and lists the actives it runs in every heartbeat.`,
+primary gives), and lists the actives it runs in every heartbeat.
+
+On SIGTERM or SIGINT it hands its actives over before it exits (0): it tells
+the primary it is leaving, keeps each active running until the primary has a
+caught-up copy elsewhere, stops it when told and says so at once, so that the
+new worker runs it within a round trip; past --drain-timeout it stops the rest
+and exits. A second signal does not hurry it: --drain-timeout bounds it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -127,6 +139,7 @@ primary gives), and lists the actives it runs in every heartbeat.`,
 	fl.Int64Var(&f.initialLag, "initial-lag", worker.DefaultInitialLag, "lag of a copy assigned without state (0: caught up at once)")
 	fl.Int64Var(&f.dropLag, "drop-lag", worker.DefaultDropLag, "drop the state of a task no longer held once its lag passes this")
 	fl.DurationVar(&f.dropAfter, "drop-after", worker.DefaultDropAfter, "drop the state of a task no longer held after this long")
+	fl.DurationVar(&f.drainTimeout, "drain-timeout", worker.DefaultDrainTimeout, "on SIGTERM, how long to keep the actives running while the primary hands them to other workers (0: stop at once)")
 	fl.StringVar(&f.logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	fl.StringVar(&f.logFormat, "log-format", "auto", "json, console or auto (console on a terminal)")
 	f.creds.register(fl)
@@ -145,21 +158,27 @@ type workerJSON struct {
 	Warmups            []string         `json:"warmups"`
 	Lags               map[string]int64 `json:"lags"`
 	Notice             string           `json:"notice"`
+	// DrainState: "" (runs what it is given), "draining", "drained" or
+	// "leaving".
+	DrainState string `json:"drain_state"`
 }
 
 type workersJSON struct {
 	Workers    []workerJSON `json:"workers"`
 	Generation uint64       `json:"generation"`
 	Settling   bool         `json:"settling"`
+	// Drained lists every drained worker, with a session or not.
+	Drained []string `json:"drained"`
 }
 
 func workersOut(r *xcev1.ListWorkersResponse) workersJSON {
-	out := workersJSON{Workers: make([]workerJSON, len(r.Workers)), Generation: r.Generation, Settling: r.Settling}
+	out := workersJSON{Workers: make([]workerJSON, len(r.Workers)), Generation: r.Generation, Settling: r.Settling,
+		Drained: nonNil(r.Drained)}
 	for i, w := range r.Workers {
 		out.Workers[i] = workerJSON{
 			WorkerID: w.WorkerId, Capacity: w.Capacity, ClientAddr: w.ClientAddr, LastHeartbeatAgeMs: w.LastHeartbeatAgeMs,
 			Actives: nonNil(w.Actives), Standbys: nonNil(w.Standbys), Warmups: nonNil(w.Warmups),
-			Lags: nonNilLags(w.Lags), Notice: w.Notice,
+			Lags: nonNilLags(w.Lags), Notice: w.Notice, DrainState: w.DrainState,
 		}
 	}
 	return out
@@ -205,25 +224,47 @@ func printWorkers(w io.Writer, r *xcev1.ListWorkersResponse) error {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "WORKER\tCAPACITY\tLAST SEEN\tACTIVES\tSTANDBYS\tWARMUPS\tNOTICE")
+	fmt.Fprintln(tw, "WORKER\tCAPACITY\tSTATE\tLAST SEEN\tACTIVES\tSTANDBYS\tWARMUPS\tNOTICE")
+	connected := map[string]bool{}
 	for _, x := range r.Workers {
-		notice := x.Notice
+		connected[x.WorkerId] = true
+		notice, st := x.Notice, x.DrainState
 		if notice == "" {
 			notice = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", x.WorkerId, x.Capacity,
+		if st == "" {
+			st = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", x.WorkerId, x.Capacity, st,
 			(time.Duration(x.LastHeartbeatAgeMs) * time.Millisecond).String(),
 			listCell(x.Actives, 4), listCell(x.Standbys, 4), listCell(x.Warmups, 4), notice)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	var absent []string
+	for _, id := range r.Drained {
+		if !connected[id] {
+			absent = append(absent, id)
+		}
+	}
+	if len(absent) > 0 {
+		fmt.Fprintf(w, "drained, with no session: %s\n", strings.Join(absent, ", "))
+	}
+	return nil
 }
 
 func workersCmd() *cobra.Command {
 	var f clientFlags
 	cmd := &cobra.Command{
 		Use:   "workers",
-		Short: "List the workers the primary has sessions with, and their copies",
-		Args:  cobra.NoArgs,
+		Short: "List the workers the primary has sessions with, and their copies; drain and undrain one",
+		Long: `List the workers the primary has sessions with: capacity, drain state, last
+heartbeat, copies and notice. STATE is "-" (the worker runs what it is given),
+"draining" (drained, its actives still moving away), "drained" (no active left;
+it keeps its standbys) or "leaving" (the worker is stopping and hands its actives
+over). Drained workers with no session are listed after the table.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return f.call(func(ctx context.Context, c *client.Client) error {
 				r, err := c.ListWorkers(ctx)
@@ -238,7 +279,79 @@ func workersCmd() *cobra.Command {
 		},
 	}
 	f.register(cmd)
+	cmd.AddCommand(drainCmd(true), drainCmd(false))
 	return cmd
+}
+
+// drainJSON is what `xce workers drain|undrain --json` prints.
+type drainJSON struct {
+	WorkerID string `json:"worker_id"`
+	Drained  bool   `json:"drained"`
+	Index    uint64 `json:"index"`
+	// OnlyCopy (drain): tasks of which the worker holds the only copy.
+	OnlyCopy []string `json:"only_copy,omitempty"`
+	// Connected (drain): the worker has a session with the primary.
+	Connected *bool `json:"connected,omitempty"`
+}
+
+// drainCmd is `xce workers drain W` (drain) or `xce workers undrain W`.
+func drainCmd(drain bool) *cobra.Command {
+	var f clientFlags
+	use, short, long := "undrain WORKER", "End a worker's drain: the assignor may give it actives again",
+		`End a worker's drain: the assignor may give it actives and new copies again,
+and moves actives back to it as balance asks (once it has caught up on them).`
+	if drain {
+		use, short, long = "drain WORKER", "Move a worker's actives to other workers without stopping it",
+			`Drain a worker: the primary moves each of its actives to another worker once a
+copy there has caught up (a warm-up restores one first where there is none),
+hands each over as a planned move (the worker stops it and says so, and the new
+worker is granted it at once), and gives the worker no new copy. The worker
+keeps running its standbys. The drain is kept in the cluster's log: it lasts
+across failovers and the worker's restarts until "xce workers undrain". A
+worker that holds the only copy of a task is named: those tasks move only once
+a warm-up elsewhere has caught up.`
+	}
+	cmd := &cobra.Command{
+		Use: use, Short: short, Long: long,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id := args[0]
+			return f.call(func(ctx context.Context, c *client.Client) error {
+				out := drainJSON{WorkerID: id, Drained: drain}
+				if drain {
+					r, err := c.DrainWorker(ctx, id)
+					if err != nil {
+						return err
+					}
+					out.Index, out.OnlyCopy, out.Connected = r.Index, r.OnlyCopy, &r.Connected
+				} else if err := c.UndrainWorker(ctx, id); err != nil {
+					return err
+				}
+				if f.json {
+					return printJSON(cmd.OutOrStdout(), out)
+				}
+				printDrain(cmd.OutOrStdout(), out)
+				return nil
+			})
+		},
+	}
+	f.register(cmd)
+	return cmd
+}
+
+func printDrain(w io.Writer, d drainJSON) {
+	if !d.Drained {
+		fmt.Fprintf(w, "%s undrained: the assignor may give it actives again\n", d.WorkerID)
+		return
+	}
+	fmt.Fprintf(w, "%s drained: its actives move to other workers as copies there catch up; it keeps its standbys\n", d.WorkerID)
+	if d.Connected != nil && !*d.Connected {
+		fmt.Fprintf(w, "%s has no session with the primary: the drain applies when it registers\n", d.WorkerID)
+	}
+	if len(d.OnlyCopy) > 0 {
+		fmt.Fprintf(w, "%s holds the only copy of %s: each moves once a warm-up elsewhere has caught up\n",
+			d.WorkerID, listCell(d.OnlyCopy, 10))
+	}
 }
 
 // taskAssignmentJSON is one task as `xce assignment --json` prints it.
