@@ -222,11 +222,12 @@ type cliPlacement struct {
 	Update string `json:"update"`
 }
 
-// outRec is one output record: its input record and the epoch it was
-// written in.
+// outRec is one output record: its input record, the epoch it was
+// written in and its timestamp (when the active produced it).
 type outRec struct {
 	task, off int64
 	epoch     uint64
+	at        time.Time
 }
 
 // checkExactlyOnce stops the input, waits for every task to commit its
@@ -326,7 +327,7 @@ func (r *kvRig) readOutput() []outRec {
 			} else {
 				last[string(rec.Key)] = v
 			}
-			o := outRec{task: -1}
+			o := outRec{task: -1, at: rec.Timestamp}
 			for _, h := range rec.Headers {
 				switch h.Key {
 				case kvworker.HeaderInput:
