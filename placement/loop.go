@@ -237,6 +237,7 @@ func (s *Service) plan(ctx context.Context, ts *termState) (followup, retry bool
 	s.mu.Lock()
 	ts.followup = res.Followup
 	s.mu.Unlock()
+	s.noteWaits(ts, in, res)
 
 	delta := state.AssignmentDelta{Base: gen, Generation: gen + 1}
 	for _, id := range slices.Sorted(maps.Keys(res.Assignment)) {

@@ -241,6 +241,9 @@ type termState struct {
 	done    chan struct{}
 	// Written by the loop only, read under Service.mu.
 	followup bool
+	// waits is why each task waits on a drained worker, as last logged
+	// (the loop's own).
+	waits map[string]string
 }
 
 func kick(ts *termState) {
