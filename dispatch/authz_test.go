@@ -139,6 +139,11 @@ func TestPermissionsOverTLS(t *testing.T) {
 	wantCode(t, "w1 heartbeats as w2", err, connect.CodePermissionDenied)
 	_, err = worker2.Register(ctx, connect.NewRequest(&xcev1.RegisterRequest{WorkerId: "w1", Capacity: 1}))
 	wantCode(t, "w2 registers as w1", err, connect.CodePermissionDenied)
+	_, err = reader.DrainWorker(ctx, connect.NewRequest(&xcev1.DrainWorkerRequest{WorkerId: "w1"}))
+	wantCode(t, "reader drains", err, connect.CodePermissionDenied)
+	if !strings.Contains(err.Error(), `"drain"`) {
+		t.Errorf("the refusal does not name the permission: %v", err)
+	}
 	if got := node.applies.Load(); got != applies {
 		t.Fatalf("a refused call reached Apply: %d applies, want %d", got, applies)
 	}
@@ -161,6 +166,9 @@ func TestPermissionsOverTLS(t *testing.T) {
 	}
 	if _, err := admin.DeleteTask(ctx, connect.NewRequest(&xcev1.DeleteTaskRequest{TaskId: "t1"})); err != nil {
 		t.Fatalf("admin delete: %v", err)
+	}
+	if _, err := admin.DrainWorker(ctx, connect.NewRequest(&xcev1.DrainWorkerRequest{WorkerId: "w1"})); err != nil {
+		t.Fatalf("admin drain: %v", err)
 	}
 	for _, c := range []struct {
 		method, code string

@@ -31,6 +31,24 @@ type fakeAPI struct {
 	notReady   bool
 	stale      atomic.Bool
 	heartbeats atomic.Int64
+	// drains records the drains and undrains asked, as "+w" and "-w".
+	drains []string
+}
+
+func (f *fakeAPI) DrainWorker(_ context.Context, req *connect.Request[xcev1.DrainWorkerRequest]) (*connect.Response[xcev1.DrainWorkerResponse], error) {
+	if err := f.refuse(); err != nil {
+		return nil, err
+	}
+	if req.Msg.WorkerId == "old" {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, errors.New("worker drains wait until every voter applies them (log format 4): n2"))
+	}
+	f.drains = append(f.drains, "+"+req.Msg.WorkerId)
+	return connect.NewResponse(&xcev1.DrainWorkerResponse{Index: 9, OnlyCopy: []string{"t7"}, Connected: req.Msg.WorkerId == "w1"}), nil
+}
+
+func (f *fakeAPI) UndrainWorker(_ context.Context, req *connect.Request[xcev1.UndrainWorkerRequest]) (*connect.Response[xcev1.UndrainWorkerResponse], error) {
+	f.drains = append(f.drains, "-"+req.Msg.WorkerId)
+	return connect.NewResponse(&xcev1.UndrainWorkerResponse{Index: 10}), nil
 }
 
 func (f *fakeAPI) refuse() error {
@@ -49,9 +67,9 @@ func (f *fakeAPI) ListWorkers(context.Context, *connect.Request[xcev1.ListWorker
 	}
 	return connect.NewResponse(&xcev1.ListWorkersResponse{Generation: 4, Settling: true, Workers: []*xcev1.WorkerInfo{
 		{WorkerId: "w1", Capacity: 1, LastHeartbeatAgeMs: 250, Actives: []string{"t1", "t2"}, Standbys: []string{"t3"},
-			Lags: map[string]int64{"t1": 0, "t2": 0, "t3": 1200}, Notice: "actives: t1,t2"},
+			Lags: map[string]int64{"t1": 0, "t2": 0, "t3": 1200}, Notice: "actives: t1,t2", DrainState: "draining"},
 		{WorkerId: "w2", Capacity: 2, LastHeartbeatAgeMs: 1500, Warmups: []string{"a", "b", "c", "d", "e", "f"}},
-	}}), nil
+	}, Drained: []string{"w1", "w9"}}), nil
 }
 
 func (f *fakeAPI) GetAssignment(_ context.Context, req *connect.Request[xcev1.GetAssignmentRequest]) (*connect.Response[xcev1.GetAssignmentResponse], error) {
@@ -140,13 +158,19 @@ func TestWorkersCommand(t *testing.T) {
 		t.Fatalf("workers %v", got["workers"])
 	}
 	w2, _ := ws[1].(map[string]any)
-	for _, k := range []string{"worker_id", "capacity", "client_addr", "last_heartbeat_age_ms", "actives", "standbys", "warmups", "lags", "notice"} {
+	for _, k := range []string{"worker_id", "capacity", "client_addr", "last_heartbeat_age_ms", "actives", "standbys", "warmups", "lags", "notice", "drain_state"} {
 		if _, ok := w2[k]; !ok {
 			t.Errorf("worker object without %q: %v", k, w2)
 		}
 	}
 	if a, ok := w2["actives"].([]any); !ok || len(a) != 0 {
 		t.Errorf("w2 actives %v, want []", w2["actives"])
+	}
+	if w1, _ := ws[0].(map[string]any); w1["drain_state"] != "draining" {
+		t.Errorf("w1 drain_state %v", w1["drain_state"])
+	}
+	if d, _ := got["drained"].([]any); len(d) != 2 {
+		t.Errorf("drained %v", got["drained"])
 	}
 
 	out.Reset()
@@ -157,7 +181,8 @@ func TestWorkersCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	table := out.String()
-	for _, want := range []string{"generation 4, 2 workers (settling", "WORKER", "w1", "250ms", "t1,t2", "actives: t1,t2", "1.5s", "a,b,c,d,… (6)"} {
+	for _, want := range []string{"generation 4, 2 workers (settling", "WORKER", "STATE", "draining", "w1", "250ms", "t1,t2", "actives: t1,t2", "1.5s", "a,b,c,d,… (6)",
+		"drained, with no session: w9"} {
 		if !strings.Contains(table, want) {
 			t.Errorf("table without %q:\n%s", want, table)
 		}
@@ -305,5 +330,36 @@ func TestRunWorker(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), `"worker_id":"w1"`) || !strings.Contains(logs.String(), "assignment changed") {
 		t.Errorf("log:\n%s", logs.String())
+	}
+}
+
+// xce workers drain|undrain: the request reaches the primary, the answer
+// is printed (the only copies named, a worker with no session said so), and
+// a refusal in the cluster's state is exit 1 with the reason.
+func TestWorkersDrainCommand(t *testing.T) {
+	f := &fakeAPI{}
+	addr := startAPI(t, f)
+	out, code := runCmd(t, workersCmd(), "drain", "w1", "--addr", addr)
+	if code != exitOK || !strings.Contains(out, "w1 drained") || !strings.Contains(out, "only copy of t7") || strings.Contains(out, "no session") {
+		t.Fatalf("drain: exit %d\n%s", code, out)
+	}
+	out, code = runCmd(t, workersCmd(), "drain", "w5", "--addr", addr, "--json")
+	var got drainJSON
+	if err := json.Unmarshal([]byte(out), &got); code != exitOK || err != nil || got.WorkerID != "w5" || !got.Drained ||
+		got.Index != 9 || !slices.Equal(got.OnlyCopy, []string{"t7"}) || got.Connected == nil || *got.Connected {
+		t.Fatalf("drain --json: exit %d %v\n%s", code, err, out)
+	}
+	out, code = runCmd(t, workersCmd(), "undrain", "w1", "--addr", addr)
+	if code != exitOK || !strings.Contains(out, "w1 undrained") {
+		t.Fatalf("undrain: exit %d\n%s", code, out)
+	}
+	if !slices.Equal(f.drains, []string{"+w1", "+w5", "-w1"}) {
+		t.Fatalf("drains asked %v", f.drains)
+	}
+	if _, code := runCmd(t, workersCmd(), "drain", "old", "--addr", addr); code != 1 {
+		t.Fatalf("drain refused by the cluster's state: exit %d, want 1", code)
+	}
+	if _, code := runCmd(t, workersCmd(), "drain", "--addr", addr); code != exitUsage {
+		t.Fatalf("drain without a worker: exit %d, want %d", code, exitUsage)
 	}
 }
