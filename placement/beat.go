@@ -137,7 +137,7 @@ func (s *Service) Beat(ctx context.Context, b Beat) (Answer, error) {
 	w.reported = true
 	startsLeaving := b.Leaving && !w.leaving
 	w.leaving = w.leaving || b.Leaving
-	c := s.copiesOf(w.id)
+	c, epochs := s.copiesAndEpochs(w.id)
 	if b.Leaving && (b.LeaveNow || len(b.Running) == 0 && len(c.Actives) == 0) {
 		s.leave(ts, w, now, b.LeaveNow, c)
 		s.mu.Unlock()
@@ -148,7 +148,7 @@ func (s *Service) Beat(ctx context.Context, b Beat) (Answer, error) {
 	if released {
 		signal(ts)
 	}
-	a := s.answer(w, c, d)
+	a := s.answer(w, c, epochs, d)
 	if b.Seq != 0 && b.Wait > 0 && s.cfg.MaxHold > 0 && b.AckSeq != 0 && b.AckSeq == w.answeredSeq && sameAnswer(a, w.answered) {
 		a, err = s.hold(ctx, ts, w, b.Seq, a, d.Next, min(b.Wait, s.cfg.MaxHold))
 	}
@@ -204,9 +204,10 @@ func (s *Service) leave(ts *termState, w *session, now time.Time, early bool, c 
 	ev.Msg("worker left")
 }
 
-// answer builds a heartbeat's answer from the worker's copies and the
-// decision on its actives. Callers hold s.mu.
-func (s *Service) answer(w *session, c Copies, d GrantDecision) Answer {
+// answer builds a heartbeat's answer from the worker's copies, the epochs
+// of the assignment they come from, and the decision on its actives.
+// Callers hold s.mu.
+func (s *Service) answer(w *session, c Copies, epochs map[string]uint64, d GrantDecision) Answer {
 	a := Answer{Copies: c, Epochs: map[string]uint64{}, ActiveLease: s.cfg.ActiveLease(), Drained: s.fsm.IsDrained(w.id)}
 	a.Actives = nil
 	for _, t := range c.Actives {
@@ -218,7 +219,7 @@ func (s *Service) answer(w *session, c Copies, d GrantDecision) Answer {
 	}
 	for _, l := range [][]string{c.Actives, c.Standbys, c.Warmups} {
 		for _, t := range l {
-			a.Epochs[t] = s.fsm.TaskEpoch(t)
+			a.Epochs[t] = epochs[t]
 		}
 	}
 	return a
@@ -277,12 +278,12 @@ func (s *Service) hold(ctx context.Context, ts *termState, w *session, seq uint6
 			return Answer{}, fmt.Errorf("%w: worker %q registered or sent a later heartbeat", ErrStale, w.id)
 		}
 		now := time.Now()
-		c := s.copiesOf(w.id)
+		c, epochs := s.copiesAndEpochs(w.id)
 		d, released := ts.grants.decide(w.id, now, c.Actives)
 		if released {
 			signal(ts)
 		}
-		b := s.answer(w, c, d)
+		b := s.answer(w, c, epochs, d)
 		if !sameAnswer(a, b) || !now.Before(deadline) {
 			return b, nil
 		}

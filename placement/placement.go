@@ -326,6 +326,10 @@ type workerIndex struct {
 	version uint64
 	gen     uint64
 	by      map[string]*Copies
+	// epochs are the placed tasks' epochs, from the same read of the
+	// assignment as the copies: an answer must not pair one generation's
+	// copies with another's epochs.
+	epochs map[string]uint64
 }
 
 func (s *Service) index() *workerIndex {
@@ -336,7 +340,7 @@ func (s *Service) index() *workerIndex {
 		return s.idx
 	}
 	gen, a := s.fsm.Assignment()
-	idx := &workerIndex{version: ver, gen: gen, by: map[string]*Copies{}}
+	idx := &workerIndex{version: ver, gen: gen, by: map[string]*Copies{}, epochs: make(map[string]uint64, len(a))}
 	get := func(w string) *Copies {
 		c := idx.by[w]
 		if c == nil {
@@ -347,6 +351,7 @@ func (s *Service) index() *workerIndex {
 	}
 	for _, t := range slices.Sorted(maps.Keys(a)) {
 		p := a[t]
+		idx.epochs[t] = p.Epoch
 		if p.Active != "" {
 			c := get(p.Active)
 			c.Actives = append(c.Actives, t)
@@ -365,11 +370,18 @@ func (s *Service) index() *workerIndex {
 }
 
 func (s *Service) copiesOf(worker string) Copies {
+	c, _ := s.copiesAndEpochs(worker)
+	return c
+}
+
+// copiesAndEpochs is copiesOf with the epochs of the assignment the copies
+// come from (the map is shared: read it only).
+func (s *Service) copiesAndEpochs(worker string) (Copies, map[string]uint64) {
 	idx := s.index()
 	if c := idx.by[worker]; c != nil {
-		return *c
+		return *c, idx.epochs
 	}
-	return Copies{Generation: idx.gen}
+	return Copies{Generation: idx.gen}, idx.epochs
 }
 
 // Workers lists the live sessions by id, and whether the primary is still
