@@ -336,14 +336,29 @@ func (w *Worker) settle(ctx context.Context, d time.Duration) {
 	}
 }
 
+// want is wanted for the worker's state: a leaving worker starts no active
+// (nor an active's new epoch), and holds one granted now as a standby until
+// the primary moves it elsewhere. Callers hold w.mu.
+func (w *Worker) want(leaseValid bool) map[string]Copy {
+	s := &w.st
+	want := wanted(s.resp, s.granted, leaseValid)
+	if w.leaving.Load() {
+		for t, c := range want {
+			if r := s.copies[t]; c.Role == Active && (r == nil || !keeps(r.c, c)) {
+				want[t] = Copy{Task: t, Role: Standby, Epoch: c.Epoch}
+			}
+		}
+	}
+	return want
+}
+
 // awaitingStart reports whether a granted active waits for another copy
 // of its task to stop before it starts.
 func (w *Worker) awaitingStart() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	s := &w.st
-	now := time.Now()
-	for t, c := range wanted(s.resp, s.granted, s.leaseValid(now)) {
+	for t, c := range w.want(s.leaseValid(time.Now())) {
 		if r := s.copies[t]; c.Role == Active && r != nil && !keeps(r.c, c) {
 			return true
 		}
@@ -422,16 +437,7 @@ func (w *Worker) reconcile(now time.Time) time.Time {
 	}
 
 	valid := s.leaseValid(now)
-	want := wanted(s.resp, s.granted, valid)
-	if w.leaving.Load() {
-		// A leaving worker starts no active: one granted now is held as
-		// a standby until the primary moves it elsewhere.
-		for t, c := range want {
-			if r := s.copies[t]; c.Role == Active && (r == nil || r.c.Role != Active) {
-				want[t] = Copy{Task: t, Role: Standby, Epoch: c.Epoch}
-			}
-		}
-	}
+	want := w.want(valid)
 	if !valid && !s.lapsed && len(s.granted) > 0 {
 		s.lapsed = true
 		w.log.Warn().Time("last_acknowledged_send", s.ackSent).Dur("active_lease", s.lease).
