@@ -403,10 +403,7 @@ func (h *Handler) active(ctx context.Context, log zerolog.Logger, c worker.Copy,
 	log.Info().Str("transactional_id", TransactionalID(c.Task)).Msg("producer epoch acquired: older actives of the task are fenced")
 
 	// 2. Where the store and the input stand (stable now: no transaction
-	// of an older active is open any more). Both partitions are added at
-	// once: the consumer starts fetching as soon as one is, and a partition
-	// added later waits for that fetch, which waits for data up to the
-	// fetch's max wait.
+	// of an older active is open any more).
 	next, end, err := h.position(ctx, adm, st, p)
 	if err != nil {
 		return err
@@ -419,46 +416,45 @@ func (h *Handler) active(ctx context.Context, log zerolog.Logger, c worker.Copy,
 	if err != nil {
 		return err
 	}
-	cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{
-		h.cfg.ChangelogTopic: {p: kgo.NewOffset().At(next)},
-		h.cfg.InputTopic:     {p: from},
-	})
 
-	// 3. Restore to the changelog's end; input fetched meanwhile waits.
-	restore := startRestore(next, end)
-	var early []*kgo.Record
-	for next < end {
-		report(end - next)
-		fs := cl.PollRecords(ctx, 10_000)
-		if ctx.Err() != nil {
-			return nil
+	// 3. Restore to the changelog's end, then consume only the input: the
+	// consumer fetches as soon as a partition is added, and a partition
+	// added while a fetch waits at the changelog's end would wait out
+	// that fetch (up to its max wait) on every handover. Removing the
+	// changelog ends that fetch. The commits move the store's position
+	// on themselves.
+	if next < end {
+		cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{h.cfg.ChangelogTopic: {p: kgo.NewOffset().At(next)}})
+		restore := startRestore(next, end)
+		for next < end {
+			report(end - next)
+			fs := cl.PollRecords(ctx, 10_000)
+			if ctx.Err() != nil {
+				return nil
+			}
+			if err := fetchErr(fs); err != nil {
+				return err
+			}
+			n, err := applyChangelog(st, fs.Records(), true)
+			if err != nil {
+				return err
+			}
+			if n >= 0 {
+				next = n
+			}
+			restore.progress(log, p, next)
 		}
-		if err := fetchErr(fs); err != nil {
-			return err
-		}
-		in, back := h.split(fs)
-		early = append(early, in...)
-		n, err := applyChangelog(st, back, true)
-		if err != nil {
-			return err
-		}
-		if n >= 0 {
-			next = n
-		}
-		restore.progress(log, p, next)
+		cl.RemoveConsumePartitions(map[string][]int32{h.cfg.ChangelogTopic: {p}})
 	}
 	report(0)
 	log.Info().Int64("changelog_offset", next).Msg("store restored")
+	cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{h.cfg.InputTopic: {p: from}})
 	log.Info().Str("from", from.String()).Msg("processing the input")
 
 	t := &txn{h: h, cl: cl, st: st, task: c.Task, p: p, epoch: c.Epoch, inputID: inputID}
-	for len(early) > 0 {
-		n := min(len(early), h.cfg.BatchMax)
-		if err := t.commit(ctx, early[:n]); err != nil {
-			return err
-		}
-		early = early[n:]
-	}
+	// The first commit says the task runs again here: how long its input
+	// waited is what a handover costs.
+	processing, first := time.Now(), true
 	for {
 		// Bounded, so that an idle active still notices its context.
 		pctx, cancel := context.WithTimeout(ctx, lagEvery)
@@ -470,34 +466,24 @@ func (h *Handler) active(ctx context.Context, log zerolog.Logger, c worker.Copy,
 		if err := fetchErr(fs); err != nil {
 			return err
 		}
-		in, back := h.split(fs)
-		if len(in) > 0 {
-			if err := t.commit(ctx, in); err != nil {
-				return err
-			}
-		}
-		// The active's store holds every value of the changelog: it wrote
-		// each one itself, in the transaction that committed it, so its
-		// lag stays 0; reading its records back only moves the position.
-		if _, err := applyChangelog(st, back, false); err != nil {
-			return err
-		}
-	}
-}
-
-// split parts a poll into input records (without transaction markers)
-// and changelog records (with them: they count as changelog positions).
-func (h *Handler) split(fs kgo.Fetches) (in, back []*kgo.Record) {
-	for _, r := range fs.Records() {
-		if r.Topic == h.cfg.InputTopic {
+		var in []*kgo.Record
+		for _, r := range fs.Records() {
 			if !r.Attrs.IsControl() {
 				in = append(in, r)
 			}
+		}
+		if len(in) == 0 {
 			continue
 		}
-		back = append(back, r)
+		if err := t.commit(ctx, in); err != nil {
+			return err
+		}
+		if first {
+			first = false
+			log.Info().Int("records", len(in)).Int64("offset", in[0].Offset).Dur("after", time.Since(processing)).
+				Dur("oldest_waited", time.Since(in[0].Timestamp)).Msg("first input committed")
+		}
 	}
-	return in, back
 }
 
 // inputTopic checks that the input topic has partition p and returns the
