@@ -109,6 +109,11 @@ func (c *Config) AssignorConfig() placement.Config {
 	pc.SessionTimeout = a.SessionTimeout.Duration
 	pc.HeartbeatInterval = a.HeartbeatInterval.Duration
 	pc.GrantMargin = a.GrantMargin.Duration
+	// A held heartbeat must be answered well within the client port's
+	// write deadline.
+	if wt := c.Limits.Client.WriteTimeout.Duration; wt > 0 {
+		pc.MaxHold = min(pc.HeartbeatInterval, placement.MaxHoldLimit, wt/2)
+	}
 	return pc
 }
 

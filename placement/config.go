@@ -61,6 +61,7 @@ func DefaultConfig() Config {
 		HeartbeatInterval: time.Second,
 		Tick:              100 * time.Millisecond,
 		TaskReplan:        time.Second,
+		MaxHold:           time.Second,
 	}
 }
 
