@@ -33,17 +33,35 @@ import (
 //     τ only when not paused and its clock at τ is less than lease start +
 //     active_lease: it checks the lease immediately before each action.
 //     An action takes effect within J of its check, so what it may run is
-//     each allowed interval extended by J.
+//     each allowed interval extended by J;
+//   - sends an extra (urgent) heartbeat, abandoning the outstanding one, as
+//     soon as an active it stopped no longer counts as running (J after it
+//     stopped: its Run has returned);
+//   - may start leaving at a random time: from then on it starts no active
+//     (it keeps running those it runs until told otherwise, its lease ends
+//     or it is paused) and its heartbeats say leaving; once it runs nothing it either sends
+//     leave_now and is gone, or keeps sending until an answer says it left,
+//     and is gone then. A worker that is gone never sends again and ignores
+//     answers.
 //
 // Heartbeats and answers are delayed by random amounts (some longer than
 // the session timeout) or lost. A primary serves from its term start to
 // its failover; it processes a heartbeat delivered while it serves, unless
 // it already processed a later one of that worker (the ordering the design
 // assumes), and answers only heartbeats of workers with a session (others
-// register). A failover stops the primary at once; the next starts after
-// a random gap with no sessions, moves nothing before its settle period
-// (the session timeout) and runs the same code. Assignment moves pick a
-// random task and give it a random worker (or none).
+// register). It may hold a heartbeat: having recorded its report on
+// arrival, it answers at a random later wake within the heartbeat interval,
+// deciding the grants again at the wake with the assignment then, if it
+// still serves, the session still exists and no later heartbeat of the
+// worker was processed meanwhile (else the held heartbeat gets no answer).
+// It ends a leaving worker's session (grantBook.leave) on leave_now, or on
+// a leaving heartbeat that reports nothing running when the worker is
+// assigned no active, and then hands the worker's actives to other workers
+// soon after its leaving heartbeats. A failover stops the primary at once;
+// the next starts after a random gap with no sessions, moves nothing before
+// its settle period (the session timeout) and runs the same code.
+// Assignment moves pick a random task and give it a random worker (or
+// none), never one the primary knows to be leaving.
 
 var (
 	modelSeed = flag.Uint64("model.seed", 0, "run only this timing-model schedule")
@@ -57,6 +75,9 @@ type modelParams struct {
 	Dmax, Loss     float64 // message delay bound and loss probability
 	IgnoreLease    bool    // negative control: the worker never checks its lease
 	Reorder        bool    // negative control: heartbeats are processed in any order
+	LeaveRunning   bool    // negative control: a leaving worker's session ends while it reports actives running
+	HoldProb       float64 // the chance the primary holds a heartbeat
+	LeaveProb      float64 // the chance a worker starts leaving at some time
 	Workers, Tasks int
 	Duration       float64
 }
@@ -73,8 +94,14 @@ type modelEvent struct {
 	w    int // worker
 	hb   *modelBeat
 	task int
-	to   int // for moves: worker index or -1
+	to   int // for moves: worker index, -1 (none), or handover (chosen then)
+	term int // for wakes: the term that held the heartbeat
 }
+
+// handover, as a move's target: a worker with a session that is not
+// leaving, chosen when the move happens; the move is off a worker that is
+// leaving or has no session, and none if the task moved already.
+const handover = -2
 
 const (
 	evSend = iota
@@ -86,6 +113,9 @@ const (
 	evMove
 	evFailover
 	evTermStart
+	evUrgent // an urgent heartbeat: it does not move the periodic ones
+	evWake   // a held heartbeat is answered
+	evLeave  // a worker starts leaving
 )
 
 type modelBeat struct {
@@ -96,6 +126,9 @@ type modelBeat struct {
 	running  []string
 	granted  []string // the answer's actives
 	term     int
+	leaving  bool
+	leaveNow bool
+	left     bool // the answer: the session ended
 }
 
 type modelQueue []*modelEvent
@@ -129,6 +162,11 @@ type modelWorker struct {
 	open        map[string]float64 // task -> start of the interval it may run it in
 	lastEnd     map[string]float64 // task -> end of its last interval
 	pendingAns  []*modelBeat       // answers that arrived while paused
+	idx         int
+	leaving     bool
+	leaveNow    bool            // once it runs nothing, it leaves without waiting for the primary
+	keep        map[string]bool // while leaving: the actives it still runs
+	gone        bool
 }
 
 type modelPrimary struct {
@@ -139,6 +177,7 @@ type modelPrimary struct {
 	book      *grantBook
 	sessions  map[string]float64 // worker -> last heard (local)
 	processed map[string]int     // worker -> last heartbeat seq processed
+	leaving   map[string]bool    // sessions that said they are leaving
 }
 
 type modelInterval struct {
@@ -154,6 +193,12 @@ type modelStats struct {
 	Waits map[string]int
 	// LeaseEnds counts actives stopped by the lease rather than an answer.
 	LeaseEnds int
+	// Holds counts held heartbeats, HeldAnswers those answered at their
+	// wake, and Urgent the urgent heartbeats sent.
+	Holds, HeldAnswers, Urgent int
+	// LeftNow and LeftGraceful count sessions ended by leave_now and by a
+	// leaving heartbeat; LeaveReleases those ends that let a task go.
+	LeftNow, LeftGraceful, LeaveReleases int
 }
 
 type modelSim struct {
@@ -202,7 +247,7 @@ func (s *modelSim) delay() (float64, bool) {
 
 // allowed reports whether worker w may run task t now.
 func (s *modelSim) allowed(w *modelWorker, t string) bool {
-	if w.paused || !w.actives[t] || !w.acked {
+	if w.paused || w.gone || !w.actives[t] || !w.acked || w.leaving && !w.keep[t] {
 		return false
 	}
 	// The worker's clock reads leaseFrom + lease at real time leaseEnd;
@@ -225,8 +270,11 @@ func (s *modelSim) update(w *modelWorker) {
 		case !ok && isOpen:
 			s.intervals[t] = append(s.intervals[t], modelInterval{w.id, w.open[t], s.now + s.p.J})
 			delete(w.open, t)
+			delete(w.keep, t)
 			w.lastEnd[t] = s.now
 			s.logf("%s stops %s", w.id, t)
+			// Once its Run returned, the worker says so at once.
+			s.push(&modelEvent{at: s.now + s.p.J, kind: evUrgent, w: w.idx})
 		}
 	}
 }
@@ -251,7 +299,7 @@ func (s *modelSim) startTerm() {
 	s.terms++
 	s.stats.Terms++
 	p := &modelPrimary{term: s.terms, clock: s.clock(), start: s.now, serving: true,
-		sessions: map[string]float64{}, processed: map[string]int{}}
+		sessions: map[string]float64{}, processed: map[string]int{}, leaving: map[string]bool{}}
 	fresh := s.terms == 1
 	p.book = newGrantBook(s.toTime(p.clock.at(s.now)), fresh,
 		time.Duration(s.p.T*float64(time.Millisecond)), time.Duration(s.p.M*float64(time.Millisecond)))
@@ -263,61 +311,20 @@ func (s *modelSim) step(e *modelEvent) {
 	switch e.kind {
 	case evSend:
 		w := s.workers[e.w]
-		if w.paused {
+		if w.paused || w.gone {
 			return // the resume schedules the next send
 		}
-		w.seq++
-		b := &modelBeat{w: e.w, seq: w.seq, sentReal: s.now, sentLoc: w.clock.at(s.now), running: s.running(w)}
-		w.outstanding = b
-		if d, ok := s.delay(); ok {
-			s.push(&modelEvent{at: s.now + d, kind: evBeatArrives, hb: b})
-		}
+		s.send(w)
 		s.push(&modelEvent{at: w.clock.realAt(w.clock.at(s.now) + s.p.H), kind: evSend, w: e.w})
+	case evUrgent:
+		if w := s.workers[e.w]; !w.paused && !w.gone {
+			s.stats.Urgent++
+			s.send(w)
+		}
 	case evBeatArrives:
-		p, b := s.primary, e.hb
-		if p == nil || !p.serving {
-			return
-		}
-		id := s.workers[b.w].id
-		if !s.p.Reorder && b.seq <= p.processed[id] {
-			return
-		}
-		p.processed[id] = max(p.processed[id], b.seq)
-		local := p.clock.at(s.now)
-		for wid, heard := range p.sessions {
-			if local-heard >= s.p.T {
-				delete(p.sessions, wid)
-				p.book.expire(wid)
-			}
-		}
-		p.book.prune(s.toTime(local))
-		if _, ok := p.sessions[id]; !ok {
-			// Unknown: FAILED_PRECONDITION; the worker registers.
-			p.sessions[id] = local
-			p.book.heard(id, s.toTime(local))
-			return
-		}
-		p.sessions[id] = local
-		var actives []string
-		for _, t := range s.tasks {
-			if s.assign[t] == id {
-				actives = append(actives, t)
-			}
-		}
-		d, _ := p.book.report(id, s.toTime(local), b.running, actives)
-		for _, why := range d.Waiting {
-			s.stats.Waits[why]++
-		}
-		ans := &modelBeat{w: b.w, seq: b.seq, sentReal: b.sentReal, sentLoc: b.sentLoc, term: p.term}
-		for _, t := range actives {
-			if d.Granted[t] {
-				ans.granted = append(ans.granted, t)
-			}
-		}
-		s.logf("term %d: %s reports %v, answered %v (assigned %v)", p.term, id, b.running, ans.granted, actives)
-		if dl, ok := s.delay(); ok {
-			s.push(&modelEvent{at: s.now + dl, kind: evAnswerArrives, hb: ans})
-		}
+		s.arrive(e.hb)
+	case evWake:
+		s.wake(e.hb, e.term)
 	case evAnswerArrives:
 		w := s.workers[e.hb.w]
 		if w.paused {
@@ -333,7 +340,7 @@ func (s *modelSim) step(e *modelEvent) {
 		s.update(w)
 	case evPause:
 		w := s.workers[e.w]
-		if w.paused {
+		if w.paused || w.gone {
 			return
 		}
 		w.paused = true
@@ -357,6 +364,19 @@ func (s *modelSim) step(e *modelEvent) {
 		w.pendingAns = nil
 		s.update(w)
 		s.push(&modelEvent{at: s.now, kind: evSend, w: e.w})
+	case evLeave:
+		w := s.workers[e.w]
+		if w.leaving || w.gone {
+			return
+		}
+		w.leaving, w.leaveNow = true, s.rng.IntN(2) == 0
+		w.keep = map[string]bool{}
+		for t := range w.open {
+			w.keep[t] = true
+		}
+		s.logf("%s starts leaving (leave_now: %v), running %v", w.id, w.leaveNow, s.running(w))
+		// A worker that begins to leave says so at once.
+		s.push(&modelEvent{at: s.now, kind: evUrgent, w: e.w})
 	case evMove:
 		p := s.primary
 		if p == nil || !p.serving {
@@ -367,8 +387,25 @@ func (s *modelSim) step(e *modelEvent) {
 		}
 		t := s.tasks[e.task]
 		to := ""
-		if e.to >= 0 {
+		switch {
+		case e.to == handover:
+			if _, live := p.sessions[s.assign[t]]; live && !p.leaving[s.assign[t]] {
+				return // moved already
+			}
+			var ok []string
+			for _, w := range s.workers {
+				if _, live := p.sessions[w.id]; live && !p.leaving[w.id] && w.id != s.assign[t] {
+					ok = append(ok, w.id)
+				}
+			}
+			if len(ok) > 0 {
+				to = ok[s.rng.IntN(len(ok))]
+			}
+		case e.to >= 0:
 			to = s.workers[e.to].id
+			if p.leaving[to] {
+				return // planned as drained: no new active
+			}
 		}
 		s.assign[t] = to
 		s.logf("term %d moves %s to %q", p.term, t, to)
@@ -384,22 +421,178 @@ func (s *modelSim) step(e *modelEvent) {
 	}
 }
 
+// send sends worker w's next heartbeat, abandoning the outstanding one. A
+// leaving worker that runs nothing and leaves without waiting says
+// leave_now, and is gone.
+func (s *modelSim) send(w *modelWorker) {
+	w.seq++
+	b := &modelBeat{w: w.idx, seq: w.seq, sentReal: s.now, sentLoc: w.clock.at(s.now), running: s.running(w), leaving: w.leaving}
+	b.leaveNow = w.leaving && w.leaveNow && len(b.running) == 0
+	w.outstanding = b
+	if d, ok := s.delay(); ok {
+		s.push(&modelEvent{at: s.now + d, kind: evBeatArrives, hb: b})
+	}
+	if b.leaveNow {
+		w.gone = true
+		s.logf("%s sends leave_now and is gone", w.id)
+	}
+}
+
+// expire ends the primary's sessions silent for the session timeout and
+// forgets the holds of those whose lease has surely run out, as its loop
+// does every tick.
+func (s *modelSim) expire(p *modelPrimary, local float64) {
+	for wid, heard := range p.sessions {
+		if local-heard >= s.p.T {
+			delete(p.sessions, wid)
+			delete(p.leaving, wid)
+			p.book.expire(wid)
+		}
+	}
+	p.book.prune(s.toTime(local))
+}
+
+// activesOf lists the tasks assigned to worker id as active.
+func (s *modelSim) activesOf(id string) []string {
+	var actives []string
+	for _, t := range s.tasks {
+		if s.assign[t] == id {
+			actives = append(actives, t)
+		}
+	}
+	return actives
+}
+
+// arrive processes heartbeat b at the primary.
+func (s *modelSim) arrive(b *modelBeat) {
+	p := s.primary
+	if p == nil || !p.serving {
+		return
+	}
+	if b.leaveNow && len(b.running) > 0 {
+		return // invalid: refused, nothing recorded
+	}
+	id := s.workers[b.w].id
+	if !s.p.Reorder && b.seq <= p.processed[id] {
+		return
+	}
+	p.processed[id] = max(p.processed[id], b.seq)
+	local := p.clock.at(s.now)
+	s.expire(p, local)
+	if _, ok := p.sessions[id]; !ok {
+		// Unknown: FAILED_PRECONDITION; the worker registers, which ends
+		// leaving until it says so again.
+		p.sessions[id] = local
+		delete(p.leaving, id)
+		p.book.heard(id, s.toTime(local))
+		return
+	}
+	p.sessions[id] = local
+	p.leaving[id] = p.leaving[id] || b.leaving
+	actives := s.activesOf(id)
+	ran := len(b.running) > 0 && !s.p.LeaveRunning
+	if b.leaving && (b.leaveNow || !ran && len(actives) == 0) {
+		if p.book.leave(id, s.toTime(local)) {
+			s.stats.LeaveReleases++
+		}
+		delete(p.sessions, id)
+		delete(p.leaving, id)
+		if b.leaveNow {
+			s.stats.LeftNow++
+		} else {
+			s.stats.LeftGraceful++
+		}
+		s.logf("term %d: %s leaves (leave_now: %v), running %v", p.term, id, b.leaveNow, b.running)
+		s.handOver(actives)
+		s.answer(&modelBeat{w: b.w, seq: b.seq, sentReal: b.sentReal, sentLoc: b.sentLoc, term: p.term, left: true})
+		return
+	}
+	if b.leaving {
+		s.handOver(actives)
+	}
+	d, _ := p.book.report(id, s.toTime(local), b.running, actives)
+	for _, why := range d.Waiting {
+		s.stats.Waits[why]++
+	}
+	if s.rng.Float64() < s.p.HoldProb {
+		s.stats.Holds++
+		s.logf("term %d: %s reports %v, held (assigned %v)", p.term, id, b.running, actives)
+		s.push(&modelEvent{at: s.now + s.rng.Float64()*s.p.H, kind: evWake, hb: b, term: p.term})
+		return
+	}
+	s.logf("term %d: %s reports %v (assigned %v)", p.term, id, b.running, actives)
+	s.grantAnswer(p, b, actives, d)
+}
+
+// handOver moves the actives of a worker that leaves or left to other
+// workers, as the plan its heartbeat asks for does, soon.
+func (s *modelSim) handOver(actives []string) {
+	for _, t := range actives {
+		s.push(&modelEvent{at: s.now + s.rng.Float64()*s.p.H/2, kind: evMove, task: slices.Index(s.tasks, t), to: handover})
+	}
+}
+
+// wake answers the heartbeat b that term held, if it still may.
+func (s *modelSim) wake(b *modelBeat, term int) {
+	p := s.primary
+	if p == nil || !p.serving || p.term != term {
+		return
+	}
+	id := s.workers[b.w].id
+	local := p.clock.at(s.now)
+	s.expire(p, local)
+	if _, ok := p.sessions[id]; !ok || p.processed[id] != b.seq {
+		s.logf("term %d: %s's held heartbeat %d ends unanswered", p.term, id, b.seq)
+		return
+	}
+	actives := s.activesOf(id)
+	d, _ := p.book.decide(id, s.toTime(local), actives)
+	s.stats.HeldAnswers++
+	s.logf("term %d: %s's held heartbeat %d wakes (assigned %v)", p.term, id, b.seq, actives)
+	s.grantAnswer(p, b, actives, d)
+}
+
+// grantAnswer answers heartbeat b with the actives of d it grants.
+func (s *modelSim) grantAnswer(p *modelPrimary, b *modelBeat, actives []string, d GrantDecision) {
+	ans := &modelBeat{w: b.w, seq: b.seq, sentReal: b.sentReal, sentLoc: b.sentLoc, term: p.term}
+	for _, t := range actives {
+		if d.Granted[t] {
+			ans.granted = append(ans.granted, t)
+		}
+	}
+	s.logf("term %d: %s answered %v", p.term, s.workers[b.w].id, ans.granted)
+	s.answer(ans)
+}
+
+// answer sends an answer, which may be delayed or lost.
+func (s *modelSim) answer(a *modelBeat) {
+	if dl, ok := s.delay(); ok {
+		s.push(&modelEvent{at: s.now + dl, kind: evAnswerArrives, hb: a})
+	}
+}
+
 // accept takes an answer if the worker still waits for it.
 func (s *modelSim) accept(w *modelWorker, a *modelBeat) {
-	if w.outstanding == nil || w.outstanding.seq != a.seq {
+	if w.gone || w.outstanding == nil || w.outstanding.seq != a.seq {
 		return
 	}
 	w.outstanding = nil
+	w.actives = map[string]bool{}
+	if a.left {
+		w.gone = true
+		s.logf("%s takes answer %d of term %d: left", w.id, a.seq, a.term)
+		s.update(w)
+		return
+	}
 	w.acked, w.leaseFrom = true, a.sentLoc
 	w.leaseEnd = w.clock.realAt(w.leaseFrom + s.lease)
-	w.actives = map[string]bool{}
 	for _, t := range a.granted {
 		w.actives[t] = true
 	}
 	s.logf("%s takes answer %d of term %d: %v", w.id, a.seq, a.term, a.granted)
 	s.update(w)
 	if w.leaseEnd >= s.now {
-		s.push(&modelEvent{at: w.leaseEnd, kind: evLeaseEnds, w: slices.Index(s.workers, w)})
+		s.push(&modelEvent{at: w.leaseEnd, kind: evLeaseEnds, w: w.idx})
 	}
 }
 
@@ -417,10 +610,13 @@ func runModel(seed uint64, p modelParams, tracing bool, stats *modelStats) (stri
 		s.tasks = append(s.tasks, fmt.Sprintf("t%d", i))
 	}
 	for i := range p.Workers {
-		w := &modelWorker{id: fmt.Sprintf("w%d", i), clock: s.clock(), actives: map[string]bool{},
+		w := &modelWorker{id: fmt.Sprintf("w%d", i), idx: i, clock: s.clock(), actives: map[string]bool{},
 			open: map[string]float64{}, lastEnd: map[string]float64{}}
 		s.workers = append(s.workers, w)
 		s.push(&modelEvent{at: s.rng.Float64() * p.H, kind: evSend, w: i})
+		if s.rng.Float64() < p.LeaveProb {
+			s.push(&modelEvent{at: s.rng.Float64() * p.Duration, kind: evLeave, w: i})
+		}
 		for at := s.rng.Float64() * p.Duration; at < p.Duration; at += s.rng.Float64() * p.Duration {
 			s.push(&modelEvent{at: at, kind: evPause, w: i})
 			s.push(&modelEvent{at: at + s.rng.Float64()*3*p.T, kind: evResume, w: i})
@@ -474,6 +670,7 @@ func modelParamsFor(seed uint64) modelParams {
 		T: T, M: M, H: math.Min(H, (T-M)/2), J: r.Float64() * M,
 		Dmax: r.Float64() * T / 2, Loss: r.Float64() * 0.3,
 		Workers: 2 + r.IntN(3), Tasks: 1 + r.IntN(2), Duration: 20 * T,
+		HoldProb: r.Float64() * 0.6, LeaveProb: r.Float64() * 0.6,
 	}
 }
 
@@ -502,15 +699,18 @@ func TestTimingModel(t *testing.T) {
 		}
 	}
 	t.Logf("%+v", *stats)
-	if *modelSeed == 0 && (stats.Handovers == 0 || stats.LeaseEnds == 0 || stats.Waits[WaitHolder] == 0 || stats.Waits[WaitTerm] == 0) {
+	if *modelSeed == 0 && (stats.Handovers == 0 || stats.LeaseEnds == 0 || stats.Waits[WaitHolder] == 0 || stats.Waits[WaitTerm] == 0 ||
+		stats.Holds == 0 || stats.HeldAnswers == 0 || stats.Urgent == 0 ||
+		stats.LeftNow == 0 || stats.LeftGraceful == 0 || stats.LeaveReleases == 0) {
 		t.Fatalf("the schedules missed a path: %+v", *stats)
 	}
 }
 
 // The model finds overlaps when a rule it checks is broken, so its silence
 // above means something: a worker that ignores its lease, effects that lag
-// their check by more than twice the margin, and heartbeats processed out
-// of order each give overlaps in some schedules.
+// their check by more than twice the margin, heartbeats processed out of
+// order, and a primary that ends a leaving worker's session while it still
+// reports actives running each give overlaps in some schedules.
 func TestTimingModelCatchesBrokenRules(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -519,6 +719,7 @@ func TestTimingModelCatchesBrokenRules(t *testing.T) {
 		{"worker ignores its lease", func(p *modelParams) { p.IgnoreLease = true }},
 		{"effects lag beyond the margins", func(p *modelParams) { p.J = 3 * p.M }},
 		{"heartbeats out of order", func(p *modelParams) { p.Reorder = true }},
+		{"a leaving worker's session ended while it runs actives", func(p *modelParams) { p.LeaveRunning = true }},
 	} {
 		found := false
 		for seed := uint64(1); seed <= 3000 && !found; seed++ {
