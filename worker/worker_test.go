@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/xce/xce/client"
+	"github.com/xce/xce/internal/backoff"
 	"github.com/xce/xce/internal/testutil"
 	xcev1 "github.com/xce/xce/proto/xce/v1"
 	"github.com/xce/xce/proto/xce/v1/xcev1connect"
@@ -58,6 +59,9 @@ type fakeController struct {
 	answeredSeq uint64
 	// leaves says when a leaving worker gets left.
 	leaves leavePolicy
+	// storm: more than stormBeats heartbeats came at one fake instant;
+	// each one from then on takes 10ms.
+	storm bool
 	// logs collects the worker's log.
 	logs testutil.SyncBuffer
 }
@@ -171,11 +175,11 @@ func (f *fakeController) Heartbeat(ctx context.Context, req *connect.Request[xce
 	now := time.Since(f.start)
 	f.heartbeats = append(f.heartbeats, heartbeat{at: now, req: proto.CloneOf(m)})
 	i := len(f.heartbeats) - 1
-	if n := f.sameInstant(now); n > stormBeats {
+	if f.storm = f.storm || f.sameInstant(now) > stormBeats; f.storm {
 		// A worker that heartbeats without pause would hold fake time
-		// still forever: let time pass, the test fails (check).
+		// still forever: let time pass (checkBeats fails the test).
 		f.mu.Unlock()
-		time.Sleep(time.Millisecond)
+		time.Sleep(10 * time.Millisecond)
 		f.mu.Lock()
 	}
 	resp, err := f.respond(ctx, m)
@@ -263,14 +267,7 @@ func (f *fakeController) response() *xcev1.HeartbeatResponse {
 func (f *fakeController) pause(ctx context.Context, d time.Duration) bool {
 	f.mu.Unlock()
 	defer f.mu.Lock()
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
+	return backoff.Sleep(ctx, d)
 }
 
 // waitFor releases f.mu until the answer changes (true), deadline passes
