@@ -74,7 +74,7 @@ func TestLeaveHandsOver(t *testing.T) {
 		runs     []string
 		returns  time.Duration
 	}{
-		{"", false, []string{
+		{"moved away", false, []string{
 			"2.5s #5 ack=3 wait=1000 run=a,b leaving",
 			"3s #6 ack=5 wait=1000 run=a,b leaving abandoned",
 			"3.2s #7 ack=5 wait=1000 run=b leaving",
