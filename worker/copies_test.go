@@ -70,18 +70,23 @@ type run struct {
 }
 
 // recorder is a Handler that records every Run on fake time. An active
-// takes stopActive to stop once cancelled; a task in fail returns an error
-// at once that many times.
+// takes stopActive to stop once cancelled, any other copy stopStandby; a
+// task in fail returns an error at once that many times; a task in failIn
+// returns an error after that long, once.
 type recorder struct {
-	t0         time.Time
-	stopActive time.Duration
+	t0          time.Time
+	stopActive  time.Duration
+	stopStandby time.Duration
 
-	mu   sync.Mutex
-	runs []*run
-	fail map[string]int
+	mu     sync.Mutex
+	runs   []*run
+	fail   map[string]int
+	failIn map[string]time.Duration
 }
 
-func newRecorder() *recorder { return &recorder{t0: time.Now(), fail: map[string]int{}} }
+func newRecorder() *recorder {
+	return &recorder{t0: time.Now(), fail: map[string]int{}, failIn: map[string]time.Duration{}}
+}
 
 func (r *recorder) Run(ctx context.Context, c Copy, report func(int64)) error {
 	report(0)
@@ -94,11 +99,28 @@ func (r *recorder) Run(ctx context.Context, c Copy, report func(int64)) error {
 		r.mu.Unlock()
 		return errors.New("broken")
 	}
+	failIn, fails := r.failIn[c.Task]
+	delete(r.failIn, c.Task)
 	r.mu.Unlock()
+	if fails {
+		t := time.NewTimer(failIn)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			r.mu.Lock()
+			x.end, x.ended = time.Since(r.t0), true
+			r.mu.Unlock()
+			return errors.New("broken")
+		case <-ctx.Done():
+		}
+	}
 	<-ctx.Done()
 	cause, fence := context.Cause(ctx), Fence(ctx)
+	// Stopping takes a while; Run has not returned.
 	if c.Role == Active {
-		time.Sleep(r.stopActive) // stopping takes a while; Run has not returned
+		time.Sleep(r.stopActive)
+	} else {
+		time.Sleep(r.stopStandby)
 	}
 	r.mu.Lock()
 	x.cause, x.fence, x.end, x.ended = cause, fence, time.Since(r.t0), true

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"maps"
 	"net/http"
@@ -19,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/xce/xce/client"
+	"github.com/xce/xce/internal/backoff"
 	"github.com/xce/xce/internal/testutil"
 	xcev1 "github.com/xce/xce/proto/xce/v1"
 	"github.com/xce/xce/proto/xce/v1/xcev1connect"
@@ -41,19 +43,92 @@ type fakeController struct {
 	intervalMs uint32
 	// notReady refuses calls with NOT_READY while it is > 0 (decremented).
 	notReady int
-	// delay is how long a heartbeat takes to answer (fake time).
+	// delay is how long a heartbeat takes to answer (fake time); a caller
+	// that gives up meanwhile gets no answer.
 	delay time.Duration
+	// maxWaitMs is RegisterResponse.max_wait_ms: a heartbeat with wait_ms
+	// whose acknowledged_seq got the answer it would get now is held until
+	// that answer changes (answer, assign) or wait_ms passes, as a primary
+	// holds it.
+	maxWaitMs uint32
+	// changed is closed, and replaced, whenever the answer changes.
+	changed chan struct{}
+	// answered is the last answer and the seq it went to (0: none in
+	// this session).
+	answered    *xcev1.HeartbeatResponse
+	answeredSeq uint64
+	// leaves says when a leaving worker gets left.
+	leaves leavePolicy
+	// storm: more than stormBeats heartbeats came at one fake instant;
+	// each one from then on takes 10ms.
+	storm bool
 	// logs collects the worker's log.
 	logs testutil.SyncBuffer
 }
 
+// leavePolicy says when the fakeController ends a leaving worker's
+// session (HeartbeatResponse.left).
+type leavePolicy int
+
+const (
+	// leftAsPrimary: as a primary does, once the worker leaves now, or
+	// runs no active and the answer assigns it none.
+	leftAsPrimary leavePolicy = iota
+	// leftNever: the answers never say left.
+	leftNever
+	// leftHang: a heartbeat that leaves now gets no answer at all, as
+	// from a primary that went away.
+	leftHang
+)
+
+// heartbeat is one heartbeat the fakeController received, and what became
+// of it.
 type heartbeat struct {
 	at  time.Duration // since the controller started
 	req *xcev1.HeartbeatRequest
+	// end is when it was answered, refused or given up.
+	end time.Duration
+	// abandoned: the worker gave up on it before its answer; refused:
+	// the controller refused it (a failover ended its session).
+	abandoned, refused bool
+	// answered: it got an answer; left: that answer said left.
+	answered, left bool
+}
+
+// String shows a heartbeat as "at #seq ack=N wait=N run=a,b" and its
+// flags, and its fate unless it was answered.
+func (hb heartbeat) String() string {
+	r := hb.req
+	s := fmt.Sprintf("%v #%d ack=%d wait=%d run=%s", hb.at, r.Seq, r.AcknowledgedSeq, r.WaitMs, strings.Join(r.Running, ","))
+	inFlight := !hb.answered && !hb.abandoned && !hb.refused
+	for _, f := range []struct {
+		on   bool
+		name string
+	}{{r.Leaving, "leaving"}, {r.LeaveNow, "leave_now"}, {hb.abandoned, "abandoned"}, {hb.refused, "refused"},
+		{hb.left, "left"}, {inFlight, "in-flight"}} {
+		if f.on {
+			s += " " + f.name
+		}
+	}
+	return s
 }
 
 func newFakeController(intervalMs uint32) *fakeController {
-	return &fakeController{start: time.Now(), sessions: map[string]bool{}, intervalMs: intervalMs}
+	return &fakeController{start: time.Now(), sessions: map[string]bool{}, intervalMs: intervalMs, changed: make(chan struct{})}
+}
+
+// newHoldingController is a fakeController that holds heartbeats for up to
+// maxWaitMs and hands a leaving worker's actives over.
+func newHoldingController(intervalMs, maxWaitMs uint32) *fakeController {
+	f := newFakeController(intervalMs)
+	f.maxWaitMs = maxWaitMs
+	return f
+}
+
+// notify wakes the heartbeats held (under f.mu).
+func (f *fakeController) notify() {
+	close(f.changed)
+	f.changed = make(chan struct{})
 }
 
 func (f *fakeController) refuse() error {
@@ -81,35 +156,142 @@ func (f *fakeController) Register(_ context.Context, req *connect.Request[xcev1.
 	}
 	f.sessions[req.Msg.WorkerId] = true
 	f.registers++
-	return connect.NewResponse(&xcev1.RegisterResponse{Generation: f.copies.Generation, SessionTimeoutMs: 10 * f.intervalMs, HeartbeatIntervalMs: f.intervalMs}), nil
+	f.answered, f.answeredSeq = nil, 0
+	f.notify() // a heartbeat held for the previous session ends
+	return connect.NewResponse(&xcev1.RegisterResponse{Generation: f.copies.Generation, SessionTimeoutMs: 10 * f.intervalMs,
+		HeartbeatIntervalMs: f.intervalMs, MaxWaitMs: f.maxWaitMs}), nil
 }
 
-func (f *fakeController) Heartbeat(_ context.Context, req *connect.Request[xcev1.HeartbeatRequest]) (*connect.Response[xcev1.HeartbeatResponse], error) {
+func (f *fakeController) Heartbeat(ctx context.Context, req *connect.Request[xcev1.HeartbeatRequest]) (*connect.Response[xcev1.HeartbeatResponse], error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.refuse(); err != nil {
 		return nil, err
 	}
-	if !f.sessions[req.Msg.WorkerId] {
-		return nil, connect.NewError(connect.CodeFailedPrecondition, errors.New("unknown worker: register again"))
+	m := req.Msg
+	if !f.sessions[m.WorkerId] {
+		return nil, errUnknownWorker
 	}
-	f.heartbeats = append(f.heartbeats, heartbeat{at: time.Since(f.start), req: proto.CloneOf(req.Msg)})
-	if f.delay > 0 {
-		// The answer comes from the state after the delay, as a primary's
-		// would come from its state when it answers.
+	now := time.Since(f.start)
+	f.heartbeats = append(f.heartbeats, heartbeat{at: now, req: proto.CloneOf(m)})
+	i := len(f.heartbeats) - 1
+	if f.storm = f.storm || f.sameInstant(now) > stormBeats; f.storm {
+		// A worker that heartbeats without pause would hold fake time
+		// still forever: let time pass (checkBeats fails the test).
 		f.mu.Unlock()
-		time.Sleep(f.delay)
+		time.Sleep(10 * time.Millisecond)
 		f.mu.Lock()
 	}
+	resp, err := f.respond(ctx, m)
+	hb := &f.heartbeats[i]
+	hb.end = time.Since(f.start)
+	switch {
+	case ctx.Err() != nil:
+		hb.abandoned = true
+		return nil, connect.NewError(connect.CodeCanceled, ctx.Err())
+	case err != nil:
+		hb.refused = true
+		return nil, err
+	}
+	hb.answered, hb.left = true, resp.Left
+	if m.Seq != 0 {
+		f.answered, f.answeredSeq = proto.CloneOf(resp), m.Seq
+	}
+	return connect.NewResponse(resp), nil
+}
+
+var errUnknownWorker = connect.NewError(connect.CodeFailedPrecondition, errors.New("unknown worker: register again"))
+
+// stormBeats is how many heartbeats at one fake instant make a storm.
+const stormBeats = 50
+
+// sameInstant counts the heartbeats received at fake time at (under f.mu).
+func (f *fakeController) sameInstant(at time.Duration) int {
+	n := 0
+	for k := len(f.heartbeats) - 1; k >= 0 && f.heartbeats[k].at == at; k-- {
+		n++
+	}
+	return n
+}
+
+// respond answers heartbeat m (under f.mu, which it releases while it
+// waits): after the delay, from the state then; left for a leaving worker
+// that may leave; held while the answer is the one acknowledged_seq got.
+// A heartbeat whose caller gave up gets no answer (ctx.Err()).
+func (f *fakeController) respond(ctx context.Context, m *xcev1.HeartbeatRequest) (*xcev1.HeartbeatResponse, error) {
+	if f.delay > 0 && !f.pause(ctx, f.delay) {
+		return nil, ctx.Err()
+	}
+	if !f.sessions[m.WorkerId] {
+		return nil, errUnknownWorker
+	}
+	if m.LeaveNow && f.leaves == leftHang {
+		f.mu.Unlock()
+		<-ctx.Done()
+		f.mu.Lock()
+		return nil, ctx.Err()
+	}
+	if m.Leaving && f.leaves == leftAsPrimary &&
+		(m.LeaveNow || len(m.Running) == 0 && len(f.copies.Actives)+len(f.copies.PendingActives) == 0) {
+		delete(f.sessions, m.WorkerId)
+		return &xcev1.HeartbeatResponse{Generation: f.copies.Generation, Left: true}, nil
+	}
+	r := f.response()
+	if m.WaitMs == 0 || f.maxWaitMs == 0 || m.AcknowledgedSeq == 0 || m.AcknowledgedSeq != f.answeredSeq {
+		return r, nil
+	}
+	deadline := time.Now().Add(time.Duration(min(m.WaitMs, f.maxWaitMs)) * time.Millisecond)
+	for proto.Equal(r, f.answered) {
+		if !f.waitFor(ctx, deadline) {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			break
+		}
+		if !f.sessions[m.WorkerId] {
+			return nil, errUnknownWorker // a failover ended the hold
+		}
+		r = f.response()
+	}
+	return r, nil
+}
+
+// response is the answer the copies the test set make now (under f.mu).
+func (f *fakeController) response() *xcev1.HeartbeatResponse {
 	r := proto.CloneOf(&f.copies)
 	r.HeartbeatIntervalMs = f.intervalMs
-	return connect.NewResponse(r), nil
+	return r
+}
+
+// pause releases f.mu for d, or until ctx ends (false).
+func (f *fakeController) pause(ctx context.Context, d time.Duration) bool {
+	f.mu.Unlock()
+	defer f.mu.Lock()
+	return backoff.Sleep(ctx, d)
+}
+
+// waitFor releases f.mu until the answer changes (true), deadline passes
+// or ctx ends (false).
+func (f *fakeController) waitFor(ctx context.Context, deadline time.Time) bool {
+	changed := f.changed
+	f.mu.Unlock()
+	defer f.mu.Lock()
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-changed:
+		return time.Now().Before(deadline)
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	return false
 }
 
 // assign sets the copies the next heartbeats get.
 func (f *fakeController) assign(gen uint64, actives, standbys, warmups []string) {
 	f.mu.Lock()
 	f.copies = xcev1.HeartbeatResponse{Generation: gen, Actives: actives, Standbys: standbys, Warmups: warmups}
+	f.notify()
 	f.mu.Unlock()
 }
 
@@ -117,6 +299,7 @@ func (f *fakeController) assign(gen uint64, actives, standbys, warmups []string)
 func (f *fakeController) answer(r *xcev1.HeartbeatResponse) {
 	f.mu.Lock()
 	f.copies = *proto.CloneOf(r)
+	f.notify()
 	f.mu.Unlock()
 }
 
@@ -138,6 +321,8 @@ func (f *fakeController) all() []heartbeat {
 func (f *fakeController) failover() {
 	f.mu.Lock()
 	clear(f.sessions)
+	f.answered, f.answeredSeq = nil, 0
+	f.notify()
 	f.mu.Unlock()
 }
 
@@ -216,6 +401,41 @@ func startWorker(t *testing.T, f *fakeController, cfg Config, simCfg SimulatorCo
 // function is called; that returns what Run returned.
 func startHandler(t *testing.T, f *fakeController, cfg Config, h Handler) (cancel func() error) {
 	t.Helper()
+	r := runHandler(t, f, cfg, h)
+	return func() error {
+		r.cancel()
+		return r.wait()
+	}
+}
+
+// workerRun is a worker's Run in a goroutine of its own.
+type workerRun struct {
+	cancel context.CancelFunc // ends Run's context
+	done   chan struct{}      // closed once Run returned
+	err    error              // what Run returned (read after done)
+	at     time.Duration      // when, since the controller started
+}
+
+// wait waits for Run to return and returns what it returned.
+func (r *workerRun) wait() error {
+	<-r.done
+	return r.err
+}
+
+// returned reports whether Run has returned.
+func (r *workerRun) returned() bool {
+	select {
+	case <-r.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// runHandler runs a worker with handler h against f until its context is
+// cancelled (workerRun.cancel).
+func runHandler(t *testing.T, f *fakeController, cfg Config, h Handler) *workerRun {
+	t.Helper()
 	cfg.Controllers = []string{"controller:1"}
 	cfg.HTTPClient = f.httpClient()
 	var out io.Writer = &f.logs
@@ -228,19 +448,17 @@ func startHandler(t *testing.T, f *fakeController, cfg Config, h Handler) (cance
 		t.Fatal(err)
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	var once sync.Once
-	var runErr error
-	cancel = func() error {
-		once.Do(func() {
-			stop()
-			runErr = <-done
-		})
-		return runErr
-	}
-	t.Cleanup(func() { _ = cancel() }) // a failed test stops it too
-	return cancel
+	r := &workerRun{cancel: stop, done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		r.err = w.Run(ctx)
+		r.at = time.Since(f.start)
+	}()
+	t.Cleanup(func() { // a failed test stops it too
+		stop()
+		<-r.done
+	})
+	return r
 }
 
 // TestRunHeartbeatsAndSimulates drives a worker on fake time: it registers,
