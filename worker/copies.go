@@ -343,10 +343,16 @@ func (w *Worker) want(leaseValid bool) map[string]Copy {
 	s := &w.st
 	want := wanted(s.resp, s.granted, leaseValid)
 	if w.leaving.Load() {
-		for t, c := range want {
-			if r := s.copies[t]; c.Role == Active && (r == nil || !keeps(r.c, c)) {
-				want[t] = Copy{Task: t, Role: Standby, Epoch: c.Epoch}
+		// Granted or not (a heartbeat that did not list it withdrew the
+		// grant), an active it does not run as such is a standby here:
+		// its copy keeps running across answers.
+		for _, t := range s.resp.actives {
+			if c, ok := want[t]; ok && c.Role == Active {
+				if r := s.copies[t]; r != nil && keeps(r.c, c) {
+					continue
+				}
 			}
+			want[t] = Copy{Task: t, Role: Standby, Epoch: s.resp.epochs[t]}
 		}
 	}
 	return want

@@ -194,7 +194,6 @@ func TestLeaveStartsNoActive(t *testing.T) {
 // active granted to it keeps running while the heartbeats go without it
 // (they list only actives), whatever else the worker does meanwhile.
 func TestLeaveKeepsAGrantedStandby(t *testing.T) {
-	t.Skip("known bug: while leaving, a granted active held as a standby is stopped once a heartbeat went without it, and started again on the next answer")
 	synctest.Test(t, func(t *testing.T) {
 		f := newHoldingController(1000, 5000)
 		r := newRecorder()
@@ -212,7 +211,6 @@ func TestLeaveKeepsAGrantedStandby(t *testing.T) {
 // worker an active it holds as a standby, and moves another away, does not
 // hold up the heartbeat that says the other stopped.
 func TestLeaveSaysAtOnceWithAGrantHeld(t *testing.T) {
-	t.Skip("known bug: while leaving, settle waits the whole interval for a granted active that the worker holds as a standby and never starts")
 	synctest.Test(t, func(t *testing.T) {
 		f := newHoldingController(1000, 5000)
 		r := newRecorder()
@@ -419,7 +417,6 @@ func TestRunErrorsOnlyOnRefusal(t *testing.T) {
 // answered without left (it is assigned no active) does not send the next
 // one at once, again and again, until its wait for left ends.
 func TestLeaveNowPaced(t *testing.T) {
-	t.Skip("known bug: a heartbeat that leaves now (wait_ms 0) answered without left is followed by the next at once, until the 5s wait ends")
 	synctest.Test(t, func(t *testing.T) {
 		f := newHoldingController(1000, 5000)
 		f.leaves = leftNever

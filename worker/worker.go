@@ -270,7 +270,7 @@ func (w *Worker) protocol(ctx context.Context) error {
 			justRegistered = true
 		}
 		start := time.Now()
-		answered, urgent := w.heartbeat(ctx, justRegistered)
+		answered, held, urgent := w.heartbeat(ctx, justRegistered)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -284,7 +284,7 @@ func (w *Worker) protocol(ctx context.Context) error {
 		switch {
 		case !w.registered && !justRegistered:
 			continue // register again at once
-		case urgent, answered && w.maxWait > 0:
+		case urgent, answered && held:
 			continue
 		}
 		t := time.NewTimer(w.interval - time.Since(start))
@@ -405,16 +405,18 @@ func (w *Worker) acked(req *xcev1.HeartbeatRequest, actives []string) {
 }
 
 // heartbeat sends one heartbeat and takes its answer. It reports whether
-// the primary answered, and whether something urgent (urge) happened
-// while it waited: it then abandoned the heartbeat, or took its answer,
-// and the next one should go at once.
-func (w *Worker) heartbeat(ctx context.Context, justRegistered bool) (answered, urgent bool) {
+// the primary answered, whether the heartbeat asked to be held (the next
+// may then go at once: the primary paces them), and whether something
+// urgent (urge) happened while it waited: it then abandoned the heartbeat,
+// or took its answer, and the next one should go at once.
+func (w *Worker) heartbeat(ctx context.Context, justRegistered bool) (answered, held, urgent bool) {
 	// What was urgent before the request is built is in it.
 	select {
 	case <-w.urgent:
 	default:
 	}
 	req := w.request()
+	held = req.WaitMs > 0
 	// The lease counts from before the call: the primary hears the
 	// heartbeat no earlier, whichever attempt of the client's retries
 	// reaches it.
@@ -442,13 +444,13 @@ func (w *Worker) heartbeat(ctx context.Context, justRegistered bool) (answered, 
 	urgent = abandoned.Load()
 	switch {
 	case ctx.Err() != nil:
-		return false, urgent
+		return false, held, urgent
 	case err != nil && urgent:
-		return false, true // abandoned for a newer heartbeat
+		return false, held, true // abandoned for a newer heartbeat
 	case errors.Is(err, client.ErrUnknownWorker):
 		w.registered = false
 		w.log.Info().Bool("just_registered", justRegistered).Msg("the primary has no session for this worker: registering again")
-		return false, urgent
+		return false, held, urgent
 	case err != nil:
 		ev := w.log.Debug()
 		if !w.failing {
@@ -456,14 +458,14 @@ func (w *Worker) heartbeat(ctx context.Context, justRegistered bool) (answered, 
 		}
 		ev.Err(err).Msg("heartbeat failed")
 		w.failing = true
-		return false, urgent
+		return false, held, urgent
 	}
 	if w.failing {
 		w.log.Info().Msg("heartbeats go through again")
 		w.failing = false
 	}
 	w.take(req, resp, sent)
-	return true, urgent
+	return true, held, urgent
 }
 
 // take acts on an answer: it records the copies and the lease and, before
