@@ -126,6 +126,17 @@ func (r *kvRig) checkDelays(what string, ds []delay) {
 	}
 }
 
+// registrations are worker id's "registered" log lines.
+func (r *kvRig) registrations(id string) []logLine {
+	var out []logLine
+	for _, l := range r.logLines(id) {
+		if l.Message == "registered" {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
 // restart sends worker id SIGTERM, expects it to hand its actives over and
 // exit 0, starts it again on its store and waits until the placement has
 // settled with it.
@@ -147,7 +158,12 @@ func (r *kvRig) restart(id string) {
 		r.t.Errorf("%s did not hand every active over before it exited", id)
 	}
 	r.t.Logf("%s: SIGTERM to exit 0 in %v", id, time.Since(start).Round(time.Millisecond))
+	runs := len(r.registrations(id))
 	r.startWorker(id, r.c.Addrs())
+	// Registered, so its signal handler is in place for the next round.
+	testutil.Eventually(r.t, raceSlack(20*time.Second), id+" registers again", func() bool {
+		return len(r.registrations(id)) > runs
+	})
 	r.settle()
 }
 
