@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/xce/xce/internal/testutil"
@@ -44,29 +43,11 @@ func (r *kvRig) inputTimes() map[[2]int64]time.Time {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(r.brokers...), kgo.ConsumeTopics(kvworker.DefaultInputTopic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	defer cl.Close()
 	out := map[[2]int64]time.Time{}
-	pos := map[int32]int64{}
-	for {
-		done := true
-		ends.Each(func(o kadm.ListedOffset) { done = done && pos[o.Partition] >= o.Offset })
-		if done {
-			return out
-		}
-		fs := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			r.t.Fatalf("input not read to its end: at %v", pos)
-		}
-		fs.EachRecord(func(rec *kgo.Record) {
-			pos[rec.Partition] = rec.Offset + 1
-			out[[2]int64{int64(rec.Partition), rec.Offset}] = rec.Timestamp
-		})
-	}
+	consumeToEnd(r.t, ctx, r.brokers, kvworker.DefaultInputTopic, ends, func(rec *kgo.Record) {
+		out[[2]int64{int64(rec.Partition), rec.Offset}] = rec.Timestamp
+	})
+	return out
 }
 
 // delay is one input record's time to its output.

@@ -297,55 +297,65 @@ func (r *kvRig) readOutput() []outRec {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(r.brokers...), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.KeepControlRecords(), kgo.ConsumeTopics(kvworker.DefaultOutputTopic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	last := map[string]uint64{}
+	var out []outRec
+	consumeToEnd(t, ctx, r.brokers, kvworker.DefaultOutputTopic, ends, func(rec *kgo.Record) {
+		if rec.Attrs.IsControl() {
+			return
+		}
+		if v, err := strconv.ParseUint(string(rec.Value), 10, 64); err != nil || v != last[string(rec.Key)]+1 {
+			t.Errorf("output %q=%q at %d[%d] follows %d", rec.Key, rec.Value, rec.Partition, rec.Offset, last[string(rec.Key)])
+		} else {
+			last[string(rec.Key)] = v
+		}
+		o := outRec{task: -1, at: rec.Timestamp}
+		for _, h := range rec.Headers {
+			switch h.Key {
+			case kvworker.HeaderInput:
+				p, off, ok := strings.Cut(string(h.Value), ":")
+				pi, err1 := strconv.ParseInt(p, 10, 64)
+				oi, err2 := strconv.ParseInt(off, 10, 64)
+				if ok && err1 == nil && err2 == nil {
+					o.task, o.off = pi, oi
+				}
+			case kvworker.HeaderEpoch:
+				o.epoch, _ = strconv.ParseUint(string(h.Value), 10, 64)
+			}
+		}
+		if o.task < 0 || o.epoch == 0 {
+			t.Errorf("output at %d[%d] has headers %v", rec.Partition, rec.Offset, rec.Headers)
+			return
+		}
+		out = append(out, o)
+	})
+	return out
+}
+
+// consumeToEnd reads topic from its start until every partition reaches
+// its offset in ends (read_committed, with the transaction markers), and
+// gives fn each record.
+func consumeToEnd(t *testing.T, ctx context.Context, brokers []string, topic string, ends kadm.ListedOffsets, fn func(*kgo.Record)) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.KeepControlRecords(), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cl.Close()
 	pos := map[int32]int64{}
-	last := map[string]uint64{}
-	var out []outRec
 	for {
 		done := true
 		ends.Each(func(o kadm.ListedOffset) { done = done && pos[o.Partition] >= o.Offset })
 		if done {
-			return out
+			return
 		}
 		fs := cl.PollFetches(ctx)
 		if ctx.Err() != nil {
-			t.Fatalf("output not read to its end: at %v", pos)
+			t.Fatalf("%s not read to its end: at %v", topic, pos)
 		}
 		fs.EachRecord(func(rec *kgo.Record) {
 			pos[rec.Partition] = rec.Offset + 1
-			if rec.Attrs.IsControl() {
-				return
-			}
-			if v, err := strconv.ParseUint(string(rec.Value), 10, 64); err != nil || v != last[string(rec.Key)]+1 {
-				t.Errorf("output %q=%q at %d[%d] follows %d", rec.Key, rec.Value, rec.Partition, rec.Offset, last[string(rec.Key)])
-			} else {
-				last[string(rec.Key)] = v
-			}
-			o := outRec{task: -1, at: rec.Timestamp}
-			for _, h := range rec.Headers {
-				switch h.Key {
-				case kvworker.HeaderInput:
-					p, off, ok := strings.Cut(string(h.Value), ":")
-					pi, err1 := strconv.ParseInt(p, 10, 64)
-					oi, err2 := strconv.ParseInt(off, 10, 64)
-					if ok && err1 == nil && err2 == nil {
-						o.task, o.off = pi, oi
-					}
-				case kvworker.HeaderEpoch:
-					o.epoch, _ = strconv.ParseUint(string(h.Value), 10, 64)
-				}
-			}
-			if o.task < 0 || o.epoch == 0 {
-				t.Errorf("output at %d[%d] has headers %v", rec.Partition, rec.Offset, rec.Headers)
-				return
-			}
-			out = append(out, o)
+			fn(rec)
 		})
 	}
 }

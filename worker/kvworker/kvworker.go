@@ -313,23 +313,33 @@ func (h *Handler) follow(ctx context.Context, log zerolog.Logger, st *store, p i
 			lastLag = time.Now()
 		}
 		pctx, cancel := context.WithTimeout(ctx, lagEvery)
-		fs := cl.PollRecords(pctx, 10_000)
+		next, err = readChangelog(pctx, cl, st, next)
 		cancel()
 		if ctx.Err() != nil {
 			return nil
 		}
-		if err := fetchErr(fs); err != nil {
-			return err
-		}
-		n, err := applyChangelog(st, fs.Records(), true)
 		if err != nil {
 			return err
 		}
-		if n >= 0 {
-			next = n
-		}
 		restore.progress(log, p, next)
 	}
+}
+
+// readChangelog polls the changelog once, until ctx ends, applies what it
+// read to the store, and returns the store's position after it.
+func readChangelog(ctx context.Context, cl *kgo.Client, st *store, next int64) (int64, error) {
+	fs := cl.PollRecords(ctx, 10_000)
+	if ctx.Err() != nil {
+		return next, nil
+	}
+	if err := fetchErr(fs); err != nil {
+		return next, err
+	}
+	n, err := applyChangelog(st, fs.Records(), true)
+	if n >= 0 {
+		next = n
+	}
+	return next, err
 }
 
 // restoring times a store's restore up to the changelog's end when it
@@ -428,19 +438,11 @@ func (h *Handler) active(ctx context.Context, log zerolog.Logger, c worker.Copy,
 		restore := startRestore(next, end)
 		for next < end {
 			report(end - next)
-			fs := cl.PollRecords(ctx, 10_000)
-			if ctx.Err() != nil {
+			if next, err = readChangelog(ctx, cl, st, next); ctx.Err() != nil {
 				return nil
 			}
-			if err := fetchErr(fs); err != nil {
-				return err
-			}
-			n, err := applyChangelog(st, fs.Records(), true)
 			if err != nil {
 				return err
-			}
-			if n >= 0 {
-				next = n
 			}
 			restore.progress(log, p, next)
 		}
