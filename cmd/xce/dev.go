@@ -312,6 +312,7 @@ func (d *devRun) printTry() {
 	fmt.Fprintf(d.out, "      xce members list --addr %s\n      xce leader transfer --addr %s\n", all, all)
 	if d.workers.n > 0 {
 		fmt.Fprintf(d.out, "      xce submit my-stateful-task --stateful --addr %s\n      xce workers --addr %s\n      xce assignment --addr %s\n", all, all, all)
+		fmt.Fprintf(d.out, "      xce workers drain w1 --addr %s   (its actives move away; undrain to give them back)\n", all)
 	}
 	if d.kafkaAddr != "" {
 		tail := append([]string{"xce events tail --brokers", d.kafkaAddr, "--from-start"}, kafkaSecurityArgs(d.cluster.KafkaSecurity())...)
