@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
 
 	"github.com/xce/xce/ha"
 	"github.com/xce/xce/internal/testutil"
@@ -322,5 +324,15 @@ func TestJoinIgnoredWithState(t *testing.T) {
 	ms, _, _, err := r.Members()
 	if err != nil || len(ms) != 1 || !ms[0].Voter || ms[0].LastContact != 0 || ms[0].MatchIndex != r.LastIndex() {
 		t.Fatalf("restarted node's members %+v, %v", ms, err)
+	}
+}
+
+// A leadership transfer that timed out leaves the leader in place: the
+// caller is told to try again (ha.ErrTimeout), not that the change was
+// refused.
+func TestTransferTimeoutIsTransient(t *testing.T) {
+	err := mapErr(raft.ErrLeadershipTransferTimeout)
+	if !errors.Is(err, ha.ErrTimeout) || !strings.Contains(err.Error(), "leadership transfer timeout") {
+		t.Fatalf("mapErr(transfer timeout) = %v", err)
 	}
 }

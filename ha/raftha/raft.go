@@ -298,7 +298,9 @@ func mapErr(err error) error {
 		return fmt.Errorf("%w: %v", ha.ErrNotLeader, err)
 	case errors.Is(err, raft.ErrRaftShutdown):
 		return ha.ErrShutdown
-	case errors.Is(err, raft.ErrEnqueueTimeout):
+	case errors.Is(err, raft.ErrEnqueueTimeout), errors.Is(err, raft.ErrLeadershipTransferTimeout):
+		// A transfer that timed out leaves this node the leader: asking
+		// again may succeed.
 		return fmt.Errorf("%w: %v", ha.ErrTimeout, err)
 	}
 	return err

@@ -74,6 +74,11 @@ var (
 	// client requests because it is attempting to transfer leadership.
 	ErrLeadershipTransferInProgress = errors.New("leadership transfer in progress")
 
+	// ErrLeadershipTransferTimeout is returned when a leadership transfer
+	// did not complete within the election timeout; the leader stays the
+	// leader.
+	ErrLeadershipTransferTimeout = errors.New("leadership transfer timeout")
+
 	// ErrIncompatibleLogStore is returned when the log store does not support
 	// or implement some required methods.
 	ErrIncompatibleLogStore = errors.New("log store does not implement some required methods or malformed")

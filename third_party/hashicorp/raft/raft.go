@@ -767,7 +767,7 @@ func (r *Raft) leaderLoop() {
 				select {
 				case <-time.After(r.config().ElectionTimeout):
 					close(stopCh)
-					err := fmt.Errorf("leadership transfer timeout")
+					err := ErrLeadershipTransferTimeout
 					r.logger.Debug(err.Error())
 					future.respond(err)
 					<-doneCh
@@ -787,7 +787,7 @@ func (r *Raft) leaderLoop() {
 						// the leaderLoop.
 						select {
 						case <-time.After(r.config().ElectionTimeout):
-							err := fmt.Errorf("leadership transfer timeout")
+							err := ErrLeadershipTransferTimeout
 							r.logger.Debug(err.Error())
 							future.respond(err)
 						case <-leftLeaderLoop:
