@@ -91,9 +91,8 @@ func TestPeerTLSLeaderExitDetected(t *testing.T) {
 // startIntruder runs a fourth node, n4, that lists the cluster's three
 // nodes and itself as voters and campaigns every few hundred
 // milliseconds, with the given peer_tls (none: plaintext).
-func startIntruder(t *testing.T, c *Cluster, name string, pt configs.PeerTLS) {
+func startIntruder(t *testing.T, c *Cluster, name string, ports []int, pt configs.PeerTLS) {
 	t.Helper()
-	ports := freePorts(t, 2)
 	cfg := c.ConfigSpec(0).Config
 	cfg.NodeID = "n4"
 	cfg.DataDir = filepath.Join(t.TempDir(), "data")
@@ -156,22 +155,32 @@ func TestPeerTLSRefusesForeignNodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	startIntruder(t, c, "foreign-ca", configs.PeerTLS{CAFile: caFile, CertFile: oc, KeyFile: ok})
+	// One call for every intruder's ports: ports taken one intruder at a
+	// time could repeat while the previous intruder has not bound them yet.
+	ports := freePorts(t, 6)
+	startIntruder(t, c, "foreign-ca", ports[0:2], configs.PeerTLS{CAFile: caFile, CertFile: oc, KeyFile: ok})
 	// The cluster's CA signed a certificate for a node it does not list.
 	wc, wk, err := tlsconf.CreateCert(c.TLSDir(), req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	startIntruder(t, c, "unlisted-node", configs.PeerTLS{CAFile: caFile, CertFile: wc, KeyFile: wk})
-	startIntruder(t, c, "plaintext", configs.PeerTLS{})
+	startIntruder(t, c, "unlisted-node", ports[2:4], configs.PeerTLS{CAFile: caFile, CertFile: wc, KeyFile: wk})
+	startIntruder(t, c, "plaintext", ports[4:6], configs.PeerTLS{})
 
 	reasons := []string{"bad_certificate", "wrong_node", "plaintext"}
+	short := map[string]float64{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("refusals counted by reason at the last look: %v", short)
+		}
+	})
 	testutil.Eventually(t, raceSlack(30*time.Second), "every intruder refused again and again", func() bool {
 		for _, r := range reasons {
 			sum := 0.0
 			for i := range c.N() {
 				sum += c.refusedFor(i, r)
 			}
+			short[r] = sum
 			if sum < 5 {
 				return false
 			}
