@@ -2,12 +2,14 @@ package bench
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"sync"
 	"time"
 
 	"github.com/xce/xce/client"
@@ -117,7 +119,9 @@ func (r *Report) Err() error {
 // Bench runs one bench: it starts the local cluster (if any), drives the
 // load (killing the primary as asked), reads the final state and checks
 // the whole history. ctx ending stops the load early; the local cluster
-// is stopped before Bench returns.
+// is stopped before Bench returns. The run's directory is removed unless
+// Keep is set, the history shows a violation, or the run failed with a
+// local cluster whose logs explain it.
 func Bench(ctx context.Context, o Options) (*Report, error) {
 	switch {
 	case o.Restarts && o.Local < 3:
@@ -129,124 +133,219 @@ func Bench(ctx context.Context, o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	keep := o.Keep
-	defer func() {
-		if !keep {
-			os.RemoveAll(dir)
-		}
-	}()
-	fsync, err := FsyncLatency(dir, 200)
-	if err != nil {
+	r := &run{o: o, dir: dir}
+	out, err := r.bench(ctx)
+	r.close()
+	if err != nil && r.cluster != nil {
+		err = fmt.Errorf("%w (logs in %s)", err, dir)
+	}
+	if !(o.Keep || err != nil && r.cluster != nil || out != nil && out.Dir != "") {
+		os.RemoveAll(dir)
+	}
+	return out, err
+}
+
+// run is one bench's state, from its cluster to its history.
+type run struct {
+	o   Options
+	dir string
+
+	fsync     time.Duration
+	cluster   *localcluster.Cluster // nil against Endpoints
+	endpoints []string
+	creds     client.Credentials
+	tlsCfg    *tls.Config
+	copts     client.Options
+	ctl       *client.Client // Status by address
+	dataDirs  []string
+	sizes     *scraper
+	load      Load
+}
+
+// bench runs the phases in order; the caller closes what it opened.
+func (r *run) bench(ctx context.Context) (*Report, error) {
+	var err error
+	if r.fsync, err = FsyncLatency(r.dir, 200); err != nil {
 		return nil, fmt.Errorf("measure fsync: %w", err)
 	}
-	fmt.Fprintf(o.Log, "xce bench: %d clients, %v, reads %.2f; disk fsync p50 %.3f ms (bounds a write's latency)\n",
-		o.Clients, o.Duration, o.Reads, ms(fsync))
-
-	creds := o.Credentials
-	var cluster *localcluster.Cluster
-	endpoints := o.Endpoints
-	if o.Local > 0 {
-		cluster, err = startLocal(o.Exe, dir, o.Local, o.Profile, o.TLS)
-		if err != nil {
-			return nil, err
-		}
-		defer cluster.Stop(stopGrace)
-		endpoints = cluster.ClientAddrs()
-		if o.TLS {
-			creds = cluster.Credentials()
-		}
-	}
-	tlsCfg, err := creds.TLSConfig()
-	if err != nil {
+	fmt.Fprintf(r.o.Log, "xce bench: %d clients, %v, reads %.2f; disk fsync p50 %.3f ms (bounds a write's latency)\n",
+		r.o.Clients, r.o.Duration, r.o.Reads, ms(r.fsync))
+	if err := r.connect(); err != nil {
 		return nil, err
 	}
-	copts := client.Options{TLS: tlsCfg, Credentials: creds}
-	ctl, err := client.New([]string{"127.0.0.1:1"}, copts)
-	if err != nil {
-		return nil, err
-	}
-	if o.Local > 0 {
-		wctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		_, err = cluster.WaitPrimary(wctx, ctl, o.Local-1)
-		cancel()
-		if err != nil {
-			keep = true
-			return nil, fmt.Errorf("local cluster did not elect: %w (logs in %s)", err, dir)
-		}
-		secure := ""
-		if o.TLS {
-			secure = ", TLS and tokens"
-		}
-		fmt.Fprintf(o.Log, "local cluster of %d (%s timings%s) up in %s\n", o.Local, o.Profile.Name, secure, dir)
-	}
-
 	// The servers are started: from here on the load generator may yield
 	// the CPU to them. By default it does not, like etcd's benchmark tool,
 	// so that figures compare.
-	if o.Nice > 0 {
-		Yield(o.Nice)
+	if r.o.Nice > 0 {
+		Yield(r.o.Nice)
 	}
+	prefill, err := r.prefill(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m, err := r.measure(ctx)
+	if err != nil {
+		return nil, err
+	}
+	verdict, err := r.check(m.hist.Ops())
+	if err != nil {
+		return nil, err
+	}
+	out := r.report(m, verdict)
+	out.Prefill = prefill
+	if r.o.Restarts {
+		before := uint64(verdict.Acked)
+		if prefill != nil {
+			before += uint64(prefill.Tasks)
+		}
+		if out.Restarts, err = r.restarts(ctx, before); err != nil {
+			return nil, fmt.Errorf("restarts: %w", err)
+		}
+		if out.Restarts.Lost() {
+			out.Dir = r.dir
+		}
+	}
+	return out, nil
+}
 
-	var dataDirs []string
-	if cluster != nil {
-		for _, n := range cluster.Nodes {
-			dataDirs = append(dataDirs, n.DataDir)
-		}
-	}
-	sizes := newScraper(tlsCfg, creds, ctl)
-	defer sizes.close()
-	var prefill *PrefillResult
-	if o.Prefill > 0 {
-		pc := o.PrefillClients
-		if pc <= 0 {
-			pc = DefaultPrefillClients
-		}
-		fmt.Fprintf(o.Log, "prefill: %d tasks, %d submitters\n", o.Prefill, pc)
-		prefill, err = RunPrefill(ctx, Prefill{
-			Endpoints: endpoints, TLS: tlsCfg, Credentials: creds, Tasks: o.Prefill, Clients: pc,
-			Progress: func(p Progress) {
-				fmt.Fprintf(o.Log, "%6.1fs  prefill %d/%d  %.0f/s  retries %d  errors %d\n",
-					p.Elapsed.Seconds(), p.Ops, o.Prefill, float64(p.Ops)/p.Elapsed.Seconds(), p.Retries, p.Errors)
-			},
-		})
+// connect starts the local cluster, if asked, and waits for its PRIMARY;
+// then the run has its endpoints, credentials and control client.
+func (r *run) connect() error {
+	r.creds, r.endpoints = r.o.Credentials, r.o.Endpoints
+	if r.o.Local > 0 {
+		c, err := startLocal(r.o.Exe, r.dir, r.o.Local, r.o.Profile, r.o.TLS)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("interrupted during the prefill, %d of %d tasks in: %w", prefill.Tasks, o.Prefill, ctx.Err())
+		r.cluster = c
+		r.endpoints = c.ClientAddrs()
+		if r.o.TLS {
+			r.creds = c.Credentials()
 		}
-		fmt.Fprintf(o.Log, "prefill: %d tasks in %.1fs, %.0f/s\n", prefill.Tasks, prefill.Seconds, prefill.PerSecond)
-		prefill.NodeStats = sizes.nodes(ctx, endpoints, dataDirs)
-		PrintNodes(o.Log, prefill.NodeStats)
+		for _, n := range c.Nodes {
+			r.dataDirs = append(r.dataDirs, n.DataDir)
+		}
 	}
-
-	var hist History
-	load := Load{
-		Endpoints: endpoints, TLS: tlsCfg, Credentials: creds, Clients: o.Clients, Duration: o.Duration, Ops: o.Ops, Reads: o.Reads,
+	var err error
+	if r.tlsCfg, err = r.creds.TLSConfig(); err != nil {
+		return err
+	}
+	r.copts = client.Options{TLS: r.tlsCfg, Credentials: r.creds}
+	if r.ctl, err = client.New(r.endpoints, r.copts); err != nil {
+		return err
+	}
+	r.sizes = newScraper(r.tlsCfg, r.creds, r.ctl)
+	r.load = Load{
+		Endpoints: r.endpoints, TLS: r.tlsCfg, Credentials: r.creds,
+		Clients: r.o.Clients, Duration: r.o.Duration, Ops: r.o.Ops, Reads: r.o.Reads,
 		Progress: func(p Progress) {
-			fmt.Fprintf(o.Log, "%6.1fs  ops %d  %.0f/s  retries %d  errors %d\n",
+			fmt.Fprintf(r.o.Log, "%6.1fs  ops %d  %.0f/s  retries %d  errors %d\n",
 				p.Elapsed.Seconds(), p.Ops, float64(p.Ops)/p.Elapsed.Seconds(), p.Retries, p.Errors)
 		},
 	}
-	termStart := maxTerm(ctx, ctl, endpoints)
-	killErr := make(chan error, 1)
-	var kills []time.Time
+	if r.cluster == nil {
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := r.cluster.WaitPrimary(wctx, r.ctl, r.o.Local-1); err != nil {
+		return fmt.Errorf("local cluster did not elect: %w", err)
+	}
+	secure := ""
+	if r.o.TLS {
+		secure = ", TLS and tokens"
+	}
+	fmt.Fprintf(r.o.Log, "local cluster of %d (%s timings%s) up in %s\n", r.o.Local, r.o.Profile.Name, secure, r.dir)
+	return nil
+}
+
+// close stops the local cluster and closes the run's clients.
+func (r *run) close() {
+	if r.cluster != nil {
+		r.cluster.Stop(stopGrace)
+	}
+	if r.sizes != nil {
+		r.sizes.close()
+	}
+	if r.ctl != nil {
+		r.ctl.Close()
+	}
+}
+
+// prefill loads the tasks asked for before the measured run (nil when
+// none are).
+func (r *run) prefill(ctx context.Context) (*PrefillResult, error) {
+	if r.o.Prefill <= 0 {
+		return nil, nil
+	}
+	pc := r.o.PrefillClients
+	if pc <= 0 {
+		pc = DefaultPrefillClients
+	}
+	fmt.Fprintf(r.o.Log, "prefill: %d tasks, %d submitters\n", r.o.Prefill, pc)
+	res, err := RunPrefill(ctx, Prefill{
+		Endpoints: r.endpoints, TLS: r.tlsCfg, Credentials: r.creds, Tasks: r.o.Prefill, Clients: pc,
+		Progress: func(p Progress) {
+			fmt.Fprintf(r.o.Log, "%6.1fs  prefill %d/%d  %.0f/s  retries %d  errors %d\n",
+				p.Elapsed.Seconds(), p.Ops, r.o.Prefill, float64(p.Ops)/p.Elapsed.Seconds(), p.Retries, p.Errors)
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("interrupted during the prefill, %d of %d tasks in: %w", res.Tasks, r.o.Prefill, ctx.Err())
+	}
+	fmt.Fprintf(r.o.Log, "prefill: %d tasks in %.1fs, %.0f/s\n", res.Tasks, res.Seconds, res.PerSecond)
+	res.NodeStats = r.sizes.nodes(ctx, r.endpoints, r.dataDirs)
+	PrintNodes(r.o.Log, res.NodeStats)
+	return res, nil
+}
+
+// measured is what the measured run leaves: its result and history, the
+// times of its kills, its snapshot and the term it started in.
+type measured struct {
+	res       *Result
+	hist      History
+	kills     []time.Time
+	snap      *SnapshotResult
+	termStart uint64
+}
+
+// measure drives the load, with the primary's kills and the snapshot when
+// asked, and the load generator's CPU profile.
+func (r *run) measure(ctx context.Context) (*measured, error) {
+	m := &measured{termStart: maxTerm(ctx, r.ctl, r.endpoints)}
 	loadCtx, stopLoad := context.WithCancel(ctx)
-	defer stopLoad()
-	if o.KillPrimary > 0 {
+	killCtx, stopKills := context.WithCancel(ctx)
+	var bg sync.WaitGroup
+	var sc *client.Client
+	defer func() {
+		// On success the load is over and the kills are done: this only
+		// stops what an error left running.
+		stopLoad()
+		stopKills()
+		bg.Wait()
+		if sc != nil {
+			sc.Close()
+		}
+	}()
+	load := r.load
+	var killErr error
+	if r.o.KillPrimary > 0 {
 		// The load runs for Duration and, should the kills take longer
 		// (each waits for a caught-up cluster), until the last kill's
 		// failover is behind it, so every kill gets its figure.
 		killDone := make(chan struct{})
-		go func() {
+		bg.Go(func() {
 			defer close(killDone)
-			killErr <- killLoop(ctx, o, cluster, ctl, &kills)
-		}()
-		if o.Ops == 0 {
+			killErr = killLoop(killCtx, r.o, r.cluster, r.ctl, &m.kills)
+		})
+		if r.o.Ops == 0 {
 			load.Duration = 0
-			go func() {
+			bg.Go(func() {
 				select {
-				case <-time.After(o.Duration):
+				case <-time.After(r.o.Duration):
 				case <-loadCtx.Done():
 					return
 				}
@@ -255,99 +354,102 @@ func Bench(ctx context.Context, o Options) (*Report, error) {
 				case <-loadCtx.Done():
 				}
 				stopLoad()
-			}()
+			})
 		}
-	} else {
-		killErr <- nil
 	}
-	if o.CPUProfile != "" {
-		pf, err := os.Create(o.CPUProfile)
-		if err != nil {
+	if r.o.SnapshotAt > 0 {
+		var err error
+		if sc, err = client.New(r.endpoints, r.copts); err != nil {
 			return nil, err
 		}
-		if err := pprof.StartCPUProfile(pf); err != nil {
-			return nil, err
-		}
-		defer pf.Close()
-	}
-	snapDone := make(chan *SnapshotResult, 1)
-	snapCtx, stopSnap := context.WithCancel(loadCtx)
-	defer stopSnap()
-	if o.SnapshotAt > 0 {
-		sc, err := client.New(endpoints, copts)
-		if err != nil {
-			return nil, err
-		}
-		defer sc.Close()
 		runStart := time.Now()
-		go func() { snapDone <- takeSnapshot(snapCtx, sc, runStart, o.SnapshotAt) }()
-	} else {
-		snapDone <- nil
+		// The snapshot ends with the load: one not yet due is not taken,
+		// one under way is waited for.
+		bg.Go(func() { m.snap = takeSnapshot(loadCtx, sc, runStart, r.o.SnapshotAt) })
 	}
-	res, err := Run(loadCtx, load, &hist)
-	if o.CPUProfile != "" {
-		pprof.StopCPUProfile()
-	}
-	// A snapshot not yet due is not taken; one under way is waited for.
-	stopSnap()
-	snap := <-snapDone
+	stopProfile, err := startCPUProfile(r.o.CPUProfile)
 	if err != nil {
 		return nil, err
 	}
-	if err := <-killErr; err != nil {
-		keep = true
-		return nil, fmt.Errorf("kill loop: %w (logs in %s)", err, dir)
+	m.res, err = Run(loadCtx, load, &m.hist)
+	stopProfile()
+	if err != nil {
+		return nil, err
 	}
+	stopLoad()
+	bg.Wait()
+	if killErr != nil {
+		return nil, fmt.Errorf("kill loop: %w", killErr)
+	}
+	return m, nil
+}
 
-	// The final state, read linearizably.
+// startCPUProfile writes this process's CPU profile to path until the
+// returned func is called; with no path it does nothing.
+func startCPUProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
+}
+
+// check reads the final state linearizably and checks the history
+// against it.
+func (r *run) check(ops []Op) (Verdict, error) {
 	fctx, fcancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer fcancel()
-	lc, err := client.New(endpoints, copts)
+	tasks, err := r.ctl.List(fctx, false)
 	if err != nil {
-		return nil, err
-	}
-	tasks, err := lc.List(fctx, false)
-	if err != nil {
-		keep = true
-		return nil, fmt.Errorf("final read of every task: %w", err)
+		return Verdict{}, fmt.Errorf("final read of every task: %w", err)
 	}
 	final := make(map[string]bool, len(tasks))
 	for _, t := range tasks {
 		final[t.TaskId] = true
 	}
-	htmlPath := o.HistoryPath
+	htmlPath := r.o.HistoryPath
 	if htmlPath == "" {
-		htmlPath = filepath.Join(dir, "history.html")
+		htmlPath = filepath.Join(r.dir, "history.html")
 	}
-	ops := hist.Ops()
-	verdict, err := Check(ops, final, time.Minute, htmlPath)
-	if err != nil {
-		return nil, err
-	}
+	return Check(ops, final, time.Minute, htmlPath)
+}
+
+// report puts the run's figures together.
+func (r *run) report(m *measured, verdict Verdict) *Report {
+	res, ops := m.res, m.hist.Ops()
 	out := &Report{
-		Clients: o.Clients, LocalNodes: o.Local, DurationS: res.Elapsed.Seconds(), Ops: res.Ops,
+		Clients: r.o.Clients, LocalNodes: r.o.Local, DurationS: res.Elapsed.Seconds(), Ops: res.Ops,
 		OpsPerSec: float64(res.Ops) / res.Elapsed.Seconds(), Errors: res.Errors, NotReadyRetries: res.Retries,
 		WarmupS: res.Warmup.Seconds(),
 		LatencyMs: map[string]float64{
 			"p50": ms(res.Percentile(50)), "p95": ms(res.Percentile(95)), "p99": ms(res.Percentile(99)), "max": ms(res.Percentile(100)),
 		},
-		FsyncP50Ms: ms(fsync), Linearizable: verdict.Linearizable, CheckResult: verdict.CheckResult,
+		FsyncP50Ms: ms(r.fsync), Linearizable: verdict.Linearizable, CheckResult: verdict.CheckResult,
 		Acked: verdict.Acked, Lost: verdict.Lost, Duplicates: verdict.Duplicates, HistoryFile: verdict.HistoryFile,
+		TermStart: m.termStart, TermEnd: maxTerm(context.Background(), r.ctl, r.endpoints),
+		NodeStats: r.sizes.nodes(context.Background(), r.endpoints, r.dataDirs),
 	}
-	out.TermStart, out.TermEnd = termStart, maxTerm(context.Background(), ctl, endpoints)
-	out.Prefill = prefill
-	out.NodeStats = sizes.nodes(context.Background(), endpoints, dataDirs)
-	if o.Local > 0 {
-		out.Profile = o.Profile.Name
+	if r.o.Local > 0 {
+		out.Profile = r.o.Profile.Name
 	}
-	if snap != nil {
+	if snap := m.snap; snap != nil {
 		if snap.Error == "" {
 			snap.MaxLatencyMsAround = ms(MaxWriteLatency(ops, snap.start, snap.end))
 		}
 		snap.MaxLatencyMsRun = ms(MaxWriteLatency(ops, time.Time{}, time.Time{}))
 		out.Snapshot = snap
 	}
-	for _, k := range kills {
+	for _, k := range m.kills {
 		if d, ok := FailoverAfter(ops, k); ok {
 			out.FailoversMs = append(out.FailoversMs, ms(d))
 		} else {
@@ -355,28 +457,17 @@ func Bench(ctx context.Context, o Options) (*Report, error) {
 		}
 	}
 	if !verdict.OK() {
-		keep = true
-		out.Dir = dir
+		out.Dir = r.dir
 		out.violation = true
 	}
-	if o.Restarts {
-		rs := &restarter{c: cluster, ctl: ctl, load: load, copts: copts, log: o.Log, sizes: sizes, dirs: dataDirs,
-			before: uint64(verdict.Acked)}
-		if prefill != nil {
-			rs.before += uint64(prefill.Tasks)
-		}
-		r, err := rs.run(ctx)
-		if err != nil {
-			keep = true
-			return nil, fmt.Errorf("restarts: %w (logs in %s)", err, dir)
-		}
-		out.Restarts = r
-		if r.Lost() {
-			keep = true
-			out.Dir = dir
-		}
-	}
-	return out, nil
+	return out
+}
+
+// restarts measures what restarting nodes costs, after the run.
+func (r *run) restarts(ctx context.Context, before uint64) (*Restarts, error) {
+	rs := &restarter{c: r.cluster, ctl: r.ctl, load: r.load, copts: r.copts, log: r.o.Log, sizes: r.sizes,
+		dirs: r.dataDirs, before: before}
+	return rs.run(ctx)
 }
 
 // maxTerm is the highest term any endpoint reports.

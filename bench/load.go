@@ -72,41 +72,16 @@ func Run(ctx context.Context, l Load, h *History) (*Result, error) {
 	if l.OpTimeout <= 0 {
 		l.OpTimeout = 10 * time.Second
 	}
-	// A few pooled HTTP clients shared by the callers.
-	pool := make([]*http.Client, 4)
-	for i := range pool {
-		pool[i] = client.NewHTTPClient(l.TLS)
-	}
-	defer func() {
-		for _, c := range pool {
-			c.CloseIdleConnections()
-		}
-	}()
 	nonce := fmt.Sprintf("%x", rand.Uint32())
 	var ops, errs, retries, budget atomic.Int64
-	clients := make([]*client.Client, l.Clients)
-	defer func() {
-		for _, c := range clients {
-			if c != nil {
-				c.Close() // its member refresh may be under way
-			}
-		}
-	}()
-	retriesOf := make([]atomic.Int64, l.Clients)
-	for w := range clients {
-		c, err := client.New(l.Endpoints, client.Options{
-			HTTPClient: pool[w%len(pool)],
-			TLS:        l.TLS, Credentials: l.Credentials,
-			ClientID: fmt.Sprintf("bench-%s-%d", nonce, w),
-			OnRetry: func(*xcev1.NotReady, error) {
-				retriesOf[w].Add(1)
-				retries.Add(1)
-			},
-		})
-		if err != nil {
-			return nil, err
-		}
-		clients[w] = c
+	callers, closeAll, err := newCallers(l, nonce, &retries)
+	defer closeAll()
+	if err != nil {
+		return nil, err
+	}
+	clients := make([]*client.Client, len(callers))
+	for i, c := range callers {
+		clients[i] = c.cl
 	}
 	warmup := warm(ctx, clients, nonce, l.OpTimeout)
 	retries.Store(0) // the warm-up's leader hints are not the run's
@@ -115,7 +90,6 @@ func Run(ctx context.Context, l Load, h *History) (*Result, error) {
 		ctx, cancel = context.WithTimeout(ctx, l.Duration)
 		defer cancel()
 	}
-	lats := make([][]time.Duration, l.Clients)
 	start := time.Now()
 	var wg sync.WaitGroup
 	stopProgress := make(chan struct{})
@@ -125,56 +99,26 @@ func Run(ctx context.Context, l Load, h *History) (*Result, error) {
 		})
 	}
 	var workers sync.WaitGroup
-	for w, c := range clients {
-		myRetries := &retriesOf[w]
+	for _, c := range callers {
+		c.rng = rand.New(rand.NewPCG(uint64(c.w), uint64(start.UnixNano())))
 		workers.Go(func() {
-			rng := rand.New(rand.NewPCG(uint64(w), uint64(start.UnixNano())))
-			var last string
 			for seq := 0; ctx.Err() == nil; seq++ {
 				if l.Ops > 0 && budget.Add(1) > l.Ops {
 					return
 				}
-				op := Op{Client: w}
-				before := myRetries.Load()
-				octx, cancel := context.WithTimeout(ctx, l.OpTimeout)
-				op.Call = time.Now()
-				if last != "" && l.Reads > 0 && rng.Float64() < l.Reads {
-					op.Kind, op.TaskID = Get, last
-					r, err := c.Get(octx, last, false)
-					op.Return = time.Now()
-					switch {
-					case err == nil:
-						op.Outcome, op.Index = OK, r.AppliedIndex
-					case errors.Is(err, client.ErrNotFound):
-						op.Outcome = NotFound
-					}
-				} else {
-					op.Kind, op.TaskID = Submit, fmt.Sprintf("b%s-%d-%d", nonce, w, seq)
-					r, err := c.Submit(octx, client.Task{ID: op.TaskID})
-					op.Return = time.Now()
-					switch {
-					case err == nil:
-						op.Outcome, op.Index = OK, r.Index
-						last = op.TaskID
-					case errors.Is(err, client.ErrAlreadyExists):
-						op.Outcome = Exists
-					}
-				}
-				cancel()
-				op.Retries = int(myRetries.Load() - before)
+				op := c.call(ctx, seq)
+				h.Add(op)
 				if ctx.Err() != nil && op.Outcome == Unknown {
 					// Cut off by the end of the run: the call's fate is
-					// unknown, keep it as such.
-					h.Add(op)
+					// unknown, kept as such and not counted.
 					return
 				}
-				h.Add(op)
 				ops.Add(1)
 				if op.Outcome == Unknown {
 					errs.Add(1)
 					continue
 				}
-				lats[w] = append(lats[w], op.Return.Sub(op.Call))
+				c.lats = append(c.lats, op.Return.Sub(op.Call))
 			}
 		})
 	}
@@ -182,11 +126,116 @@ func Run(ctx context.Context, l Load, h *History) (*Result, error) {
 	close(stopProgress)
 	wg.Wait()
 	r := &Result{Ops: ops.Load(), Errors: errs.Load(), Retries: retries.Load(), Elapsed: time.Since(start), Warmup: warmup}
-	for _, ls := range lats {
-		r.Latencies = append(r.Latencies, ls...)
+	for _, c := range callers {
+		r.Latencies = append(r.Latencies, c.lats...)
 	}
 	slices.Sort(r.Latencies)
 	return r, nil
+}
+
+// A caller is one of the run's concurrent clients with what it keeps
+// between calls.
+type caller struct {
+	w       int
+	cl      *client.Client
+	nonce   string
+	reads   float64
+	timeout time.Duration
+	rng     *rand.Rand
+	retries atomic.Int64 // NOT_READY retries of its calls
+	last    string       // the last task it created, which it reads
+	lats    []time.Duration
+}
+
+// newCallers makes the run's callers; each counts its retries in its own
+// counter and in all. closeAll closes what was made, also on an error.
+func newCallers(l Load, nonce string, all *atomic.Int64) (_ []*caller, closeAll func(), _ error) {
+	callers := make([]*caller, l.Clients)
+	for w := range callers {
+		callers[w] = &caller{w: w, nonce: nonce, reads: l.Reads, timeout: l.OpTimeout}
+	}
+	cls, closeAll, err := pooledClients(l.Endpoints, l.TLS, l.Credentials, l.Clients,
+		func(w int) string { return fmt.Sprintf("bench-%s-%d", nonce, w) },
+		func(w int) {
+			callers[w].retries.Add(1)
+			all.Add(1)
+		})
+	if err != nil {
+		return nil, closeAll, err
+	}
+	for w, cl := range cls {
+		callers[w].cl = cl
+	}
+	return callers, closeAll, nil
+}
+
+// pooledClients makes n clients of the endpoints that share a few pooled
+// HTTP clients, client w with the id id(w) and counting its NOT_READY
+// retries with onRetry(w). closeAll closes what was made, also on an
+// error.
+func pooledClients(endpoints []string, tlsCfg *tls.Config, creds client.Credentials, n int,
+	id func(w int) string, onRetry func(w int)) (_ []*client.Client, closeAll func(), _ error) {
+	pool := make([]*http.Client, 4)
+	for i := range pool {
+		pool[i] = client.NewHTTPClient(tlsCfg)
+	}
+	var cls []*client.Client
+	closeAll = func() {
+		for _, c := range cls {
+			c.Close() // its member refresh may be under way
+		}
+		for _, c := range pool {
+			c.CloseIdleConnections()
+		}
+	}
+	for w := range n {
+		cl, err := client.New(endpoints, client.Options{
+			HTTPClient: pool[w%len(pool)],
+			TLS:        tlsCfg, Credentials: creds,
+			ClientID: id(w),
+			OnRetry:  func(*xcev1.NotReady, error) { onRetry(w) },
+		})
+		if err != nil {
+			return nil, closeAll, err
+		}
+		cls = append(cls, cl)
+	}
+	return cls, closeAll, nil
+}
+
+// call makes the caller's seq-th call: a linearizable read of the last
+// task it created, for the Reads fraction of calls once it created one,
+// or the creation of a new task.
+func (c *caller) call(ctx context.Context, seq int) Op {
+	op := Op{Client: c.w}
+	before := c.retries.Load()
+	octx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	op.Call = time.Now()
+	if c.last != "" && c.reads > 0 && c.rng.Float64() < c.reads {
+		op.Kind, op.TaskID = Get, c.last
+		r, err := c.cl.Get(octx, c.last, false)
+		op.Return = time.Now()
+		switch {
+		case err == nil:
+			op.Outcome, op.Index = OK, r.AppliedIndex
+		case errors.Is(err, client.ErrNotFound):
+			op.Outcome = NotFound
+		}
+	} else {
+		op.Kind, op.TaskID = Submit, fmt.Sprintf("b%s-%d-%d", c.nonce, c.w, seq)
+		r, err := c.cl.Submit(octx, client.Task{ID: op.TaskID})
+		op.Return = time.Now()
+		switch {
+		case err == nil:
+			op.Outcome, op.Index = OK, r.Index
+			c.last = op.TaskID
+		case errors.Is(err, client.ErrAlreadyExists):
+			op.Outcome = Exists
+		}
+	}
+	op.Retries = int(c.retries.Load() - before)
+	return op
 }
 
 // warm has every client find the PRIMARY and open its connection (over

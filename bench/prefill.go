@@ -6,14 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/xce/xce/client"
-	xcev1 "github.com/xce/xce/proto/xce/v1"
 )
 
 // Prefill loads a registry of Tasks tasks before a measured run, as fast
@@ -101,28 +99,12 @@ func RunPrefill(ctx context.Context, p Prefill) (*PrefillResult, error) {
 	var done, errs, retries atomic.Int64
 	submit := p.submit
 	if submit == nil {
-		pool := make([]*http.Client, 4)
-		for i := range pool {
-			pool[i] = client.NewHTTPClient(p.TLS)
-		}
-		defer func() {
-			for _, c := range pool {
-				c.CloseIdleConnections()
-			}
-		}()
-		cls := make([]*client.Client, clients)
-		for w := range cls {
-			c, err := client.New(p.Endpoints, client.Options{
-				HTTPClient: pool[w%len(pool)],
-				TLS:        p.TLS, Credentials: p.Credentials,
-				ClientID: fmt.Sprintf("prefill-%s-%d", p.Prefix, w),
-				OnRetry:  func(*xcev1.NotReady, error) { retries.Add(1) },
-			})
-			if err != nil {
-				return nil, err
-			}
-			defer c.Close()
-			cls[w] = c
+		cls, closeAll, err := pooledClients(p.Endpoints, p.TLS, p.Credentials, clients,
+			func(w int) string { return fmt.Sprintf("prefill-%s-%d", p.Prefix, w) },
+			func(int) { retries.Add(1) })
+		defer closeAll()
+		if err != nil {
+			return nil, err
 		}
 		submit = func(ctx context.Context, w int, id, requestID string) error {
 			_, err := cls[w].SubmitWithID(ctx, client.Task{ID: id}, requestID)
