@@ -222,92 +222,57 @@ var _ raft.MonotonicLogStore = (*Store)(nil)
 // Open opens or creates the log in dir. A damaged log fails with ErrCorrupt,
 // one that lost entries with ErrLost, and either is left as it was found.
 func Open(dir string, opts Options) (*Store, Recovery, error) {
-	var rec Recovery
 	if opts.SegmentSize <= 0 {
 		opts.SegmentSize = DefaultSegmentSize
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, rec, err
+		return nil, Recovery{}, err
 	}
 	names, err := segmentNames(dir)
 	if err != nil {
-		return nil, rec, err
+		return nil, Recovery{}, err
 	}
 	s := &Store{dir: dir, segSize: opts.SegmentSize}
-	ok := false
-	defer func() {
-		if !ok {
-			s.closeFiles()
-		}
-	}()
 	// Check everything before changing anything.
-	type torn struct {
-		g       *segment
-		at, end int64
-		resumed bool
+	tail, err := s.scan(names, opts)
+	if err == nil {
+		var rec Recovery
+		if rec, err = s.repair(tail); err == nil {
+			return s, rec, nil
+		}
 	}
+	s.closeFiles()
+	return nil, Recovery{}, err
+}
+
+// torn is a segment's damaged tail that Open zeroes: bytes at to end.
+type torn struct {
+	g       *segment
+	at, end int64
+	resumed bool // left by an interrupted suffix delete
+}
+
+// scan reads and checks every segment, in order, into s.segs, and sets
+// s.first and s.last. It changes no file; it returns the tail to zero, if
+// any.
+func (s *Store) scan(names []segName, opts Options) (*torn, error) {
 	var tail *torn
 	for i, n := range names {
-		path := filepath.Join(dir, n.name)
-		isLast := i == len(names)-1
-		b, err := os.ReadFile(path)
+		g, t, err := scanSegment(filepath.Join(s.dir, n.name), n.first, i == len(names)-1, opts)
 		if err != nil {
-			return nil, rec, err
+			return nil, err
 		}
-		hdr, prealloc, err := checkSegHeader(b, n.first)
-		if errors.Is(err, errHeaderShort) {
-			return nil, rec, fmt.Errorf("%w: %s is %d bytes, cut short inside its header", ErrLost, path, len(b))
-		}
-		if err != nil {
-			return nil, rec, fmt.Errorf("%w: %s: %v", ErrCorrupt, path, err)
-		}
-		g := &segment{first: n.first, path: path, hdr: hdr, prealloc: prealloc}
-		off := hdr
-		var ferr error
-		for off < int64(len(b)) {
-			want := g.first + uint64(len(g.offs))
-			_, _, n, err := decodeFrame(b[off:], want)
-			if err != nil {
-				ferr = err
-				break
-			}
-			g.offs = append(g.offs, off)
-			off += int64(n)
-		}
-		g.size, g.written = off, off
-		if int64(len(b)) < prealloc {
-			return nil, rec, fmt.Errorf("%w: %s is %d bytes, shorter than the %d it was created with: cut short after %s",
-				ErrLost, path, len(b), prealloc, describeEnd(g))
-		}
-		// Past the last frame a segment holds zeros: its preallocated,
-		// unused space.
-		if ferr != nil && !allZero(b[off:]) {
-			want := g.first + uint64(len(g.offs))
-			switch {
-			case !isLast:
-				return nil, rec, fmt.Errorf("%w: %s: entry %d at offset %d: %v", ErrCorrupt, path, want, off, ferr)
-			case opts.CutFrom != 0 && want >= opts.CutFrom:
-				// Left by an interrupted suffix delete.
-				tail = &torn{g: g, at: off, end: off + lastNonZero(b[off:]), resumed: true}
-			case want <= opts.Durable:
-				return nil, rec, fmt.Errorf("%w: %s: entry %d at offset %d: %v; entries up to %d were durable, so this is damage, not a torn write",
-					ErrCorrupt, path, want, off, ferr, opts.Durable)
-			default:
-				if at, idx, found := findLaterBatch(b, off+8, want); found {
-					return nil, rec, fmt.Errorf("%w: %s: entry %d at offset %d: %v; entry %d of a later write follows intact at offset %d, so this is not a torn write",
-						ErrCorrupt, path, want, off, ferr, idx, at)
-				}
-				tail = &torn{g: g, at: off, end: off + lastNonZero(b[off:])}
-			}
+		if t != nil {
+			tail = t
 		}
 		if len(s.segs) > 0 {
 			prev := s.segs[len(s.segs)-1]
 			if len(prev.offs) == 0 {
-				return nil, rec, fmt.Errorf("%w: %s holds no entry but is followed by %s", ErrCorrupt, prev.path, path)
+				return nil, fmt.Errorf("%w: %s holds no entry but is followed by %s", ErrCorrupt, prev.path, g.path)
 			}
 			if prev.last()+1 != g.first {
-				return nil, rec, fmt.Errorf("%w: %s ends at entry %d but %s starts at %d: the entries between are missing",
-					ErrLost, prev.path, prev.last(), path, g.first)
+				return nil, fmt.Errorf("%w: %s ends at entry %d but %s starts at %d: the entries between are missing",
+					ErrLost, prev.path, prev.last(), g.path, g.first)
 			}
 		}
 		s.segs = append(s.segs, g)
@@ -324,26 +289,87 @@ func Open(dir string, opts Options) (*Store, Recovery, error) {
 	}
 	if opts.Durable != 0 && s.last < opts.Durable {
 		if len(s.segs) == 0 {
-			return nil, rec, fmt.Errorf("%w: %s holds no segment, but entries up to %d were made durable", ErrLost, dir, opts.Durable)
+			return nil, fmt.Errorf("%w: %s holds no segment, but entries up to %d were made durable", ErrLost, s.dir, opts.Durable)
 		}
 		g := s.segs[len(s.segs)-1]
-		return nil, rec, fmt.Errorf("%w: %s ends after %s, but entries up to %d were made durable", ErrLost, g.path, describeEnd(g), opts.Durable)
+		return nil, fmt.Errorf("%w: %s ends after %s, but entries up to %d were made durable", ErrLost, g.path, describeEnd(g), opts.Durable)
 	}
-	// Checked: now repair and open.
+	return tail, nil
+}
+
+// scanSegment reads the segment at path, which should start at entry
+// first, and indexes its frames; a damaged tail of the last segment is
+// returned as torn when it may be the end of an interrupted write.
+func scanSegment(path string, first uint64, isLast bool, opts Options) (*segment, *torn, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	hdr, prealloc, err := checkSegHeader(b, first)
+	if errors.Is(err, errHeaderShort) {
+		return nil, nil, fmt.Errorf("%w: %s is %d bytes, cut short inside its header", ErrLost, path, len(b))
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, path, err)
+	}
+	g := &segment{first: first, path: path, hdr: hdr, prealloc: prealloc}
+	off := hdr
+	var ferr error
+	for off < int64(len(b)) {
+		want := g.first + uint64(len(g.offs))
+		_, _, n, err := decodeFrame(b[off:], want)
+		if err != nil {
+			ferr = err
+			break
+		}
+		g.offs = append(g.offs, off)
+		off += int64(n)
+	}
+	g.size, g.written = off, off
+	if int64(len(b)) < prealloc {
+		return nil, nil, fmt.Errorf("%w: %s is %d bytes, shorter than the %d it was created with: cut short after %s",
+			ErrLost, path, len(b), prealloc, describeEnd(g))
+	}
+	// Past the last frame a segment holds zeros: its preallocated, unused
+	// space.
+	if ferr == nil || allZero(b[off:]) {
+		return g, nil, nil
+	}
+	want := g.first + uint64(len(g.offs))
+	switch {
+	case !isLast:
+		return nil, nil, fmt.Errorf("%w: %s: entry %d at offset %d: %v", ErrCorrupt, path, want, off, ferr)
+	case opts.CutFrom != 0 && want >= opts.CutFrom:
+		// Left by an interrupted suffix delete.
+		return g, &torn{g: g, at: off, end: off + lastNonZero(b[off:]), resumed: true}, nil
+	case want <= opts.Durable:
+		return nil, nil, fmt.Errorf("%w: %s: entry %d at offset %d: %v; entries up to %d were durable, so this is damage, not a torn write",
+			ErrCorrupt, path, want, off, ferr, opts.Durable)
+	}
+	if at, idx, found := findLaterBatch(b, off+8, want); found {
+		return nil, nil, fmt.Errorf("%w: %s: entry %d at offset %d: %v; entry %d of a later write follows intact at offset %d, so this is not a torn write",
+			ErrCorrupt, path, want, off, ferr, idx, at)
+	}
+	return g, &torn{g: g, at: off, end: off + lastNonZero(b[off:])}, nil
+}
+
+// repair opens the checked segments and zeroes the torn tail, if any.
+func (s *Store) repair(tail *torn) (Recovery, error) {
+	var rec Recovery
 	for _, g := range s.segs {
 		f, err := os.OpenFile(g.path, os.O_RDWR, 0)
 		if err != nil {
-			return nil, rec, err
+			return rec, err
 		}
 		g.f = f
 	}
 	if tail != nil {
 		// Zeroed, not truncated: the segment keeps its preallocated size.
 		if err := zeroRange(tail.g.f, tail.at, tail.end); err != nil {
-			return nil, rec, fmt.Errorf("raft log %s: zero a torn write: %w", tail.g.path, err)
+			return rec, fmt.Errorf("raft log %s: zero a torn write: %w", tail.g.path, err)
 		}
 		if err := syncData(tail.g.f); err != nil {
-			return nil, rec, fmt.Errorf("raft log %s: zero a torn write: sync: %w", tail.g.path, err)
+			return rec, fmt.Errorf("raft log %s: zero a torn write: sync: %w", tail.g.path, err)
 		}
 		rec.TornBytes, rec.TornFile, rec.CutResumed = tail.end-tail.at, tail.g.path, tail.resumed
 		if len(tail.g.offs) > 0 {
@@ -353,8 +379,7 @@ func Open(dir string, opts Options) (*Store, Recovery, error) {
 		}
 	}
 	rec.Segments = len(s.segs)
-	ok = true
-	return s, rec, nil
+	return rec, nil
 }
 
 // describeEnd says where a segment's intact entries end.
