@@ -418,124 +418,154 @@ func (p *planner) needsWarmup(t, x int) bool {
 func (p *planner) balanceActives() {
 	p.astar = slices.Clone(p.a0)
 	p.paid = make([]bool, p.nT)
-	c := newCounter(p.cntA, len(p.stateful), p.weight, p.totalW)
-	// act lists each worker's target actives; unstated the subset nobody has
-	// any state for, which may go anywhere without waiting.
-	act := make([][]int, p.nW)
-	unstated := make([][]int, p.nW)
-	isUnstated := func(t int) bool { return p.minLag[t] == infLag && !p.pinned[t] }
+	m := &activeMoves{p: p, c: newCounter(p.cntA, len(p.stateful), p.weight, p.totalW),
+		act: make([][]int, p.nW), unstated: make([][]int, p.nW)}
 	for _, t := range p.stateful {
-		act[p.a0[t]] = append(act[p.a0[t]], t)
-		if isUnstated(t) {
-			unstated[p.a0[t]] = append(unstated[p.a0[t]], t)
+		m.act[p.a0[t]] = append(m.act[p.a0[t]], t)
+		if m.isUnstated(t) {
+			m.unstated[p.a0[t]] = append(m.unstated[p.a0[t]], t)
 		}
-	}
-	try := func(t, v, u int) bool {
-		switch need := p.needsWarmup(t, u); {
-		case need && !p.paid[t]:
-			if p.budget == 0 {
-				p.blocked = true
-				return false
-			}
-			p.budget--
-			p.paid[t] = true
-		case !need && p.paid[t]:
-			p.budget++
-			p.paid[t] = false
-		}
-		p.astar[t] = u
-		c.cnt[v]--
-		c.cnt[u]++
-		act[v] = removeSorted(act[v], t)
-		act[u] = insertSorted(act[u], t)
-		if isUnstated(t) {
-			unstated[v] = removeSorted(unstated[v], t)
-			unstated[u] = insertSorted(unstated[u], t)
-		}
-		return true
 	}
 	for progress := true; progress; {
 		progress = false
 		for phase := 1; phase <= 3; phase++ {
-			if !c.needed(phase) {
+			if !m.c.needed(phase) {
 				continue
 			}
-			// Receiver categories, best first: a caught-up standby (swap),
-			// a caught-up warm-up (its restoration was for this), any
-			// caught-up worker, a most-caught-up worker when nobody is
-			// caught up, a warm-up in progress, a lagging standby.
-			for cat := range 6 {
-				for u := range p.nW {
-					var list []int
-					switch cat {
-					case 0, 5:
-						list = p.sbList[u]
-					case 1, 4:
-						list = p.wuList[u]
-					case 2:
-						list = p.cuList[u]
-					case 3:
-						list = p.minList[u]
-					}
-					for i := len(list) - 1; i >= 0 && c.receiver(phase, u); i-- {
-						t := list[i]
-						v := p.astar[t]
-						if v == u || !c.donor(phase, v) {
-							continue
-						}
-						if cu := p.caughtUp(u, t); (cat <= 1 && !cu) || (cat >= 4 && cu) {
-							continue
-						}
-						if try(t, v, u) {
-							progress = true
-						}
-					}
-				}
+			if m.byCategory(phase) {
+				progress = true
 			}
-			// Then anything: the least loaded receiver takes from the most
-			// loaded donor a task nobody has state for, else (with a
-			// warm-up slot) its highest task.
-			recv, don := c.receivers(phase), c.donors(phase, nil)
-			for recv.len() > 0 && don.len() > 0 {
-				u := recv.top()
-				if !c.receiver(phase, u) {
-					recv.pop()
-					continue
-				}
-				tried := p.scratch[:0]
-				moved := false
-				for don.len() > 0 && !moved {
-					v := don.pop()
-					if !c.donor(phase, v) {
-						continue // for good: donors only shrink within a phase
-					}
-					tried = append(tried, v)
-					t := -1
-					if l := unstated[v]; len(l) > 0 {
-						t = l[len(l)-1]
-					} else if p.budget > 0 {
-						t = act[v][len(act[v])-1]
-					}
-					moved = t >= 0 && try(t, v, u)
-				}
-				for _, v := range tried {
-					don.push(v)
-				}
-				p.scratch = tried
-				if moved {
-					recv.fix(u)
-					progress = true
-					continue
-				}
-				// No donor could serve u; whether one can does not depend
-				// on the receiver, so no other receiver will be served.
-				if p.budget == 0 {
-					p.blocked = true
-				}
-				break
+			if m.anything(phase) {
+				progress = true
 			}
 		}
 	}
+}
+
+// activeMoves is balanceActives' working state: the counts it balances,
+// each worker's target actives (act), and the subset of them nobody has
+// any state for (unstated), which may go anywhere without waiting.
+type activeMoves struct {
+	p        *planner
+	c        *counter
+	act      [][]int
+	unstated [][]int
+}
+
+func (m *activeMoves) isUnstated(t int) bool { return m.p.minLag[t] == infLag && !m.p.pinned[t] }
+
+// try moves the target active of t from v to u, paying a warm-up slot if
+// u must warm up first (and giving back one t no longer needs); without a
+// slot it moves nothing and reports false.
+func (m *activeMoves) try(t, v, u int) bool {
+	p := m.p
+	switch need := p.needsWarmup(t, u); {
+	case need && !p.paid[t]:
+		if p.budget == 0 {
+			p.blocked = true
+			return false
+		}
+		p.budget--
+		p.paid[t] = true
+	case !need && p.paid[t]:
+		p.budget++
+		p.paid[t] = false
+	}
+	p.astar[t] = u
+	m.c.cnt[v]--
+	m.c.cnt[u]++
+	m.act[v] = removeSorted(m.act[v], t)
+	m.act[u] = insertSorted(m.act[u], t)
+	if m.isUnstated(t) {
+		m.unstated[v] = removeSorted(m.unstated[v], t)
+		m.unstated[u] = insertSorted(m.unstated[u], t)
+	}
+	return true
+}
+
+// byCategory moves actives to receivers that hold state for them, by
+// receiver category, best first: a caught-up standby (swap), a caught-up
+// warm-up (its restoration was for this), any caught-up worker, a
+// most-caught-up worker when nobody is caught up, a warm-up in progress, a
+// lagging standby. It reports whether it moved any.
+func (m *activeMoves) byCategory(phase int) (moved bool) {
+	p, c := m.p, m.c
+	for cat := range 6 {
+		for u := range p.nW {
+			var list []int
+			switch cat {
+			case 0, 5:
+				list = p.sbList[u]
+			case 1, 4:
+				list = p.wuList[u]
+			case 2:
+				list = p.cuList[u]
+			case 3:
+				list = p.minList[u]
+			}
+			for i := len(list) - 1; i >= 0 && c.receiver(phase, u); i-- {
+				t := list[i]
+				v := p.astar[t]
+				if v == u || !c.donor(phase, v) {
+					continue
+				}
+				if cu := p.caughtUp(u, t); (cat <= 1 && !cu) || (cat >= 4 && cu) {
+					continue
+				}
+				if m.try(t, v, u) {
+					moved = true
+				}
+			}
+		}
+	}
+	return moved
+}
+
+// anything has the least loaded receiver take from the most loaded donor a
+// task nobody has state for, else (with a warm-up slot) its highest task.
+// It reports whether it moved any.
+func (m *activeMoves) anything(phase int) (progress bool) {
+	p, c := m.p, m.c
+	recv, don := c.receivers(phase), c.donors(phase, nil)
+	for recv.len() > 0 && don.len() > 0 {
+		u := recv.top()
+		if !c.receiver(phase, u) {
+			recv.pop()
+			continue
+		}
+		tried := p.scratch[:0]
+		moved := false
+		for don.len() > 0 && !moved {
+			v := don.pop()
+			if !c.donor(phase, v) {
+				continue // for good: donors only shrink within a phase
+			}
+			tried = append(tried, v)
+			t := -1
+			if l := m.unstated[v]; len(l) > 0 {
+				t = l[len(l)-1]
+			} else if p.budget > 0 {
+				t = m.act[v][len(m.act[v])-1]
+			}
+			moved = t >= 0 && m.try(t, v, u)
+		}
+		for _, v := range tried {
+			don.push(v)
+		}
+		p.scratch = tried
+		if moved {
+			recv.fix(u)
+			progress = true
+			continue
+		}
+		// No donor could serve u; whether one can does not depend on the
+		// receiver, so no other receiver will be served.
+		if p.budget == 0 {
+			p.blocked = true
+		}
+		break
+	}
+	return progress
 }
 
 // partner is the worker that should take the standby slot of t when its
@@ -827,16 +857,8 @@ func (p *planner) fillCandidate(t int, hi []int, lighter func(a, b int) bool, h 
 // warm-up slot and is recorded in pend (reconcile keeps the copy in place
 // until the warm-up has caught up).
 func (p *planner) balanceCopies(c *counter) {
-	// Each worker's target standbys, split by whether moving them away
-	// costs a warm-up slot (sb[1]) or not (sb[0]).
-	var sb [2][][]int
-	sb[0], sb[1] = make([][]int, p.nW), make([][]int, p.nW)
-	class := func(t, w int) int {
-		if p.valuable(t, w) {
-			return 1
-		}
-		return 0
-	}
+	m := &copyMoves{p: p, c: c}
+	m.sb[0], m.sb[1] = make([][]int, p.nW), make([][]int, p.nW)
 	// The standbys of a task whose active move waits stay put: the target
 	// worker of the active takes one of their slots in the output, so moving
 	// them would make the output flap between rounds.
@@ -845,35 +867,9 @@ func (p *planner) balanceCopies(c *counter) {
 			continue
 		}
 		for _, w := range p.sstar[t] {
-			sb[class(t, w)][w] = append(sb[class(t, w)][w], t)
+			l := m.class(t, w)
+			m.sb[l][w] = append(m.sb[l][w], t)
 		}
-	}
-	try := func(t, v, u int) bool {
-		cu := p.caughtUp(u, t)
-		i := slices.IndexFunc(p.pend[t], func(m pendingMove) bool { return m.to == v })
-		switch {
-		case i >= 0 && cu: // the waiting move can now happen at once
-			p.pend[t] = slices.Delete(p.pend[t], i, i+1)
-			p.budget++
-		case i >= 0:
-			p.pend[t][i].to = u
-		case !cu && p.valuable(t, v):
-			if p.budget == 0 {
-				p.blocked = true
-				return false
-			}
-			p.budget--
-			p.pend[t] = append(p.pend[t], pendingMove{from: v, to: u})
-		}
-		s := removeSorted(p.sstar[t], v)
-		p.sstar[t] = insertSorted(s, u)
-		c.cnt[v]--
-		c.cnt[u]++
-		l := class(t, v)
-		sb[l][v] = removeSorted(sb[l][v], t)
-		l = class(t, u)
-		sb[l][u] = insertSorted(sb[l][u], t)
-		return true
 	}
 	for progress := true; progress; {
 		progress = false
@@ -881,84 +877,153 @@ func (p *planner) balanceCopies(c *counter) {
 			if !c.needed(phase) {
 				continue
 			}
-			// Receiver categories, best first: a caught-up warm-up, any
-			// caught-up worker, a warm-up in progress.
-			for cat := range 3 {
-				for u := range p.nW {
-					list := p.wuList[u]
-					if cat == 1 {
-						list = p.cuList[u]
-					}
-					for i := len(list) - 1; i >= 0 && c.receiver(phase, u); i-- {
-						t := list[i]
-						if cu := p.caughtUp(u, t); (cat == 0 && !cu) || (cat == 2 && cu) || p.holds(t, u) || p.activeWaits(t) {
-							continue
-						}
-						v := -1
-						for _, w := range p.sstar[t] {
-							if c.donor(phase, w) && (v < 0 || cmpLoad(c.cnt[w], c.weight[w], c.cnt[v], c.weight[v]) > 0) {
-								v = w
-							}
-						}
-						if v >= 0 && try(t, v, u) {
-							progress = true
-						}
-					}
-				}
+			if m.byCategory(phase) {
+				progress = true
 			}
-			// Then anything: the least loaded receiver takes a standby from
-			// the most loaded donor that has one it may hold. A receiver no
-			// donor can serve is dropped for the phase: donors only lose
-			// standbys, so it will not be served later either.
-			// Without warm-up slots only donors with cheap standbys can
-			// serve anyone; dropping the others keeps failures cheap.
-			canServe := func(v int) bool {
-				if p.budget > 0 || len(sb[0][v]) > 0 {
-					return true
-				}
-				if len(sb[1][v]) > 0 {
-					p.blocked = true
-				}
-				return false
+			if m.anything(phase) {
+				progress = true
 			}
-			recv, don := c.receivers(phase), c.donors(phase, canServe)
-			hadBudget := p.budget > 0
-			for recv.len() > 0 && don.len() > 0 {
-				if hadBudget && p.budget == 0 {
-					hadBudget = false
-					don = c.donors(phase, canServe)
+		}
+	}
+}
+
+// copyMoves is balanceCopies' working state: the counts it balances and
+// each worker's target standbys, split by whether moving them away costs
+// a warm-up slot (sb[1]) or not (sb[0]).
+type copyMoves struct {
+	p  *planner
+	c  *counter
+	sb [2][][]int
+}
+
+// class is the sb list a standby of t on w belongs in.
+func (m *copyMoves) class(t, w int) int {
+	if m.p.valuable(t, w) {
+		return 1
+	}
+	return 0
+}
+
+// try moves a target standby of t from v to u. Moving a valuable copy to a
+// worker that is not caught up pays a warm-up slot and is recorded as a
+// pending move; without a slot it moves nothing and reports false.
+func (m *copyMoves) try(t, v, u int) bool {
+	p := m.p
+	cu := p.caughtUp(u, t)
+	i := slices.IndexFunc(p.pend[t], func(pm pendingMove) bool { return pm.to == v })
+	switch {
+	case i >= 0 && cu: // the waiting move can now happen at once
+		p.pend[t] = slices.Delete(p.pend[t], i, i+1)
+		p.budget++
+	case i >= 0:
+		p.pend[t][i].to = u
+	case !cu && p.valuable(t, v):
+		if p.budget == 0 {
+			p.blocked = true
+			return false
+		}
+		p.budget--
+		p.pend[t] = append(p.pend[t], pendingMove{from: v, to: u})
+	}
+	s := removeSorted(p.sstar[t], v)
+	p.sstar[t] = insertSorted(s, u)
+	m.c.cnt[v]--
+	m.c.cnt[u]++
+	l := m.class(t, v)
+	m.sb[l][v] = removeSorted(m.sb[l][v], t)
+	l = m.class(t, u)
+	m.sb[l][u] = insertSorted(m.sb[l][u], t)
+	return true
+}
+
+// byCategory moves standbys to receivers by category, best first: a
+// caught-up warm-up, any caught-up worker, a warm-up in progress; each
+// from the most loaded donor holding one. It reports whether it moved any.
+func (m *copyMoves) byCategory(phase int) (moved bool) {
+	p, c := m.p, m.c
+	for cat := range 3 {
+		for u := range p.nW {
+			list := p.wuList[u]
+			if cat == 1 {
+				list = p.cuList[u]
+			}
+			for i := len(list) - 1; i >= 0 && c.receiver(phase, u); i-- {
+				t := list[i]
+				if cu := p.caughtUp(u, t); (cat == 0 && !cu) || (cat == 2 && cu) || p.holds(t, u) || p.activeWaits(t) {
 					continue
 				}
-				u := recv.top()
-				if !c.receiver(phase, u) {
-					recv.pop()
-					continue
-				}
-				tried := p.scratch[:0]
-				moved := false
-				for don.len() > 0 && !moved {
-					v := don.pop()
-					if !c.donor(phase, v) || !canServe(v) {
-						continue // for good: donors only shrink within a phase
-					}
-					tried = append(tried, v)
-					if t := p.pickStandby(sb[0][v], sb[1][v], u); t >= 0 {
-						moved = try(t, v, u)
+				v := -1
+				for _, w := range p.sstar[t] {
+					if c.donor(phase, w) && (v < 0 || cmpLoad(c.cnt[w], c.weight[w], c.cnt[v], c.weight[v]) > 0) {
+						v = w
 					}
 				}
-				for _, v := range tried {
-					don.push(v)
-				}
-				p.scratch = tried
-				if moved {
-					recv.fix(u)
-					progress = true
-				} else {
-					recv.pop()
+				if v >= 0 && m.try(t, v, u) {
+					moved = true
 				}
 			}
 		}
 	}
+	return moved
+}
+
+// canServe reports whether donor v has a standby it may give: any when a
+// warm-up slot is left, else only one whose move loses nothing. Without
+// slots only donors with cheap standbys can serve anyone; dropping the
+// others keeps failures cheap.
+func (m *copyMoves) canServe(v int) bool {
+	if m.p.budget > 0 || len(m.sb[0][v]) > 0 {
+		return true
+	}
+	if len(m.sb[1][v]) > 0 {
+		m.p.blocked = true
+	}
+	return false
+}
+
+// anything has the least loaded receiver take a standby from the most
+// loaded donor that has one it may hold. A receiver no donor can serve is
+// dropped for the phase: donors only lose standbys, so it will not be
+// served later either. It reports whether it moved any.
+func (m *copyMoves) anything(phase int) (progress bool) {
+	p, c := m.p, m.c
+	recv, don := c.receivers(phase), c.donors(phase, m.canServe)
+	hadBudget := p.budget > 0
+	for recv.len() > 0 && don.len() > 0 {
+		if hadBudget && p.budget == 0 {
+			hadBudget = false
+			don = c.donors(phase, m.canServe)
+			continue
+		}
+		u := recv.top()
+		if !c.receiver(phase, u) {
+			recv.pop()
+			continue
+		}
+		tried := p.scratch[:0]
+		moved := false
+		for don.len() > 0 && !moved {
+			v := don.pop()
+			if !c.donor(phase, v) || !m.canServe(v) {
+				continue // for good: donors only shrink within a phase
+			}
+			tried = append(tried, v)
+			if t := p.pickStandby(m.sb[0][v], m.sb[1][v], u); t >= 0 {
+				moved = m.try(t, v, u)
+			}
+		}
+		for _, v := range tried {
+			don.push(v)
+		}
+		p.scratch = tried
+		if moved {
+			recv.fix(u)
+			progress = true
+		} else {
+			recv.pop()
+		}
+	}
+	return progress
 }
 
 // pickStandby chooses which standby of a donor moves to u: one whose move
