@@ -234,16 +234,7 @@ func DecodeCommand(b []byte) (Command, error) {
 	switch c.Type {
 	case CmdNoop:
 	case CmdSubmitTask:
-		c.ClientID = d.string(maxIDLen)
-		c.RequestID = d.string(maxIDLen)
-		c.Task.ID = d.string(maxIDLen)
-		flags := d.uvarint()
-		c.Task.Stateful = flags&1 != 0
-		sr := d.uvarint()
-		if sr > 1<<16 {
-			d.fail("standby replicas out of range")
-		}
-		c.Task.StandbyReplicas = uint32(sr)
+		d.submit(&c)
 	case CmdDeleteTask:
 		c.ClientID = d.string(maxIDLen)
 		c.RequestID = d.string(maxIDLen)
@@ -251,62 +242,9 @@ func DecodeCommand(b []byte) (Command, error) {
 	case CmdTrimOutbox:
 		c.UpTo = d.uvarint()
 	case CmdSetAssignment:
-		a := &c.Assign
-		a.Base = d.uvarint()
-		a.Generation = d.uvarint()
-		if d.err == nil && (a.Base == math.MaxUint64 || a.Generation != a.Base+1) {
-			d.fail("generation must follow base")
-		}
-		// Every task appears once, in Set or in Removed, with a non-empty
-		// id; so does every worker within one placement.
-		seen := map[string]bool{}
-		task := func(id string) {
-			switch {
-			case d.err != nil:
-			case id == "":
-				d.fail("empty task id")
-			case seen[id]:
-				d.fail("task listed twice")
-			default:
-				seen[id] = true
-			}
-		}
-		n := d.count()
-		for i := uint64(0); i < n && d.err == nil; i++ {
-			p := Placement{Task: d.string(maxIDLen), Active: d.string(maxIDLen)}
-			task(p.Task)
-			p.Standbys = d.strings(maxCopies)
-			p.Warmups = d.strings(maxCopies)
-			if d.err == nil && !distinctWorkers(p) {
-				d.fail("bad worker ids in a placement")
-			}
-			a.Set = append(a.Set, p)
-		}
-		a.Removed = d.strings(1 << 24)
-		for _, id := range a.Removed {
-			task(id)
-		}
+		d.assignment(&c.Assign)
 	case CmdBatch:
-		n := d.count()
-		if d.err == nil && (n == 0 || n > MaxBatch) {
-			d.fail("batch size out of range")
-		}
-		for i := uint64(0); i < n && d.err == nil; i++ {
-			m := d.count()
-			if d.err != nil {
-				break
-			}
-			sub, err := DecodeCommand(d.b[:m])
-			d.b = d.b[m:]
-			switch {
-			case err != nil:
-				d.err = fmt.Errorf("batch command %d: %w", i, err)
-			case sub.Type != CmdSubmitTask && sub.Type != CmdDeleteTask:
-				d.fail(fmt.Sprintf("batch command %d: type %d is not a submit or a delete", i, sub.Type))
-			default:
-				c.Batch = append(c.Batch, sub)
-			}
-		}
+		d.batch(&c)
 	case CmdSetMember:
 		c.Member.ID = d.string(maxMemberIDLen)
 		c.Member.PeerAddr = d.string(maxAddrLen)
@@ -324,18 +262,7 @@ func DecodeCommand(b []byte) (Command, error) {
 			}
 		}
 	case CmdSetWorkerDrain:
-		c.Worker = d.string(maxIDLen)
-		flags := d.uvarint()
-		c.Drained = flags&1 != 0
-		switch {
-		case d.err != nil:
-		case flags > 1:
-			d.fail("unknown drain flags")
-		default:
-			if err := validWorkerID(c.Worker); err != nil {
-				d.fail(err.Error())
-			}
-		}
+		d.drain(&c)
 	default:
 		return c, fmt.Errorf("%w: unknown type %d", ErrBadCommand, b[1])
 	}
@@ -346,6 +273,99 @@ func DecodeCommand(b []byte) (Command, error) {
 		return Command{}, d.err
 	}
 	return c, nil
+}
+
+// submit decodes a CmdSubmitTask's body into c.
+func (d *decoder) submit(c *Command) {
+	c.ClientID = d.string(maxIDLen)
+	c.RequestID = d.string(maxIDLen)
+	c.Task.ID = d.string(maxIDLen)
+	flags := d.uvarint()
+	c.Task.Stateful = flags&1 != 0
+	sr := d.uvarint()
+	if sr > 1<<16 {
+		d.fail("standby replicas out of range")
+	}
+	c.Task.StandbyReplicas = uint32(sr)
+}
+
+// assignment decodes a CmdSetAssignment's body into a. Every task appears
+// once, in Set or in Removed, with a non-empty id; so does every worker
+// within one placement.
+func (d *decoder) assignment(a *AssignmentDelta) {
+	a.Base = d.uvarint()
+	a.Generation = d.uvarint()
+	if d.err == nil && (a.Base == math.MaxUint64 || a.Generation != a.Base+1) {
+		d.fail("generation must follow base")
+	}
+	seen := map[string]bool{}
+	task := func(id string) {
+		switch {
+		case d.err != nil:
+		case id == "":
+			d.fail("empty task id")
+		case seen[id]:
+			d.fail("task listed twice")
+		default:
+			seen[id] = true
+		}
+	}
+	n := d.count()
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		p := Placement{Task: d.string(maxIDLen), Active: d.string(maxIDLen)}
+		task(p.Task)
+		p.Standbys = d.strings(maxCopies)
+		p.Warmups = d.strings(maxCopies)
+		if d.err == nil && !distinctWorkers(p) {
+			d.fail("bad worker ids in a placement")
+		}
+		a.Set = append(a.Set, p)
+	}
+	a.Removed = d.strings(1 << 24)
+	for _, id := range a.Removed {
+		task(id)
+	}
+}
+
+// batch decodes a CmdBatch's body into c.Batch: 1 to MaxBatch submits and
+// deletes, each a whole command.
+func (d *decoder) batch(c *Command) {
+	n := d.count()
+	if d.err == nil && (n == 0 || n > MaxBatch) {
+		d.fail("batch size out of range")
+	}
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		m := d.count()
+		if d.err != nil {
+			break
+		}
+		sub, err := DecodeCommand(d.b[:m])
+		d.b = d.b[m:]
+		switch {
+		case err != nil:
+			d.err = fmt.Errorf("batch command %d: %w", i, err)
+		case sub.Type != CmdSubmitTask && sub.Type != CmdDeleteTask:
+			d.fail(fmt.Sprintf("batch command %d: type %d is not a submit or a delete", i, sub.Type))
+		default:
+			c.Batch = append(c.Batch, sub)
+		}
+	}
+}
+
+// drain decodes a CmdSetWorkerDrain's body into c.
+func (d *decoder) drain(c *Command) {
+	c.Worker = d.string(maxIDLen)
+	flags := d.uvarint()
+	c.Drained = flags&1 != 0
+	switch {
+	case d.err != nil:
+	case flags > 1:
+		d.fail("unknown drain flags")
+	default:
+		if err := validWorkerID(c.Worker); err != nil {
+			d.fail(err.Error())
+		}
+	}
 }
 
 // distinctWorkers reports whether a placement names each worker at most once

@@ -637,18 +637,23 @@ type snapshotV4 struct {
 }
 
 // snapshotV5 adds the task epochs. Placements in its assignment leave
-// their epoch out: Epochs is the one place a snapshot keeps them.
+// their epoch out: Epochs is the one place a snapshot keeps them. Version
+// 6 has the same body; it changed only how tasks and request ids are
+// written.
 type snapshotV5 struct {
 	snapshotV4
 	Epochs []taskEpoch `json:"epochs"`
 }
 
-// snapshotV7 adds the drained workers (version 6 changed only how tasks
-// and request ids are written).
+// snapshotV7 adds the drained workers.
 type snapshotV7 struct {
 	snapshotV5
 	Drained []string `json:"drained"`
 }
+
+// snapshotBody is the body of snapshotVersion, the version this release
+// writes.
+type snapshotBody = snapshotV7
 
 // taskEpoch is one task's epoch in a snapshot.
 type taskEpoch struct {
@@ -660,7 +665,7 @@ type taskEpoch struct {
 // copy-on-write view of the registry, the rest is copied. Release it once
 // written.
 type Snapshot struct {
-	s      snapshotV7
+	s      snapshotBody
 	tasks  *registryView
 	dedup  queueView[dedupEntry]
 	writes uint64
@@ -679,7 +684,7 @@ func (s *Snapshot) Release() { s.tasks.release() }
 func (f *FSM) Snapshot() *Snapshot {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	s := snapshotV7{snapshotV5: snapshotV5{snapshotV4: snapshotV4{snapshotV3: snapshotV3{snapshotV2: snapshotV2{snapshotV1: snapshotV1{
+	s := snapshotBody{snapshotV5: snapshotV5{snapshotV4: snapshotV4{snapshotV3: snapshotV3{snapshotV2: snapshotV2{snapshotV1: snapshotV1{
 		ClusterID:    f.clusterID,
 		AppliedIndex: f.applied.Load(),
 		DedupWindow:  f.window,
@@ -725,7 +730,7 @@ func (s *Snapshot) Write(w io.Writer) error {
 
 // writeSnapshot writes the header, the tasks and the dedup table in
 // binary, then the rest of s as JSON, with both lists empty.
-func writeSnapshot(w io.Writer, s *snapshotV7, tasks *registryView, dedup queueView[dedupEntry]) error {
+func writeSnapshot(w io.Writer, s *snapshotBody, tasks *registryView, dedup queueView[dedupEntry]) error {
 	var hdr [len(snapshotMagic) + 4]byte
 	copy(hdr[:], snapshotMagic)
 	binary.BigEndian.PutUint32(hdr[len(snapshotMagic):], snapshotVersion)
@@ -745,7 +750,7 @@ func writeSnapshot(w io.Writer, s *snapshotV7, tasks *registryView, dedup queueV
 // element by element: marshalling a large registry in one piece held the
 // whole document in memory and the GC it caused stalled the node long
 // enough for its peers to miss heartbeats.
-func writeBody(w io.Writer, s *snapshotV7, tasks []*Task) error {
+func writeBody(w io.Writer, s *snapshotBody, tasks []*Task) error {
 	ew := &errWriter{w: w}
 	enc := json.NewEncoder(ew)
 	field := func(name string, v any, first bool) {
@@ -845,7 +850,7 @@ func (e *errWriter) write(s string) { _, _ = e.Write([]byte(s)) }
 // readSnapshot reads a snapshot of any version this binary reads: its
 // tasks as a registry, the rest as the newest body (what a version lacks
 // is left empty), and its version.
-func readSnapshot(r *bufio.Reader) (*snapshotV7, *registry, uint32, error) {
+func readSnapshot(r *bufio.Reader) (*snapshotBody, *registry, uint32, error) {
 	var hdr [len(snapshotMagic) + 4]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return nil, nil, 0, fmt.Errorf("%w: header: %v", ErrBadSnapshot, err)
@@ -854,7 +859,7 @@ func readSnapshot(r *bufio.Reader) (*snapshotV7, *registry, uint32, error) {
 		return nil, nil, 0, fmt.Errorf("%w: not an xce snapshot", ErrBadSnapshot)
 	}
 	v := binary.BigEndian.Uint32(hdr[len(snapshotMagic):])
-	var s snapshotV7
+	var s snapshotBody
 	var body any
 	switch v {
 	case 1:
@@ -976,7 +981,7 @@ func (f *FSM) Restore(r io.Reader) error {
 // with an active worker restores with epoch 1, any other with 0 (its
 // history is not in the snapshot; docs/design.md, "Tasks, workers,
 // assignments").
-func restoreEpochs(version uint32, s *snapshotV7, tasks *registry, assignment map[string]Placement) (map[string]uint64, error) {
+func restoreEpochs(version uint32, s *snapshotBody, tasks *registry, assignment map[string]Placement) (map[string]uint64, error) {
 	epochs := make(map[string]uint64, len(s.Epochs))
 	if version < 5 {
 		for id, p := range assignment {
