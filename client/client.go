@@ -358,7 +358,8 @@ type warmer interface {
 
 // warm has the transport hold as many connections open to every member as
 // the client's calls had in flight at once to one node, so that a
-// failover finds them made (docs/design.md, "Client port").
+// failover finds them made (docs/design.md, "Identities, TLS and
+// permissions").
 func (c *Client) warm() {
 	ctx, cancel := context.WithTimeout(c.stop, 4*c.opts.AttemptTimeout)
 	defer cancel()
@@ -576,7 +577,7 @@ func mapErr(err error) error {
 
 // plaintextToTLS reports whether err is a node's TLS client port refusing
 // a cleartext call: a bare HTTP 400 that carries no RPC error of its own
-// (docs/operations.md, "TLS and permissions").
+// (docs/operations.md, "TLS and permissions on the client port").
 func plaintextToTLS(err error) bool {
 	var ce *connect.Error
 	return errors.As(err, &ce) && !connect.IsWireError(ce) &&

@@ -42,11 +42,11 @@ func (c Credentials) TLS() bool { return c.CAFile != "" || c.CertFile != "" || c
 // when none is named (plaintext). A renewed certificate and key are picked
 // up at the next handshake.
 //
-// How a node is verified (docs/design.md, "Interfaces"): with a CA file,
-// the node's certificate must chain to that CA and name an xce node
-// identity (xce://<cluster>/node/<id>); the address dialled (often an IP
-// address, or a leader hint) need not appear in it, since a cluster's own
-// CA signs only its members. Without a CA file (a node whose certificate a
+// How a node is verified (docs/design.md, "Interfaces that tests and
+// operators rely on"): with a CA file, the node's certificate must chain
+// to that CA and name an xce node identity (xce://<cluster>/node/<id>);
+// the address dialled (often an IP address, or a leader hint) need not
+// appear in it, since a cluster's own CA signs only its members. Without a CA file (a node whose certificate a
 // public CA signed) the system's roots verify it and it must name the
 // host dialled, as for any HTTPS server.
 func (c Credentials) TLSConfig() (*tls.Config, error) {

@@ -30,10 +30,10 @@ var HealthServices = []string{
 const MaxStandbyLag = 512
 
 // Health decides what the gRPC health service reports for a node in view
-// v with the commit and applied indexes it knows (docs/design.md, "Health
-// and reflection"): SERVING on a PRIMARY with write quorum and on a
-// STANDBY that knows its leader and is caught up, NOT_SERVING otherwise;
-// reason says why not.
+// v with the commit and applied indexes it knows (docs/design.md,
+// "Interfaces that tests and operators rely on"): SERVING on a PRIMARY
+// with write quorum and on a STANDBY that knows its leader and is caught
+// up, NOT_SERVING otherwise; reason says why not.
 func Health(v *ha.View, commit, applied uint64) (serving bool, reason string) {
 	switch {
 	case v.Stopping:

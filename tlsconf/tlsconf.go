@@ -2,7 +2,7 @@
 // from PEM files, reloads them when the files change (rotation without a
 // restart), names identities in certificates, and creates a small CA and
 // the certificates it signs (xce tls). See docs/operations.md, "TLS and
-// permissions".
+// permissions on the client port" and "TLS on the peer port".
 package tlsconf
 
 import (

@@ -11,7 +11,8 @@ import (
 )
 
 // tlsCmd is `xce tls`: a small CA and the certificates it signs, so that a
-// cluster needs no other tool (docs/operations.md, "TLS and permissions").
+// cluster needs no other tool (docs/operations.md, "TLS and permissions
+// on the client port").
 func tlsCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "tls", Short: "Create a cluster's CA and the certificates of its nodes, clients and workers"}
 	ca := &cobra.Command{Use: "ca", Short: "The cluster's certificate authority"}
