@@ -50,7 +50,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/xce/xce/fence"
 	"github.com/xce/xce/ha"
 	"github.com/xce/xce/ha/succession"
 	"github.com/xce/xce/internal/kafkaopts"
@@ -510,9 +509,6 @@ func (b *Backend) ensureTopics(ctx context.Context) error {
 	}
 	return nil
 }
-
-// isFenced reports whether err means a newer epoch owns the role.
-func isFenced(err error) bool { return fence.IsFenced(err) }
 
 func cloneState(s succession.RoleState) succession.RoleState {
 	s.Roster = slices.Clone(s.Roster)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/xce/xce/delaymgr"
 	"github.com/xce/xce/internal/backoff"
+	"github.com/xce/xce/internal/kafkaerr"
 
 	"github.com/xce/xce/ha"
 	"github.com/xce/xce/ha/succession"
@@ -53,7 +54,7 @@ func (b *Backend) coordLoop() {
 			return
 		}
 		wait := retry.Next()
-		b.log.Warn().Err(err).Dur("retry_in", wait).Msg("cannot create the coordination and state topics; retrying")
+		b.log.Warn().Err(kafkaerr.Explain(err)).Dur("retry_in", wait).Msg("cannot create the coordination and state topics; retrying")
 		if !backoff.Sleep(ctx, wait) {
 			return
 		}
@@ -177,13 +178,13 @@ func (b *Backend) coordLoop() {
 				step(succession.Event{Kind: succession.EventRegistered, Offset: p.offset})
 			case probed:
 				if p.err != nil {
-					b.log.Warn().Err(p.err).Msg("cannot write the freshness probe; retrying")
+					b.log.Warn().Err(kafkaerr.Explain(p.err)).Msg("cannot write the freshness probe; retrying")
 				}
 				step(succession.Event{Kind: succession.EventProbed, Offset: p.offset, Err: p.err})
 			case challenged:
 				ev := succession.Event{Kind: succession.EventChallenged, Err: p.err}
 				if p.err != nil {
-					b.log.Info().Err(p.err).Msg("challenge lost or failed")
+					b.log.Info().Err(kafkaerr.Explain(p.err)).Msg("challenge lost or failed")
 				} else {
 					won = p.h
 					ev.Term, ev.ValidUntilMillis = p.h.term, p.h.validUntil().UnixMilli()
@@ -232,7 +233,7 @@ func (b *Backend) registerUntilDone(ctx context.Context) (int64, bool) {
 			return 0, false
 		}
 		wait := retry.Next()
-		b.log.Warn().Err(err).Dur("retry_in", wait).Msg("registration failed; retrying")
+		b.log.Warn().Err(kafkaerr.Explain(err)).Dur("retry_in", wait).Msg("registration failed; retrying")
 		if !backoff.Sleep(ctx, wait) {
 			return 0, false
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/xce/xce/ha/succession"
+	"github.com/xce/xce/internal/kafkaerr"
 	"github.com/xce/xce/state"
 )
 
@@ -287,7 +288,7 @@ func (h *holder) run() {
 				o.done <- opResult{err: fmt.Errorf("%w: %v", ErrNotLeader, err)}
 			}
 			reason := "transaction failed: " + err.Error()
-			if isFenced(err) {
+			if kafkaerr.Fenced(err) {
 				reason = "fenced: another member holds the role (" + err.Error() + ")"
 			}
 			// lose waits for this goroutine: call it from another one.
