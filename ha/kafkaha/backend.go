@@ -285,7 +285,27 @@ func (b *Backend) Barrier(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	tick := time.NewTicker(2 * time.Millisecond)
+	if err := b.awaitApplied(ctx, h, idx); err != nil {
+		return err
+	}
+	if err := b.awaitForeignLeases(ctx, h); err != nil {
+		return err
+	}
+	if err := b.takeLog(h); err != nil {
+		return err
+	}
+	b.log.Info().Uint64("index", idx).Msg("caught up with the state topic; writing under this epoch")
+	h.markReady()
+	return nil
+}
+
+// barrierPoll is how often Barrier looks at what it waits for.
+const barrierPoll = 2 * time.Millisecond
+
+// awaitApplied waits until the tailer has applied the state topic up to
+// idx, the index of h's barrier.
+func (b *Backend) awaitApplied(ctx context.Context, h *holder, idx uint64) error {
+	tick := time.NewTicker(barrierPoll)
 	defer tick.Stop()
 	// A committed no-op that read_committed consumers never see means the
 	// broker left this transaction open on the state partition (seen with
@@ -301,7 +321,7 @@ func (b *Backend) Barrier(ctx context.Context) error {
 		next := b.next
 		b.applyMu.Unlock()
 		if uint64(next) >= idx {
-			break
+			return nil
 		}
 		if next != last {
 			// Still applying a backlog: not stalled.
@@ -319,11 +339,16 @@ func (b *Backend) Barrier(ctx context.Context) error {
 		case <-tick.C:
 		}
 	}
-	// Serve only once no other member can still act on a lease: a
-	// challenge decided on a view that missed a renewal (or a simultaneous
-	// challenger's grant) overrides a lease its holder still trusts (its
-	// VerifyLeader) until it hears of this one. That holder announces that
-	// it left (a yield record); else its lease runs out.
+}
+
+// awaitForeignLeases waits until no other member can still act on a
+// lease: a challenge decided on a view that missed a renewal (or a
+// simultaneous challenger's grant) overrides a lease its holder still
+// trusts (its VerifyLeader) until it hears of this one. That holder
+// announces that it left (a yield record); else its lease runs out.
+func (b *Backend) awaitForeignLeases(ctx context.Context, h *holder) error {
+	tick := time.NewTicker(barrierPoll)
+	defer tick.Stop()
 	logged := false
 	for {
 		b.mu.Lock()
@@ -331,7 +356,7 @@ func (b *Backend) Barrier(ctx context.Context) error {
 		b.mu.Unlock()
 		wait := time.Until(time.UnixMilli(until))
 		if folded >= int64(h.term)-1 && wait <= 0 {
-			break
+			return nil
 		}
 		if folded >= int64(h.term)-1 && !logged {
 			logged = true
@@ -345,10 +370,13 @@ func (b *Backend) Barrier(ctx context.Context) error {
 		case <-tick.C:
 		}
 	}
-	// Take the log over from the tailer. From here on, while h holds, only
-	// its writer applies: startTailer refuses, and lose(h) restarts the
-	// tailer once the writer has exited. A tailer running beside a writer
-	// that applies its own commits would apply them twice.
+}
+
+// takeLog takes the log over from the tailer. From here on, while h holds,
+// only its writer applies: startTailer refuses, and lose(h) restarts the
+// tailer once the writer has exited. A tailer running beside a writer that
+// applies its own commits would apply them twice.
+func (b *Backend) takeLog(h *holder) error {
 	b.mu.Lock()
 	if b.holding != h {
 		// lose(h) restarts (or has restarted) the tailer.
@@ -360,8 +388,6 @@ func (b *Backend) Barrier(ctx context.Context) error {
 	b.tail = nil
 	b.mu.Unlock()
 	t.stop()
-	b.log.Info().Uint64("index", idx).Msg("caught up with the state topic; writing under this epoch")
-	h.markReady()
 	return nil
 }
 
