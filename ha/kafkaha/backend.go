@@ -53,6 +53,7 @@ import (
 	"github.com/xce/xce/ha"
 	"github.com/xce/xce/ha/succession"
 	"github.com/xce/xce/internal/kafkaopts"
+	"github.com/xce/xce/internal/stopper"
 	"github.com/xce/xce/state"
 )
 
@@ -128,11 +129,13 @@ type Backend struct {
 	// conn are the options of every client's connections: TLS, SASL.
 	conn []kgo.Opt
 
-	stop     chan struct{}
-	stopOnce sync.Once
-	wg       sync.WaitGroup
-	kick     chan struct{}
-	posts    chan any
+	// stopper owns the backend's goroutines: the coordination loop and
+	// what it starts, the snapshot loop, and the calls of lose that a
+	// writer hands off. A holder's writer and the tailer have their own
+	// owners, which the backend stops.
+	stopper *stopper.Stopper
+	kick    chan struct{}
+	posts   chan any
 
 	mu      sync.Mutex
 	state   succession.RoleState
@@ -188,7 +191,7 @@ func Start(cfg Config, fsm *state.FSM, snaps raft.SnapshotStore) (*Backend, erro
 	b := &Backend{
 		cfg: cfg, log: log,
 		fsm: fsm, snaps: snaps, obs: make(chan ha.Signal, 16), plain: plain, conn: conn,
-		stop: make(chan struct{}), kick: make(chan struct{}, 1), posts: make(chan any, 16),
+		stopper: stopper.New(), kick: make(chan struct{}, 1), posts: make(chan any, 16),
 		view: ha.Observed{State: ha.StateFollower}, folded: -1, yields: make(chan int64, 4),
 	}
 	if err := b.restore(); err != nil {
@@ -196,9 +199,9 @@ func Start(cfg Config, fsm *state.FSM, snaps raft.SnapshotStore) (*Backend, erro
 		return nil, err
 	}
 	b.startTailer()
-	b.wg.Go(b.coordLoop)
+	b.stopper.GoCtx(b.coordLoop)
 	if cfg.SnapshotInterval > 0 {
-		b.wg.Go(b.snapshotLoop)
+		b.stopper.GoCtx(b.snapshotLoop)
 	}
 	return b, nil
 }
@@ -273,7 +276,7 @@ func (b *Backend) Barrier(ctx context.Context) error {
 	select {
 	case h.barrierMu <- struct{}{}:
 		defer func() { <-h.barrierMu }()
-	case <-h.done:
+	case <-h.done():
 		return ErrNotLeader
 	case <-ctx.Done():
 		return ctx.Err()
@@ -331,7 +334,7 @@ func (b *Backend) awaitApplied(ctx context.Context, h *holder, idx uint64) error
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("catching up to index %d (at %d): %w", idx, next, ctx.Err())
-		case <-h.done:
+		case <-h.done():
 			return ErrNotLeader
 		case <-stall.C:
 			b.lose(h, fmt.Sprintf("the state topic does not show this epoch's barrier (index %d, applied %d): giving the role up so that a new challenge aborts the stuck transaction", idx, next))
@@ -365,7 +368,7 @@ func (b *Backend) awaitForeignLeases(ctx context.Context, h *holder) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("waiting for the leases of other members to run out: %w", ctx.Err())
-		case <-h.done:
+		case <-h.done():
 			return ErrNotLeader
 		case <-tick.C:
 		}
@@ -436,16 +439,16 @@ func (b *Backend) TransferLeadership() error {
 
 // Shutdown implements ha.Backend.
 func (b *Backend) Shutdown() error {
-	// Closing stop under mu orders it with take: either take saw stop
-	// closed, or the holder it installed is the one read here.
+	// Beginning to stop under mu orders it with take: either take saw the
+	// backend stopping, or the holder it installed is the one read here.
 	b.mu.Lock()
-	b.stopOnce.Do(func() { close(b.stop) })
+	b.stopper.Begin()
 	h := b.holding
 	b.mu.Unlock()
 	if h != nil {
 		b.lose(h, "shutting down")
 	}
-	b.wg.Wait()
+	b.stopper.Stop()
 	for {
 		select {
 		case p := <-b.posts:

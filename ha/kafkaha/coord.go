@@ -33,17 +33,8 @@ type (
 // results of its own writes, steps the coordinator (succession.Coordinator,
 // which decides) and performs what it says: register, probe, challenge,
 // take or leave the role, renew, announce a yield, and arm the timer of the
-// next evaluation.
-func (b *Backend) coordLoop() {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	b.wg.Go(func() {
-		select {
-		case <-b.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	})
+// next evaluation. It runs until ctx ends.
+func (b *Backend) coordLoop(ctx context.Context) {
 	retry := backoff.Backoff{Min: 100 * time.Millisecond, Max: 2 * time.Second}
 	for {
 		err := b.ensureTopics(ctx)
@@ -70,7 +61,7 @@ func (b *Backend) coordLoop() {
 	}
 	defer cl.Close()
 	recs := make(chan []succession.CoordRecord, 16)
-	b.wg.Go(func() {
+	b.stopper.Go(func() {
 		for {
 			fs := cl.PollFetches(ctx)
 			if ctx.Err() != nil {
@@ -113,13 +104,13 @@ func (b *Backend) coordLoop() {
 		for _, e := range effs {
 			switch e.Kind {
 			case succession.DoRegister:
-				b.wg.Go(func() {
+				b.stopper.Go(func() {
 					if off, ok := b.registerUntilDone(ctx); ok {
 						b.post(ctx, registered{off})
 					}
 				})
 			case succession.DoProbe:
-				b.wg.Go(func() {
+				b.stopper.Go(func() {
 					pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
 					defer pcancel()
 					off, err := b.writeProbe(pctx)
@@ -141,7 +132,7 @@ func (b *Backend) coordLoop() {
 					h.setRenewAt(time.UnixMilli(e.AtMillis))
 				}
 			case succession.DoYield:
-				b.wg.Go(func() {
+				b.stopper.Go(func() {
 					yctx, ycancel := context.WithTimeout(ctx, 5*time.Second)
 					defer ycancel()
 					b.writeYield(yctx, e.Offset)
@@ -310,10 +301,10 @@ func (b *Backend) observe(state succession.RoleState, termOffset int64) {
 // take makes h the holder; false when the backend is stopping.
 func (b *Backend) take(h *holder) bool {
 	b.mu.Lock()
-	// Checked under mu, as Shutdown closes stop: a holder installed here is
-	// one Shutdown sees.
+	// Checked under mu, as Shutdown begins to stop: a holder installed
+	// here is one Shutdown sees.
 	select {
-	case <-b.stop:
+	case <-b.stopper.Stopping():
 		b.mu.Unlock()
 		return false
 	default:
@@ -340,7 +331,7 @@ func (b *Backend) take(h *holder) bool {
 // startChallenge runs a challenge off the loop and posts its result.
 func (b *Backend) startChallenge(ctx context.Context, why string) {
 	b.log.Info().Str("why", why).Msg("challenging for the role")
-	b.wg.Go(func() {
+	b.stopper.Go(func() {
 		cctx, cancel := context.WithTimeout(ctx, time.Duration(b.cfg.Lease.LeaseMillis)*time.Millisecond)
 		defer cancel()
 		h, err := b.challenge(cctx)
