@@ -135,7 +135,7 @@ type Backend struct {
 	// owners, which the backend stops.
 	stopper *stopper.Stopper
 	kick    chan struct{}
-	posts   chan any
+	posts   chan input
 
 	mu      sync.Mutex
 	state   succession.RoleState
@@ -191,7 +191,7 @@ func Start(cfg Config, fsm *state.FSM, snaps raft.SnapshotStore) (*Backend, erro
 	b := &Backend{
 		cfg: cfg, log: log,
 		fsm: fsm, snaps: snaps, obs: make(chan ha.Signal, 16), plain: plain, conn: conn,
-		stopper: stopper.New(), kick: make(chan struct{}, 1), posts: make(chan any, 16),
+		stopper: stopper.New(), kick: make(chan struct{}, 1), posts: make(chan input, 16),
 		view: ha.Observed{State: ha.StateFollower}, folded: -1, yields: make(chan int64, 4),
 	}
 	if err := b.restore(); err != nil {
