@@ -10,10 +10,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/xce/xce/internal/backoff"
+	"github.com/xce/xce/internal/kafkaerr"
 	"github.com/xce/xce/state"
 )
 
@@ -81,8 +81,6 @@ func (p *Publisher) Status() (epoch, lag uint64, state string) {
 
 // Errors of the publisher.
 var (
-	// ErrFenced means a newer producer owns the transactional id.
-	ErrFenced = errors.New("fenced by a newer producer")
 	// ErrCommitUnknown means a commit failed without saying whether it
 	// took effect. The publisher aborts and reads the topic's tail again.
 	// kgo's abort after such a commit reloads the producer id with the
@@ -139,19 +137,6 @@ func (p *Publisher) Run(ctx context.Context, term uint64) error {
 	return ctx.Err()
 }
 
-// IsFenced reports whether err means that a newer producer owns the
-// transactional id. kfake and Kafka answer a fenced producer with several
-// codes depending on the sequence, so the whole family counts.
-func IsFenced(err error) bool {
-	for _, e := range []error{kerr.ProducerFenced, kerr.InvalidProducerEpoch, kerr.InvalidTxnState,
-		kerr.OperationNotAttempted, kerr.TransactionalIDAuthorizationFailed, ErrFenced} {
-		if errors.Is(err, e) {
-			return true
-		}
-	}
-	return false
-}
-
 func (p *Publisher) newClient() (*kgo.Client, error) {
 	return kgo.NewClient(append([]kgo.Opt{
 		kgo.SeedBrokers(p.cfg.Brokers...),
@@ -170,6 +155,17 @@ func retryBackoff() backoff.Backoff {
 	return backoff.Backoff{Min: 100 * time.Millisecond, Max: 2 * time.Second}
 }
 
+// termRun is the publisher during one term: the term's client and the
+// producer epoch it acquired.
+type termRun struct {
+	p     *Publisher
+	log   zerolog.Logger
+	term  uint64
+	cl    *kgo.Client
+	epoch int16
+}
+
+// run publishes for term until ctx ends or publishing stops for the term.
 func (p *Publisher) run(ctx context.Context, term uint64) {
 	log := p.log.With().Uint64("term", term).Logger()
 	cl, err := p.newClient()
@@ -178,36 +174,16 @@ func (p *Publisher) run(ctx context.Context, term uint64) {
 		return
 	}
 	defer cl.Close()
+	t := &termRun{p: p, log: log, term: term, cl: cl}
 
-	p.setState(StateAcquiring)
 	// 1. The fence goes up first: InitProducerId bumps the epoch, aborts
 	// any transaction the previous primary left open and rejects its late
 	// writes. Once per term: the client keeps it for the whole term.
-	var epoch int16
-	bo := retryBackoff()
-	for {
-		start := time.Now()
-		_, e, err := cl.ProducerID(ctx)
-		if err == nil {
-			epoch = e
-			log.Info().Int16("epoch", epoch).Dur("took", time.Since(start)).Str("transactional_id", p.cfg.TransactionalID).
-				Msg("producer epoch acquired: older primaries are fenced")
-			break
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		if IsFenced(err) {
-			p.fenced(log, term, epoch, err)
-			return
-		}
-		wait := bo.Next()
-		log.Warn().Err(err).Dur("retry_in", wait).Msg("cannot acquire the producer epoch; the outbox keeps events until kafka answers")
-		if !backoff.Sleep(ctx, wait) {
-			return
-		}
+	p.setState(StateAcquiring)
+	if !t.acquireEpoch(ctx) {
+		return
 	}
-	p.epoch.Store(int64(epoch))
+	p.epoch.Store(int64(t.epoch))
 
 	// 2. Where to resume: the last committed event on the topic.
 	p.setState(StateResuming)
@@ -218,11 +194,48 @@ func (p *Publisher) run(ctx context.Context, term uint64) {
 	p.published.Store(last)
 
 	// 3. Publish everything after it, in index order, in transactions.
+	t.publishAfter(ctx, last)
+}
+
+// acquireEpoch calls InitProducerId until Kafka answers, and reports
+// whether the epoch is held: false once ctx ends or the publisher is
+// fenced.
+func (t *termRun) acquireEpoch(ctx context.Context) bool {
+	bo := retryBackoff()
+	for {
+		start := time.Now()
+		_, e, err := t.cl.ProducerID(ctx)
+		if err == nil {
+			t.epoch = e
+			t.log.Info().Int16("epoch", e).Dur("took", time.Since(start)).Str("transactional_id", t.p.cfg.TransactionalID).
+				Msg("producer epoch acquired: older primaries are fenced")
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		if kafkaerr.Fenced(err) {
+			t.fenced(err)
+			return false
+		}
+		wait := bo.Next()
+		t.log.Warn().Err(kafkaerr.Explain(err)).Dur("retry_in", wait).Msg("cannot acquire the producer epoch; the outbox keeps events until kafka answers")
+		if !backoff.Sleep(ctx, wait) {
+			return false
+		}
+	}
+}
+
+// publishAfter publishes the events after last, in index order, in
+// transactions, and trims the outbox behind them, until ctx ends or the
+// publisher is fenced.
+func (t *termRun) publishAfter(ctx context.Context, last uint64) {
+	p := t.p
 	trim := time.NewTicker(p.cfg.TrimEvery)
 	defer trim.Stop()
 	trimmed, _, _ := p.src.Outbox(0)
 	p.setState(StatePublishing)
-	bo = retryBackoff()
+	bo := retryBackoff()
 	for {
 		applied := p.src.AppliedCh()
 		evs := p.src.EventsAfter(last, p.cfg.BatchMax)
@@ -232,54 +245,65 @@ func (p *Publisher) run(ctx context.Context, term uint64) {
 				return
 			case <-applied:
 			case <-trim.C:
-				trimmed = p.trim(ctx, log, last, trimmed)
+				trimmed = p.trim(ctx, t.log, last, trimmed)
 			}
 			continue
 		}
 		start := time.Now()
-		err := p.publish(ctx, cl, epoch, evs)
-		if err == nil {
-			last = evs[len(evs)-1].Index
-			p.published.Store(last)
-			p.setState(StatePublishing)
-			p.m.events.Add(float64(len(evs)))
-			p.m.txns.Inc()
-			p.m.txnSeconds.Observe(time.Since(start).Seconds())
-			bo.Reset()
-			select {
-			case <-trim.C:
-				trimmed = p.trim(ctx, log, last, trimmed)
-			default:
+		if err := p.publish(ctx, t.cl, t.epoch, evs); err != nil {
+			var ok bool
+			if last, ok = t.retry(ctx, evs, err, &bo); !ok {
+				return
 			}
 			continue
 		}
-		if ctx.Err() != nil {
-			return
+		last = evs[len(evs)-1].Index
+		p.published.Store(last)
+		p.setState(StatePublishing)
+		p.m.events.Add(float64(len(evs)))
+		p.m.txns.Inc()
+		p.m.txnSeconds.Observe(time.Since(start).Seconds())
+		bo.Reset()
+		select {
+		case <-trim.C:
+			trimmed = p.trim(ctx, t.log, last, trimmed)
+		default:
 		}
-		if IsFenced(err) {
-			p.fenced(log, term, epoch, err)
-			return
+	}
+}
+
+// retry follows a transaction of evs that failed with err: unless the
+// publisher is fenced, it aborts the transaction, waits bo's next delay and
+// reads the topic's tail again, since the commit's outcome may be unknown.
+// It returns where to resume, or false once publishing stops.
+func (t *termRun) retry(ctx context.Context, evs []state.Event, err error, bo *backoff.Backoff) (uint64, bool) {
+	p := t.p
+	if ctx.Err() != nil {
+		return 0, false
+	}
+	if kafkaerr.Fenced(err) {
+		t.fenced(err)
+		return 0, false
+	}
+	p.m.errors.Inc()
+	p.setState(StateRetrying)
+	wait := bo.Next()
+	t.log.Warn().Err(kafkaerr.Explain(err)).Int("events", len(evs)).Uint64("first_index", evs[0].Index).Dur("retry_in", wait).
+		Msg("publishing failed; aborting the transaction and retrying")
+	if err := p.abandon(ctx, t.log, t.cl); err != nil {
+		if ctx.Err() == nil {
+			t.fenced(err)
 		}
-		p.m.errors.Inc()
-		p.setState(StateRetrying)
-		wait := bo.Next()
-		log.Warn().Err(err).Int("events", len(evs)).Uint64("first_index", evs[0].Index).Dur("retry_in", wait).
-			Msg("publishing failed; aborting the transaction and retrying")
-		if err := p.abandon(ctx, log, cl); err != nil {
-			if ctx.Err() == nil {
-				p.fenced(log, term, epoch, err)
-			}
-			return
-		}
-		if !backoff.Sleep(ctx, wait) {
-			return
-		}
-		// The commit's outcome may be unknown: read the tail again.
-		if last, ok = p.resumePoint(ctx, log); !ok {
-			return
-		}
+		return 0, false
+	}
+	if !backoff.Sleep(ctx, wait) {
+		return 0, false
+	}
+	last, ok := p.resumePoint(ctx, t.log)
+	if ok {
 		p.published.Store(last)
 	}
+	return last, ok
 }
 
 // abandon ends the current transaction without committing it, and returns
@@ -313,11 +337,11 @@ func (p *Publisher) abandon(ctx context.Context, log zerolog.Logger, cl *kgo.Cli
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if IsFenced(err) {
+		if kafkaerr.Fenced(err) {
 			return err
 		}
 		wait := bo.Next()
-		log.Warn().Err(err).Dur("retry_in", wait).Msg("cannot abort the transaction yet; nothing more is published until it is")
+		log.Warn().Err(kafkaerr.Explain(err)).Dur("retry_in", wait).Msg("cannot abort the transaction yet; nothing more is published until it is")
 		if !backoff.Sleep(ctx, wait) {
 			return ctx.Err()
 		}
@@ -345,7 +369,7 @@ func (p *Publisher) resumePoint(ctx context.Context, log zerolog.Logger) (uint64
 			return 0, false
 		}
 		wait := bo.Next()
-		log.Warn().Err(err).Dur("retry_in", wait).Msg("cannot read the events topic's tail")
+		log.Warn().Err(kafkaerr.Explain(err)).Dur("retry_in", wait).Msg("cannot read the events topic's tail")
 		if !backoff.Sleep(ctx, wait) {
 			return 0, false
 		}
@@ -369,7 +393,7 @@ func (p *Publisher) publish(parent context.Context, cl *kgo.Client, epoch int16,
 	ctx, cancel := context.WithTimeout(parent, budget)
 	defer cancel()
 	defer func() {
-		if rerr != nil && parent.Err() == nil && ctx.Err() != nil && !IsFenced(rerr) {
+		if rerr != nil && parent.Err() == nil && ctx.Err() != nil && !kafkaerr.Fenced(rerr) {
 			rerr = fmt.Errorf("transaction not committed within %v, half the transaction timeout: %w", budget, rerr)
 		}
 	}()
@@ -425,7 +449,7 @@ func (p *Publisher) publish(parent context.Context, cl *kgo.Client, epoch int16,
 		return fmt.Errorf("produce: %w", err)
 	}
 	if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
-		if IsFenced(err) {
+		if kafkaerr.Fenced(err) {
 			return fmt.Errorf("commit: %w", err)
 		}
 		return fmt.Errorf("%w: %w", ErrCommitUnknown, err)
@@ -450,13 +474,16 @@ func (p *Publisher) trim(ctx context.Context, log zerolog.Logger, last, trimmed 
 	return last
 }
 
-func (p *Publisher) fenced(log zerolog.Logger, term uint64, epoch int16, err error) {
+// fenced stops publishing for the term: a newer primary owns the producer
+// epoch, and Hooks.Fenced makes the node leave PRIMARY.
+func (t *termRun) fenced(err error) {
+	p := t.p
 	p.m.fenced.Inc()
 	p.setState(StateFenced)
-	log.Error().Err(err).Int16("our_epoch", epoch).Str("transactional_id", p.cfg.TransactionalID).
+	t.log.Error().Err(err).Int16("our_epoch", t.epoch).Str("transactional_id", p.cfg.TransactionalID).
 		Msg("FENCED: a newer primary owns the producer epoch; publishing stops for this term and the node leaves PRIMARY")
 	if p.hooks.Fenced != nil {
-		p.hooks.Fenced(term, fmt.Sprintf("producer epoch %d fenced: %v", epoch, err))
+		p.hooks.Fenced(t.term, fmt.Sprintf("producer epoch %d fenced: %v", t.epoch, err))
 	}
 }
 

@@ -1134,44 +1134,6 @@ func TestNewValidatesConfig(t *testing.T) {
 	}
 }
 
-func TestIsFenced(t *testing.T) {
-	cases := []struct {
-		err  error
-		want bool
-	}{
-		{kerr.ProducerFenced, true},
-		{kerr.InvalidProducerEpoch, true},
-		{kerr.InvalidTxnState, true},
-		{kerr.OperationNotAttempted, true},
-		{kerr.TransactionalIDAuthorizationFailed, true},
-		{fence.ErrFenced, true},
-		{fmt.Errorf("commit: %w", kerr.ProducerFenced), true},
-		{fmt.Errorf("produce: %w", fmt.Errorf("batch: %w", kerr.InvalidProducerEpoch)), true},
-		{errors.Join(errors.New("flush"), kerr.InvalidTxnState), true},
-		{fmt.Errorf("stop: %w", fence.ErrFenced), true},
-
-		{nil, false},
-		{kerr.NotLeaderForPartition, false},
-		{kerr.CoordinatorNotAvailable, false},
-		{kerr.CoordinatorLoadInProgress, false},
-		{kerr.NotCoordinator, false},
-		{kerr.ConcurrentTransactions, false},
-		{kerr.UnknownServerError, false},
-		{kerr.RequestTimedOut, false},
-		{kerr.TransactionAbortable, false},
-		{kerr.InvalidRecord, false},
-		{context.Canceled, false},
-		{context.DeadlineExceeded, false},
-		{fmt.Errorf("commit: %w", kerr.NotCoordinator), false},
-		{errors.New("PRODUCER_FENCED"), false}, // text alone is not the error
-	}
-	for _, tc := range cases {
-		if got := fence.IsFenced(tc.err); got != tc.want {
-			t.Errorf("IsFenced(%v) = %v, want %v", tc.err, got, tc.want)
-		}
-	}
-}
-
 // TestBrokerRestartAfterTransactionTimeout stops the broker (with its data
 // dir, as `xce kafka-dev --data-dir` keeps it) after the first half of a
 // transaction's records are written and the second half is in flight, and

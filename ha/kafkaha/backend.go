@@ -50,10 +50,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/xce/xce/fence"
 	"github.com/xce/xce/ha"
 	"github.com/xce/xce/ha/succession"
 	"github.com/xce/xce/internal/kafkaopts"
+	"github.com/xce/xce/internal/stopper"
 	"github.com/xce/xce/state"
 )
 
@@ -129,11 +129,13 @@ type Backend struct {
 	// conn are the options of every client's connections: TLS, SASL.
 	conn []kgo.Opt
 
-	stop     chan struct{}
-	stopOnce sync.Once
-	wg       sync.WaitGroup
-	kick     chan struct{}
-	posts    chan any
+	// stopper owns the backend's goroutines: the coordination loop and
+	// what it starts, the snapshot loop, and the calls of lose that a
+	// writer hands off. A holder's writer and the tailer have their own
+	// owners, which the backend stops.
+	stopper *stopper.Stopper
+	kick    chan struct{}
+	posts   chan input
 
 	mu      sync.Mutex
 	state   succession.RoleState
@@ -189,7 +191,7 @@ func Start(cfg Config, fsm *state.FSM, snaps raft.SnapshotStore) (*Backend, erro
 	b := &Backend{
 		cfg: cfg, log: log,
 		fsm: fsm, snaps: snaps, obs: make(chan ha.Signal, 16), plain: plain, conn: conn,
-		stop: make(chan struct{}), kick: make(chan struct{}, 1), posts: make(chan any, 16),
+		stopper: stopper.New(), kick: make(chan struct{}, 1), posts: make(chan input, 16),
 		view: ha.Observed{State: ha.StateFollower}, folded: -1, yields: make(chan int64, 4),
 	}
 	if err := b.restore(); err != nil {
@@ -197,9 +199,9 @@ func Start(cfg Config, fsm *state.FSM, snaps raft.SnapshotStore) (*Backend, erro
 		return nil, err
 	}
 	b.startTailer()
-	b.wg.Go(b.coordLoop)
+	b.stopper.GoCtx(b.coordLoop)
 	if cfg.SnapshotInterval > 0 {
-		b.wg.Go(b.snapshotLoop)
+		b.stopper.GoCtx(b.snapshotLoop)
 	}
 	return b, nil
 }
@@ -274,7 +276,7 @@ func (b *Backend) Barrier(ctx context.Context) error {
 	select {
 	case h.barrierMu <- struct{}{}:
 		defer func() { <-h.barrierMu }()
-	case <-h.done:
+	case <-h.done():
 		return ErrNotLeader
 	case <-ctx.Done():
 		return ctx.Err()
@@ -286,7 +288,27 @@ func (b *Backend) Barrier(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	tick := time.NewTicker(2 * time.Millisecond)
+	if err := b.awaitApplied(ctx, h, idx); err != nil {
+		return err
+	}
+	if err := b.awaitForeignLeases(ctx, h); err != nil {
+		return err
+	}
+	if err := b.takeLog(h); err != nil {
+		return err
+	}
+	b.log.Info().Uint64("index", idx).Msg("caught up with the state topic; writing under this epoch")
+	h.markReady()
+	return nil
+}
+
+// barrierPoll is how often Barrier looks at what it waits for.
+const barrierPoll = 2 * time.Millisecond
+
+// awaitApplied waits until the tailer has applied the state topic up to
+// idx, the index of h's barrier.
+func (b *Backend) awaitApplied(ctx context.Context, h *holder, idx uint64) error {
+	tick := time.NewTicker(barrierPoll)
 	defer tick.Stop()
 	// A committed no-op that read_committed consumers never see means the
 	// broker left this transaction open on the state partition (seen with
@@ -302,7 +324,7 @@ func (b *Backend) Barrier(ctx context.Context) error {
 		next := b.next
 		b.applyMu.Unlock()
 		if uint64(next) >= idx {
-			break
+			return nil
 		}
 		if next != last {
 			// Still applying a backlog: not stalled.
@@ -312,7 +334,7 @@ func (b *Backend) Barrier(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("catching up to index %d (at %d): %w", idx, next, ctx.Err())
-		case <-h.done:
+		case <-h.done():
 			return ErrNotLeader
 		case <-stall.C:
 			b.lose(h, fmt.Sprintf("the state topic does not show this epoch's barrier (index %d, applied %d): giving the role up so that a new challenge aborts the stuck transaction", idx, next))
@@ -320,11 +342,16 @@ func (b *Backend) Barrier(ctx context.Context) error {
 		case <-tick.C:
 		}
 	}
-	// Serve only once no other member can still act on a lease: a
-	// challenge decided on a view that missed a renewal (or a simultaneous
-	// challenger's grant) overrides a lease its holder still trusts (its
-	// VerifyLeader) until it hears of this one. That holder announces that
-	// it left (a yield record); else its lease runs out.
+}
+
+// awaitForeignLeases waits until no other member can still act on a
+// lease: a challenge decided on a view that missed a renewal (or a
+// simultaneous challenger's grant) overrides a lease its holder still
+// trusts (its VerifyLeader) until it hears of this one. That holder
+// announces that it left (a yield record); else its lease runs out.
+func (b *Backend) awaitForeignLeases(ctx context.Context, h *holder) error {
+	tick := time.NewTicker(barrierPoll)
+	defer tick.Stop()
 	logged := false
 	for {
 		b.mu.Lock()
@@ -332,7 +359,7 @@ func (b *Backend) Barrier(ctx context.Context) error {
 		b.mu.Unlock()
 		wait := time.Until(time.UnixMilli(until))
 		if folded >= int64(h.term)-1 && wait <= 0 {
-			break
+			return nil
 		}
 		if folded >= int64(h.term)-1 && !logged {
 			logged = true
@@ -341,15 +368,18 @@ func (b *Backend) Barrier(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("waiting for the leases of other members to run out: %w", ctx.Err())
-		case <-h.done:
+		case <-h.done():
 			return ErrNotLeader
 		case <-tick.C:
 		}
 	}
-	// Take the log over from the tailer. From here on, while h holds, only
-	// its writer applies: startTailer refuses, and lose(h) restarts the
-	// tailer once the writer has exited. A tailer running beside a writer
-	// that applies its own commits would apply them twice.
+}
+
+// takeLog takes the log over from the tailer. From here on, while h holds,
+// only its writer applies: startTailer refuses, and lose(h) restarts the
+// tailer once the writer has exited. A tailer running beside a writer that
+// applies its own commits would apply them twice.
+func (b *Backend) takeLog(h *holder) error {
 	b.mu.Lock()
 	if b.holding != h {
 		// lose(h) restarts (or has restarted) the tailer.
@@ -361,8 +391,6 @@ func (b *Backend) Barrier(ctx context.Context) error {
 	b.tail = nil
 	b.mu.Unlock()
 	t.stop()
-	b.log.Info().Uint64("index", idx).Msg("caught up with the state topic; writing under this epoch")
-	h.markReady()
 	return nil
 }
 
@@ -411,16 +439,16 @@ func (b *Backend) TransferLeadership() error {
 
 // Shutdown implements ha.Backend.
 func (b *Backend) Shutdown() error {
-	// Closing stop under mu orders it with take: either take saw stop
-	// closed, or the holder it installed is the one read here.
+	// Beginning to stop under mu orders it with take: either take saw the
+	// backend stopping, or the holder it installed is the one read here.
 	b.mu.Lock()
-	b.stopOnce.Do(func() { close(b.stop) })
+	b.stopper.Begin()
 	h := b.holding
 	b.mu.Unlock()
 	if h != nil {
 		b.lose(h, "shutting down")
 	}
-	b.wg.Wait()
+	b.stopper.Stop()
 	for {
 		select {
 		case p := <-b.posts:
@@ -510,9 +538,6 @@ func (b *Backend) ensureTopics(ctx context.Context) error {
 	}
 	return nil
 }
-
-// isFenced reports whether err means a newer epoch owns the role.
-func isFenced(err error) bool { return fence.IsFenced(err) }
 
 func cloneState(s succession.RoleState) succession.RoleState {
 	s.Roster = slices.Clone(s.Roster)

@@ -11,6 +11,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/xce/xce/ha/succession"
+	"github.com/xce/xce/internal/kafkaerr"
+	"github.com/xce/xce/internal/stopper"
 	"github.com/xce/xce/state"
 )
 
@@ -33,28 +35,28 @@ type opResult struct {
 }
 
 // holder is this member's tenure of the role: a transactional client whose
-// epoch is the fence, and the one goroutine (run) that uses it.
+// epoch is the fence, and the one goroutine (own) that uses it and closes
+// it.
 type holder struct {
 	b     *Backend
 	cl    *kgo.Client
 	term  uint64
 	epoch int16
 	ops   chan *op
-	// done closes when the tenure ends (shutdown); ctx is cancelled with it,
-	// so that a transaction in flight does not hold shutdown up.
-	done    chan struct{}
-	ctx     context.Context
-	cancel  context.CancelFunc
-	once    sync.Once
-	closeCl sync.Once
-	// exit closes once the writer has exited, or at shutdown when it never
-	// started: after that nothing answers an op left in ops.
+	// life owns the holder's goroutine. Its Stopping closes when the tenure
+	// ends (shutdown), and its Context, under which the writer commits, is
+	// cancelled with it, so that a transaction in flight does not hold
+	// shutdown up.
+	life *stopper.Stopper
+	// begin closes when the writer may run (start).
+	begin chan struct{}
+	// exit closes once the holder's goroutine has returned, the writer
+	// run or not: after that nothing answers an op left in ops.
 	exit chan struct{}
 	// barrierMu (a one-slot semaphore) runs one Barrier at a time.
 	barrierMu chan struct{}
 
 	mu       sync.Mutex
-	started  bool
 	ready    bool
 	deadline time.Time // of the last committed grant
 	renewAt  time.Time
@@ -116,16 +118,16 @@ func (b *Backend) challenge(ctx context.Context) (*holder, error) {
 		return nil, err
 	}
 	_, epoch, _ := cl.ProducerID(ctx)
-	hctx, hcancel := context.WithCancel(context.Background())
 	h := &holder{
 		b: b, cl: cl, term: uint64(rec.Offset) + 1, epoch: epoch,
-		ops: make(chan *op, maxBatch), done: make(chan struct{}), exit: make(chan struct{}),
-		ctx: hctx, cancel: hcancel, barrierMu: make(chan struct{}, 1),
-		deadline: time.UnixMilli(lease.DeadlineMillis),
-		renewAt:  start.Add(time.Duration(b.cfg.Lease.RenewMillis) * time.Millisecond),
-		kick:     make(chan struct{}, 1),
+		ops: make(chan *op, maxBatch), life: stopper.New(), begin: make(chan struct{}), exit: make(chan struct{}),
+		barrierMu: make(chan struct{}, 1),
+		deadline:  time.UnixMilli(lease.DeadlineMillis),
+		renewAt:   start.Add(time.Duration(b.cfg.Lease.RenewMillis) * time.Millisecond),
+		kick:      make(chan struct{}, 1),
 	}
 	h.leaseOff.Store(rec.Offset)
+	h.life.Go(h.own)
 	b.log.Info().Int16("epoch", epoch).Int64("lease_offset", rec.Offset).Dur("took", time.Since(start)).
 		Time("deadline", h.deadline).Msg("challenge committed")
 	return h, nil
@@ -172,45 +174,41 @@ func (h *holder) setRenewAt(t time.Time) {
 	}
 }
 
-// shutdown stops the writer (once), waits for it, and closes the client.
-// A writer that has not started yet never will.
-func (h *holder) shutdown() {
-	h.once.Do(func() {
-		close(h.done)
-		h.cancel()
-	})
-	h.mu.Lock()
-	if !h.started {
-		h.started = true
-		close(h.exit)
+// done closes when the tenure ends.
+func (h *holder) done() <-chan struct{} { return h.life.Stopping() }
+
+// own is the holder's goroutine: it runs the writer once start lets it,
+// unless the tenure ends first, then closes the client and exit.
+func (h *holder) own() {
+	defer close(h.exit)
+	defer h.cl.Close()
+	select {
+	case <-h.begin:
+		h.run()
+	case <-h.done():
 	}
-	h.mu.Unlock()
-	<-h.exit
-	h.closeCl.Do(h.cl.Close)
 }
 
-// start runs the writer, unless shutdown came first.
-func (h *holder) start() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.started {
-		return
-	}
-	h.started = true
-	h.b.wg.Go(h.run)
-}
+// shutdown ends the tenure and waits until the writer has exited and the
+// client is closed; it may be called more than once. A writer that has not
+// started yet never will. It must not be called from the writer.
+func (h *holder) shutdown() { h.life.Stop() }
+
+// start lets the writer run, unless shutdown came first. The loop calls it
+// once, when it makes h the holder.
+func (h *holder) start() { close(h.begin) }
 
 // submit hands o to the writer and waits for its answer. An op the writer
 // never took (it exited first) fails with ErrNotLeader: it was not written.
 func (h *holder) submit(ctx context.Context, o *op) opResult {
 	select {
-	case <-h.done:
+	case <-h.done():
 		return opResult{err: ErrNotLeader}
 	default:
 	}
 	select {
 	case h.ops <- o:
-	case <-h.done:
+	case <-h.done():
 		return opResult{err: ErrNotLeader}
 	case <-ctx.Done():
 		return opResult{err: ctx.Err()}
@@ -234,10 +232,6 @@ func (h *holder) submit(ctx context.Context, o *op) opResult {
 // run is the writer: it commits batches of writes, and the lease renewal
 // when it is due, each in one transaction under the holder's epoch.
 func (h *holder) run() {
-	defer func() {
-		h.closeCl.Do(h.cl.Close)
-		close(h.exit)
-	}()
 	b := h.b
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -245,7 +239,7 @@ func (h *holder) run() {
 		// Once the tenure is over, commit nothing more (select would pick
 		// among ready cases at random).
 		select {
-		case <-h.done:
+		case <-h.done():
 			h.failQueued()
 			return
 		default:
@@ -256,7 +250,7 @@ func (h *holder) run() {
 		timer.Reset(max(time.Until(renewAt), 0))
 		var batch []*op
 		select {
-		case <-h.done:
+		case <-h.done():
 			h.failQueued()
 			return
 		case o := <-h.ops:
@@ -287,16 +281,17 @@ func (h *holder) run() {
 				o.done <- opResult{err: fmt.Errorf("%w: %v", ErrNotLeader, err)}
 			}
 			reason := "transaction failed: " + err.Error()
-			if isFenced(err) {
+			if kafkaerr.Fenced(err) {
 				reason = "fenced: another member holds the role (" + err.Error() + ")"
 			}
 			// lose waits for this goroutine: call it from another one.
-			b.wg.Go(func() { b.lose(h, reason) })
+			// (Once the backend stops, Shutdown ends the tenure instead.)
+			b.stopper.Go(func() { b.lose(h, reason) })
 			h.failQueuedUntilDone()
 			return
 		}
 		if release {
-			b.wg.Go(func() { b.lose(h, "handed the role on") })
+			b.stopper.Go(func() { b.lose(h, "handed the role on") })
 			h.failQueuedUntilDone()
 			return
 		}
@@ -320,7 +315,7 @@ func (h *holder) failQueuedUntilDone() {
 		select {
 		case o := <-h.ops:
 			o.done <- opResult{err: ErrNotLeader}
-		case <-h.done:
+		case <-h.done():
 			h.failQueued()
 			return
 		}
@@ -334,7 +329,7 @@ func (h *holder) failQueuedUntilDone() {
 func (h *holder) commit(batch []*op, lease bool) error {
 	b := h.b
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(h.ctx, time.Duration(b.cfg.Lease.LeaseMillis)*time.Millisecond)
+	ctx, cancel := context.WithTimeout(h.life.Context(), time.Duration(b.cfg.Lease.LeaseMillis)*time.Millisecond)
 	defer cancel()
 	if err := h.cl.BeginTransaction(); err != nil {
 		return fmt.Errorf("begin: %w", err)

@@ -11,15 +11,13 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/xce/xce/internal/stopper"
 	"github.com/xce/xce/state"
 )
 
-// tailer applies the state topic's committed records while this member
-// does not write it.
-type tailer struct {
-	cancel context.CancelFunc
-	done   chan struct{}
-}
+// tailer owns the goroutine that applies the state topic's committed
+// records while this member does not write it.
+type tailer struct{ *stopper.Stopper }
 
 // startTailer starts the tailer from the next offset to apply, unless it
 // runs, the backend is stopping, or a holder applies its own writes.
@@ -27,23 +25,19 @@ func (b *Backend) startTailer() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	select {
-	case <-b.stop:
+	case <-b.stopper.Stopping():
 		return
 	default:
 	}
 	if b.tail != nil || (b.holding != nil && b.holding.ownsLog) {
 		return
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t := &tailer{cancel: cancel, done: make(chan struct{})}
+	t := &tailer{stopper.New()}
 	b.tail = t
 	b.applyMu.Lock()
 	from := b.next
 	b.applyMu.Unlock()
-	go func() {
-		defer close(t.done)
-		b.runTailer(ctx, from)
-	}()
+	t.GoCtx(func(ctx context.Context) { b.runTailer(ctx, from) })
 }
 
 func (b *Backend) stopTailer() {
@@ -54,11 +48,10 @@ func (b *Backend) stopTailer() {
 	t.stop()
 }
 
-// stop cancels the tailer and waits for it; nil is a no-op.
+// stop stops the tailer and waits for it; nil is a no-op.
 func (t *tailer) stop() {
 	if t != nil {
-		t.cancel()
-		<-t.done
+		t.Stop()
 	}
 }
 
@@ -191,12 +184,13 @@ func (b *Backend) snapshot(force bool) {
 	b.log.Info().Int64("next_offset", next).Msg("snapshot written")
 }
 
-func (b *Backend) snapshotLoop() {
+// snapshotLoop snapshots every SnapshotInterval until ctx ends.
+func (b *Backend) snapshotLoop(ctx context.Context) {
 	t := time.NewTicker(b.cfg.SnapshotInterval)
 	defer t.Stop()
 	for {
 		select {
-		case <-b.stop:
+		case <-ctx.Done():
 			return
 		case <-t.C:
 			b.snapshot(false)

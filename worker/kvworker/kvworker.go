@@ -29,6 +29,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/xce/xce/internal/backoff"
+	"github.com/xce/xce/internal/kafkaerr"
 	"github.com/xce/xce/internal/kafkaopts"
 	"github.com/xce/xce/worker"
 )
@@ -134,23 +135,6 @@ func Partition(task string) (int32, error) {
 	return int32(p), nil
 }
 
-// ErrFenced means the copy may no longer write: a newer producer owns the
-// task's transactional id, or the library's fence check refused.
-var ErrFenced = errors.New("fenced")
-
-// IsFenced reports whether err means a newer producer owns the
-// transactional id. Kafka answers a fenced producer with several codes
-// depending on the request, so the whole family counts.
-func IsFenced(err error) bool {
-	for _, e := range []error{ErrFenced, kerr.ProducerFenced, kerr.InvalidProducerEpoch, kerr.InvalidTxnState,
-		kerr.OperationNotAttempted, kerr.TransactionalIDAuthorizationFailed, kerr.InvalidProducerIDMapping} {
-		if errors.Is(err, e) {
-			return true
-		}
-	}
-	return false
-}
-
 // Run holds copy c until ctx ends. A standby or warm-up restores and tails
 // the changelog; an active restores, then processes its input. Errors
 // that may pass (Kafka unreachable) are retried with backoff; Run returns
@@ -191,12 +175,12 @@ func (h *Handler) Run(ctx context.Context, c worker.Copy, report func(lag int64)
 		switch {
 		case ctx.Err() != nil:
 			return nil
-		case IsFenced(err):
+		case kafkaerr.Fenced(err):
 			log.Warn().Err(err).Msg("fenced: the copy stops")
 			return fmt.Errorf("%s: %w", c.Task, err)
 		}
 		wait := bo.Next()
-		log.Warn().Err(err).Dur("retry_in", wait).Msg("copy failed; starting it again")
+		log.Warn().Err(kafkaerr.Explain(err)).Dur("retry_in", wait).Msg("copy failed; starting it again")
 		if !backoff.Sleep(ctx, wait) {
 			return nil
 		}
@@ -386,18 +370,7 @@ func fetchErr(fs kgo.Fetches) error {
 // caller then starts over: the committed offset and the changelog say
 // where).
 func (h *Handler) active(ctx context.Context, log zerolog.Logger, c worker.Copy, p int32, st *store, report func(int64)) error {
-	cl, err := kgo.NewClient(h.clientOpts(
-		kgo.TransactionalID(TransactionalID(c.Task)),
-		kgo.TransactionTimeout(h.cfg.TxnTimeout),
-		kgo.RecordPartitioner(kgo.BasicConsistentPartitioner(func(topic string) func(*kgo.Record, int) int {
-			if topic == h.cfg.OutputTopic {
-				hash := kgo.StickyKeyPartitioner(nil).ForTopic(topic)
-				return func(r *kgo.Record, n int) int { return hash.Partition(r, n) }
-			}
-			return func(r *kgo.Record, _ int) int { return int(r.Partition) }
-		})),
-		kgo.ProducerLinger(0),
-	)...)
+	cl, err := h.producer(c.Task)
 	if err != nil {
 		return err
 	}
@@ -427,40 +400,77 @@ func (h *Handler) active(ctx context.Context, log zerolog.Logger, c worker.Copy,
 		return err
 	}
 
-	// 3. Restore to the changelog's end, then consume only the input: the
-	// consumer fetches as soon as a partition is added, and a partition
-	// added while a fetch waits at the changelog's end would wait out
-	// that fetch (up to its max wait) on every handover. Removing the
-	// changelog ends that fetch. The commits move the store's position
-	// on themselves.
-	if next < end {
-		cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{h.cfg.ChangelogTopic: {p: kgo.NewOffset().At(next)}})
-		restore := startRestore(next, end)
-		for next < end {
-			report(end - next)
-			if next, err = readChangelog(ctx, cl, st, next); ctx.Err() != nil {
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-			restore.progress(log, p, next)
-		}
-		cl.RemoveConsumePartitions(map[string][]int32{h.cfg.ChangelogTopic: {p}})
+	// 3. Restore to the changelog's end, then consume only the input.
+	next, err = h.catchUp(ctx, log, cl, st, p, next, end, report)
+	if ctx.Err() != nil {
+		return nil
+	}
+	if err != nil {
+		return err
 	}
 	report(0)
 	log.Info().Int64("changelog_offset", next).Msg("store restored")
 	cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{h.cfg.InputTopic: {p: from}})
 	log.Info().Str("from", from.String()).Msg("processing the input")
 
+	// 4. Process it.
 	t := &txn{h: h, cl: cl, st: st, task: c.Task, p: p, epoch: c.Epoch, inputID: inputID}
+	return t.process(ctx, log)
+}
+
+// producer is the active's client: the task's transactional producer,
+// which writes the changelog to the task's partition and the output by key.
+func (h *Handler) producer(task string) (*kgo.Client, error) {
+	return kgo.NewClient(h.clientOpts(
+		kgo.TransactionalID(TransactionalID(task)),
+		kgo.TransactionTimeout(h.cfg.TxnTimeout),
+		kgo.RecordPartitioner(kgo.BasicConsistentPartitioner(func(topic string) func(*kgo.Record, int) int {
+			if topic == h.cfg.OutputTopic {
+				hash := kgo.StickyKeyPartitioner(nil).ForTopic(topic)
+				return func(r *kgo.Record, n int) int { return hash.Partition(r, n) }
+			}
+			return func(r *kgo.Record, _ int) int { return int(r.Partition) }
+		})),
+		kgo.ProducerLinger(0),
+	)...)
+}
+
+// catchUp restores the active's store from next to the changelog's end
+// (reporting the lag), and returns the store's position then; it returns
+// early, with no error, when ctx ends. It then stops consuming the
+// changelog: the consumer fetches as soon as a partition is added, and a
+// partition added while a fetch waits at the changelog's end would wait
+// out that fetch (up to its max wait) on every handover. Removing the
+// changelog ends that fetch. The commits move the store's position on
+// themselves.
+func (h *Handler) catchUp(ctx context.Context, log zerolog.Logger, cl *kgo.Client, st *store, p int32, next, end int64, report func(int64)) (int64, error) {
+	if next >= end {
+		return next, nil
+	}
+	cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{h.cfg.ChangelogTopic: {p: kgo.NewOffset().At(next)}})
+	restore := startRestore(next, end)
+	for next < end {
+		report(end - next)
+		var err error
+		if next, err = readChangelog(ctx, cl, st, next); ctx.Err() != nil || err != nil {
+			return next, err
+		}
+		restore.progress(log, p, next)
+	}
+	cl.RemoveConsumePartitions(map[string][]int32{h.cfg.ChangelogTopic: {p}})
+	return next, nil
+}
+
+// process polls the input and commits what it read, one transaction per
+// poll, until ctx ends (nil) or a poll or a commit fails.
+func (t *txn) process(ctx context.Context, log zerolog.Logger) error {
 	// The first commit says the task runs again here: how long its input
 	// waited is what a handover costs.
 	processing, first := time.Now(), true
 	for {
 		// Bounded, so that an idle active still notices its context.
 		pctx, cancel := context.WithTimeout(ctx, lagEvery)
-		fs := cl.PollRecords(pctx, h.cfg.BatchMax)
+		fs := t.cl.PollRecords(pctx, t.h.cfg.BatchMax)
 		cancel()
 		if ctx.Err() != nil {
 			return nil
@@ -548,7 +558,7 @@ type txn struct {
 // returns, so nothing is committed after the copy stopped.
 func (t *txn) commit(parent context.Context, recs []*kgo.Record) (rerr error) {
 	if err := t.h.cfg.Fence(parent); err != nil {
-		return fmt.Errorf("%w: %v", ErrFenced, err)
+		return fmt.Errorf("%w: %v", kafkaerr.ErrFenced, err)
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), t.h.cfg.TxnTimeout/2)
 	defer cancel()
@@ -563,7 +573,7 @@ func (t *txn) commit(parent context.Context, recs []*kgo.Record) (rerr error) {
 		actx, acancel := context.WithTimeout(context.WithoutCancel(parent), t.h.cfg.TxnTimeout)
 		defer acancel()
 		if err := t.cl.AbortBufferedRecords(actx); err == nil {
-			if err := t.cl.EndTransaction(actx, kgo.TryAbort); err != nil && !IsFenced(rerr) && IsFenced(err) {
+			if err := t.cl.EndTransaction(actx, kgo.TryAbort); err != nil && !kafkaerr.Fenced(rerr) && kafkaerr.Fenced(err) {
 				rerr = fmt.Errorf("abort: %w", err)
 			}
 		}
@@ -620,7 +630,7 @@ func (t *txn) commit(parent context.Context, recs []*kgo.Record) (rerr error) {
 		return err
 	}
 	if err := t.h.cfg.Fence(parent); err != nil {
-		return fmt.Errorf("%w: %v", ErrFenced, err)
+		return fmt.Errorf("%w: %v", kafkaerr.ErrFenced, err)
 	}
 	committed = true
 	if err := t.cl.EndTransaction(ctx, kgo.TryCommit); err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/xce/xce/internal/kafkaerr"
 	"github.com/xce/xce/internal/testutil"
 	"github.com/xce/xce/worker"
 )
@@ -239,7 +240,7 @@ func TestZombieCannotCommit(t *testing.T) {
 	produceInput(t, brokers, 1, 20, 20)
 	select {
 	case <-done:
-		if err := *runErr; !IsFenced(err) {
+		if err := *runErr; !kafkaerr.Fenced(err) {
 			t.Fatalf("zombie's Run returned %v, want a fencing error", err)
 		}
 	case <-time.After(20 * time.Second):
