@@ -23,13 +23,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/xce/xce/fence"
-	"github.com/xce/xce/ha/autopilot"
-	"github.com/xce/xce/ha/raftha"
-	"github.com/xce/xce/ha/succession"
-	"github.com/xce/xce/netio"
 	"github.com/xce/xce/persist/raftlog"
-	"github.com/xce/xce/placement"
 )
 
 // Config is one node's configuration.
@@ -327,65 +321,22 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 
 // Default returns a Config with every default filled and no node identity
 // (node_id, data_dir, addresses and peers are empty). The defaults of the
-// settings a package uses are that package's (see convert.go).
+// settings a package uses are that package's (see convert.go); the rest are
+// the file's own, here.
 func Default() Config {
-	r, a, f, l := raftha.DefaultConfig(), placement.DefaultConfig(), fence.DefaultConfig(), succession.DefaultLeaseConfig()
-	n, ap := netio.DefaultLimits(), autopilot.DefaultConfig()
-	return Config{
+	c := Config{
 		ClusterID: "local",
-		Autopilot: Autopilot{
-			StabilizationTime:    Duration{ap.StabilizationTime},
-			MaxLag:               ap.MaxLag,
-			LastContactThreshold: Duration{ap.LastContactThreshold},
-			CleanupDeadServers:   ap.CleanupDeadServers,
-			DeadServerTimeout:    Duration{ap.DeadServerTimeout},
-		},
-		HA: HA{Backend: BackendRaft, Lease: millis(l.LeaseMillis), Renew: millis(l.RenewMillis),
-			Stagger: millis(l.StaggerMillis)},
-		Raft: Raft{
-			HeartbeatTimeout:   Duration{r.HeartbeatTimeout},
-			ElectionTimeout:    Duration{r.ElectionTimeout},
-			LeaderLeaseTimeout: Duration{r.LeaderLeaseTimeout},
-			CommitTimeout:      Duration{r.CommitTimeout},
-			SnapshotInterval:   Duration{r.SnapshotInterval},
-			SnapshotThreshold:  r.SnapshotThreshold,
-			SnapshotWrites:     r.SnapshotWrites,
-			TrailingLogs:       r.TrailingLogs,
-			DetectLeaderExit:   r.DetectLeaderExit,
-			LogSegmentSize:     raftlog.DefaultSegmentSize,
-		},
-		Kafka: Kafka{Topic: f.Topic, TransactionalIDPrefix: "xce"},
-		Assignor: Assignor{
-			AcceptableRecoveryLag:    a.Assign.AcceptableRecoveryLag,
-			MaxWarmupReplicas:        a.Assign.MaxWarmupReplicas,
-			NumStandbyReplicas:       a.Assign.NumStandbyReplicas,
-			ProbingRebalanceInterval: Duration{a.Assign.ProbingRebalanceInterval},
-			SessionTimeout:           Duration{a.SessionTimeout},
-			HeartbeatInterval:        Duration{a.HeartbeatInterval},
-			GrantMargin:              Duration{a.GrantMargin},
-		},
-		Limits: Limits{
-			Client: ClientLimits{
-				MaxConnections:    n.MaxConnections,
-				HealthReserve:     n.HealthReserve,
-				ReadHeaderTimeout: Duration{n.ReadHeaderTimeout},
-				ReadTimeout:       Duration{n.ReadTimeout},
-				WriteTimeout:      Duration{n.WriteTimeout},
-				IdleTimeout:       Duration{n.IdleTimeout},
-				MaxHeaderBytes:    n.MaxHeaderBytes,
-			},
-			Peer: PeerLimits{
-				MaxConnections:   r.MaxInboundConns,
-				MaxMessageBytes:  int(r.MaxRPCSize),
-				FirstByteTimeout: Duration{r.FirstByteTimeout},
-				ReadTimeout:      Duration{r.RPCTimeout},
-				IdleTimeout:      Duration{r.IdleTimeout},
-			},
-		},
-		Log:  Log{Level: "info", Format: "auto"},
-		TLS:  ClientTLS{ClientAuth: "none"},
-		Auth: Auth{Anonymous: "none"},
+		HA:        HA{Backend: BackendRaft},
+		Raft:      Raft{LogSegmentSize: raftlog.DefaultSegmentSize},
+		Kafka:     Kafka{TransactionalIDPrefix: "xce"},
+		Log:       Log{Level: "info", Format: "auto"},
+		TLS:       ClientTLS{ClientAuth: "none"},
+		Auth:      Auth{Anonymous: "none"},
 	}
+	for _, b := range bindings {
+		b.fill(&c)
+	}
+	return c
 }
 
 // Self returns this node's entry in Peers. If there is none (the config was
@@ -555,7 +506,7 @@ func (w *walker) mapping(n *yaml.Node, t reflect.Type, path string) {
 	fields := map[string]reflect.Type{}
 	for i := range t.NumField() {
 		f := t.Field(i)
-		if name, _, _ := strings.Cut(f.Tag.Get("yaml"), ","); name != "" && name != "-" {
+		if name := yamlName(f); name != "" && name != "-" {
 			names = append(names, name)
 			fields[name] = f.Type
 		}
