@@ -66,10 +66,11 @@ type Config struct {
 	// for their client_addr.
 	Peers []Peer `yaml:"peers"`
 	// Join lists client addresses (host:port with a concrete host, each
-	// once, not this node's own) of members of an existing cluster. A node with join and an
-	// empty data dir does not bootstrap: it asks those members to add it,
-	// starts as a non-voter and becomes a voter once autopilot promotes
-	// it. Ignored once the data dir holds Raft state. Raft backend only.
+	// once, not this node's own) of members of an existing cluster. A node
+	// with join and an empty data dir does not bootstrap: it asks those
+	// members to add it, starts as a non-voter and becomes a voter once
+	// autopilot promotes it. Ignored once the data dir holds Raft state.
+	// Raft backend only.
 	Join []string `yaml:"join"`
 	// Autopilot decides, on the leader, when a non-voter becomes a voter
 	// and when a dead voter is replaced (docs/design.md, "Membership"). A
