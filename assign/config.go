@@ -1,9 +1,9 @@
 package assign
 
 import (
-	"errors"
-	"fmt"
 	"time"
+
+	"github.com/xce/xce/internal/fielderr"
 )
 
 // Defaults and limits of Config, exported so that config loaders and
@@ -51,23 +51,23 @@ func DefaultConfig() Config {
 	}
 }
 
-// Validate reports every invalid setting, each error naming its field in the
-// config file's spelling, so that an operator can fix the file at once.
+// Validate reports every invalid setting as a fielderr.List, each named
+// by its field.
 func (c Config) Validate() error {
-	var errs []error
+	var l fielderr.List
 	if c.AcceptableRecoveryLag < 0 {
-		errs = append(errs, errors.New("acceptable_recovery_lag: must not be negative"))
+		l.Add("AcceptableRecoveryLag", "must not be negative")
 	}
 	if c.MaxWarmupReplicas < 1 {
-		errs = append(errs, errors.New("max_warmup_replicas: must be at least 1"))
+		l.Add("MaxWarmupReplicas", "must be at least 1")
 	}
 	if c.NumStandbyReplicas < 0 {
-		errs = append(errs, errors.New("num_standby_replicas: must not be negative"))
+		l.Add("NumStandbyReplicas", "must not be negative")
 	} else if c.NumStandbyReplicas > MaxStandbyReplicas {
-		errs = append(errs, fmt.Errorf("num_standby_replicas: must be at most %d", MaxStandbyReplicas))
+		l.Add("NumStandbyReplicas", "must be at most %d", MaxStandbyReplicas)
 	}
 	if c.ProbingRebalanceInterval < MinProbingRebalanceInterval {
-		errs = append(errs, fmt.Errorf("probing_rebalance_interval: must be at least %v", MinProbingRebalanceInterval))
+		l.Add("ProbingRebalanceInterval", "must be at least %v", MinProbingRebalanceInterval)
 	}
-	return errors.Join(errs...)
+	return l.Err()
 }

@@ -23,213 +23,313 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/xce/xce/fence"
-	"github.com/xce/xce/ha/autopilot"
-	"github.com/xce/xce/ha/raftha"
-	"github.com/xce/xce/ha/succession"
-	"github.com/xce/xce/netio"
 	"github.com/xce/xce/persist/raftlog"
-	"github.com/xce/xce/placement"
 )
 
-// Config is one node's configuration.
+// Config is one node's configuration: one YAML file per node, each key
+// listed with its type, default and meaning in docs/reference/config.md,
+// which `make docs` generates from these comments and Default.
 type Config struct {
-	NodeID     string `yaml:"node_id"`     // required; this node's id, one of peers[].id, written into the data dir
-	ClusterID  string `yaml:"cluster_id"`  // default "local"
-	DataDir    string `yaml:"data_dir"`    // relative to the working directory
-	ClientAddr string `yaml:"client_addr"` // API, /healthz, /readyz, /metrics; host may be empty (all interfaces)
-	PeerAddr   string `yaml:"peer_addr"`   // Raft; advertised to peers, so it needs a concrete host
-	// PeerListenAddr, when set, is where the Raft listener binds (behind NAT
-	// or a proxy, peers dial peer_addr); outbound peer connections then
-	// leave from its host, so peers see a stable source address.
+	// NodeID names this node: 1-64 characters of [A-Za-z0-9._-], and one
+	// of peers[].id unless the node joins. Required. It is written into
+	// the data dir, which then refuses any other node.
+	NodeID string `yaml:"node_id"`
+	// ClusterID names the cluster: 1-64 characters of [A-Za-z0-9._-]. It
+	// is written into the data dir (which then refuses any other cluster),
+	// certificates name it, and the Kafka names derive from it.
+	ClusterID string `yaml:"cluster_id"`
+	// DataDir holds the node's durable state: the Raft log, the stable
+	// store, snapshots and a lock file. Required; a relative path is
+	// relative to the process's working directory.
+	DataDir string `yaml:"data_dir"`
+	// ClientAddr is where the node serves the API, /healthz, /readyz and
+	// /metrics: host:port, the host empty or unspecified for every
+	// interface. Required, and different from peer_addr. Beyond loopback
+	// it needs tls or insecure.
+	ClientAddr string `yaml:"client_addr"`
+	// PeerAddr is where the other nodes reach this node's Raft port:
+	// host:port with a concrete host, since it is advertised to them.
+	// Required; unused with ha.backend kafka. Beyond loopback it needs
+	// peer_tls or insecure.
+	PeerAddr string `yaml:"peer_addr"`
+	// PeerListenAddr, when set, is where the Raft listener binds instead
+	// of peer_addr (behind NAT or a proxy, peers dial peer_addr);
+	// outbound peer connections then leave from its host, so peers see a
+	// stable source address. host:port.
 	PeerListenAddr string `yaml:"peer_listen_addr"`
 	// Peers are the voters a new cluster starts with, this node included:
 	// they bootstrap its first configuration. Once the data dir holds
 	// Raft state the cluster's own configuration says who the members are
 	// (members are added and removed through the API) and a change here
-	// has no effect on it. With join, list only this node or nothing.
+	// has no effect on it. At least one, unless the node joins; with join,
+	// list only this node or nothing. With ha.backend kafka, every member,
+	// for their client_addr.
 	Peers []Peer `yaml:"peers"`
-	// Join lists client addresses (host:port) of members of an existing
-	// cluster. A node with join and an empty data dir does not bootstrap:
-	// it asks those members to add it, starts as a non-voter and becomes
-	// a voter once autopilot promotes it. Ignored once the data dir holds
-	// Raft state. Raft backend only.
-	Join      []string  `yaml:"join"`
+	// Join lists client addresses (host:port with a concrete host, each
+	// once, not this node's own) of members of an existing cluster. A node
+	// with join and an empty data dir does not bootstrap: it asks those
+	// members to add it, starts as a non-voter and becomes a voter once
+	// autopilot promotes it. Ignored once the data dir holds Raft state.
+	// Raft backend only.
+	Join []string `yaml:"join"`
+	// Autopilot decides, on the leader, when a non-voter becomes a voter
+	// and when a dead voter is replaced (docs/design.md, "Membership"). A
+	// server is healthy when the leader heard from it within
+	// last_contact_threshold and it is at most max_lag entries behind.
+	// Keep the section equal on every node, since any voter may lead.
 	Autopilot Autopilot `yaml:"autopilot"`
-	HA        HA        `yaml:"ha"`
-	Raft      Raft      `yaml:"raft"`
-	Kafka     Kafka     `yaml:"kafka"`
-	Assignor  Assignor  `yaml:"assignor"`
-	Limits    Limits    `yaml:"limits"`
-	Log       Log       `yaml:"log"`
-	// TLS secures the client port (API, /healthz, /readyz, /metrics).
+	// HA selects the election backend. With backend kafka, Kafka
+	// coordinates the role (a lease in a coordination topic, fenced by
+	// the producer epoch) and holds the replicated log; peers then only
+	// give each member's client_addr (for leader hints), peer_addr is
+	// unused, and of the raft section snapshot_interval and
+	// snapshot_threshold time the snapshots while the election and
+	// replication settings are unused.
+	HA HA `yaml:"ha"`
+	// Raft tunes the Raft backend's elections, log and snapshots.
+	Raft Raft `yaml:"raft"`
+	// Kafka is where committed changes are published, and with
+	// ha.backend kafka what coordinates the role.
+	Kafka Kafka `yaml:"kafka"`
+	// Assignor holds the task placement settings (docs/design.md, "The
+	// assignor") and the worker session timings. Only the primary plans,
+	// but every node should carry the same values so that a failover
+	// keeps the policy.
+	Assignor Assignor `yaml:"assignor"`
+	// Limits bound what clients and peers can make a node hold: sockets,
+	// memory and time. Each refusal is counted and logged.
+	Limits Limits `yaml:"limits"`
+	// Log configures the node's logger.
+	Log Log `yaml:"log"`
+	// TLS secures the client port (API, /healthz, /readyz, /metrics) with
+	// TLS 1.3, HTTP/2 and HTTP/1.1 chosen by ALPN. With no cert_file the
+	// port is plaintext.
 	TLS ClientTLS `yaml:"tls"`
-	// PeerTLS secures the peer port with mutual TLS: every peer presents a
-	// certificate signed by ca_file that names its node of this cluster.
+	// PeerTLS secures the peer port with mutual TLS 1.3: every peer
+	// presents a certificate signed by ca_file that names its node of this
+	// cluster. All three files, or none (plaintext).
 	PeerTLS PeerTLS `yaml:"peer_tls"`
-	// Auth decides who may call what on the client port.
+	// Auth decides who may call what on the client port. Permissions apply
+	// once the node can tell callers apart: a tokens file, or client
+	// certificates (tls.client_auth optional or required).
 	Auth Auth `yaml:"auth"`
-	// Insecure lets a node whose client or peer address is reachable
-	// beyond this machine start without TLS on that port. Default false:
-	// such a node refuses to start.
+	// Insecure lets a node start without TLS on a client or peer port
+	// reachable beyond this machine (it then logs an INSECURE warning), and
+	// send a SASL PLAIN password in clear to a broker beyond it; xce status
+	// shows it. When false such a node refuses to start.
 	Insecure bool `yaml:"insecure"`
 }
 
-// ClientTLS is the client port's TLS. With no cert_file the port is
-// plaintext.
+// ClientTLS is the client port's TLS.
 type ClientTLS struct {
-	CAFile   string `yaml:"ca_file"`   // CA that signs client certificates; required unless client_auth is none
-	CertFile string `yaml:"cert_file"` // the node's certificate (PEM); renewed files are picked up without a restart
-	KeyFile  string `yaml:"key_file"`  // its key (PEM)
-	// ClientAuth: none (no client certificates), optional (verified when
-	// sent), or required. Default none.
+	// CAFile is the CA (PEM) that signs client certificates. Required
+	// when client_auth is optional or required.
+	CAFile string `yaml:"ca_file"`
+	// CertFile is the node's certificate (PEM); set together with
+	// key_file. Renewed files are picked up without a restart.
+	CertFile string `yaml:"cert_file"`
+	// KeyFile is cert_file's key (PEM).
+	KeyFile string `yaml:"key_file"`
+	// ClientAuth says whether callers present certificates: none (none
+	// asked for), optional (verified when sent) or required (for every
+	// call but /healthz, /readyz and the gRPC health check). optional and
+	// required need cert_file and ca_file.
 	ClientAuth string `yaml:"client_auth"`
 }
 
-// PeerTLS is the peer port's mutual TLS: all three files, or none
-// (plaintext).
+// PeerTLS is the peer port's mutual TLS.
 type PeerTLS struct {
-	CAFile   string `yaml:"ca_file"`   // the cluster's CA: every peer's certificate must chain to it
-	CertFile string `yaml:"cert_file"` // this node's certificate, naming xce://<cluster_id>/node/<node_id>
-	KeyFile  string `yaml:"key_file"`  // its key (PEM)
+	// CAFile is the cluster's CA (PEM): every peer's certificate must
+	// chain to it.
+	CAFile string `yaml:"ca_file"`
+	// CertFile is this node's certificate (PEM), naming
+	// `xce://<cluster_id>/node/<node_id>`. Renewed files are picked up
+	// without a restart.
+	CertFile string `yaml:"cert_file"`
+	// KeyFile is cert_file's key (PEM).
+	KeyFile string `yaml:"key_file"`
 }
 
-// Auth is who may call what. Permissions apply once the node can tell
-// callers apart: a tokens file, or client certificates (tls.client_auth
-// optional or required).
+// Auth is who may call what.
 type Auth struct {
-	// TokensFile holds one token a line: <sha256 of the token, hex>
-	// <principal> <role>[,<role>…]. Roles: admin, writer, reader, worker.
+	// TokensFile holds one token a line, `<sha256 of the token, hex>
+	// <principal> <role>[,<role>…]`, with roles admin, writer, reader and
+	// worker. It is read at start; a malformed line stops the node. Empty:
+	// no tokens.
 	TokensFile string `yaml:"tokens_file"`
-	// Anonymous is the role of a caller with no credentials: none or
-	// reader. Default none.
+	// Anonymous is the role of a caller with no credentials where
+	// permissions apply: none (the call is refused Unauthenticated) or
+	// reader.
 	Anonymous string `yaml:"anonymous"`
 }
 
-// Limits bound what clients and peers can make a node hold: sockets,
-// memory and time.
+// Limits bound the two ports.
 type Limits struct {
+	// Client bounds the client port (API, /healthz, /readyz, /metrics).
 	Client ClientLimits `yaml:"client"`
-	Peer   PeerLimits   `yaml:"peer"`
+	// Peer bounds the Raft peer port.
+	Peer PeerLimits `yaml:"peer"`
 }
 
-// ClientLimits bound the client port (API, /healthz, /readyz, /metrics).
+// ClientLimits bound the client port.
 type ClientLimits struct {
-	// MaxConnections caps the client connections open at once. When they
-	// are all open, a new connection takes the place of one that has not
-	// sent a request yet (or has sat idle between requests for longer than
-	// read_header_timeout); when there is none, it goes to the health
-	// reserve. The node lowers the cap at start, with a warning, when
-	// RLIMIT_NOFILE leaves too few descriptors for it.
-	MaxConnections int `yaml:"max_connections"` // default 1024
-	// HealthReserve connections more may be open for /healthz and /readyz
-	// only: anything else on them gets 503. Beyond the reserve a new
-	// connection is closed at once.
-	HealthReserve int `yaml:"health_reserve"` // default 8
+	// MaxConnections caps the client connections open at once, 1 to
+	// 1048576. When they are all open, a new connection takes the place of
+	// one that has not sent a request yet (or has sat idle between
+	// requests for longer than read_header_timeout); when there is none,
+	// it goes to the health reserve. The node lowers the cap at start,
+	// with a warning, when RLIMIT_NOFILE leaves too few descriptors for
+	// it.
+	MaxConnections int `yaml:"max_connections"`
+	// HealthReserve is how many connections more, 0 to 1024, may be open
+	// for /healthz and /readyz only: anything else on them gets 503.
+	// Beyond the reserve a new connection is closed at once.
+	HealthReserve int `yaml:"health_reserve"`
 	// ReadHeaderTimeout: a connection must send a request's headers within
 	// this, counted from when it opens or from the first byte of a request
-	// after an idle spell.
-	ReadHeaderTimeout Duration `yaml:"read_header_timeout"` // default 5s
+	// after an idle spell. 100ms to 1h.
+	ReadHeaderTimeout Duration `yaml:"read_header_timeout"`
 	// ReadTimeout: a request's body must arrive whole within this of the
-	// request's start, over HTTP/1.1 and HTTP/2 alike.
-	ReadTimeout Duration `yaml:"read_timeout"` // default 10s
+	// request's start, over HTTP/1.1 and HTTP/2 alike. 100ms to 1h.
+	ReadTimeout Duration `yaml:"read_timeout"`
 	// WriteTimeout: a response must be written within this of the
 	// request's start, or of the end of its body; on a long stream
-	// (WatchStatus), each message within this of being sent.
-	WriteTimeout Duration `yaml:"write_timeout"` // default 10s
-	// IdleTimeout closes a connection that carries no request for this long.
-	IdleTimeout Duration `yaml:"idle_timeout"` // default 2m
-	// MaxHeaderBytes caps a request's headers.
-	MaxHeaderBytes int `yaml:"max_header_bytes"` // default 65536
+	// (WatchStatus), each message within this of being sent. A worker's
+	// held heartbeat is answered within half of it. 100ms to 1h.
+	WriteTimeout Duration `yaml:"write_timeout"`
+	// IdleTimeout closes a connection that carries no request for this
+	// long. 1s to 24h.
+	IdleTimeout Duration `yaml:"idle_timeout"`
+	// MaxHeaderBytes caps a request's headers, in bytes: 4096 to 16777216
+	// (16 MiB).
+	MaxHeaderBytes int `yaml:"max_header_bytes"`
 }
 
 // PeerLimits bound the Raft peer port.
 type PeerLimits struct {
-	// MaxConnections caps the inbound peer connections open at once. Each
-	// other voter may hold up to 8 of them.
-	MaxConnections int `yaml:"max_connections"` // default 128
-	// MaxMessageBytes caps one Raft message (an AppendEntries with its
-	// entries; snapshot data that follows an InstallSnapshot is not part of
-	// it). It must fit the largest entry the node writes: one
-	// CmdSetAssignment of up to state.MaxAssignmentBytes.
-	MaxMessageBytes int `yaml:"max_message_bytes"` // default 33554432 (32 MiB)
+	// MaxConnections caps the inbound peer connections open at once: at
+	// least 8 for each other voter in peers (8 with one voter), at most
+	// 1048576. At the cap a new connection takes the place of the oldest
+	// that never carried a message; otherwise it is closed at once.
+	MaxConnections int `yaml:"max_connections"`
+	// MaxMessageBytes caps one Raft message, in bytes (an AppendEntries
+	// with its entries; snapshot data that follows an InstallSnapshot is
+	// not part of it): 17825792 (17 MiB) to 1073741824 (1 GiB). It must
+	// fit the largest entry the node writes, an assignment of up to
+	// 16 MiB; a larger message is refused from its declared lengths,
+	// before it is read.
+	MaxMessageBytes int `yaml:"max_message_bytes"`
 	// FirstByteTimeout: a new connection must start its first message
 	// within this. Raft writes as soon as it dials, so only a connection
-	// nobody meant to use waits longer.
-	FirstByteTimeout Duration `yaml:"first_byte_timeout"` // default 5s
+	// nobody meant to use waits longer. 100ms to 1h.
+	FirstByteTimeout Duration `yaml:"first_byte_timeout"`
 	// ReadTimeout: a message must arrive whole within this of its first
-	// byte (and its answer be written within this); never less than
-	// raft's own RPC timeout, 10 × raft.heartbeat_timeout and at least 1s.
-	ReadTimeout Duration `yaml:"read_timeout"` // default 10s
+	// byte (and its answer be written within this). 100ms to 1h; in force
+	// never less than raft's own RPC timeout, 10 × raft.heartbeat_timeout
+	// and at least 1s.
+	ReadTimeout Duration `yaml:"read_timeout"`
 	// IdleTimeout closes a connection that starts no message for this
 	// long. Raft's leader sends on its connections every heartbeat; what
-	// sits idle longer is a pooled connection nobody uses. Never less than
-	// 10 × raft.heartbeat_timeout.
-	IdleTimeout Duration `yaml:"idle_timeout"` // default 2m, at least 1m
+	// sits idle longer is a pooled connection nobody uses. 1m to 24h; in
+	// force never less than 10 × raft.heartbeat_timeout.
+	IdleTimeout Duration `yaml:"idle_timeout"`
 }
 
-// Assignor holds the task placement settings (docs/design.md, "The
-// assignor") and the worker session timings. Only the primary plans, but
-// every node should carry the same values so that a failover keeps the
-// policy.
+// Assignor is the task placement policy and the worker sessions.
 type Assignor struct {
-	AcceptableRecoveryLag int64 `yaml:"acceptable_recovery_lag"` // default 10000
-	MaxWarmupReplicas     int   `yaml:"max_warmup_replicas"`     // default 2, at least 1
-	// NumStandbyReplicas: standbys per stateful task, on workers other than
-	// the active's; a task submitted with its own standby_replicas above 0
-	// (`xce submit --standbys N`) gets that many instead. Either is capped
-	// by the workers with capacity above 0, less one.
-	NumStandbyReplicas       int      `yaml:"num_standby_replicas"`       // default 0, at most 16
-	ProbingRebalanceInterval Duration `yaml:"probing_rebalance_interval"` // default 10m, at least 1m
+	// AcceptableRecoveryLag is the largest lag, in the units workers
+	// report it in (records, for xce's own workers), at which a worker
+	// counts as caught up on a task; actives go to caught-up workers, and
+	// one that is not gets a warm-up first. 0 or more.
+	AcceptableRecoveryLag int64 `yaml:"acceptable_recovery_lag"`
+	// MaxWarmupReplicas caps the warm-up copies in the whole assignment at
+	// once: each restores a task's state and costs the cluster I/O. At
+	// least 1, so that an unbalanced cluster always makes progress.
+	MaxWarmupReplicas int `yaml:"max_warmup_replicas"`
+	// NumStandbyReplicas is how many standbys each stateful task gets, on
+	// workers other than the active's, 0 to 16; a task submitted with its
+	// own standby_replicas above 0 (`xce submit --standbys N`) gets that
+	// many instead. Either is capped by the workers with capacity above
+	// 0, less one.
+	NumStandbyReplicas int `yaml:"num_standby_replicas"`
+	// ProbingRebalanceInterval is how long after a plan that left moves
+	// waiting the primary plans again; a warm-up that catches up triggers
+	// a plan at once. At least 1m.
+	ProbingRebalanceInterval Duration `yaml:"probing_rebalance_interval"`
 	// SessionTimeout: a worker silent for this long is gone; a new primary
-	// also waits this long for workers to report before it plans.
-	SessionTimeout Duration `yaml:"session_timeout"` // default 10s
-	// HeartbeatInterval is what workers are told to use.
-	HeartbeatInterval Duration `yaml:"heartbeat_interval"` // default 1s, below session_timeout/2
-	// GrantMargin: a worker runs its actives at most session_timeout −
-	// grant_margin (its active lease) after sending its last acknowledged
-	// heartbeat, and an active it held moves to another worker no sooner
-	// than session_timeout + grant_margin after the primary last heard from
-	// it (docs/design.md, "At most one active").
-	GrantMargin Duration `yaml:"grant_margin"` // default 0: session_timeout/5; the lease must exceed heartbeat_interval
+	// also waits this long for workers to report before it plans. 500ms
+	// to 1h.
+	SessionTimeout Duration `yaml:"session_timeout"`
+	// HeartbeatInterval is what workers are told to use: at least 50ms
+	// and at most half of session_timeout.
+	HeartbeatInterval Duration `yaml:"heartbeat_interval"`
+	// GrantMargin separates a worker's active lease from its session: a
+	// worker runs its actives at most session_timeout − grant_margin (its
+	// active lease) after sending its last acknowledged heartbeat, and an
+	// active it held moves to another worker no sooner than
+	// session_timeout + grant_margin after the primary last heard from it
+	// (docs/design.md, "At most one active"). 0 means session_timeout/5;
+	// not negative, and the lease must exceed heartbeat_interval.
+	GrantMargin Duration `yaml:"grant_margin"`
 }
 
-// Autopilot decides, on the leader, when a non-voter becomes a voter and
-// when a dead voter is replaced (docs/design.md, "Membership").
+// Autopilot is the leader's membership policy.
 type Autopilot struct {
-	// A non-voter must stay healthy this long before it is promoted.
-	StabilizationTime Duration `yaml:"stabilization_time"` // default 10s
-	// A server more log entries than this behind the leader is not
-	// healthy.
-	MaxLag uint64 `yaml:"max_lag"` // default 1024
-	// A server the leader has not heard from for longer than this is not
-	// healthy.
-	LastContactThreshold Duration `yaml:"last_contact_threshold"` // default 2s
-	// Remove a voter unhealthy for dead_server_timeout once a stabilized
-	// non-voter is ready to replace it, never the leader and never below
-	// a healthy quorum. Default false.
+	// StabilizationTime is how long a non-voter must stay healthy before
+	// it is promoted, so that a node that restarts in a loop, or whose
+	// link flaps, never votes. 0s to 24h.
+	StabilizationTime Duration `yaml:"stabilization_time"`
+	// MaxLag is how many log entries a server may trail the leader and
+	// still be healthy: 1 to 1099511627776 (2^40).
+	MaxLag uint64 `yaml:"max_lag"`
+	// LastContactThreshold is how long ago the leader may last have heard
+	// from a server that is healthy: above 0s, at most 24h.
+	LastContactThreshold Duration `yaml:"last_contact_threshold"`
+	// CleanupDeadServers removes a voter unhealthy for
+	// dead_server_timeout once a stabilized non-voter is ready to replace
+	// it, never the leader and never below a healthy quorum.
 	CleanupDeadServers bool `yaml:"cleanup_dead_servers"`
-	// How long a voter must be unhealthy before cleanup_dead_servers
-	// removes it; at least last_contact_threshold.
-	DeadServerTimeout Duration `yaml:"dead_server_timeout"` // default 30s
+	// DeadServerTimeout is how long a voter must be unhealthy before
+	// cleanup_dead_servers removes it: at least last_contact_threshold, at
+	// most 24h. Keep it longer than a node's restart, or a restart looks
+	// like a death.
+	DeadServerTimeout Duration `yaml:"dead_server_timeout"`
 }
 
 // Peer is one voter of the cluster.
 type Peer struct {
-	ID         string `yaml:"id"`          // unique in the cluster
-	PeerAddr   string `yaml:"peer_addr"`   // where the other nodes reach its raft port
-	ClientAddr string `yaml:"client_addr"` // its API address, given to clients in leader hints
+	// ID is the voter's node_id, unique in the list.
+	ID string `yaml:"id"`
+	// PeerAddr is where the other nodes reach its Raft port: host:port
+	// with a concrete host, unique in the list. This node's entry equals
+	// its peer_addr.
+	PeerAddr string `yaml:"peer_addr"`
+	// ClientAddr is its API address, given to clients in leader hints:
+	// host:port, unique in the list. This node's entry equals its
+	// client_addr.
+	ClientAddr string `yaml:"client_addr"`
 }
 
-// HA selects the election backend. With backend kafka, Kafka coordinates
-// the role (a lease in a coordination topic, fenced by the producer epoch)
-// and holds the replicated log; peers then only give each member's
-// client_addr (for leader hints) and the raft section is unused.
+// HA is the election backend and its lease.
 type HA struct {
-	Backend string   `yaml:"backend"` // raft (default) or kafka
-	Lease   Duration `yaml:"lease"`   // kafka: how long a lease lasts; default 3s
-	Renew   Duration `yaml:"renew"`   // kafka: renew this long after the grant; default 1s
-	Stagger Duration `yaml:"stagger"` // kafka: delay between successive ranks' challenges; default 500ms
+	// Backend is raft (the nodes elect among themselves) or kafka (two or
+	// more nodes, coordinated by the brokers of kafka.brokers, which it
+	// needs).
+	Backend string `yaml:"backend"`
+	// Lease is how long a granted or renewed lease lasts, with the kafka
+	// backend: at least 100ms, in whole milliseconds. Failover takes about
+	// lease + rank × stagger. Every member must use the same lease, renew
+	// and stagger.
+	Lease Duration `yaml:"lease"`
+	// Renew is how long after each grant the holder renews, with the
+	// kafka backend: above 0s and below lease, in whole milliseconds; the
+	// rest of the lease absorbs a slow renewal.
+	Renew Duration `yaml:"renew"`
+	// Stagger separates the challenges of successive ranks once a lease
+	// has run out, with the kafka backend: rank n challenges at the
+	// deadline + n × stagger. 0s or more, in whole milliseconds; 0s lets
+	// every challenger go at once (exactly one still wins).
+	Stagger Duration `yaml:"stagger"`
 }
 
 // Backend names.
@@ -240,62 +340,115 @@ const (
 
 // Raft holds the hashicorp/raft tuning knobs.
 type Raft struct {
-	HeartbeatTimeout   Duration `yaml:"heartbeat_timeout"`    // default 200ms
-	ElectionTimeout    Duration `yaml:"election_timeout"`     // default 200ms
-	LeaderLeaseTimeout Duration `yaml:"leader_lease_timeout"` // default 150ms
-	CommitTimeout      Duration `yaml:"commit_timeout"`       // default 10ms
-	SnapshotInterval   Duration `yaml:"snapshot_interval"`    // default 30s
-	SnapshotThreshold  uint64   `yaml:"snapshot_threshold"`   // default 65536
+	// HeartbeatTimeout: a follower that stops hearing from the leader
+	// starts an election after this long, so it bounds failover when the
+	// leader is alive but cut off or stalled. At least 5ms; not above
+	// election_timeout, not below leader_lease_timeout or commit_timeout.
+	HeartbeatTimeout Duration `yaml:"heartbeat_timeout"`
+	// ElectionTimeout is how long a candidate waits before it retries: at
+	// least heartbeat_timeout (and 5ms).
+	ElectionTimeout Duration `yaml:"election_timeout"`
+	// LeaderLeaseTimeout: a leader that has not heard from a majority for
+	// this long steps down, so a partitioned primary stops admitting
+	// writes. 5ms to heartbeat_timeout.
+	LeaderLeaseTimeout Duration `yaml:"leader_lease_timeout"`
+	// CommitTimeout is an idle leader's AppendEntries pace, so that
+	// followers learn of commits promptly. 5ms to heartbeat_timeout.
+	CommitTimeout Duration `yaml:"commit_timeout"`
+	// SnapshotInterval is how often a node checks snapshot_threshold
+	// (with either backend). At least 5ms.
+	SnapshotInterval Duration `yaml:"snapshot_interval"`
+	// SnapshotThreshold is how many log entries (records, with the kafka
+	// backend) applied since the last snapshot make the next one. At
+	// least 1.
+	SnapshotThreshold uint64 `yaml:"snapshot_threshold"`
 	// SnapshotWrites also takes a snapshot once this many writes, or a
 	// sixteenth of the task count if that is more, were applied since the
-	// last one (0: only snapshot_threshold). Default 131072.
+	// last one, checked every second: it bounds what a restart replays. 0
+	// leaves it to snapshot_threshold. Raft backend only.
 	SnapshotWrites uint64 `yaml:"snapshot_writes"`
-	TrailingLogs   uint64 `yaml:"trailing_logs"` // default 10240
+	// TrailingLogs is how many log entries a snapshot leaves behind, so
+	// that a follower a little behind catches up from the log rather than
+	// from a whole snapshot. 0 or more.
+	TrailingLogs uint64 `yaml:"trailing_logs"`
 	// DetectLeaderExit: a follower that finds the leader's peer port
 	// refusing connections (the leader's process has exited) starts an
-	// election at once instead of after heartbeat_timeout. Default true.
+	// election at once instead of after heartbeat_timeout. Turn it off
+	// only where something in front of the peer ports refuses connections
+	// for a live node.
 	DetectLeaderExit bool `yaml:"detect_leader_exit"`
 	// LogSegmentSize is the space each Raft log segment file is given when
-	// it is created (preallocated, so an append changes no file size); a
-	// new one starts once a segment is full. The disk needs room for one
-	// more segment than the log holds.
-	LogSegmentSize int64 `yaml:"log_segment_size"` // bytes, default 16777216 (16 MiB), 1 MiB to 1 GiB
+	// it is created, in bytes: 1048576 (1 MiB) to 1073741824 (1 GiB).
+	// Segments are preallocated, so an append changes no file size; a new
+	// one starts once a segment is full. The disk needs room for one more
+	// segment than the log holds.
+	LogSegmentSize int64 `yaml:"log_segment_size"`
 }
 
-// Kafka configures event publishing. No brokers means publishing is disabled.
+// Kafka is the brokers and what goes to them.
 type Kafka struct {
-	Brokers               []string `yaml:"brokers"`                 // host:port each; empty: publishing disabled
-	Topic                 string   `yaml:"topic"`                   // default "xce.events"
-	TransactionalIDPrefix string   `yaml:"transactional_id_prefix"` // default "xce"
+	// Brokers are the Kafka bootstrap brokers, host:port each with a
+	// concrete host. Empty: publishing is disabled (the outbox is trimmed
+	// without being published); ha.backend kafka needs at least one.
+	Brokers []string `yaml:"brokers"`
+	// Topic is the events topic, one partition: 1-249 characters of
+	// [A-Za-z0-9._-], not "." or "..". Checked with publishing disabled
+	// too.
+	Topic string `yaml:"topic"`
+	// TransactionalIDPrefix starts every Kafka name the cluster uses: the
+	// publisher's transactional id `<prefix>.<cluster_id>.primary`, and
+	// with ha.backend kafka the topics `<prefix>.<cluster_id>.coord` and
+	// `<prefix>.<cluster_id>.state` and the transactional id
+	// `<prefix>.<cluster_id>.role`. 1-64 characters of [A-Za-z0-9._-].
+	TransactionalIDPrefix string `yaml:"transactional_id_prefix"`
 	// TLS secures the connections to the brokers (the publisher's, the
-	// Kafka backend's).
+	// Kafka backend's) with TLS 1.2 or later: on when enabled is true or
+	// ca_file or cert_file is set. Renewed files are picked up without a
+	// restart.
 	TLS KafkaTLS `yaml:"tls"`
-	// SASL authenticates this node to the brokers.
+	// SASL authenticates this node to the brokers. The password is read
+	// from a file, never written in the config.
 	SASL KafkaSASL `yaml:"sasl"`
 }
 
-// KafkaTLS is TLS to the brokers: on when enabled is true or ca_file or
-// cert_file is set. Renewed files are picked up without a restart.
+// KafkaTLS is TLS to the brokers.
 type KafkaTLS struct {
-	Enabled  bool   `yaml:"enabled"`   // TLS with the system's roots when no ca_file is set
-	CAFile   string `yaml:"ca_file"`   // CA that signs the brokers' certificates; default the system's roots
-	CertFile string `yaml:"cert_file"` // client certificate (PEM), for brokers that ask for one
-	KeyFile  string `yaml:"key_file"`  // its key (PEM)
+	// Enabled turns TLS on with the system's roots, when no ca_file is
+	// set.
+	Enabled bool `yaml:"enabled"`
+	// CAFile is the CA (PEM) that signs the brokers' certificates; empty:
+	// the system's roots. A broker's certificate must also name the host
+	// it is dialed by.
+	CAFile string `yaml:"ca_file"`
+	// CertFile is a client certificate (PEM), for brokers that ask for
+	// one; set together with key_file.
+	CertFile string `yaml:"cert_file"`
+	// KeyFile is cert_file's key (PEM).
+	KeyFile string `yaml:"key_file"`
 }
 
-// KafkaSASL is SASL authentication to the brokers. The password is read
-// from a file, never written in the config; a changed file applies to new
-// connections.
+// KafkaSASL is SASL authentication to the brokers.
 type KafkaSASL struct {
-	Mechanism    string `yaml:"mechanism"`     // PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; empty: no SASL
-	Username     string `yaml:"username"`      // required with a mechanism
-	PasswordFile string `yaml:"password_file"` // its first line is the password; required with a mechanism
+	// Mechanism is PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; empty: no SASL.
+	// PLAIN sends the password as it is, so to a broker beyond loopback it
+	// needs kafka.tls (or insecure).
+	Mechanism string `yaml:"mechanism"`
+	// Username is the user to authenticate as. Required with a mechanism.
+	Username string `yaml:"username"`
+	// PasswordFile is a file whose first line is the password. Required
+	// with a mechanism. It is read at start (missing or empty: the node
+	// stops) and at every authentication, so a changed password applies
+	// to new connections.
+	PasswordFile string `yaml:"password_file"`
 }
 
 // Log configures the node's logger.
 type Log struct {
-	Level  string `yaml:"level"`  // trace|debug|info|warn|error, default info
-	Format string `yaml:"format"` // json|console|auto, default auto (console on a terminal, else json)
+	// Level is the least severe level logged: trace, debug, info, warn or
+	// error.
+	Level string `yaml:"level"`
+	// Format is json, console, or auto (console on a terminal, else json).
+	Format string `yaml:"format"`
 }
 
 // Duration is a time.Duration written as "150ms" or "1s" in YAML (and JSON).
@@ -327,65 +480,22 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 
 // Default returns a Config with every default filled and no node identity
 // (node_id, data_dir, addresses and peers are empty). The defaults of the
-// settings a package uses are that package's (see convert.go).
+// settings a package uses are that package's (see convert.go); the rest are
+// the file's own, here.
 func Default() Config {
-	r, a, f, l := raftha.DefaultConfig(), placement.DefaultConfig(), fence.DefaultConfig(), succession.DefaultLeaseConfig()
-	n, ap := netio.DefaultLimits(), autopilot.DefaultConfig()
-	return Config{
+	c := Config{
 		ClusterID: "local",
-		Autopilot: Autopilot{
-			StabilizationTime:    Duration{ap.StabilizationTime},
-			MaxLag:               ap.MaxLag,
-			LastContactThreshold: Duration{ap.LastContactThreshold},
-			CleanupDeadServers:   ap.CleanupDeadServers,
-			DeadServerTimeout:    Duration{ap.DeadServerTimeout},
-		},
-		HA: HA{Backend: BackendRaft, Lease: millis(l.LeaseMillis), Renew: millis(l.RenewMillis),
-			Stagger: millis(l.StaggerMillis)},
-		Raft: Raft{
-			HeartbeatTimeout:   Duration{r.HeartbeatTimeout},
-			ElectionTimeout:    Duration{r.ElectionTimeout},
-			LeaderLeaseTimeout: Duration{r.LeaderLeaseTimeout},
-			CommitTimeout:      Duration{r.CommitTimeout},
-			SnapshotInterval:   Duration{r.SnapshotInterval},
-			SnapshotThreshold:  r.SnapshotThreshold,
-			SnapshotWrites:     r.SnapshotWrites,
-			TrailingLogs:       r.TrailingLogs,
-			DetectLeaderExit:   r.DetectLeaderExit,
-			LogSegmentSize:     raftlog.DefaultSegmentSize,
-		},
-		Kafka: Kafka{Topic: f.Topic, TransactionalIDPrefix: "xce"},
-		Assignor: Assignor{
-			AcceptableRecoveryLag:    a.Assign.AcceptableRecoveryLag,
-			MaxWarmupReplicas:        a.Assign.MaxWarmupReplicas,
-			NumStandbyReplicas:       a.Assign.NumStandbyReplicas,
-			ProbingRebalanceInterval: Duration{a.Assign.ProbingRebalanceInterval},
-			SessionTimeout:           Duration{a.SessionTimeout},
-			HeartbeatInterval:        Duration{a.HeartbeatInterval},
-			GrantMargin:              Duration{a.GrantMargin},
-		},
-		Limits: Limits{
-			Client: ClientLimits{
-				MaxConnections:    n.MaxConnections,
-				HealthReserve:     n.HealthReserve,
-				ReadHeaderTimeout: Duration{n.ReadHeaderTimeout},
-				ReadTimeout:       Duration{n.ReadTimeout},
-				WriteTimeout:      Duration{n.WriteTimeout},
-				IdleTimeout:       Duration{n.IdleTimeout},
-				MaxHeaderBytes:    n.MaxHeaderBytes,
-			},
-			Peer: PeerLimits{
-				MaxConnections:   r.MaxInboundConns,
-				MaxMessageBytes:  int(r.MaxRPCSize),
-				FirstByteTimeout: Duration{r.FirstByteTimeout},
-				ReadTimeout:      Duration{r.RPCTimeout},
-				IdleTimeout:      Duration{r.IdleTimeout},
-			},
-		},
-		Log:  Log{Level: "info", Format: "auto"},
-		TLS:  ClientTLS{ClientAuth: "none"},
-		Auth: Auth{Anonymous: "none"},
+		HA:        HA{Backend: BackendRaft},
+		Raft:      Raft{LogSegmentSize: raftlog.DefaultSegmentSize},
+		Kafka:     Kafka{TransactionalIDPrefix: "xce"},
+		Log:       Log{Level: "info", Format: "auto"},
+		TLS:       ClientTLS{ClientAuth: "none"},
+		Auth:      Auth{Anonymous: "none"},
 	}
+	for _, b := range bindings {
+		b.fill(&c)
+	}
+	return c
 }
 
 // Self returns this node's entry in Peers. If there is none (the config was
@@ -555,7 +665,7 @@ func (w *walker) mapping(n *yaml.Node, t reflect.Type, path string) {
 	fields := map[string]reflect.Type{}
 	for i := range t.NumField() {
 		f := t.Field(i)
-		if name, _, _ := strings.Cut(f.Tag.Get("yaml"), ","); name != "" && name != "-" {
+		if name := yamlName(f); name != "" && name != "-" {
 			names = append(names, name)
 			fields[name] = f.Type
 		}

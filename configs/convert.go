@@ -1,8 +1,8 @@
 package configs
 
 import (
-	"errors"
-	"regexp"
+	"fmt"
+	"reflect"
 	"strings"
 	"time"
 
@@ -11,41 +11,192 @@ import (
 	"github.com/xce/xce/ha/kafkaha"
 	"github.com/xce/xce/ha/raftha"
 	"github.com/xce/xce/ha/succession"
+	"github.com/xce/xce/internal/fielderr"
 	"github.com/xce/xce/internal/kafkaopts"
 	"github.com/xce/xce/netio"
 	"github.com/xce/xce/placement"
 	"github.com/xce/xce/tlsconf"
 )
 
-// The conversions below are the one place where the file's sections become
-// the settings of the packages that use them. Each package owns its
-// defaults (Default starts from them) and its rules (Validate converts and
-// asks the package, then names each problem by its YAML key).
+// The bindings below are the one place where the file's sections become
+// the settings of the packages that use them (docs/design.md, "Adding a
+// setting"). Each package owns its defaults (Default starts from them) and
+// its rules (Validate converts and asks the package); a binding's links
+// carry the values both ways, and name each problem a package reports by
+// the YAML key of the field it came from.
+
+// A link ties one setting of a package's Config to the field of the file
+// it comes from. pkg and file point at the two; get copies the file's
+// value to the package's setting, put the package's value to the file.
+type link struct {
+	pkg, file any
+	get, put  func()
+}
+
+// conv links two fields of different types through a conversion each way.
+func conv[P, F any](pkg *P, file *F, get func(F) P, put func(P) F) link {
+	return link{pkg, file, func() { *pkg = get(*file) }, func() { *file = put(*pkg) }}
+}
+
+// same links two fields of one type.
+func same[T any](pkg, file *T) link {
+	return link{pkg, file, func() { *pkg = *file }, func() { *file = *pkg }}
+}
+
+// dur links a time.Duration to a Duration.
+func dur(pkg *time.Duration, file *Duration) link {
+	return conv(pkg, file, Duration.D, func(d time.Duration) Duration { return Duration{d} })
+}
+
+// millis links a count of milliseconds to a Duration.
+func millis(pkg *int64, file *Duration) link {
+	return conv(pkg, file, func(d Duration) int64 { return d.Milliseconds() },
+		func(n int64) Duration { return Duration{time.Duration(n) * time.Millisecond} })
+}
+
+// A binding is what the file gives of one package's Config, P: the
+// package's defaults and the links of the settings the file sets.
+type binding[P any] struct {
+	defaults func() P
+	links    func(c *Config, p *P) []link
+}
+
+// config returns P as c sets it: the package's defaults, each linked
+// setting taken from c.
+func (b binding[P]) config(c *Config) P {
+	p := b.defaults()
+	for _, l := range b.links(c, &p) {
+		l.get()
+	}
+	return p
+}
+
+// fill sets each of c's linked fields to the package's default.
+func (b binding[P]) fill(c *Config) {
+	p := b.defaults()
+	for _, l := range b.links(c, &p) {
+		l.put()
+	}
+}
+
+// keys maps the Go path of each of P's linked settings to the YAML key of
+// the field it comes from.
+func (b binding[P]) keys() map[string]string {
+	var c Config
+	var p P
+	keys := map[string]string{}
+	for _, l := range b.links(&c, &p) {
+		keys[fieldPath(&p, l.pkg, goName)] = fieldPath(&c, l.file, yamlName)
+	}
+	return keys
+}
+
+// bindings are every binding, for Default.
+var bindings = []interface{ fill(*Config) }{
+	raftBinding, autopilotBinding, assignorBinding, fenceBinding, clientLimitsBinding, leaseBinding,
+}
+
+// raftBinding: the raft section, and the peer port's bounds from
+// limits.peer.
+var raftBinding = binding[raftha.Config]{raftha.DefaultConfig, func(c *Config, r *raftha.Config) []link {
+	f, p := &c.Raft, &c.Limits.Peer
+	return []link{
+		dur(&r.HeartbeatTimeout, &f.HeartbeatTimeout),
+		dur(&r.ElectionTimeout, &f.ElectionTimeout),
+		dur(&r.LeaderLeaseTimeout, &f.LeaderLeaseTimeout),
+		dur(&r.CommitTimeout, &f.CommitTimeout),
+		dur(&r.SnapshotInterval, &f.SnapshotInterval),
+		same(&r.SnapshotThreshold, &f.SnapshotThreshold),
+		same(&r.SnapshotWrites, &f.SnapshotWrites),
+		same(&r.TrailingLogs, &f.TrailingLogs),
+		same(&r.DetectLeaderExit, &f.DetectLeaderExit),
+		conv(&r.MaxRPCSize, &p.MaxMessageBytes, func(n int) int64 { return int64(n) }, func(n int64) int { return int(n) }),
+		dur(&r.RPCTimeout, &p.ReadTimeout),
+		dur(&r.IdleTimeout, &p.IdleTimeout),
+		dur(&r.FirstByteTimeout, &p.FirstByteTimeout),
+		same(&r.MaxInboundConns, &p.MaxConnections),
+	}
+}}
+
+// autopilotBinding: the autopilot section.
+var autopilotBinding = binding[autopilot.Config]{autopilot.DefaultConfig, func(c *Config, a *autopilot.Config) []link {
+	f := &c.Autopilot
+	return []link{
+		dur(&a.StabilizationTime, &f.StabilizationTime),
+		same(&a.MaxLag, &f.MaxLag),
+		dur(&a.LastContactThreshold, &f.LastContactThreshold),
+		same(&a.CleanupDeadServers, &f.CleanupDeadServers),
+		dur(&a.DeadServerTimeout, &f.DeadServerTimeout),
+	}
+}}
+
+// assignorBinding: the assignor section; the placement loop's own timings
+// keep placement's defaults.
+var assignorBinding = binding[placement.Config]{placement.DefaultConfig, func(c *Config, p *placement.Config) []link {
+	f := &c.Assignor
+	return []link{
+		same(&p.Assign.AcceptableRecoveryLag, &f.AcceptableRecoveryLag),
+		same(&p.Assign.MaxWarmupReplicas, &f.MaxWarmupReplicas),
+		same(&p.Assign.NumStandbyReplicas, &f.NumStandbyReplicas),
+		dur(&p.Assign.ProbingRebalanceInterval, &f.ProbingRebalanceInterval),
+		dur(&p.SessionTimeout, &f.SessionTimeout),
+		dur(&p.HeartbeatInterval, &f.HeartbeatInterval),
+		dur(&p.GrantMargin, &f.GrantMargin),
+	}
+}}
+
+// fenceBinding: the kafka section's brokers, topic, tls and sasl.
+var fenceBinding = binding[fence.Config]{fence.DefaultConfig, func(c *Config, f *fence.Config) []link {
+	return append([]link{
+		same(&f.Brokers, &c.Kafka.Brokers),
+		same(&f.Topic, &c.Kafka.Topic),
+	}, securityLinks(c, &f.Security)...)
+}}
+
+// securityLinks: kafka.tls and kafka.sasl, which every Kafka client uses.
+func securityLinks(c *Config, s *kafkaopts.Security) []link {
+	t, a := &c.Kafka.TLS, &c.Kafka.SASL
+	return []link{
+		same(&s.TLS.Enabled, &t.Enabled),
+		same(&s.TLS.Files.CA, &t.CAFile),
+		same(&s.TLS.Files.Cert, &t.CertFile),
+		same(&s.TLS.Files.Key, &t.KeyFile),
+		same(&s.SASL.Mechanism, &a.Mechanism),
+		same(&s.SASL.Username, &a.Username),
+		same(&s.SASL.PasswordFile, &a.PasswordFile),
+	}
+}
+
+// clientLimitsBinding: limits.client.
+var clientLimitsBinding = binding[netio.Limits]{netio.DefaultLimits, func(c *Config, l *netio.Limits) []link {
+	f := &c.Limits.Client
+	return []link{
+		same(&l.MaxConnections, &f.MaxConnections),
+		same(&l.HealthReserve, &f.HealthReserve),
+		dur(&l.ReadHeaderTimeout, &f.ReadHeaderTimeout),
+		dur(&l.ReadTimeout, &f.ReadTimeout),
+		dur(&l.WriteTimeout, &f.WriteTimeout),
+		dur(&l.IdleTimeout, &f.IdleTimeout),
+		same(&l.MaxHeaderBytes, &f.MaxHeaderBytes),
+	}
+}}
+
+// leaseBinding: the Kafka backend's lease, from the ha section.
+var leaseBinding = binding[succession.LeaseConfig]{succession.DefaultLeaseConfig, func(c *Config, l *succession.LeaseConfig) []link {
+	return []link{
+		millis(&l.LeaseMillis, &c.HA.Lease),
+		millis(&l.RenewMillis, &c.HA.Renew),
+		millis(&l.StaggerMillis, &c.HA.Stagger),
+	}
+}}
 
 // RaftConfig returns the Raft backend's settings: the raft section, the
 // limits.peer section, node_id, each peer's peer_addr, and Join when join
-// lists any address. The caller sets
-// CampaignAllowed.
+// lists any address. The caller sets CampaignAllowed.
 func (c *Config) RaftConfig() raftha.Config {
-	r, p := c.Raft, c.Limits.Peer
-	rc := raftha.Config{
-		NodeID:             c.NodeID,
-		Join:               len(c.Join) > 0,
-		HeartbeatTimeout:   r.HeartbeatTimeout.Duration,
-		ElectionTimeout:    r.ElectionTimeout.Duration,
-		LeaderLeaseTimeout: r.LeaderLeaseTimeout.Duration,
-		CommitTimeout:      r.CommitTimeout.Duration,
-		SnapshotInterval:   r.SnapshotInterval.Duration,
-		SnapshotThreshold:  r.SnapshotThreshold,
-		SnapshotWrites:     r.SnapshotWrites,
-		TrailingLogs:       r.TrailingLogs,
-		DetectLeaderExit:   r.DetectLeaderExit,
-		MaxRPCSize:         int64(p.MaxMessageBytes),
-		RPCTimeout:         p.ReadTimeout.Duration,
-		IdleTimeout:        p.IdleTimeout.Duration,
-		FirstByteTimeout:   p.FirstByteTimeout.Duration,
-		MaxInboundConns:    p.MaxConnections,
-	}
+	rc := raftBinding.config(c)
+	rc.NodeID = c.NodeID
+	rc.Join = len(c.Join) > 0
 	for _, pe := range c.Peers {
 		rc.Peers = append(rc.Peers, raftha.Peer{ID: pe.ID, Addr: pe.PeerAddr})
 	}
@@ -53,62 +204,18 @@ func (c *Config) RaftConfig() raftha.Config {
 }
 
 // AutopilotConfig returns autopilot's settings from the autopilot section.
-func (c *Config) AutopilotConfig() autopilot.Config {
-	a := c.Autopilot
-	return autopilot.Config{
-		StabilizationTime:    a.StabilizationTime.Duration,
-		MaxLag:               a.MaxLag,
-		LastContactThreshold: a.LastContactThreshold.Duration,
-		CleanupDeadServers:   a.CleanupDeadServers,
-		DeadServerTimeout:    a.DeadServerTimeout.Duration,
-	}
-}
-
-// autopilotKeys are the YAML keys of autopilot.Config's fields, as its
-// Validate names them.
-var autopilotKeys = map[string]string{
-	"stabilization_time":     "autopilot.stabilization_time",
-	"max_lag":                "autopilot.max_lag",
-	"last_contact_threshold": "autopilot.last_contact_threshold",
-	"dead_server_timeout":    "autopilot.dead_server_timeout",
-}
+func (c *Config) AutopilotConfig() autopilot.Config { return autopilotBinding.config(c) }
 
 // PeerTLSFiles are the peer_tls section's files (all empty: plaintext).
 func (c *Config) PeerTLSFiles() tlsconf.Files {
 	return tlsconf.Files{CA: c.PeerTLS.CAFile, Cert: c.PeerTLS.CertFile, Key: c.PeerTLS.KeyFile}
 }
 
-// raftKeys are the YAML keys of raftha.Config's fields, as its Validate
-// names them.
-var raftKeys = map[string]string{
-	"heartbeat_timeout":    "raft.heartbeat_timeout",
-	"election_timeout":     "raft.election_timeout",
-	"leader_lease_timeout": "raft.leader_lease_timeout",
-	"commit_timeout":       "raft.commit_timeout",
-	"snapshot_interval":    "raft.snapshot_interval",
-	"snapshot_threshold":   "raft.snapshot_threshold",
-	"snapshot_writes":      "raft.snapshot_writes",
-	"trailing_logs":        "raft.trailing_logs",
-	"max_rpc_size":         "limits.peer.max_message_bytes",
-	"rpc_timeout":          "limits.peer.read_timeout",
-	"idle_timeout":         "limits.peer.idle_timeout",
-	"first_byte_timeout":   "limits.peer.first_byte_timeout",
-	"max_inbound_conns":    "limits.peer.max_connections",
-}
-
 // AssignorConfig returns the placement service's settings, the assignor's
 // among them, from the assignor section; the loop's own timings keep
 // placement's defaults.
 func (c *Config) AssignorConfig() placement.Config {
-	a := c.Assignor
-	pc := placement.DefaultConfig()
-	pc.Assign.AcceptableRecoveryLag = a.AcceptableRecoveryLag
-	pc.Assign.MaxWarmupReplicas = a.MaxWarmupReplicas
-	pc.Assign.NumStandbyReplicas = a.NumStandbyReplicas
-	pc.Assign.ProbingRebalanceInterval = a.ProbingRebalanceInterval.Duration
-	pc.SessionTimeout = a.SessionTimeout.Duration
-	pc.HeartbeatInterval = a.HeartbeatInterval.Duration
-	pc.GrantMargin = a.GrantMargin.Duration
+	pc := assignorBinding.config(c)
 	// A held heartbeat must be answered well within the client port's
 	// write deadline.
 	if wt := c.Limits.Client.WriteTimeout.Duration; wt > 0 {
@@ -117,94 +224,36 @@ func (c *Config) AssignorConfig() placement.Config {
 	return pc
 }
 
-// assignorKeys are the YAML keys of placement.Config's fields (and of its
-// assign.Config's), as their Validate names them.
-var assignorKeys = map[string]string{
-	"acceptable_recovery_lag":    "assignor.acceptable_recovery_lag",
-	"max_warmup_replicas":        "assignor.max_warmup_replicas",
-	"num_standby_replicas":       "assignor.num_standby_replicas",
-	"probing_rebalance_interval": "assignor.probing_rebalance_interval",
-	"session_timeout":            "assignor.session_timeout",
-	"heartbeat_interval":         "assignor.heartbeat_interval",
-	"grant_margin":               "assignor.grant_margin",
-}
-
 // FenceConfig returns the outbox publisher's settings from the kafka
 // section; the transactional id names the cluster's primary role,
 // <transactional_id_prefix>.<cluster_id>.primary. The caller sets the
 // logger.
 func (c *Config) FenceConfig() fence.Config {
-	fc := fence.DefaultConfig()
-	fc.Brokers = c.Kafka.Brokers
-	fc.Topic = c.Kafka.Topic
+	fc := fenceBinding.config(c)
 	fc.TransactionalID = c.Kafka.TransactionalIDPrefix + "." + c.ClusterID + ".primary"
-	fc.Security = c.KafkaSecurity()
 	return fc
-}
-
-// fenceKeys are the YAML keys of fence.Config's fields (and of its
-// kafkaopts.Security's), as its Validate names them.
-var fenceKeys = map[string]string{
-	"topic":              "kafka.topic",
-	"tls.cert_file":      "kafka.tls.cert_file",
-	"sasl.mechanism":     "kafka.sasl.mechanism",
-	"sasl.username":      "kafka.sasl.username",
-	"sasl.password_file": "kafka.sasl.password_file",
 }
 
 // KafkaSecurity returns the TLS and SASL of every Kafka client from
 // kafka.tls and kafka.sasl.
 func (c *Config) KafkaSecurity() kafkaopts.Security {
-	t, a := c.Kafka.TLS, c.Kafka.SASL
-	return kafkaopts.Security{
-		TLS:  kafkaopts.TLS{Enabled: t.Enabled, Files: tlsconf.Files{CA: t.CAFile, Cert: t.CertFile, Key: t.KeyFile}},
-		SASL: kafkaopts.SASL{Mechanism: a.Mechanism, Username: a.Username, PasswordFile: a.PasswordFile},
+	var s kafkaopts.Security
+	for _, l := range securityLinks(c, &s) {
+		l.get()
 	}
+	return s
 }
 
 // ClientLimits returns the client port's limits from limits.client; the
 // descriptors kept for everything else count limits.peer.max_connections.
 func (c *Config) ClientLimits() netio.Limits {
-	l, cl := netio.DefaultLimits(), c.Limits.Client
-	l.MaxConnections = cl.MaxConnections
-	l.HealthReserve = cl.HealthReserve
+	l := clientLimitsBinding.config(c)
 	l.FDHeadroom = netio.FDHeadroom(c.Limits.Peer.MaxConnections)
-	l.ReadHeaderTimeout = cl.ReadHeaderTimeout.Duration
-	l.ReadTimeout = cl.ReadTimeout.Duration
-	l.WriteTimeout = cl.WriteTimeout.Duration
-	l.IdleTimeout = cl.IdleTimeout.Duration
-	l.MaxHeaderBytes = cl.MaxHeaderBytes
 	return l
 }
 
-// clientKeys are the YAML keys of netio.Limits' fields, as its Validate
-// names them.
-var clientKeys = map[string]string{
-	"max_connections":     "limits.client.max_connections",
-	"health_reserve":      "limits.client.health_reserve",
-	"read_header_timeout": "limits.client.read_header_timeout",
-	"read_timeout":        "limits.client.read_timeout",
-	"write_timeout":       "limits.client.write_timeout",
-	"idle_timeout":        "limits.client.idle_timeout",
-	"max_header_bytes":    "limits.client.max_header_bytes",
-}
-
 // KafkaLease returns the Kafka backend's lease timing from the ha section.
-func (c *Config) KafkaLease() succession.LeaseConfig {
-	return succession.LeaseConfig{
-		LeaseMillis:   c.HA.Lease.Milliseconds(),
-		RenewMillis:   c.HA.Renew.Milliseconds(),
-		StaggerMillis: c.HA.Stagger.Milliseconds(),
-	}
-}
-
-// leaseKeys are the YAML keys of succession.LeaseConfig's fields, as its
-// Validate names them.
-var leaseKeys = map[string]string{
-	"LeaseMillis":   "ha.lease",
-	"RenewMillis":   "ha.renew",
-	"StaggerMillis": "ha.stagger",
-}
+func (c *Config) KafkaLease() succession.LeaseConfig { return leaseBinding.config(c) }
 
 // KafkaHAConfig returns the Kafka backend's settings (ha.backend: kafka):
 // the brokers, this node as the member of the primary role, the topics and
@@ -222,51 +271,65 @@ func (c *Config) KafkaHAConfig() kafkaha.Config {
 	}
 }
 
-// millis is a count of milliseconds as a Duration.
-func millis(n int64) Duration { return Duration{time.Duration(n) * time.Millisecond} }
-
-var word = regexp.MustCompile(`[A-Za-z_]+`)
-
-// from adds the problems in err, which a package's Validate words as
-// "field: problem" (joined with errors.Join, possibly after a sentinel
-// error it wraps), each named by its YAML key: the field, and every other
-// field a problem mentions, become their keys in keys.
+// from adds the problems a package's Validate found, each setting named
+// by keys (a binding's), or in snake case when keys does not have it. An
+// error that names no setting is added as it is.
 func (p *problems) from(err error, keys map[string]string) {
-	for _, e := range leaves(err) {
-		text := e.Error()
-		if u := errors.Unwrap(e); u != nil {
-			text = strings.TrimPrefix(text, u.Error()+": ")
+	if err == nil {
+		return
+	}
+	all := fielderr.All(err)
+	if len(all) == 0 {
+		p.add("", "%s", err)
+		return
+	}
+	name := func(path string) string {
+		if k, ok := keys[path]; ok {
+			return k
 		}
-		field, problem, ok := strings.Cut(text, ": ")
-		if !ok {
-			p.add("", "%s", text)
-			continue
-		}
-		if k, ok := keys[field]; ok {
-			field = k
-		}
-		problem = word.ReplaceAllStringFunc(problem, func(w string) string {
-			if k, ok := keys[w]; ok {
-				return k
-			}
-			return w
-		})
-		p.add(field, "%s", problem)
+		return fielderr.Snake(path)
+	}
+	for _, e := range all {
+		p.add(name(e.Field), "%s", e.Describe(name))
 	}
 }
 
-// leaves flattens errors.Join trees into their leaves, in order.
-func leaves(err error) []error {
-	if err == nil {
-		return nil
-	}
-	j, ok := err.(interface{ Unwrap() []error })
+// fieldPath returns the path of the field ptr points to within the struct
+// root points to, each field named by name. A link that points elsewhere is
+// a bug: it panics.
+func fieldPath(root, ptr any, name func(reflect.StructField) string) string {
+	want := reflect.ValueOf(ptr)
+	path, ok := findField(reflect.ValueOf(root).Elem(), want.Pointer(), want.Type().Elem(), name)
 	if !ok {
-		return []error{err}
+		panic(fmt.Sprintf("configs: a link points to a %s outside its %T", want.Type().Elem(), root))
 	}
-	var out []error
-	for _, e := range j.Unwrap() {
-		out = append(out, leaves(e)...)
+	return path
+}
+
+func findField(v reflect.Value, addr uintptr, t reflect.Type, name func(reflect.StructField) string) (string, bool) {
+	for i := range v.NumField() {
+		f, fv := v.Type().Field(i), v.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		// A struct's first field has the struct's address: the type
+		// tells them apart.
+		if fv.Addr().Pointer() == addr && fv.Type() == t {
+			return name(f), true
+		}
+		if fv.Kind() == reflect.Struct {
+			if p, ok := findField(fv, addr, t, name); ok {
+				return name(f) + "." + p, true
+			}
+		}
 	}
-	return out
+	return "", false
+}
+
+func goName(f reflect.StructField) string { return f.Name }
+
+// yamlName is a field's YAML key.
+func yamlName(f reflect.StructField) string {
+	name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+	return name
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 	"github.com/xce/xce/ha/autopilot"
 	"github.com/xce/xce/ha/raftha"
 	"github.com/xce/xce/ha/succession"
+	"github.com/xce/xce/internal/fielderr"
 	"github.com/xce/xce/internal/kafkaopts"
 	"github.com/xce/xce/netio"
 	"github.com/xce/xce/persist/raftlog"
@@ -181,50 +181,105 @@ func TestPackageProblemsNameTheKeys(t *testing.T) {
 	})
 }
 
-// Every field a package's Validate can name has a YAML key.
+// Every field a package's Validate can name, and every other field its
+// problems mention, has a YAML key.
 func TestEveryPackageProblemHasAKey(t *testing.T) {
 	for _, tc := range []struct {
 		err  error
 		keys map[string]string
 	}{
-		{raftha.Config{}.Validate(), raftKeys},
+		{raftha.Config{}.Validate(), raftBinding.keys()},
 		{raftha.Config{HeartbeatTimeout: time.Second, ElectionTimeout: time.Millisecond * 5, LeaderLeaseTimeout: time.Hour,
-			CommitTimeout: time.Hour, SnapshotInterval: time.Hour, MaxRPCSize: 1 << 40, MaxInboundConns: 1 << 30}.Validate(), raftKeys},
-		{placement.Config{}.Validate(), assignorKeys},
-		{placement.Config{SessionTimeout: time.Second, HeartbeatInterval: time.Second}.Validate(), assignorKeys},
-		{fence.Config{Topic: "..", TransactionalID: "x", BatchMax: 1, TrimEvery: 1, TxnTimeout: 1}.Validate(), fenceKeys},
+			CommitTimeout: time.Hour, SnapshotInterval: time.Hour, MaxRPCSize: 1 << 40, MaxInboundConns: 1 << 30}.Validate(), raftBinding.keys()},
+		{autopilot.Config{}.Validate(), autopilotBinding.keys()},
+		{autopilot.Config{MaxLag: 1, LastContactThreshold: time.Hour, DeadServerTimeout: time.Second}.Validate(), autopilotBinding.keys()},
+		{placement.Config{}.Validate(), assignorBinding.keys()},
+		{placement.Config{SessionTimeout: time.Second, HeartbeatInterval: time.Second}.Validate(), assignorBinding.keys()},
+		{placement.Config{SessionTimeout: time.Second, HeartbeatInterval: 400 * time.Millisecond, GrantMargin: 700 * time.Millisecond}.Validate(), assignorBinding.keys()},
+		{fence.Config{Topic: "..", TransactionalID: "x", BatchMax: 1, TrimEvery: 1, TxnTimeout: 1}.Validate(), fenceBinding.keys()},
 		{fence.Config{Topic: "t", TransactionalID: "x", BatchMax: 1, TrimEvery: 1, TxnTimeout: 1,
-			Security: kafkaopts.Security{TLS: kafkaopts.TLS{Files: tlsconf.Files{Key: "k"}}, SASL: kafkaopts.SASL{Mechanism: "PLAIN"}}}.Validate(), fenceKeys},
+			Security: kafkaopts.Security{TLS: kafkaopts.TLS{Files: tlsconf.Files{Key: "k"}}, SASL: kafkaopts.SASL{Mechanism: "PLAIN"}}}.Validate(), fenceBinding.keys()},
 		{fence.Config{Topic: "t", TransactionalID: "x", BatchMax: 1, TrimEvery: 1, TxnTimeout: 1,
-			Security: kafkaopts.Security{SASL: kafkaopts.SASL{Mechanism: "X", Username: "u"}}}.Validate(), fenceKeys},
-		{succession.LeaseConfig{StaggerMillis: -1}.Validate(), leaseKeys},
-		{netio.Limits{MaxConnections: -1, HealthReserve: -1, MaxHeaderBytes: -1}.Validate(), clientKeys},
+			Security: kafkaopts.Security{SASL: kafkaopts.SASL{Mechanism: "X", Username: "u"}}}.Validate(), fenceBinding.keys()},
+		{succession.LeaseConfig{StaggerMillis: -1}.Validate(), leaseBinding.keys()},
+		{netio.Limits{MaxConnections: -1, HealthReserve: -1, MaxHeaderBytes: -1}.Validate(), clientLimitsBinding.keys()},
 	} {
-		var p problems
-		p.from(tc.err, tc.keys)
-		if len(p) == 0 {
+		all := fielderr.All(tc.err)
+		if len(all) == 0 {
 			t.Fatalf("%v: no problems", tc.err)
 		}
-		for _, msg := range p {
-			field, _, _ := strings.Cut(msg, ": ")
-			if !strings.Contains(field, ".") {
-				t.Errorf("%q: the field has no YAML key", msg)
-			}
+		for _, e := range all {
+			e.Text(func(path string) string {
+				if _, ok := tc.keys[path]; !ok {
+					t.Errorf("%q: %s has no YAML key", e, path)
+				}
+				return path
+			})
 		}
 	}
 }
 
-func TestFromFlattensAndRenames(t *testing.T) {
+// The problems of a package's Validate are found wherever the error holds
+// them and named by their keys, the settings they mention too.
+func TestFromNamesTheKeys(t *testing.T) {
 	sentinel := errors.New("bad")
+	var l fielderr.List
+	l.Add("AB", "must exceed {CD} (1 > 2)")
+	l.Add("EF", "not linked")
 	err := errors.Join(
-		errors.Join(errors.New("a_b: must exceed c_d (1 > 2)")),
-		fmt.Errorf("%w: c_d: must not be negative", sentinel),
-		errors.New("no field here"),
+		fmt.Errorf("wrapped: %w", l.Err()),
+		fmt.Errorf("%w: %w", sentinel, fielderr.Errorf("CD", "must not be negative")),
 	)
 	var p problems
-	p.from(err, map[string]string{"a_b": "x.a_b", "c_d": "x.c_d"})
-	want := problems{"x.a_b: must exceed x.c_d (1 > 2)", "x.c_d: must not be negative", "no field here"}
+	p.from(err, map[string]string{"AB": "x.a_b", "CD": "x.c_d"})
+	p.from(errors.New("no field here"), nil)
+	p.from(nil, nil)
+	want := problems{"x.a_b: must exceed x.c_d (1 > 2)", "ef: not linked", "x.c_d: must not be negative", "no field here"}
 	if !reflect.DeepEqual(p, want) {
 		t.Fatalf("got %q\nwant %q", p, want)
+	}
+}
+
+// Each binding names every linked setting by a key of the file, and no
+// key twice.
+func TestBindingKeys(t *testing.T) {
+	leaves := map[string]bool{}
+	var walk func(t reflect.Type, prefix string)
+	walk = func(t reflect.Type, prefix string) {
+		for i := range t.NumField() {
+			f := t.Field(i)
+			key := join(prefix, yamlName(f))
+			if f.Type.Kind() == reflect.Struct && f.Type != durationType {
+				walk(f.Type, key)
+			} else {
+				leaves[key] = true
+			}
+		}
+	}
+	walk(reflect.TypeFor[Config](), "")
+	for name, keys := range map[string]map[string]string{
+		"raft": raftBinding.keys(), "autopilot": autopilotBinding.keys(), "assignor": assignorBinding.keys(),
+		"fence": fenceBinding.keys(), "client limits": clientLimitsBinding.keys(), "lease": leaseBinding.keys(),
+	} {
+		seen := map[string]string{}
+		for path, key := range keys {
+			if !leaves[key] {
+				t.Errorf("%s: %s is linked to %q, not a key of the file", name, path, key)
+			}
+			if other, dup := seen[key]; dup {
+				t.Errorf("%s: %s and %s are both linked to %s", name, path, other, key)
+			}
+			seen[key] = path
+		}
+	}
+	for _, tc := range []struct{ got, want string }{
+		{raftBinding.keys()["MaxRPCSize"], "limits.peer.max_message_bytes"},
+		{fenceBinding.keys()["Security.TLS.Files.Cert"], "kafka.tls.cert_file"},
+		{assignorBinding.keys()["Assign.MaxWarmupReplicas"], "assignor.max_warmup_replicas"},
+		{leaseBinding.keys()["RenewMillis"], "ha.renew"},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("linked to %q, want %q", tc.got, tc.want)
+		}
 	}
 }

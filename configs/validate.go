@@ -45,8 +45,8 @@ func (c *Config) Validate() error {
 	}
 	c.validatePeers(&p)
 	c.validateJoin(&p)
-	p.from(c.RaftConfig().Validate(), raftKeys)
-	p.from(c.AutopilotConfig().Validate(), autopilotKeys)
+	p.from(c.RaftConfig().Validate(), raftBinding.keys())
+	p.from(c.AutopilotConfig().Validate(), autopilotBinding.keys())
 	if s := c.Raft.LogSegmentSize; s < minSegmentSize || s > maxSegmentSize {
 		p.add("raft.log_segment_size", "must be between %d (1 MiB) and %d (1 GiB) bytes (got %d)", minSegmentSize, maxSegmentSize, s)
 	}
@@ -57,16 +57,16 @@ func (c *Config) Validate() error {
 	p.id("kafka.transactional_id_prefix", k.TransactionalIDPrefix)
 	// The publisher's settings are checked with publishing off too, so
 	// that turning it on later needs no other change.
-	p.from(c.FenceConfig().Validate(), fenceKeys)
-	p.from(c.AssignorConfig().Validate(), assignorKeys)
-	p.from(c.ClientLimits().Validate(), clientKeys)
+	p.from(c.FenceConfig().Validate(), fenceBinding.keys())
+	p.from(c.AssignorConfig().Validate(), assignorBinding.keys())
+	p.from(c.ClientLimits().Validate(), clientLimitsBinding.keys())
 	switch c.HA.Backend {
 	case BackendRaft:
 	case BackendKafka:
 		if len(c.Kafka.Brokers) == 0 {
 			p.add("ha.backend", "kafka needs kafka.brokers")
 		}
-		p.from(c.KafkaLease().Validate(), leaseKeys)
+		p.from(c.KafkaLease().Validate(), leaseBinding.keys())
 	default:
 		p.add("ha.backend", "must be raft or kafka (got %q)", c.HA.Backend)
 	}

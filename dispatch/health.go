@@ -84,7 +84,7 @@ var healthService = func() map[string]bool {
 // permissions nor the gate: load balancers and probes carry no
 // credentials, and the answer is what they ask whatever the role, like
 // /healthz. Reflection describes the API to tools (grpcurl) and needs the
-// status permission where permissions are on; it answers in every role.
+// cluster permission where permissions are on; it answers in every role.
 func (s *Service) mountHealth(mux *http.ServeMux) {
 	mux.Handle(grpchealth.NewHandler(checker{s}, connect.WithReadMaxBytes(MaxRequestBytes)))
 	opts := []connect.HandlerOption{connect.WithReadMaxBytes(MaxRequestBytes)}

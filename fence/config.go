@@ -1,12 +1,11 @@
 package fence
 
 import (
-	"errors"
-	"fmt"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/xce/xce/internal/fielderr"
 	"github.com/xce/xce/internal/kafkaopts"
 )
 
@@ -57,35 +56,34 @@ func (c Config) withDefaults() Config {
 // maxTopicLen is Kafka's longest topic name.
 const maxTopicLen = 249
 
-// Validate reports every invalid setting, each as "field: problem" with
-// the field in snake case. Brokers are not checked: a node without them
-// runs the Discarder instead of a Publisher.
+// Validate reports every invalid setting as a fielderr.List, each named
+// by its field; the connections' own (Security, checked by
+// kafkaopts.Security.Validate) are named under Security. Brokers are not
+// checked: a node without them runs the Discarder instead of a Publisher.
 func (c Config) Validate() error {
-	var errs []error
+	var l fielderr.List
 	switch {
 	case c.Topic == "":
-		errs = append(errs, errors.New("topic: required"))
+		l.Add("Topic", "required")
 	case len(c.Topic) > maxTopicLen || !topicChars(c.Topic):
-		errs = append(errs, fmt.Errorf("topic: must be 1-%d characters of [A-Za-z0-9._-]", maxTopicLen))
+		l.Add("Topic", "must be 1-%d characters of [A-Za-z0-9._-]", maxTopicLen)
 	case c.Topic == "." || c.Topic == "..":
-		errs = append(errs, errors.New(`topic: must not be "." or ".."`))
+		l.Add("Topic", `must not be "." or ".."`)
 	}
 	if c.TransactionalID == "" {
-		errs = append(errs, errors.New("transactional_id: required"))
+		l.Add("TransactionalID", "required")
 	}
 	if c.BatchMax < 1 {
-		errs = append(errs, fmt.Errorf("batch_max: must be at least 1 (got %d)", c.BatchMax))
+		l.Add("BatchMax", "must be at least 1 (got %d)", c.BatchMax)
 	}
 	if c.TrimEvery <= 0 {
-		errs = append(errs, fmt.Errorf("trim_every: must be positive (got %s)", c.TrimEvery))
+		l.Add("TrimEvery", "must be positive (got %s)", c.TrimEvery)
 	}
 	if c.TxnTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("txn_timeout: must be positive (got %s)", c.TxnTimeout))
+		l.Add("TxnTimeout", "must be positive (got %s)", c.TxnTimeout)
 	}
-	if err := c.Security.Validate(); err != nil {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
+	l.AddUnder("Security", c.Security.Validate())
+	return l.Err()
 }
 
 // topicChars reports whether s holds only the characters Kafka allows in

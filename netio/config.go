@@ -1,9 +1,9 @@
 package netio
 
 import (
-	"errors"
-	"fmt"
 	"time"
+
+	"github.com/xce/xce/internal/fielderr"
 )
 
 // fdsForOthers is what the client port's caps leave, besides the peer
@@ -46,27 +46,27 @@ const (
 	maxIdle          = 24 * time.Hour
 )
 
-// Validate reports every limit out of range, each as "field: problem"
-// with the field in snake case. It asks for a cap: a MaxConnections of 0
-// (no cap) is for tests that build a server directly.
+// Validate reports every limit out of range as a fielderr.List, each
+// named by its field. It asks for a cap: a MaxConnections of 0 (no cap) is
+// for tests that build a server directly.
 func (l Limits) Validate() error {
-	var errs []error
+	var errs fielderr.List
 	intRange := func(field string, v, lo, hi int) {
 		if v < lo || v > hi {
-			errs = append(errs, fmt.Errorf("%s: must be between %d and %d (got %d)", field, lo, hi, v))
+			errs.Add(field, "must be between %d and %d (got %d)", lo, hi, v)
 		}
 	}
 	durRange := func(field string, d, lo, hi time.Duration) {
 		if d < lo || d > hi {
-			errs = append(errs, fmt.Errorf("%s: must be between %s and %s (got %s)", field, lo, hi, d))
+			errs.Add(field, "must be between %s and %s (got %s)", lo, hi, d)
 		}
 	}
-	intRange("max_connections", l.MaxConnections, 1, maxConnections)
-	intRange("health_reserve", l.HealthReserve, 0, maxHealthReserve)
-	durRange("read_header_timeout", l.ReadHeaderTimeout, minLimitTimeout, maxLimitTimeout)
-	durRange("read_timeout", l.ReadTimeout, minLimitTimeout, maxLimitTimeout)
-	durRange("write_timeout", l.WriteTimeout, minLimitTimeout, maxLimitTimeout)
-	durRange("idle_timeout", l.IdleTimeout, minIdle, maxIdle)
-	intRange("max_header_bytes", l.MaxHeaderBytes, minHeaderBytes, maxHeaderBytes)
-	return errors.Join(errs...)
+	intRange("MaxConnections", l.MaxConnections, 1, maxConnections)
+	intRange("HealthReserve", l.HealthReserve, 0, maxHealthReserve)
+	durRange("ReadHeaderTimeout", l.ReadHeaderTimeout, minLimitTimeout, maxLimitTimeout)
+	durRange("ReadTimeout", l.ReadTimeout, minLimitTimeout, maxLimitTimeout)
+	durRange("WriteTimeout", l.WriteTimeout, minLimitTimeout, maxLimitTimeout)
+	durRange("IdleTimeout", l.IdleTimeout, minIdle, maxIdle)
+	intRange("MaxHeaderBytes", l.MaxHeaderBytes, minHeaderBytes, maxHeaderBytes)
+	return errs.Err()
 }

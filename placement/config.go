@@ -1,11 +1,10 @@
 package placement
 
 import (
-	"errors"
-	"fmt"
 	"time"
 
 	"github.com/xce/xce/assign"
+	"github.com/xce/xce/internal/fielderr"
 )
 
 // Config tunes the Service.
@@ -97,26 +96,26 @@ func (c Config) margin() time.Duration {
 // last acknowledged heartbeat: SessionTimeout − GrantMargin.
 func (c Config) ActiveLease() time.Duration { return c.SessionTimeout - c.margin() }
 
-// Validate reports every invalid setting, each as "field: problem" with
-// the field in snake case; the assignor's own settings (Assign) are
-// reported under their names in assign.Config.Validate, which share the
-// same namespace.
+// Validate reports every invalid setting as a fielderr.List, each named
+// by its field; the assignor's own settings (Assign, checked by
+// assign.Config.Validate) are named under Assign.
 func (c Config) Validate() error {
-	errs := []error{c.Assign.Validate()}
+	var l fielderr.List
+	l.AddUnder("Assign", c.Assign.Validate())
 	st, hb := c.SessionTimeout, c.HeartbeatInterval
 	switch {
 	case st < MinSessionTimeout || st > MaxSessionTimeout:
-		errs = append(errs, fmt.Errorf("session_timeout: must be between %s and %s (got %s)", MinSessionTimeout, MaxSessionTimeout, st))
+		l.Add("SessionTimeout", "must be between %s and %s (got %s)", MinSessionTimeout, MaxSessionTimeout, st)
 	case hb < MinHeartbeatInterval:
-		errs = append(errs, fmt.Errorf("heartbeat_interval: must be at least %s (got %s)", MinHeartbeatInterval, hb))
+		l.Add("HeartbeatInterval", "must be at least %s (got %s)", MinHeartbeatInterval, hb)
 	case hb*2 > st:
-		errs = append(errs, fmt.Errorf("heartbeat_interval: must be at most half of session_timeout (%s > %s/2)", hb, st))
+		l.Add("HeartbeatInterval", "must be at most half of {SessionTimeout} (%s > %s/2)", hb, st)
 	case c.GrantMargin < 0:
-		errs = append(errs, fmt.Errorf("grant_margin: must not be negative (got %s)", c.GrantMargin))
+		l.Add("GrantMargin", "must not be negative (got %s)", c.GrantMargin)
 	case c.ActiveLease() <= hb:
 		// A lease no longer than the heartbeat interval runs out between
 		// two heartbeats of a healthy worker.
-		errs = append(errs, fmt.Errorf("grant_margin: session_timeout − grant_margin (the active lease, %s) must exceed heartbeat_interval (%s)", c.ActiveLease(), hb))
+		l.Add("GrantMargin", "{SessionTimeout} − {GrantMargin} (the active lease, %s) must exceed {HeartbeatInterval} (%s)", c.ActiveLease(), hb)
 	}
-	return errors.Join(errs...)
+	return l.Err()
 }

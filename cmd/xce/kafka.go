@@ -19,12 +19,14 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/xce/xce/fence"
+	"github.com/xce/xce/internal/fielderr"
 	"github.com/xce/xce/internal/kafkaopts"
 	"github.com/xce/xce/tlsconf"
 )
 
-// defaultEventsTopic is the events topic unless kafka.topic says otherwise.
-const defaultEventsTopic = "xce.events"
+// defaultEventsTopic is the events topic unless kafka.topic says otherwise:
+// kafka.topic's default.
+var defaultEventsTopic = fence.DefaultConfig().Topic
 
 func kafkaDevCmd() *cobra.Command {
 	var addr, dataDir, saslUser, saslPasswordFile, tlsCert, tlsKey string
@@ -116,6 +118,18 @@ type kafkaSecurityFlags struct {
 	mechanism, user, passwordFile string
 }
 
+// kafkaSecurityFlag names each field of kafkaopts.Security by the flag
+// that sets it, for the problems Validate finds.
+var kafkaSecurityFlag = map[string]string{
+	"TLS.Enabled":       "--tls",
+	"TLS.Files.CA":      "--tls-ca-file",
+	"TLS.Files.Cert":    "--tls-cert-file",
+	"TLS.Files.Key":     "--tls-key-file",
+	"SASL.Mechanism":    "--sasl-mechanism",
+	"SASL.Username":     "--sasl-user",
+	"SASL.PasswordFile": "--sasl-password-file",
+}
+
 func (f *kafkaSecurityFlags) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.BoolVar(&f.tls, "tls", false, "connect to the brokers with TLS (implied by --tls-ca-file and --tls-cert-file)")
@@ -134,7 +148,17 @@ func (f *kafkaSecurityFlags) security() (kafkaopts.Security, error) {
 		sec.SASL = kafkaopts.SASL{Mechanism: f.mechanism, Username: f.user, PasswordFile: f.passwordFile}
 	}
 	if err := sec.Validate(); err != nil {
-		return kafkaopts.Security{}, usageErr("%v", err)
+		flag := func(path string) string {
+			if f, ok := kafkaSecurityFlag[path]; ok {
+				return f
+			}
+			return fielderr.Snake(path)
+		}
+		var problems []string
+		for _, e := range fielderr.All(err) {
+			problems = append(problems, e.Text(flag))
+		}
+		return kafkaopts.Security{}, usageErr("%s", strings.Join(problems, "; "))
 	}
 	return sec, nil
 }

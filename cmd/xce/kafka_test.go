@@ -37,3 +37,19 @@ func TestKafkaSecurityArgs(t *testing.T) {
 		}
 	}
 }
+
+// A problem with the Kafka flags names the flags.
+func TestKafkaSecurityProblemsNameTheFlags(t *testing.T) {
+	for _, tc := range []struct {
+		f    kafkaSecurityFlags
+		want string
+	}{
+		{kafkaSecurityFlags{cert: "c.pem"}, "--tls-cert-file: --tls-cert-file and --tls-key-file are set together"},
+		{kafkaSecurityFlags{user: "u", mechanism: kafkaopts.ScramSHA256}, "--sasl-password-file: required"},
+		{kafkaSecurityFlags{user: "u", passwordFile: "pw", mechanism: "GSSAPI"}, `--sasl-mechanism: must be one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (got "GSSAPI")`},
+	} {
+		if _, err := tc.f.security(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want %q", tc.f, err, tc.want)
+		}
+	}
+}

@@ -6,11 +6,12 @@
 package autopilot
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/xce/xce/internal/fielderr"
 )
 
 // Config tunes the decisions. The config file's autopilot section
@@ -30,7 +31,9 @@ type Config struct {
 	// unhealthy for DeadServerTimeout, once a stabilized non-voter is
 	// ready to take its place.
 	CleanupDeadServers bool
-	DeadServerTimeout  time.Duration
+	// DeadServerTimeout is how long a voter must be unhealthy before
+	// CleanupDeadServers removes it; at least LastContactThreshold.
+	DeadServerTimeout time.Duration
 }
 
 // DefaultConfig returns the defaults:
@@ -62,30 +65,27 @@ const (
 	maxMaxLag   = 1 << 40
 )
 
-// Validate reports every invalid setting, each as "field: problem", the
-// field in snake case as in the config file.
+// Validate reports every invalid setting as a fielderr.List, each named
+// by its field.
 func (c Config) Validate() error {
-	var errs []error
-	add := func(field, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
-	}
+	var l fielderr.List
 	if c.StabilizationTime < 0 || c.StabilizationTime > maxDuration {
-		add("stabilization_time", "must be between 0s and %s (got %s)", maxDuration, c.StabilizationTime)
+		l.Add("StabilizationTime", "must be between 0s and %s (got %s)", maxDuration, c.StabilizationTime)
 	}
 	if c.MaxLag < 1 || c.MaxLag > maxMaxLag {
-		add("max_lag", "must be between 1 and %d (got %d)", uint64(maxMaxLag), c.MaxLag)
+		l.Add("MaxLag", "must be between 1 and %d (got %d)", uint64(maxMaxLag), c.MaxLag)
 	}
 	lct := c.LastContactThreshold
 	if lct <= 0 || lct > maxDuration {
-		add("last_contact_threshold", "must be between 1ns and %s (got %s)", maxDuration, lct)
+		l.Add("LastContactThreshold", "must be between 1ns and %s (got %s)", maxDuration, lct)
 	}
 	switch d := c.DeadServerTimeout; {
 	case d <= 0 || d > maxDuration:
-		add("dead_server_timeout", "must be between 1ns and %s (got %s)", maxDuration, d)
+		l.Add("DeadServerTimeout", "must be between 1ns and %s (got %s)", maxDuration, d)
 	case d < lct:
-		add("dead_server_timeout", "must not be less than last_contact_threshold (%s < %s)", d, lct)
+		l.Add("DeadServerTimeout", "must not be less than {LastContactThreshold} (%s < %s)", d, lct)
 	}
-	return errors.Join(errs...)
+	return l.Err()
 }
 
 // Server is one member as the leader sees it.

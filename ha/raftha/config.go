@@ -1,10 +1,9 @@
 package raftha
 
 import (
-	"errors"
-	"fmt"
 	"time"
 
+	"github.com/xce/xce/internal/fielderr"
 	"github.com/xce/xce/state"
 )
 
@@ -114,76 +113,72 @@ const (
 	maxPeerIdle     = 24 * time.Hour
 )
 
-// Validate reports every invalid setting, each as "field: problem", the
-// field in snake case (heartbeat_timeout, max_rpc_size); a problem that
-// names another setting names it the same way. NodeID and Peers are the
-// caller's to check; Peers only sets how many connections are needed.
+// Validate reports every invalid setting as a fielderr.List, each named
+// by its field. NodeID and Peers are the caller's to check; Peers only
+// sets how many connections are needed.
 func (c Config) Validate() error {
-	var errs []error
-	add := func(field, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
-	}
+	var l fielderr.List
 	ok := true
 	for _, d := range []struct {
 		field string
 		d     time.Duration
 	}{
-		{"heartbeat_timeout", c.HeartbeatTimeout},
-		{"election_timeout", c.ElectionTimeout},
-		{"leader_lease_timeout", c.LeaderLeaseTimeout},
-		{"commit_timeout", c.CommitTimeout},
-		{"snapshot_interval", c.SnapshotInterval},
+		{"HeartbeatTimeout", c.HeartbeatTimeout},
+		{"ElectionTimeout", c.ElectionTimeout},
+		{"LeaderLeaseTimeout", c.LeaderLeaseTimeout},
+		{"CommitTimeout", c.CommitTimeout},
+		{"SnapshotInterval", c.SnapshotInterval},
 	} {
 		switch {
 		case d.d <= 0:
-			add(d.field, "must be positive (got %s)", d.d)
+			l.Add(d.field, "must be positive (got %s)", d.d)
 			ok = false
 		case d.d < minTimeout:
-			add(d.field, "must be at least %s (got %s)", minTimeout, d.d)
+			l.Add(d.field, "must be at least %s (got %s)", minTimeout, d.d)
 			ok = false
 		}
 	}
 	if hb := c.HeartbeatTimeout; ok {
 		if el := c.ElectionTimeout; el < hb {
-			add("election_timeout", "must not be less than heartbeat_timeout (%s < %s)", el, hb)
+			l.Add("ElectionTimeout", "must not be less than {HeartbeatTimeout} (%s < %s)", el, hb)
 		}
-		if l := c.LeaderLeaseTimeout; l > hb {
-			add("leader_lease_timeout", "must not exceed heartbeat_timeout (%s > %s)", l, hb)
+		if lt := c.LeaderLeaseTimeout; lt > hb {
+			l.Add("LeaderLeaseTimeout", "must not exceed {HeartbeatTimeout} (%s > %s)", lt, hb)
 		}
 		if ct := c.CommitTimeout; ct > hb {
-			add("commit_timeout", "must not exceed heartbeat_timeout (%s > %s)", ct, hb)
+			l.Add("CommitTimeout", "must not exceed {HeartbeatTimeout} (%s > %s)", ct, hb)
 		}
 	}
 	if c.SnapshotThreshold < 1 {
-		add("snapshot_threshold", "must be at least 1")
+		l.Add("SnapshotThreshold", "must be at least 1")
 	}
 
 	if need := connsPerPeer * max(len(c.Peers)-1, 1); c.MaxInboundConns < need {
-		add("max_inbound_conns", "must be at least %d, %d for each other voter (got %d)", need, connsPerPeer, c.MaxInboundConns)
+		l.Add("MaxInboundConns", "must be at least %d, %d for each other voter (got %d)", need, connsPerPeer, c.MaxInboundConns)
 	} else if c.MaxInboundConns > maxInboundConns {
-		add("max_inbound_conns", "must be between %d and %d (got %d)", need, maxInboundConns, c.MaxInboundConns)
+		l.Add("MaxInboundConns", "must be between %d and %d (got %d)", need, maxInboundConns, c.MaxInboundConns)
 	}
 	switch {
 	case c.MaxRPCSize < minMaxRPCSize:
-		add("max_rpc_size", "must be at least %d (got %d): a message carrying the largest entry, an assignment of up to %d MiB, must fit",
+		l.Add("MaxRPCSize", "must be at least %d (got %d): a message carrying the largest entry, an assignment of up to %d MiB, must fit",
 			minMaxRPCSize, c.MaxRPCSize, state.MaxAssignmentBytes>>20)
 	case c.MaxRPCSize > maxMaxRPCSize:
-		add("max_rpc_size", "must be between %d and %d (got %d)", minMaxRPCSize, maxMaxRPCSize, c.MaxRPCSize)
+		l.Add("MaxRPCSize", "must be between %d and %d (got %d)", minMaxRPCSize, maxMaxRPCSize, c.MaxRPCSize)
 	}
 	for _, d := range []struct {
 		field  string
 		d      time.Duration
 		lo, hi time.Duration
 	}{
-		{"first_byte_timeout", c.FirstByteTimeout, minPeerTimeout, maxPeerTimeout},
-		{"rpc_timeout", c.RPCTimeout, minPeerTimeout, maxPeerTimeout},
-		{"idle_timeout", c.IdleTimeout, minPeerIdle, maxPeerIdle},
+		{"FirstByteTimeout", c.FirstByteTimeout, minPeerTimeout, maxPeerTimeout},
+		{"RPCTimeout", c.RPCTimeout, minPeerTimeout, maxPeerTimeout},
+		{"IdleTimeout", c.IdleTimeout, minPeerIdle, maxPeerIdle},
 	} {
 		if d.d < d.lo || d.d > d.hi {
-			add(d.field, "must be between %s and %s (got %s)", d.lo, d.hi, d.d)
+			l.Add(d.field, "must be between %s and %s (got %s)", d.lo, d.hi, d.d)
 		}
 	}
-	return errors.Join(errs...)
+	return l.Err()
 }
 
 // withDefaults returns c with DefaultConfig's peer-port bounds in place

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/xce/xce/internal/fielderr"
 )
 
 // ErrInvalidLeaseConfig is wrapped by every error LeaseConfig.Validate returns.
@@ -34,20 +36,22 @@ func DefaultLeaseConfig() LeaseConfig {
 	return LeaseConfig{LeaseMillis: 3_000, RenewMillis: 1_000, StaggerMillis: 500}
 }
 
-// Validate reports every field that is out of range, each as
-// "FieldName: problem" with the durations written as such; each error
-// wraps ErrInvalidLeaseConfig.
+// Validate reports every field that is out of range, each as a
+// *fielderr.Error naming the field, with the durations written as such;
+// each error wraps ErrInvalidLeaseConfig.
 func (c LeaseConfig) Validate() error {
 	var errs []error
+	add := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidLeaseConfig, fielderr.Errorf(field, format, args...)))
+	}
 	if c.LeaseMillis < MinLeaseMillis {
-		errs = append(errs, fmt.Errorf("%w: LeaseMillis: must be at least %s, got %s", ErrInvalidLeaseConfig, ms(MinLeaseMillis), ms(c.LeaseMillis)))
+		add("LeaseMillis", "must be at least %s, got %s", ms(MinLeaseMillis), ms(c.LeaseMillis))
 	}
 	if c.RenewMillis <= 0 || c.RenewMillis >= c.LeaseMillis {
-		errs = append(errs, fmt.Errorf("%w: RenewMillis: must be positive and less than LeaseMillis (%s), got %s",
-			ErrInvalidLeaseConfig, ms(c.LeaseMillis), ms(c.RenewMillis)))
+		add("RenewMillis", "must be positive and less than {LeaseMillis} (%s), got %s", ms(c.LeaseMillis), ms(c.RenewMillis))
 	}
 	if c.StaggerMillis < 0 {
-		errs = append(errs, fmt.Errorf("%w: StaggerMillis: must not be negative, got %s", ErrInvalidLeaseConfig, ms(c.StaggerMillis)))
+		add("StaggerMillis", "must not be negative, got %s", ms(c.StaggerMillis))
 	}
 	return errors.Join(errs...)
 }

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/xce/xce/internal/fielderr"
 )
 
 func TestRecordEncoding(t *testing.T) {
@@ -274,14 +276,14 @@ func TestLeaseConfigValidate(t *testing.T) {
 		{DefaultLeaseConfig(), ""},
 		{LeaseConfig{LeaseMillis: MinLeaseMillis, RenewMillis: 1}, ""},
 		{LeaseConfig{LeaseMillis: 1000, RenewMillis: 300, StaggerMillis: 0}, ""},
-		{LeaseConfig{LeaseMillis: 99, RenewMillis: 1}, "invalid lease config: LeaseMillis: must be at least 100ms, got 99ms"},
-		{LeaseConfig{LeaseMillis: 0, RenewMillis: 300}, "invalid lease config: LeaseMillis: must be at least 100ms, got 0s\n" +
-			"invalid lease config: RenewMillis: must be positive and less than LeaseMillis (0s), got 300ms"},
-		{LeaseConfig{LeaseMillis: 1000, RenewMillis: 0}, "invalid lease config: RenewMillis: must be positive and less than LeaseMillis (1s), got 0s"},
-		{LeaseConfig{LeaseMillis: 1000, RenewMillis: -1}, "invalid lease config: RenewMillis: must be positive and less than LeaseMillis (1s), got -1ms"},
-		{LeaseConfig{LeaseMillis: 1000, RenewMillis: 1000}, "invalid lease config: RenewMillis: must be positive and less than LeaseMillis (1s), got 1s"},
-		{LeaseConfig{LeaseMillis: 1000, RenewMillis: 300, StaggerMillis: -1}, "invalid lease config: StaggerMillis: must not be negative, got -1ms"},
-		{LeaseConfig{LeaseMillis: math.MaxInt64, RenewMillis: math.MaxInt64}, "invalid lease config: RenewMillis: must be positive and less than LeaseMillis (9223372036854775807ms), got 9223372036854775807ms"},
+		{LeaseConfig{LeaseMillis: 99, RenewMillis: 1}, "invalid lease config: lease_millis: must be at least 100ms, got 99ms"},
+		{LeaseConfig{LeaseMillis: 0, RenewMillis: 300}, "invalid lease config: lease_millis: must be at least 100ms, got 0s\n" +
+			"invalid lease config: renew_millis: must be positive and less than lease_millis (0s), got 300ms"},
+		{LeaseConfig{LeaseMillis: 1000, RenewMillis: 0}, "invalid lease config: renew_millis: must be positive and less than lease_millis (1s), got 0s"},
+		{LeaseConfig{LeaseMillis: 1000, RenewMillis: -1}, "invalid lease config: renew_millis: must be positive and less than lease_millis (1s), got -1ms"},
+		{LeaseConfig{LeaseMillis: 1000, RenewMillis: 1000}, "invalid lease config: renew_millis: must be positive and less than lease_millis (1s), got 1s"},
+		{LeaseConfig{LeaseMillis: 1000, RenewMillis: 300, StaggerMillis: -1}, "invalid lease config: stagger_millis: must not be negative, got -1ms"},
+		{LeaseConfig{LeaseMillis: math.MaxInt64, RenewMillis: math.MaxInt64}, "invalid lease config: renew_millis: must be positive and less than lease_millis (9223372036854775807ms), got 9223372036854775807ms"},
 	} {
 		err := tc.cfg.Validate()
 		switch {
@@ -291,6 +293,8 @@ func TestLeaseConfigValidate(t *testing.T) {
 			t.Errorf("%+v: error %v, want %q", tc.cfg, err, tc.want)
 		case tc.want != "" && !errors.Is(err, ErrInvalidLeaseConfig):
 			t.Errorf("%+v: %v is not ErrInvalidLeaseConfig", tc.cfg, err)
+		case tc.want != "" && !errors.As(err, new(*fielderr.Error)):
+			t.Errorf("%+v: %v holds no *fielderr.Error", tc.cfg, err)
 		}
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
+	"github.com/xce/xce/internal/fielderr"
 	"github.com/xce/xce/tlsconf"
 )
 
@@ -64,31 +65,31 @@ const (
 // Mechanisms are the SASL mechanisms xce speaks.
 var Mechanisms = []string{Plain, ScramSHA256, ScramSHA512}
 
-// Validate reports every invalid setting, each as "field: problem" with
-// the fields tls.cert_file, tls.key_file, sasl.mechanism, sasl.username
-// and sasl.password_file. Files are read by Opts, not here.
+// Validate reports every invalid setting as a fielderr.List, each named
+// by its field (TLS.Files.Cert, SASL.Username, …). Files are read by Opts,
+// not here.
 func (s Security) Validate() error {
-	var errs []error
+	var l fielderr.List
 	if (s.TLS.Files.Cert == "") != (s.TLS.Files.Key == "") {
-		errs = append(errs, errors.New("tls.cert_file: cert_file and key_file are set together"))
+		l.Add("TLS.Files.Cert", "{.TLS.Files.Cert} and {.TLS.Files.Key} are set together")
 	}
 	a := s.SASL
 	switch a.Mechanism {
 	case "":
 		if a.Username != "" || a.PasswordFile != "" {
-			errs = append(errs, fmt.Errorf("sasl.mechanism: required with a username or a password file (one of %s)", strings.Join(Mechanisms, ", ")))
+			l.Add("SASL.Mechanism", "required with a username or a password file (one of %s)", strings.Join(Mechanisms, ", "))
 		}
 	case Plain, ScramSHA256, ScramSHA512:
 		if a.Username == "" {
-			errs = append(errs, errors.New("sasl.username: required"))
+			l.Add("SASL.Username", "required")
 		}
 		if a.PasswordFile == "" {
-			errs = append(errs, errors.New("sasl.password_file: required"))
+			l.Add("SASL.PasswordFile", "required")
 		}
 	default:
-		errs = append(errs, fmt.Errorf("sasl.mechanism: must be one of %s (got %q)", strings.Join(Mechanisms, ", "), a.Mechanism))
+		l.Add("SASL.Mechanism", "must be one of %s (got %q)", strings.Join(Mechanisms, ", "), a.Mechanism)
 	}
-	return errors.Join(errs...)
+	return l.Err()
 }
 
 // Opts validates s, loads its files once (an error names the file, never
