@@ -208,6 +208,21 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// ElectingHint is how long a client is told to wait before it retries
+// while no primary is known: about one election. With the exit watch
+// (DetectLeaderExit), the election after a leader's exit starts within the
+// watch's pace and then takes milliseconds, so a client that waited half an
+// election timeout would come back well after the new primary serves;
+// otherwise raft's own timeouts decide, and half the election timeout
+// stands.
+func (c Config) ElectingHint() time.Duration {
+	hint := c.ElectionTimeout / 2
+	if c.DetectLeaderExit {
+		hint = min(hint, exitPace(c.HeartbeatTimeout))
+	}
+	return hint
+}
+
 // transportTimeout is how long raft's transport gives one RPC to a peer:
 // ten heartbeat timeouts, at least a second. It bounds one RPC on a
 // stalled peer link; raft's own lease check steps a cut-off leader down

@@ -83,12 +83,19 @@ const (
 	exitWatchMaxBackoff = time.Second
 )
 
-// exitTimings derives the watch's pace from raft's heartbeat timeout: how
-// often it looks at the leader, the wait per rank among the survivors, and
-// how long raft may take to answer and still count as free.
+// exitPace is the exit watch's pace: a quarter of raft's heartbeat
+// timeout. The watch looks at the leader about that often and each
+// survivor waits about that long per rank, so the election after a
+// leader's exit starts within it (Config.ElectingHint).
+func exitPace(heartbeat time.Duration) time.Duration { return heartbeat / 4 }
+
+// exitTimings derives the watch's timings from raft's heartbeat timeout:
+// how often it looks at the leader, the wait per rank among the survivors,
+// and how long raft may take to answer and still count as free.
 func exitTimings(heartbeat time.Duration) (poll, stagger, busy time.Duration) {
-	poll = max(min(heartbeat/4, 50*time.Millisecond), 5*time.Millisecond)
-	stagger = max(heartbeat/4, 10*time.Millisecond)
+	pace := exitPace(heartbeat)
+	poll = max(min(pace, 50*time.Millisecond), 5*time.Millisecond)
+	stagger = max(pace, 10*time.Millisecond)
 	busy = max(heartbeat/16, 10*time.Millisecond)
 	return poll, stagger, busy
 }

@@ -185,3 +185,29 @@ func TestMaxRPCFloorFitsTheLargestEntry(t *testing.T) {
 		t.Fatalf("default max RPC size %d is below the floor %d", d, minMaxRPCSize)
 	}
 }
+
+// While no primary is known, clients are told to come back after about
+// one election: with the exit watch, its pace.
+func TestElectingHint(t *testing.T) {
+	cfg := func(detect bool, hb, election time.Duration) Config {
+		c := DefaultConfig()
+		c.DetectLeaderExit, c.HeartbeatTimeout, c.ElectionTimeout = detect, hb, election
+		return c
+	}
+	tests := []struct {
+		name string
+		cfg  Config
+		want time.Duration
+	}{
+		{"exit watch: a quarter of the heartbeat timeout", cfg(true, 200*time.Millisecond, 200*time.Millisecond), 50 * time.Millisecond},
+		{"exit watch, short election timeout", cfg(true, 1000*time.Millisecond, 200*time.Millisecond), 100 * time.Millisecond},
+		{"raft's timeouts: half an election", cfg(false, 200*time.Millisecond, 200*time.Millisecond), 100 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.cfg.ElectingHint(); got != tt.want {
+				t.Errorf("ElectingHint = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
