@@ -11,6 +11,7 @@ import (
 
 	"github.com/xce/xce/ha"
 	"github.com/xce/xce/ha/raftha"
+	"github.com/xce/xce/ha/raftha/peernet"
 	"github.com/xce/xce/netio"
 	"github.com/xce/xce/persist"
 )
@@ -24,7 +25,7 @@ type metrics struct {
 	// limits, connections open, caps in force).
 	conns *netio.ConnMetrics
 	// peerTLS counts the peer port's TLS refusals.
-	peerTLS *netio.PeerTLSMetrics
+	peerTLS *peernet.PeerTLSMetrics
 	// storageOK is 1 while the storage's writes succeed;
 	// storageFailures counts its changes from working to failing.
 	storageOK       prometheus.Gauge
@@ -45,7 +46,7 @@ func newMetrics(reg *prometheus.Registry, n *Node) *metrics {
 			Name: "xce_role_changes_total", Help: "Role changes by from and to.",
 		}, []string{"from", "to"}),
 		conns:   netio.NewConnMetrics(reg),
-		peerTLS: netio.NewPeerTLSMetrics(reg),
+		peerTLS: peernet.NewPeerTLSMetrics(reg),
 	}
 	m.storageOK = prometheus.NewGauge(prometheus.GaugeOpts{Name: "xce_storage_healthy", Help: "1 while the node's storage writes succeed; 0 after a failed write or sync (a full disk), until one succeeds again."})
 	m.storageFailures = prometheus.NewCounter(prometheus.CounterOpts{Name: "xce_storage_failures_total", Help: "Times the node's storage went from working to failing."})

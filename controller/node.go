@@ -23,6 +23,7 @@ import (
 	"github.com/xce/xce/delaymgr"
 	"github.com/xce/xce/ha"
 	"github.com/xce/xce/ha/raftha"
+	"github.com/xce/xce/ha/raftha/peernet"
 	"github.com/xce/xce/logging"
 	"github.com/xce/xce/netio"
 	"github.com/xce/xce/persist"
@@ -349,7 +350,7 @@ func (n *Node) Run(ctx context.Context, api http.Handler) (err error) {
 	}
 	start := n.opts.StartBackend
 	if start == nil {
-		stream, err := netio.NewStreamLayer(pl, n.cfg.PeerAddr, dialFrom, n.peerTLS()...)
+		stream, err := peernet.NewStreamLayer(pl, n.cfg.PeerAddr, dialFrom, n.peerTLS()...)
 		if err != nil {
 			closePeer()
 			store.Close()
@@ -385,7 +386,7 @@ func (n *Node) Run(ctx context.Context, api http.Handler) (err error) {
 
 // peerTLS is the stream layer's mutual TLS when peer_tls is set
 // (docs/operations.md, "TLS on the peer port").
-func (n *Node) peerTLS() []netio.StreamOption {
+func (n *Node) peerTLS() []peernet.StreamOption {
 	files := n.cfg.PeerTLSFiles()
 	if files.Empty() {
 		return nil
@@ -394,7 +395,7 @@ func (n *Node) peerTLS() []netio.StreamOption {
 	for _, p := range n.cfg.Peers {
 		peers[p.PeerAddr] = p.ID
 	}
-	return []netio.StreamOption{netio.WithPeerTLS(netio.PeerTLS{
+	return []peernet.StreamOption{peernet.WithPeerTLS(peernet.PeerTLS{
 		Files: files, Cluster: n.cfg.ClusterID, Peers: peers, Members: n.peerTLSMembers,
 		Metrics: n.metrics.peerTLS, Logger: n.log.With().Str("component", "peer_tls").Logger(),
 	})}

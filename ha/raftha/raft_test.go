@@ -11,8 +11,8 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/xce/xce/ha"
+	"github.com/xce/xce/ha/raftha/peernet"
 	"github.com/xce/xce/internal/testutil"
-	"github.com/xce/xce/netio"
 	"github.com/xce/xce/persist"
 	"github.com/xce/xce/state"
 )
@@ -29,7 +29,7 @@ func startOne(t *testing.T, mutate func(*Config)) (*Raft, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stream, err := netio.NewStreamLayer(l, addr, "")
+	stream, err := peernet.NewStreamLayer(l, addr, "")
 	if err != nil {
 		t.Fatal(err)
 	}
