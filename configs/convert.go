@@ -23,13 +23,15 @@ import (
 // asks the package, then names each problem by its YAML key).
 
 // RaftConfig returns the Raft backend's settings: the raft section, the
-// limits.peer section, node_id, each peer's peer_addr, and Join when join
-// lists any address. The caller sets
-// CampaignAllowed.
+// limits.peer section, node_id, peer_addr and peer_listen_addr, each
+// peer's peer_addr, and Join when join lists any address. The caller sets
+// CampaignAllowed and Snapshots.
 func (c *Config) RaftConfig() raftha.Config {
 	r, p := c.Raft, c.Limits.Peer
 	rc := raftha.Config{
 		NodeID:             c.NodeID,
+		PeerAddr:           c.PeerAddr,
+		PeerListenAddr:     c.PeerListenAddr,
 		Join:               len(c.Join) > 0,
 		HeartbeatTimeout:   r.HeartbeatTimeout.Duration,
 		ElectionTimeout:    r.ElectionTimeout.Duration,

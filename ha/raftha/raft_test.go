@@ -211,3 +211,21 @@ func TestElectingHint(t *testing.T) {
 		})
 	}
 }
+
+// The peer port listens on peer_listen_addr when set, and its outbound
+// connections then leave from that host.
+func TestPeerListen(t *testing.T) {
+	for _, tc := range []struct {
+		peer, listen       string
+		wantAddr, wantFrom string
+	}{
+		{"10.0.0.1:7201", "", "10.0.0.1:7201", ""},
+		{"203.0.113.5:7201", "10.0.0.1:7301", "10.0.0.1:7301", "10.0.0.1"},
+		{"203.0.113.5:7201", "0.0.0.0:7201", "0.0.0.0:7201", "0.0.0.0"},
+	} {
+		c := Config{PeerAddr: tc.peer, PeerListenAddr: tc.listen}
+		if addr, from := c.PeerListen(); addr != tc.wantAddr || from != tc.wantFrom {
+			t.Errorf("peer_addr %s, peer_listen_addr %q: listen on %s from %q, want %s from %q", tc.peer, tc.listen, addr, from, tc.wantAddr, tc.wantFrom)
+		}
+	}
+}
