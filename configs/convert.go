@@ -211,8 +211,8 @@ var leaseKeys = map[string]string{
 // KafkaHAConfig returns the Kafka backend's settings (ha.backend: kafka):
 // the brokers, this node as the member of the primary role, the topics and
 // transactional id kafkaha.Names derives from transactional_id_prefix and
-// cluster_id, the lease, and the raft section's snapshot settings. The
-// caller sets the logger.
+// cluster_id, the lease, and the raft section's snapshot settings and
+// election timeout. The caller sets the logger.
 func (c *Config) KafkaHAConfig() kafkaha.Config {
 	coord, state, txn := kafkaha.Names(c.Kafka.TransactionalIDPrefix, c.ClusterID)
 	return kafkaha.Config{
@@ -221,6 +221,9 @@ func (c *Config) KafkaHAConfig() kafkaha.Config {
 		Lease:             c.KafkaLease(),
 		SnapshotInterval:  c.Raft.SnapshotInterval.Duration,
 		SnapshotThreshold: c.Raft.SnapshotThreshold,
+		// Half the raft section's election timeout, as for Raft without
+		// the exit watch.
+		ElectingHint: c.Raft.ElectionTimeout.Duration / 2,
 	}
 }
 

@@ -127,7 +127,8 @@ limits: {client: {max_connections: 10, read_timeout: 2s}, peer: {max_connections
 	}
 	k := c.KafkaHAConfig()
 	if k.Member != "n1" || k.Role != "primary" || k.CoordTopic != "tx.c1.coord" || k.StateTopic != "tx.c1.state" || k.TransactionalID != "tx.c1.role" ||
-		k.SnapshotInterval != time.Minute || k.SnapshotThreshold != 100 || k.Lease != c.KafkaLease() || !reflect.DeepEqual(k.Brokers, []string{"k1:9092"}) {
+		k.SnapshotInterval != time.Minute || k.SnapshotThreshold != 100 || k.Lease != c.KafkaLease() || !reflect.DeepEqual(k.Brokers, []string{"k1:9092"}) ||
+		k.ElectingHint != 200*time.Millisecond {
 		t.Errorf("KafkaHAConfig %+v", k)
 	}
 }
