@@ -17,8 +17,8 @@ import (
 	"github.com/xce/xce/configs"
 	"github.com/xce/xce/ha"
 	"github.com/xce/xce/ha/raftha"
+	"github.com/xce/xce/ha/raftha/peernet"
 	"github.com/xce/xce/internal/testutil"
-	"github.com/xce/xce/netio"
 	"github.com/xce/xce/persist"
 	"github.com/xce/xce/state"
 )
@@ -82,7 +82,7 @@ func start(t *testing.T, cfg *configs.Config, ln net.Listener) *node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stream, err := netio.NewStreamLayer(ln, cfg.PeerAddr, "")
+	stream, err := peernet.NewStreamLayer(ln, cfg.PeerAddr, "")
 	if err != nil {
 		t.Fatal(err)
 	}

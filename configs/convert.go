@@ -191,11 +191,13 @@ var leaseBinding = binding[succession.LeaseConfig]{succession.DefaultLeaseConfig
 }}
 
 // RaftConfig returns the Raft backend's settings: the raft section, the
-// limits.peer section, node_id, each peer's peer_addr, and Join when join
-// lists any address. The caller sets CampaignAllowed.
+// limits.peer section, node_id, peer_addr and peer_listen_addr, each
+// peer's peer_addr, and Join when join lists any address. The caller sets
+// CampaignAllowed and Snapshots.
 func (c *Config) RaftConfig() raftha.Config {
 	rc := raftBinding.config(c)
 	rc.NodeID = c.NodeID
+	rc.PeerAddr, rc.PeerListenAddr = c.PeerAddr, c.PeerListenAddr
 	rc.Join = len(c.Join) > 0
 	for _, pe := range c.Peers {
 		rc.Peers = append(rc.Peers, raftha.Peer{ID: pe.ID, Addr: pe.PeerAddr})
@@ -258,8 +260,8 @@ func (c *Config) KafkaLease() succession.LeaseConfig { return leaseBinding.confi
 // KafkaHAConfig returns the Kafka backend's settings (ha.backend: kafka):
 // the brokers, this node as the member of the primary role, the topics and
 // transactional id kafkaha.Names derives from transactional_id_prefix and
-// cluster_id, the lease, and the raft section's snapshot settings. The
-// caller sets the logger.
+// cluster_id, the lease, and the raft section's snapshot settings and
+// election timeout. The caller sets the logger.
 func (c *Config) KafkaHAConfig() kafkaha.Config {
 	coord, state, txn := kafkaha.Names(c.Kafka.TransactionalIDPrefix, c.ClusterID)
 	return kafkaha.Config{
@@ -268,6 +270,9 @@ func (c *Config) KafkaHAConfig() kafkaha.Config {
 		Lease:             c.KafkaLease(),
 		SnapshotInterval:  c.Raft.SnapshotInterval.Duration,
 		SnapshotThreshold: c.Raft.SnapshotThreshold,
+		// Half the raft section's election timeout, as for Raft without
+		// the exit watch.
+		ElectingHint: c.Raft.ElectionTimeout.Duration / 2,
 	}
 }
 

@@ -62,7 +62,7 @@ func contains(list []string, s string) bool {
 // package exactly its own defaults: there is one default per setting.
 func TestDefaultsAreThePackages(t *testing.T) {
 	c := mustParse(t, minimal)
-	sameFields(t, "raftha.Config", c.RaftConfig(), raftha.DefaultConfig(), "NodeID", "Peers")
+	sameFields(t, "raftha.Config", c.RaftConfig(), raftha.DefaultConfig(), "NodeID", "PeerAddr", "Peers")
 	sameFields(t, "placement.Config", c.AssignorConfig(), placement.DefaultConfig())
 	sameFields(t, "fence.Config", c.FenceConfig(), fence.DefaultConfig(), "Brokers", "TransactionalID", "Logger")
 	sameFields(t, "succession.LeaseConfig", c.KafkaLease(), succession.DefaultLeaseConfig())
@@ -83,6 +83,7 @@ func TestDefaultsAreThePackages(t *testing.T) {
 // The conversions carry every value of the file.
 func TestConversions(t *testing.T) {
 	c := mustParse(t, minimal+`cluster_id: c1
+peer_listen_addr: 127.0.0.1:7301
 ha: {lease: 4s, renew: 1500ms, stagger: 0s}
 raft: {heartbeat_timeout: 300ms, election_timeout: 400ms, leader_lease_timeout: 250ms, commit_timeout: 20ms,
   snapshot_interval: 1m, snapshot_threshold: 100, snapshot_writes: 5000, trailing_logs: 7, detect_leader_exit: false}
@@ -93,7 +94,7 @@ assignor: {acceptable_recovery_lag: 5, max_warmup_replicas: 3, num_standby_repli
 limits: {client: {max_connections: 10, read_timeout: 2s}, peer: {max_connections: 64, max_message_bytes: 20971520, first_byte_timeout: 2s, read_timeout: 3s, idle_timeout: 5m}}
 `)
 	r := c.RaftConfig()
-	want := raftha.Config{NodeID: "n1", Peers: []raftha.Peer{{ID: "n1", Addr: "127.0.0.1:7201"}, {ID: "n2", Addr: "127.0.0.1:7202"}, {ID: "n3", Addr: "127.0.0.1:7203"}},
+	want := raftha.Config{NodeID: "n1", PeerAddr: "127.0.0.1:7201", PeerListenAddr: "127.0.0.1:7301", Peers: []raftha.Peer{{ID: "n1", Addr: "127.0.0.1:7201"}, {ID: "n2", Addr: "127.0.0.1:7202"}, {ID: "n3", Addr: "127.0.0.1:7203"}},
 		HeartbeatTimeout: 300 * time.Millisecond, ElectionTimeout: 400 * time.Millisecond, LeaderLeaseTimeout: 250 * time.Millisecond,
 		CommitTimeout: 20 * time.Millisecond, SnapshotInterval: time.Minute, SnapshotThreshold: 100, SnapshotWrites: 5000, TrailingLogs: 7,
 		MaxRPCSize: 20 << 20, RPCTimeout: 3 * time.Second, IdleTimeout: 5 * time.Minute, FirstByteTimeout: 2 * time.Second, MaxInboundConns: 64}
@@ -126,7 +127,8 @@ limits: {client: {max_connections: 10, read_timeout: 2s}, peer: {max_connections
 	}
 	k := c.KafkaHAConfig()
 	if k.Member != "n1" || k.Role != "primary" || k.CoordTopic != "tx.c1.coord" || k.StateTopic != "tx.c1.state" || k.TransactionalID != "tx.c1.role" ||
-		k.SnapshotInterval != time.Minute || k.SnapshotThreshold != 100 || k.Lease != c.KafkaLease() || !reflect.DeepEqual(k.Brokers, []string{"k1:9092"}) {
+		k.SnapshotInterval != time.Minute || k.SnapshotThreshold != 100 || k.Lease != c.KafkaLease() || !reflect.DeepEqual(k.Brokers, []string{"k1:9092"}) ||
+		k.ElectingHint != 200*time.Millisecond {
 		t.Errorf("KafkaHAConfig %+v", k)
 	}
 }

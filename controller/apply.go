@@ -59,9 +59,13 @@ func (rb *readBatcher) wait(ctx context.Context, n *Node, b ha.Backend) error {
 	}
 	batch := rb.next
 	if !rb.running {
-		rb.running = true
 		rb.next = nil
-		n.wg.Go(func() { rb.run(n, b, batch) })
+		rb.running = n.stopper.Go(func() { rb.run(n, b, batch) })
+		if !rb.running {
+			// The node is stopping: no round starts.
+			batch.err = ha.ErrShutdown
+			close(batch.done)
+		}
 	}
 	rb.mu.Unlock()
 	select {
@@ -79,7 +83,7 @@ func (rb *readBatcher) run(n *Node, b ha.Backend, batch *readBatch) {
 		commit := b.CommitIndex()
 		err := b.VerifyLeader(context.Background())
 		if err == nil {
-			err = n.fsm.WaitApplied(n.stopCh, commit)
+			err = n.fsm.WaitApplied(n.stopper.Stopping(), commit)
 		}
 		batch.err = err
 		close(batch.done)

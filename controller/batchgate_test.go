@@ -74,7 +74,7 @@ func gateNode(t *testing.T, addrs ...string) *Node {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	n, err := New(Options{Config: &cfg, Logger: zerolog.New(zerolog.NewTestWriter(t))})
+	n, err := New(Options{Config: &cfg, Logger: zerolog.New(zerolog.NewTestWriter(t)), Election: noElection})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,10 +43,11 @@ func (n *Node) inConfiguration() bool {
 
 // runJoin asks the cluster at addrs to add this node (docs/operations.md,
 // "Adding a node") until the node sees itself in the configuration it
-// follows, or stops. It calls ClusterService.Join as the node itself (its
-// client certificate when the client port has TLS), follows a NOT_READY
-// answer's leader hint, otherwise moves to the next address and backs off.
-func (n *Node) runJoin(addrs []string) {
+// follows, or ctx ends (the node stops). It calls ClusterService.Join as
+// the node itself (its client certificate when the client port has TLS),
+// follows a NOT_READY answer's leader hint, otherwise moves to the next
+// address and backs off.
+func (n *Node) runJoin(ctx context.Context, addrs []string) {
 	log := n.log.With().Str("component", "join").Logger()
 	creds := n.peerCallCredentials()
 	tlsCfg, err := creds.TLSConfig()
@@ -60,15 +61,6 @@ func (n *Node) runJoin(addrs []string) {
 	if tlsCfg != nil {
 		scheme = "https://"
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	n.wg.Go(func() {
-		select {
-		case <-n.stopCh:
-			cancel()
-		case <-ctx.Done():
-		}
-	})
 	self := n.cfg.Self()
 	req := &xcev1.JoinRequest{Id: n.cfg.NodeID, PeerAddr: n.cfg.PeerAddr, ClientAddr: self.ClientAddr, ClusterId: n.cfg.ClusterID}
 	log.Info().Strs("join", addrs).Str("peer_addr", req.PeerAddr).Str("client_addr", req.ClientAddr).

@@ -297,7 +297,7 @@ func TestJoinLoop(t *testing.T) {
 	saddr := startJoinServer(t, standby)
 
 	done := make(chan struct{})
-	go func() { defer close(done); n.runJoin([]string{saddr}) }()
+	go func() { defer close(done); n.runJoin(context.Background(), []string{saddr}) }()
 	waitDone(t, done, 10*time.Second, "joined")
 	if !n.inConfiguration() || primary.calls.Load() != 1 || standby.calls.Load() != 1 {
 		t.Fatalf("in configuration %v; calls: primary %d, standby %d", n.inConfiguration(), primary.calls.Load(), standby.calls.Load())
@@ -309,8 +309,8 @@ func TestJoinLoopStops(t *testing.T) {
 	n := gateNode(t)
 	n.backend.Store(&backendBox{&memberBackend{fsm: n.fsm}})
 	done := make(chan struct{})
-	go func() { defer close(done); n.runJoin([]string{freeAddr(t)}) }()
-	close(n.stopCh)
+	n.stopper.GoCtx(func(ctx context.Context) { defer close(done); n.runJoin(ctx, []string{freeAddr(t)}) })
+	n.stopper.Begin()
 	waitDone(t, done, 5*time.Second, "stopped")
-	n.wg.Wait()
+	n.stopper.Stop()
 }

@@ -26,7 +26,7 @@ type raftNode struct {
 func startRaftNode(t *testing.T, cfg *configs.Config) *raftNode {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	n, err := New(Options{Config: cfg, Logger: zerolog.New(zerolog.NewTestWriter(t)).With().Str("node", cfg.NodeID).Logger(), Registry: reg})
+	n, err := New(withRaft(t, Options{Config: cfg, Logger: zerolog.New(zerolog.NewTestWriter(t)).With().Str("node", cfg.NodeID).Logger(), Registry: reg}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/xce/xce/ha"
-	"github.com/xce/xce/ha/raftha"
 	"github.com/xce/xce/netio"
 	"github.com/xce/xce/persist"
 )
@@ -23,15 +22,11 @@ type metrics struct {
 	// conns are the client port's connection metrics (refusals under the
 	// limits, connections open, caps in force).
 	conns *netio.ConnMetrics
-	// peerTLS counts the peer port's TLS refusals.
-	peerTLS *netio.PeerTLSMetrics
 	// storageOK is 1 while the storage's writes succeed;
 	// storageFailures counts its changes from working to failing.
 	storageOK       prometheus.Gauge
 	storageFailures prometheus.Counter
 	storageFailing  bool
-	// snapshots are the cost of the raft backend's snapshots.
-	snapshots *raftha.SnapshotMetrics
 }
 
 func newMetrics(reg *prometheus.Registry, n *Node) *metrics {
@@ -44,8 +39,7 @@ func newMetrics(reg *prometheus.Registry, n *Node) *metrics {
 		roleChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "xce_role_changes_total", Help: "Role changes by from and to.",
 		}, []string{"from", "to"}),
-		conns:   netio.NewConnMetrics(reg),
-		peerTLS: netio.NewPeerTLSMetrics(reg),
+		conns: netio.NewConnMetrics(reg),
 	}
 	m.storageOK = prometheus.NewGauge(prometheus.GaugeOpts{Name: "xce_storage_healthy", Help: "1 while the node's storage writes succeed; 0 after a failed write or sync (a full disk), until one succeeds again."})
 	m.storageFailures = prometheus.NewCounter(prometheus.CounterOpts{Name: "xce_storage_failures_total", Help: "Times the node's storage went from working to failing."})
@@ -64,11 +58,6 @@ func newMetrics(reg *prometheus.Registry, n *Node) *metrics {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "xce_commit_index", Help: "Last Raft index known committed."},
 			func() float64 { c, _ := n.Indexes(); return float64(c) }),
 	)
-	snaps, err := raftha.NewSnapshotMetrics(reg)
-	if err != nil {
-		panic(err) // a name registered twice, as MustRegister would
-	}
-	m.snapshots = snaps
 	m.setView(&ha.View{Role: ha.RoleInit})
 	return m
 }

@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -22,7 +21,7 @@ import (
 	"github.com/xce/xce/configs"
 	"github.com/xce/xce/delaymgr"
 	"github.com/xce/xce/ha"
-	"github.com/xce/xce/ha/raftha"
+	"github.com/xce/xce/internal/stopper"
 	"github.com/xce/xce/logging"
 	"github.com/xce/xce/netio"
 	"github.com/xce/xce/persist"
@@ -72,9 +71,11 @@ type Options struct {
 	Version string
 	// Registry receives the node's metrics; nil makes a private one.
 	Registry *prometheus.Registry
-	// ClientListener and PeerListener are used when set (inherited across
-	// an upgrade); otherwise the node listens on the configured addresses.
-	ClientListener, PeerListener net.Listener
+	// Election starts the node's election backend; required.
+	Election Election
+	// ClientListener is used when set (inherited across an upgrade);
+	// otherwise the node listens on client_addr.
+	ClientListener net.Listener
 	// LockWait is how long to wait for the data dir lock.
 	LockWait time.Duration
 	// CheckDB, when set, vets an existing raft.db before it is opened
@@ -92,10 +93,6 @@ type Options struct {
 	Outbox OutboxStatus
 	// Phase2 runs once, on the first role decision.
 	Phase2 []func(role ha.Role)
-	// StartBackend, when set, starts the election backend instead of Raft
-	// (the Kafka-coordinated backend); no peer listener is opened then. It
-	// runs off the event loop.
-	StartBackend func(store *persist.Store) (ha.Backend, error)
 	// Serving, when set, is called once the client port answers (before
 	// storage opens): an upgrade's new process reports ready from here.
 	Serving func()
@@ -105,6 +102,22 @@ type Options struct {
 	// GuardMetrics, when set, wraps the /metrics handler (the permission
 	// it needs).
 	GuardMetrics func(http.Handler) http.Handler
+}
+
+// Election is the node's election backend before it starts, as the caller
+// built it from the config (server: Raft, or the Kafka-coordinated
+// backend). The node knows a backend only through ha.Backend.
+type Election struct {
+	// Name names the backend in Status (configs.BackendRaft,
+	// configs.BackendKafka).
+	Name string
+	// Start starts the backend on the node's storage, once it is open.
+	// It may block while the backend restores its state: the node calls
+	// it once, off its event loop.
+	Start func(store *persist.Store) (ha.Backend, error)
+	// ElectingHint is how long a client is told to wait before it retries
+	// while no primary is known: about one election of this backend.
+	ElectingHint time.Duration
 }
 
 // OutboxStatus is what Status shows of the downstream publisher.
@@ -129,12 +142,14 @@ type Node struct {
 
 	reads  readBatcher
 	events chan any
+	// backends hands the started backend to the loop. Unbuffered: a
+	// backend the loop never took is shut down by its starter.
+	backends chan ha.Backend
 	// fenced carries a fencing report from the publisher (see Fence).
 	fenced chan ha.Fenced
-	wg     sync.WaitGroup
-	// stopCh is closed when Run begins to stop.
-	stopCh   chan struct{}
-	stopOnce sync.Once
+	// stopper owns the node's goroutines; Stopping closes when Run begins
+	// to stop.
+	stopper *stopper.Stopper
 
 	// clientLn is the client listener while Run serves; Drain closes it.
 	clientLn atomic.Pointer[net.Listener]
@@ -169,11 +184,10 @@ type leaderTerm struct {
 
 // internal events of the loop, besides ha.Event
 type (
-	raftStarted struct{ b ha.Backend }
-	raftFailed  struct{ err error }
-	recheck     struct{}
-	storage     struct{ h persist.Health }
-	serviceFail struct {
+	backendFailed struct{ err error }
+	recheck       struct{}
+	storage       struct{ h persist.Health }
+	serviceFail   struct {
 		term uint64
 		err  error
 	}
@@ -187,6 +201,9 @@ func New(opts Options) (*Node, error) {
 	if err := opts.Config.Validate(); err != nil {
 		return nil, err
 	}
+	if opts.Election.Start == nil {
+		return nil, errors.New("controller: no election backend to start (Options.Election)")
+	}
 	if opts.Registry == nil {
 		opts.Registry = prometheus.NewRegistry()
 	}
@@ -196,17 +213,18 @@ func New(opts Options) (*Node, error) {
 		voters = append(voters, p.ID)
 	}
 	n := &Node{
-		cfg:     cfg,
-		log:     opts.Logger,
-		version: opts.Version,
-		started: time.Now(),
-		opts:    opts,
-		fsm:     opts.FSM,
-		events:  make(chan any, 256),
-		fenced:  make(chan ha.Fenced, 1),
-		stopCh:  make(chan struct{}),
-		machine: ha.NewMachine(cfg.NodeID),
-		quorum:  ha.NewQuorum(cfg.NodeID, voters, cfg.Raft.LeaderLeaseTimeout.Duration),
+		cfg:      cfg,
+		log:      opts.Logger,
+		version:  opts.Version,
+		started:  time.Now(),
+		opts:     opts,
+		fsm:      opts.FSM,
+		events:   make(chan any, 256),
+		backends: make(chan ha.Backend),
+		fenced:   make(chan ha.Fenced, 1),
+		stopper:  stopper.New(),
+		machine:  ha.NewMachine(cfg.NodeID),
+		quorum:   ha.NewQuorum(cfg.NodeID, voters, cfg.Raft.LeaderLeaseTimeout.Duration),
 	}
 	if n.fsm == nil {
 		n.fsm = state.NewFSM(cfg.ClusterID)
@@ -269,42 +287,61 @@ func (n *Node) Indexes() (commit, applied uint64) {
 // Phase 1 (listeners, timers, storage) happens here; the election starts
 // asynchronously, and the API answers from before it starts. A non-nil error
 // means the node could not start or stop cleanly.
-func (n *Node) Run(ctx context.Context, api http.Handler) (err error) {
+func (n *Node) Run(ctx context.Context, api http.Handler) error {
 	n.delay = delaymgr.New(nil)
 	defer n.delay.Stop()
 
-	// 1. Listeners, client first: the API answers NOT_READY from here on.
+	// 1. The client port first: the API answers NOT_READY from here on.
+	front, err := n.serveClients(api)
+	if err != nil {
+		return err
+	}
+	// Last to go: clients get NOT_READY, never a refused connection,
+	// while everything else stops.
+	defer front.stop()
+
+	// 2. Storage.
+	store, err := n.openStorage()
+	if err != nil {
+		return err
+	}
+
+	// 3. The storage's health decides whether the node may lead; the
+	// election starts asynchronously, the backend restoring its state off
+	// the loop.
+	n.stopper.Go(func() { n.watchStorage(store) })
+	n.stopper.Go(func() { n.startBackend(store) })
+
+	err = n.loop(ctx)
+	n.stop(store)
+	return err
+}
+
+// clientPort is the client port while Run serves it.
+type clientPort struct {
+	srv *netio.Server
+	// serving owns the server's Serve, which outlives the node's own
+	// goroutines.
+	serving *stopper.Stopper
+}
+
+// serveClients opens the client port (or takes the inherited listener)
+// and serves the API and the node's routes on it.
+func (n *Node) serveClients(api http.Handler) (*clientPort, error) {
 	cl := n.opts.ClientListener
 	if cl == nil {
+		var err error
 		if cl, err = netio.Listen(n.cfg.ClientAddr); err != nil {
-			return err
-		}
-	}
-	peerListen, dialFrom := n.cfg.PeerAddr, ""
-	if n.cfg.PeerListenAddr != "" {
-		peerListen = n.cfg.PeerListenAddr
-		dialFrom, _, _ = net.SplitHostPort(peerListen)
-	}
-	pl := n.opts.PeerListener
-	if pl == nil && n.opts.StartBackend == nil {
-		if pl, err = netio.Listen(peerListen); err != nil {
-			cl.Close()
-			return err
-		}
-	}
-	closePeer := func() {
-		if pl != nil {
-			pl.Close()
+			return nil, err
 		}
 	}
 	srvOpts := []netio.Option{netio.WithLogger(n.log), netio.WithMetrics(n.metrics.conns)}
 	if n.opts.ClientTLS != nil {
 		srvOpts = append(srvOpts, netio.WithTLS(n.opts.ClientTLS))
 	}
-	srv := netio.NewServer(n.routes(api), n.cfg.ClientLimits(), srvOpts...)
-	srvDone := make(chan error, 1)
+	p := &clientPort{srv: netio.NewServer(n.routes(api), n.cfg.ClientLimits(), srvOpts...), serving: stopper.New()}
 	n.clientLn.Store(&cl)
-	go func() { srvDone <- srv.Serve(cl) }()
+	p.serving.Go(func() { _ = p.srv.Serve(cl) })
 	n.log.Info().Str("client_addr", cl.Addr().String()).Str("peer_addr", n.cfg.PeerAddr).Int("pid", os.Getpid()).
 		Str("version", n.version).Msg("listening; answering NOT_READY until a role is decided")
 	if a := cl.Addr().String(); !netio.IsLoopback(a) && n.opts.ClientTLS == nil {
@@ -314,90 +351,60 @@ func (n *Node) Run(ctx context.Context, api http.Handler) (err error) {
 	if n.opts.Serving != nil {
 		n.opts.Serving()
 	}
-	defer func() {
-		// Last to go: clients get NOT_READY, never a refused connection,
-		// while everything else stops.
-		sctx, cancel := context.WithTimeout(context.Background(), httpDrain)
-		defer cancel()
-		if serr := srv.Shutdown(sctx); serr != nil {
-			srv.Close()
-		}
-		<-srvDone
-	}()
+	return p, nil
+}
 
-	// 2. Storage.
+// stop drains the client port: in-flight requests get httpDrain to
+// finish, then every connection closes.
+func (p *clientPort) stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), httpDrain)
+	defer cancel()
+	if err := p.srv.Shutdown(ctx); err != nil {
+		p.srv.Close()
+	}
+	p.serving.Stop()
+}
+
+// openStorage opens the data dir and notes whether the node joins a
+// cluster: join addresses on a data dir without state. (The config allows
+// join only with a backend whose members change.)
+func (n *Node) openStorage() (*persist.Store, error) {
 	store, err := persist.Open(n.cfg.DataDir, persist.Options{
 		NodeID: n.cfg.NodeID, ClusterID: n.cfg.ClusterID, LockWait: n.opts.LockWait,
 		Logger: logging.NewHCLog(n.log, "storage"), CheckBolt: n.opts.CheckDB,
 		SegmentSize: n.cfg.Raft.LogSegmentSize,
 	})
 	if err != nil {
-		closePeer()
-		return err
+		return nil, err
 	}
-	if join := n.cfg.Join; len(join) > 0 && n.opts.StartBackend == nil {
+	if join := n.cfg.Join; len(join) > 0 {
 		has, err := store.HasState()
 		if err != nil {
-			closePeer()
 			store.Close()
-			return fmt.Errorf("read raft state: %w", err)
+			return nil, fmt.Errorf("read raft state: %w", err)
 		}
 		n.joining = !has
 		if has {
 			n.log.Info().Strs("join", join).Msg("the data dir holds raft state: the join addresses are not used")
 		}
 	}
-	start := n.opts.StartBackend
-	if start == nil {
-		stream, err := netio.NewStreamLayer(pl, n.cfg.PeerAddr, dialFrom, n.peerTLS()...)
-		if err != nil {
-			closePeer()
-			store.Close()
-			return err
-		}
-		start = func(store *persist.Store) (ha.Backend, error) {
-			return raftha.Start(n.raftConfig(store), n.fsm, store, stream, logging.NewHCLog(n.log, "raft"))
-		}
-	}
-
-	// The storage's health decides whether the node may lead.
-	n.wg.Go(func() { n.watchStorage(store) })
-
-	// 3. The election, asynchronously: the backend restores its state off
-	// the loop.
-	n.wg.Go(func() {
-		b, err := start(store)
-		if err != nil {
-			n.post(raftFailed{err})
-			return
-		}
-		select {
-		case n.events <- raftStarted{b}:
-		case <-n.stopCh:
-			_ = b.Shutdown()
-		}
-	})
-
-	err = n.loop(ctx)
-	n.stop(store)
-	return err
+	return store, nil
 }
 
-// peerTLS is the stream layer's mutual TLS when peer_tls is set
-// (docs/operations.md, "TLS on the peer port").
-func (n *Node) peerTLS() []netio.StreamOption {
-	files := n.cfg.PeerTLSFiles()
-	if files.Empty() {
-		return nil
+// startBackend starts the election backend and hands it to the loop. A
+// backend the loop never takes, because the node stopped meanwhile, is
+// shut down here, before Run closes the storage under it.
+func (n *Node) startBackend(store *persist.Store) {
+	b, err := n.opts.Election.Start(store)
+	if err != nil {
+		n.post(backendFailed{err})
+		return
 	}
-	peers := map[string]string{}
-	for _, p := range n.cfg.Peers {
-		peers[p.PeerAddr] = p.ID
+	select {
+	case n.backends <- b:
+	case <-n.stopper.Stopping():
+		_ = b.Shutdown()
 	}
-	return []netio.StreamOption{netio.WithPeerTLS(netio.PeerTLS{
-		Files: files, Cluster: n.cfg.ClusterID, Peers: peers, Members: n.peerTLSMembers,
-		Metrics: n.metrics.peerTLS, Logger: n.log.With().Str("component", "peer_tls").Logger(),
-	})}
 }
 
 // liveMembers is the backend's latest configuration; ok is false while it is
@@ -419,21 +426,6 @@ func (n *Node) liveMembers() ([]ha.Member, bool) {
 	return members, true
 }
 
-// peerTLSMembers is the configuration's peer addresses and node ids, which
-// the peer port's TLS accepts and dials (nil: the config's peers). It runs
-// at each peer handshake, on the stream layer's goroutines.
-func (n *Node) peerTLSMembers() map[string]string {
-	members, ok := n.liveMembers()
-	if !ok {
-		return nil
-	}
-	out := make(map[string]string, len(members))
-	for _, m := range members {
-		out[m.PeerAddr] = m.ID
-	}
-	return out
-}
-
 // syncQuorumVoters gives the write quorum the configuration's voters: members
 // are added, promoted and removed at run time, and non-voters never count.
 func (n *Node) syncQuorumVoters() {
@@ -451,20 +443,20 @@ func (n *Node) syncQuorumVoters() {
 }
 
 // Backend names the election backend; info describes a Kafka-coordinated
-// role (nil for Raft).
+// role (nil for Raft, and before the backend runs).
 func (n *Node) Backend() (string, *ha.RoleInfo) {
-	b := n.backend.Load()
-	if n.opts.StartBackend == nil {
-		return configs.BackendRaft, nil
-	}
-	if b != nil {
+	if b := n.backend.Load(); b != nil {
 		if i, ok := b.Backend.(interface{ Info() ha.RoleInfo }); ok {
 			info := i.Info()
-			return configs.BackendKafka, &info
+			return n.opts.Election.Name, &info
 		}
 	}
-	return configs.BackendKafka, &ha.RoleInfo{}
+	return n.opts.Election.Name, nil
 }
+
+// ElectingHint is how long a client is told to wait before it retries
+// while no primary is known (the backend's; see Election).
+func (n *Node) ElectingHint() time.Duration { return n.opts.Election.ElectingHint }
 
 // HandOff makes a PRIMARY transfer its leadership and waits, until ctx
 // ends, for another node to be PRIMARY. It returns at once on a node that is
@@ -507,18 +499,6 @@ func (n *Node) Drain() {
 	}
 }
 
-func (n *Node) raftConfig(store *persist.Store) raftha.Config {
-	rc := n.cfg.RaftConfig()
-	// A node whose storage fails would win an election only to fail
-	// its first write and step down again, churning terms.
-	rc.CampaignAllowed = func() error { return store.Health().Err }
-	// A joining node waits to be added rather than bootstrapping a
-	// cluster of its own.
-	rc.Join = n.joining
-	rc.Snapshots = n.metrics.snapshots
-	return rc
-}
-
 // watchStorage reports each change of the storage's health to the loop
 // until the node stops.
 func (n *Node) watchStorage(store *persist.Store) {
@@ -527,7 +507,7 @@ func (n *Node) watchStorage(store *persist.Store) {
 		n.post(storage{store.Health()})
 		select {
 		case <-changed:
-		case <-n.stopCh:
+		case <-n.stopper.Stopping():
 			return
 		}
 	}
@@ -537,7 +517,7 @@ func (n *Node) watchStorage(store *persist.Store) {
 func (n *Node) post(ev any) {
 	select {
 	case n.events <- ev:
-	case <-n.stopCh:
+	case <-n.stopper.Stopping():
 	}
 }
 
@@ -550,36 +530,12 @@ func (n *Node) loop(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case b := <-n.backends:
+			signals = b.Signals()
+			n.attach(b)
 		case ev := <-n.events:
-			switch ev := ev.(type) {
-			case raftStarted:
-				n.backend.Store(&backendBox{ev.b})
-				n.syncQuorumVoters()
-				signals = ev.b.Signals()
-				if n.joining {
-					join := n.cfg.Join
-					n.wg.Go(func() { n.runJoin(join) })
-				}
-				n.step(ha.Started{})
-				n.step(ev.b.View())
-			case raftFailed:
-				return ev.err
-			case ha.Event:
-				n.step(ev)
-			case recheck:
-				n.publish()
-			case storage:
-				n.metrics.setStorage(ev.h)
-				reason := ""
-				if ev.h.Err != nil {
-					reason = ev.h.Err.Error()
-				}
-				n.step(ha.StorageFailing{Reason: reason})
-			case serviceFail:
-				if ev.term == n.machine.Term() && n.machine.Role() == ha.RolePrimary {
-					n.log.Error().Err(ev.err).Uint64("term", ev.term).Msg("a leader service failed to start; handing leadership on")
-					n.step(ha.Fenced{Term: ev.term, Reason: ev.err.Error()})
-				}
+			if err := n.handle(ev); err != nil {
+				return err
 			}
 		case f := <-n.fenced:
 			n.step(f)
@@ -592,6 +548,45 @@ func (n *Node) loop(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// attach makes b the node's backend: from here on the role follows it.
+func (n *Node) attach(b ha.Backend) {
+	n.backend.Store(&backendBox{b})
+	n.syncQuorumVoters()
+	if n.joining {
+		join := n.cfg.Join
+		n.stopper.GoCtx(func(ctx context.Context) { n.runJoin(ctx, join) })
+	}
+	n.step(ha.Started{})
+	n.step(b.View())
+}
+
+// handle handles an event posted to the loop; an error ends the loop.
+func (n *Node) handle(ev any) error {
+	switch ev := ev.(type) {
+	case backendFailed:
+		return ev.err
+	case ha.Event:
+		n.step(ev)
+	case recheck:
+		n.publish()
+	case storage:
+		n.metrics.setStorage(ev.h)
+		reason := ""
+		if ev.h.Err != nil {
+			reason = ev.h.Err.Error()
+		}
+		n.step(ha.StorageFailing{Reason: reason})
+	case serviceFail:
+		if ev.term == n.machine.Term() && n.machine.Role() == ha.RolePrimary {
+			n.log.Error().Err(ev.err).Uint64("term", ev.term).Msg("a leader service failed to start; handing leadership on")
+			n.step(ha.Fenced{Term: ev.term, Reason: ev.err.Error()})
+		}
+	default:
+		panic(fmt.Sprintf("controller: unknown event %T", ev))
+	}
+	return nil
 }
 
 func (n *Node) signal(sig ha.Signal) {
@@ -653,14 +648,14 @@ func (n *Node) perform(fx ha.Effect) {
 			return
 		}
 		n.log.Warn().Str("reason", fx.Reason).Msg("transferring leadership")
-		n.wg.Go(func() {
+		n.stopper.Go(func() {
 			err := b.TransferLeadership()
 			if err != nil {
 				n.log.Warn().Err(err).Msg("leadership transfer failed; asking again in a second")
 				// At most one attempt a second while no peer can take over.
 				select {
 				case <-time.After(time.Second):
-				case <-n.stopCh:
+				case <-n.stopper.Stopping():
 					return
 				}
 			}
@@ -677,7 +672,7 @@ func (n *Node) beginTerm(term uint64) {
 	b := n.backend.Load()
 	stop := make(chan struct{})
 	n.termStop = stop
-	n.wg.Go(func() {
+	n.stopper.Go(func() {
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), barrierTimeout)
 		err := b.Barrier(ctx)
@@ -718,7 +713,7 @@ func (n *Node) establish(term uint64) {
 	for _, s := range services {
 		if st, ok := s.(Starter); ok {
 			if err := st.Start(term); err != nil {
-				n.wg.Go(func() { n.post(serviceFail{term: term, err: fmt.Errorf("%s: %w", s.Name(), err)}) })
+				n.stopper.Go(func() { n.post(serviceFail{term: term, err: fmt.Errorf("%s: %w", s.Name(), err)}) })
 				break
 			}
 		}
@@ -729,7 +724,7 @@ func (n *Node) establish(term uint64) {
 			return nil
 		})
 	}
-	n.wg.Go(func() {
+	wait := func() {
 		err := g.Wait()
 		close(lt.done)
 		// A service that failed while the term runs hands leadership on;
@@ -737,7 +732,12 @@ func (n *Node) establish(term uint64) {
 		if err != nil && ctx.Err() == nil {
 			n.post(serviceFail{term: term, err: err})
 		}
-	})
+	}
+	if !n.stopper.Go(wait) {
+		// The node is stopping: the term ends here, as revoke would.
+		cancel()
+		wait()
+	}
 }
 
 // revoke cancels the running term's services and waits for them to stop.
@@ -811,46 +811,44 @@ func (n *Node) stop(store *persist.Store) {
 
 	b := n.backend.Load()
 	if b != nil && n.machine.Role() == ha.RolePrimary && n.voterCount() > 1 {
-		done := make(chan error, 1)
-		go func() { done <- b.TransferLeadership() }()
-		select {
-		case err := <-done:
-			if err != nil {
-				n.log.Warn().Err(err).Msg("leadership transfer on stop failed")
-			} else {
-				n.log.Info().Msg("leadership transferred")
-			}
-		case <-time.After(transferWait):
-			n.log.Warn().Msg("leadership transfer on stop timed out")
-		}
+		n.transferOnStop(b)
 	}
 	for _, fx := range n.machine.Step(ha.Stopping{}) {
 		n.perform(fx)
 	}
-	n.stopOnce.Do(func() { close(n.stopCh) })
+	n.stopper.Begin()
 	if b != nil {
 		if err := b.Shutdown(); err != nil {
-			n.log.Warn().Err(err).Msg("raft shutdown")
+			n.log.Warn().Err(err).Msg("election backend shutdown")
 		}
 	}
-	// raft may still be starting: wait for the starter before closing the
-	// store under it.
-	n.wg.Wait()
-	for {
-		select {
-		case ev := <-n.events:
-			if rs, ok := ev.(raftStarted); ok {
-				_ = rs.b.Shutdown()
-			}
-			continue
-		default:
-		}
-		break
-	}
+	// The backend may still be starting: wait for its starter, which
+	// shuts down a backend the loop never took, before closing the store
+	// under it.
+	n.stopper.Stop()
 	if err := store.Close(); err != nil {
 		n.log.Warn().Err(err).Msg("closing storage")
 	}
 	n.log.Info().Dur("took", time.Since(start)).Msg("stopped")
+}
+
+// transferOnStop hands leadership on, waiting at most transferWait; a
+// transfer still under way then ends when the backend shuts down.
+func (n *Node) transferOnStop(b ha.Backend) {
+	done := make(chan error, 1)
+	if !n.stopper.Go(func() { done <- b.TransferLeadership() }) {
+		return
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			n.log.Warn().Err(err).Msg("leadership transfer on stop failed")
+		} else {
+			n.log.Info().Msg("leadership transferred")
+		}
+	case <-time.After(transferWait):
+		n.log.Warn().Msg("leadership transfer on stop timed out")
+	}
 }
 
 // backendBox holds the election backend behind an atomic pointer.

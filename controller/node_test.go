@@ -16,7 +16,9 @@ import (
 
 	"github.com/xce/xce/configs"
 	"github.com/xce/xce/ha"
+	"github.com/xce/xce/ha/raftha"
 	"github.com/xce/xce/internal/testutil"
+	"github.com/xce/xce/logging"
 	"github.com/xce/xce/persist"
 	"github.com/xce/xce/state"
 )
@@ -43,6 +45,32 @@ func singleConfig(t *testing.T, dir string) *configs.Config {
 	}
 	return &cfg
 }
+
+// withRaft gives o a state machine and the Raft backend, started as server
+// starts it (without peer TLS) on a listener at o.Config's peer address.
+func withRaft(t *testing.T, o Options) Options {
+	t.Helper()
+	if o.FSM == nil {
+		o.FSM = state.NewFSM(o.Config.ClusterID)
+	}
+	rc := o.Config.RaftConfig()
+	addr, _ := rc.PeerListen()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() }) // raft closes it first once started
+	fsm, log := o.FSM, logging.NewHCLog(o.Logger, "raft")
+	o.Election = Election{Name: configs.BackendRaft, ElectingHint: rc.ElectingHint(), Start: func(store *persist.Store) (ha.Backend, error) {
+		return raftha.StartOn(rc, fsm, store, ln, nil, log)
+	}}
+	return o
+}
+
+// noElection is the backend of a node whose tests never run it.
+var noElection = Election{Name: configs.BackendRaft, Start: func(*persist.Store) (ha.Backend, error) {
+	return nil, errors.New("this test starts no election backend")
+}}
 
 // recorder is a leader service that records its terms: the role the node
 // showed when Start ran, the term Run began, and Run's return.
@@ -90,8 +118,8 @@ func TestSingleNodeLifecycle(t *testing.T) {
 	cfg := singleConfig(t, dir)
 	rec := newRecorder()
 	phase2 := make(chan ha.Role, 4)
-	n, err := New(Options{Config: cfg, Logger: zerolog.Nop(), Services: []LeaderService{rec},
-		Phase2: []func(ha.Role){func(r ha.Role) { phase2 <- r }}})
+	n, err := New(withRaft(t, Options{Config: cfg, Logger: zerolog.Nop(), Services: []LeaderService{rec},
+		Phase2: []func(ha.Role){func(r ha.Role) { phase2 <- r }}}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +178,7 @@ func TestRestartKeepsStateAndTermGrows(t *testing.T) {
 	dir := t.TempDir()
 	cfg := singleConfig(t, dir)
 	run := func() (uint64, int) {
-		n, err := New(Options{Config: cfg, Logger: zerolog.Nop()})
+		n, err := New(withRaft(t, Options{Config: cfg, Logger: zerolog.Nop()}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -187,7 +215,7 @@ func TestLockedDataDirFailsFast(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	n, err := New(Options{Config: cfg, Logger: zerolog.Nop()})
+	n, err := New(withRaft(t, Options{Config: cfg, Logger: zerolog.Nop()}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +237,7 @@ func TestLockedDataDirFailsFast(t *testing.T) {
 func TestFenceLeavesPrimaryForTheTerm(t *testing.T) {
 	dir := t.TempDir()
 	cfg := singleConfig(t, dir)
-	n, err := New(Options{Config: cfg, Logger: zerolog.Nop()})
+	n, err := New(withRaft(t, Options{Config: cfg, Logger: zerolog.Nop()}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +283,7 @@ func TestFailedServiceHandsLeadershipOn(t *testing.T) {
 	cfg := singleConfig(t, dir)
 	rec := newRecorder()
 	logs := &testutil.SyncBuffer{}
-	n, err := New(Options{Config: cfg, Logger: zerolog.New(logs), Services: []LeaderService{rec, failing{after: 100 * time.Millisecond}}})
+	n, err := New(withRaft(t, Options{Config: cfg, Logger: zerolog.New(logs), Services: []LeaderService{rec, failing{after: 100 * time.Millisecond}}}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xce/xce/configs"
 	"github.com/xce/xce/ha"
 	xcev1 "github.com/xce/xce/proto/xce/v1"
 )
@@ -129,35 +128,5 @@ func TestValidTaskID(t *testing.T) {
 		if ValidTaskID(bad) {
 			t.Errorf("%q accepted", bad)
 		}
-	}
-}
-
-func TestRetryTimings(t *testing.T) {
-	cfg := func(backend string, detect bool, hb, election time.Duration) *configs.Config {
-		c := &configs.Config{}
-		c.HA.Backend = backend
-		c.Raft.DetectLeaderExit = detect
-		c.Raft.HeartbeatTimeout.Duration = hb
-		c.Raft.ElectionTimeout.Duration = election
-		c.Raft.LeaderLeaseTimeout.Duration = 150 * time.Millisecond
-		return c
-	}
-	tests := []struct {
-		name string
-		cfg  *configs.Config
-		want time.Duration
-	}{
-		{"exit watch: a quarter of the heartbeat timeout", cfg(configs.BackendRaft, true, 200*time.Millisecond, 200*time.Millisecond), 50 * time.Millisecond},
-		{"exit watch, short election timeout", cfg(configs.BackendRaft, true, 1000*time.Millisecond, 200*time.Millisecond), 100 * time.Millisecond},
-		{"raft's timeouts: half an election", cfg(configs.BackendRaft, false, 200*time.Millisecond, 200*time.Millisecond), 100 * time.Millisecond},
-		{"kafka backend", cfg(configs.BackendKafka, true, 200*time.Millisecond, 200*time.Millisecond), 100 * time.Millisecond},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got := retryTimings(tt.cfg)
-			if got.Electing != tt.want || got.NoQuorum != 150*time.Millisecond {
-				t.Errorf("retryTimings = %+v, want electing %v, no quorum 150ms", got, tt.want)
-			}
-		})
 	}
 }

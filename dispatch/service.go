@@ -38,6 +38,9 @@ type Node interface {
 	Outbox() (epoch, lag uint64, state string)
 	// Backend names the election backend; info is set for kafka.
 	Backend() (name string, info *ha.RoleInfo)
+	// ElectingHint is how long a client is told to wait before it retries
+	// while no primary is known: about one election of the backend.
+	ElectingHint() time.Duration
 	// Membership is what the cluster methods need (cluster.go).
 	Membership
 	// Drains is what the drain methods need (drain.go).
@@ -116,28 +119,19 @@ func New(node Node, reg prometheus.Registerer, workers Workers, options ...Optio
 	return p, h
 }
 
-// retryTimings are the gate's retry-after hints for cfg. While no primary
-// is known, about one election: with raft and the exit watch
-// (detect_leader_exit), the election after a leader's exit starts within
-// a quarter of the heartbeat timeout and then takes milliseconds, so a
-// client that waited half an election timeout would come back well after
-// the new primary serves; otherwise raft's own timeouts decide, and half
-// the election timeout stands.
-func retryTimings(cfg *configs.Config) RetryTimings {
-	electing := cfg.Raft.ElectionTimeout.Duration / 2
-	if cfg.HA.Backend == configs.BackendRaft && cfg.Raft.DetectLeaderExit {
-		electing = min(electing, cfg.Raft.HeartbeatTimeout.Duration/4)
-	}
-	return RetryTimings{Electing: electing, NoQuorum: cfg.Raft.LeaderLeaseTimeout.Duration}
+// retryTimings are the gate's retry-after hints: while no primary is
+// known, the backend's (Node.ElectingHint); while the primary has lost its
+// write quorum, the leader lease timeout.
+func retryTimings(node Node) RetryTimings {
+	return RetryTimings{Electing: node.ElectingHint(), NoQuorum: node.Config().Raft.LeaderLeaseTimeout.Duration}
 }
 
 // NewService is New that returns the Service too.
 func NewService(node Node, reg prometheus.Registerer, workers Workers, options ...Option) (*Service, string, http.Handler) {
-	cfg := node.Config()
 	s := &Service{
 		node:    node,
 		workers: workers,
-		timings: retryTimings(cfg),
+		timings: retryTimings(node),
 		m:       newAPIMetrics(reg, node),
 	}
 	for _, o := range options {

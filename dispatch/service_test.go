@@ -28,8 +28,9 @@ import (
 	"github.com/xce/xce/state"
 )
 
-// Retry-after hints the gate derives from configs.Default(): with the
-// exit watch, heartbeat timeout 200ms / 4; leader lease timeout 150ms.
+// Retry-after hints the gate gives: the fake node's electing hint (the
+// Raft backend's for configs.Default(), with the exit watch); leader lease
+// timeout 150ms.
 const (
 	electingMs = 50
 	noQuorumMs = 150
@@ -134,6 +135,7 @@ func (n *fakeNode) ReadBarrier(ctx context.Context) error {
 }
 
 func (n *fakeNode) Backend() (string, *ha.RoleInfo) { return "raft", nil }
+func (n *fakeNode) ElectingHint() time.Duration     { return electingMs * time.Millisecond }
 
 func (n *fakeNode) Outbox() (epoch, lag uint64, state string) { return 7, 3, "publishing" }
 

@@ -6,11 +6,13 @@ import (
 	"github.com/xce/xce/configs"
 	"github.com/xce/xce/fence"
 	"github.com/xce/xce/ha/kafkaha"
+	"github.com/xce/xce/ha/raftha"
 	"github.com/xce/xce/placement"
 )
 
 // settings are the parts' own configs, translated from the node's config.
 type settings struct {
+	raft      raftha.Config  // used with ha.backend raft
 	kafkaHA   kafkaha.Config // used with ha.backend kafka
 	fence     fence.Config   // used when kafka.brokers is set
 	placement placement.Config
@@ -20,6 +22,7 @@ type settings struct {
 // the translation) and gives them the node's logger.
 func convert(cfg *configs.Config, log zerolog.Logger) settings {
 	s := settings{
+		raft:      cfg.RaftConfig(),
 		kafkaHA:   cfg.KafkaHAConfig(),
 		fence:     cfg.FenceConfig(),
 		placement: cfg.AssignorConfig(),

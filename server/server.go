@@ -20,10 +20,6 @@ import (
 	"github.com/xce/xce/controller"
 	"github.com/xce/xce/dispatch"
 	"github.com/xce/xce/fence"
-	"github.com/xce/xce/ha"
-	"github.com/xce/xce/ha/kafkaha"
-	"github.com/xce/xce/ha/raftha"
-	"github.com/xce/xce/persist"
 	"github.com/xce/xce/placement"
 	"github.com/xce/xce/state"
 )
@@ -56,6 +52,8 @@ type Options struct {
 type Server struct {
 	node *controller.Node
 	api  http.Handler
+	// peerLn is Raft's peer listener (nil with Kafka).
+	peerLn net.Listener
 }
 
 // applier hands the leader-only services' writes and fencing reports to
@@ -89,10 +87,6 @@ func New(cfg *configs.Config, o Options) (srv *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	peerListen := cfg.PeerAddr
-	if cfg.PeerListenAddr != "" {
-		peerListen = cfg.PeerListenAddr
-	}
 	clientLn, err := listen("tcp", cfg.ClientAddr)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", cfg.ClientAddr, err)
@@ -107,25 +101,17 @@ func New(cfg *configs.Config, o Options) (srv *Server, err error) {
 		}
 	}()
 	fsm := state.NewFSM(cfg.ClusterID)
-	var startBackend func(*persist.Store) (ha.Backend, error)
-	if cfg.HA.Backend == configs.BackendKafka {
-		// Kafka coordinates the role and holds the log: no peer port.
-		k := set.kafkaHA
-		log.Info().Str("coordination_topic", k.CoordTopic).Str("state_topic", k.StateTopic).Str("transactional_id", k.TransactionalID).
-			Dur("lease", cfg.HA.Lease.Duration).Dur("renew", cfg.HA.Renew.Duration).Dur("stagger", cfg.HA.Stagger.Duration).
-			Msg("ha.backend kafka: the role is coordinated through Kafka")
-		startBackend = func(store *persist.Store) (ha.Backend, error) {
-			return kafkaha.Start(k, fsm, store.Snaps)
-		}
-	} else if peerLn, err = listen("tcp", peerListen); err != nil {
-		return nil, fmt.Errorf("listen on %s: %w", peerListen, err)
+	reg := prometheus.NewRegistry()
+	bm, err := newBackendMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	election, peerLn, err := newElection(cfg, set, fsm, listen, bm, log)
+	if err != nil {
+		return nil, err
 	}
 	if o.LockWait > 0 {
 		log.Info().Msg("upgrade 5/5: started with inherited listeners; answering NOT_READY until the old process releases the data dir")
-	}
-	reg := prometheus.NewRegistry()
-	if err := raftha.ExportMetrics(reg); err != nil {
-		return nil, fmt.Errorf("raft metrics: %w", err)
 	}
 	to := &applier{}
 	var outbox interface {
@@ -149,7 +135,7 @@ func New(cfg *configs.Config, o Options) (srv *Server, err error) {
 	node, err := controller.New(controller.Options{
 		Config: cfg, Logger: log, Version: o.Version, Pprof: o.Pprof,
 		Registry: reg, FSM: fsm, Services: []controller.LeaderService{outbox, assignor}, Outbox: outbox,
-		ClientListener: clientLn, PeerListener: peerLn, LockWait: o.LockWait, StartBackend: startBackend,
+		Election: election, ClientListener: clientLn, LockWait: o.LockWait,
 		CheckDB: o.CheckDB, Serving: o.Serving,
 		ClientTLS: csec.tls, GuardMetrics: csec.guardMetrics,
 	})
@@ -159,7 +145,7 @@ func New(cfg *configs.Config, o Options) (srv *Server, err error) {
 	to.node = node
 	svc, _, api := dispatch.NewService(node, node.Registry(), assignor, dispatch.WithAuth(csec.authn), dispatch.WithSecurity(csec.sec))
 	csec.refused = svc.AuthRefused
-	return &Server{node: node, api: api}, nil
+	return &Server{node: node, api: api, peerLn: peerLn}, nil
 }
 
 // Run serves until ctx ends, then stops the node gracefully (a PRIMARY
@@ -167,6 +153,11 @@ func New(cfg *configs.Config, o Options) (srv *Server, err error) {
 // ctx.
 func (s *Server) Run(ctx context.Context) error {
 	err := s.node.Run(ctx, s.api)
+	if s.peerLn != nil {
+		// Raft's transport closes it when it shuts down; this closes it
+		// when the backend never started.
+		_ = s.peerLn.Close()
+	}
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}

@@ -72,7 +72,10 @@ type Config struct {
 	// SnapshotThreshold records were applied since the last snapshot.
 	SnapshotInterval  time.Duration
 	SnapshotThreshold uint64
-	Logger            zerolog.Logger
+	// ElectingHint is how long a client is told to wait before it retries
+	// while no primary is known.
+	ElectingHint time.Duration
+	Logger       zerolog.Logger
 
 	// dial, when set, opens every connection to the brokers (kgo.Dialer).
 	dial func(ctx context.Context, network, host string) (net.Conn, error)

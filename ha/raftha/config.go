@@ -1,6 +1,7 @@
 package raftha
 
 import (
+	"net"
 	"time"
 
 	"github.com/xce/xce/internal/fielderr"
@@ -16,6 +17,12 @@ type Config struct {
 	// raft has state they are ignored (raft's configuration holds the
 	// members).
 	Peers []Peer
+	// PeerAddr is the address the other nodes dial to reach this one
+	// (peer_addr): the peer port advertises it.
+	PeerAddr string
+	// PeerListenAddr, when set, is where the peer port listens instead
+	// (peer_listen_addr, behind NAT or a proxy); see PeerListen.
+	PeerListenAddr string
 	// Join: a fresh data dir is not bootstrapped; the node starts with an
 	// empty configuration and waits for a leader to add it (Membership's
 	// AddNonvoter). Ignored once the data dir has raft state.
@@ -201,6 +208,33 @@ func (c Config) withDefaults() Config {
 		c.MaxInboundConns = d.MaxInboundConns
 	}
 	return c
+}
+
+// PeerListen returns the address the peer port listens on, and the host
+// outbound peer connections leave from ("": the system chooses):
+// PeerListenAddr and its host when set, so that peers see connections come
+// from the address they know this node by; otherwise PeerAddr.
+func (c Config) PeerListen() (addr, dialFrom string) {
+	if c.PeerListenAddr == "" {
+		return c.PeerAddr, ""
+	}
+	dialFrom, _, _ = net.SplitHostPort(c.PeerListenAddr)
+	return c.PeerListenAddr, dialFrom
+}
+
+// ElectingHint is how long a client is told to wait before it retries
+// while no primary is known: about one election. With the exit watch
+// (DetectLeaderExit), the election after a leader's exit starts within the
+// watch's pace and then takes milliseconds, so a client that waited half an
+// election timeout would come back well after the new primary serves;
+// otherwise raft's own timeouts decide, and half the election timeout
+// stands.
+func (c Config) ElectingHint() time.Duration {
+	hint := c.ElectionTimeout / 2
+	if c.DetectLeaderExit {
+		hint = min(hint, exitPace(c.HeartbeatTimeout))
+	}
+	return hint
 }
 
 // transportTimeout is how long raft's transport gives one RPC to a peer:

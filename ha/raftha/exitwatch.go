@@ -4,7 +4,6 @@ import (
 	"errors"
 	"net"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/xce/xce/internal/backoff"
+	"github.com/xce/xce/internal/stopper"
 )
 
 // exitWatch lets a follower start an election as soon as the leader's
@@ -61,9 +61,8 @@ type exitWatch struct {
 	// ("" when none); for tests.
 	holding atomic.Value
 
-	stop     chan struct{}
-	stopOnce sync.Once
-	done     chan struct{}
+	// stopper owns run and the reader of the held connection.
+	stopper *stopper.Stopper
 }
 
 const (
@@ -84,12 +83,19 @@ const (
 	exitWatchMaxBackoff = time.Second
 )
 
-// exitTimings derives the watch's pace from raft's heartbeat timeout: how
-// often it looks at the leader, the wait per rank among the survivors, and
-// how long raft may take to answer and still count as free.
+// exitPace is the exit watch's pace: a quarter of raft's heartbeat
+// timeout. The watch looks at the leader about that often and each
+// survivor waits about that long per rank, so the election after a
+// leader's exit starts within it (Config.ElectingHint).
+func exitPace(heartbeat time.Duration) time.Duration { return heartbeat / 4 }
+
+// exitTimings derives the watch's timings from raft's heartbeat timeout:
+// how often it looks at the leader, the wait per rank among the survivors,
+// and how long raft may take to answer and still count as free.
 func exitTimings(heartbeat time.Duration) (poll, stagger, busy time.Duration) {
-	poll = max(min(heartbeat/4, 50*time.Millisecond), 5*time.Millisecond)
-	stagger = max(heartbeat/4, 10*time.Millisecond)
+	pace := exitPace(heartbeat)
+	poll = max(min(pace, 50*time.Millisecond), 5*time.Millisecond)
+	stagger = max(pace, 10*time.Millisecond)
 	busy = max(heartbeat/16, 10*time.Millisecond)
 	return poll, stagger, busy
 }
@@ -102,23 +108,19 @@ func newExitWatch(r *raft.Raft, trans *raft.NetworkTransport, stable raft.Stable
 		dial: func(addr string, timeout time.Duration) (net.Conn, error) {
 			return stream.Dial(raft.ServerAddress(addr), timeout)
 		},
-		now:  time.Now,
-		poll: poll,
-		m:    newExitMachine(self, string(trans.LocalAddr()), poll, stagger, busy),
-		log:  log,
-		stop: make(chan struct{}),
-		done: make(chan struct{}),
+		now:     time.Now,
+		poll:    poll,
+		m:       newExitMachine(self, string(trans.LocalAddr()), poll, stagger, busy),
+		log:     log,
+		stopper: stopper.New(),
 	}
 }
 
 // start runs the watch until close.
-func (w *exitWatch) start() { go w.run() }
+func (w *exitWatch) start() { w.stopper.Go(w.run) }
 
 // close stops the watch and waits for its goroutines. It is safe twice.
-func (w *exitWatch) close() {
-	w.stopOnce.Do(func() { close(w.stop) })
-	<-w.done
-}
+func (w *exitWatch) close() { w.stopper.Stop() }
 
 // The decision: exitMachine.
 
@@ -348,120 +350,156 @@ func (m *exitMachine) step(o exitObs) exitAction {
 	}
 	switch m.phase {
 	case phaseIdle:
-		id := m.followed(o)
-		if id == "" {
-			return m.poll()
-		}
-		m.phase, m.watched, m.addr = phaseDialing, exitKey{id, o.term}, o.addr
-		return exitAction{kind: actDial, leader: id, addr: o.addr}
-
+		return m.polled(o)
 	case phaseDialing:
-		switch o.dial {
-		case dialAccepted:
-			m.phase, m.heldAt = phaseHolding, o.now
-			announce := m.announced != m.watched.leader
-			m.announced = m.watched.leader
-			return exitAction{kind: actHold, leader: m.watched.leader, addr: m.addr, announce: announce}
-		case dialRefused:
-			return m.gone()
-		}
-		return m.poll()
-
+		return m.dialed(o)
 	case phaseHolding:
-		if o.kind == obsClosed {
-			m.phase, m.probes = phaseProbing, 0
-			return exitAction{kind: actProbe, leader: m.watched.leader, addr: m.addr}
-		}
-		if m.followed(o) == m.watched.leader {
-			return exitAction{kind: actHold, leader: m.watched.leader, addr: m.addr}
-		}
-		// The leader changed: watch the new one at the next poll.
-		m.retry.Reset()
-		return m.poll()
-
+		return m.held(o)
 	case phaseProbing:
-		if (o.dial == dialAccepted || o.dial == dialFailed) && m.probes < exitWatchReprobes {
-			// The process may be exiting: its kernel closes the
-			// listening socket after the connections, and a connection
-			// it accepted in between is reset (over TLS, the handshake
-			// fails). Look again.
-			m.probes++
-			return exitAction{kind: actProbe, leader: m.watched.leader, addr: m.addr, delay: m.reprobe}
-		}
-		switch o.dial {
-		case dialAccepted:
-			if o.now.Sub(m.heldAt) > exitWatchMaxBackoff {
-				m.retry.Reset()
-				return m.poll()
-			}
-			// Closed at once although the port still accepts:
-			// something accepts and drops it. Back off.
-			m.phase = phaseIdle
-			return exitAction{kind: actBackoff, delay: m.retry.Next()}
-		case dialRefused:
-			m.retry.Reset()
-			return m.gone()
-		}
-		m.retry.Reset()
-		return m.poll()
-
+		return m.probed(o)
 	case phaseRank:
-		m.rank = m.rankAmong(o.voters)
-		if m.rank < 0 {
-			return m.poll()
-		}
-		m.phase = phaseTurn
-		m.turnAt = o.now.Add(time.Duration(m.rank) * m.stagger)
-		return m.awaitTurn(o.now, m.watched.term)
-
+		return m.ranked(o)
 	case phaseTurn:
-		if !m.stillLost(o) {
-			return m.standDown(exitAction{reason: standNotLost})
-		}
-		if o.now.Before(m.turnAt) {
-			// Looked early: a vote request reached this node. Having not
-			// voted for it (its log is ahead of the candidate's), it
-			// moves up a rank: of three voters, that candidacy cannot
-			// win without this one, and waiting out the turn would only
-			// lengthen the failover.
-			if o.term > m.watched.term && o.voteTerm != o.term {
-				next := o.now.Add(time.Duration(max(m.rank-1, 0)) * m.stagger)
-				if next.Before(m.turnAt) {
-					m.turnAt = next
-				}
-			}
-			if o.now.Before(m.turnAt) {
-				return m.awaitTurn(o.now, o.term)
-			}
-		}
-		m.phase = phaseRaft
-		return exitAction{kind: actTimeRaft, leader: m.watched.leader}
-
+		return m.turnLooked(o)
 	case phaseRaft:
-		if o.err != nil {
-			return m.standDown(exitAction{reason: standUnreachable, err: o.err})
-		}
-		if o.wait > m.busy {
-			return m.standDown(exitAction{reason: standBusy, wait: o.wait})
-		}
-		// Raft answered after whatever request it had in hand at the
-		// last look. Had that been another survivor's vote request, raft
-		// had taken the candidate's term but not yet stored its vote; it
-		// has now: look again.
-		m.phase = phaseAgain
-		return exitAction{kind: actLook, leader: m.watched.leader}
-
+		return m.raftTimed(o)
 	case phaseAgain:
-		if !m.stillLost(o) {
-			return m.standDown(exitAction{reason: standElectionBegan})
-		}
-		m.phase = phaseActing
-		return exitAction{kind: actCampaign, leader: m.watched.leader, addr: m.addr, rank: m.rank}
+		return m.lookedAgain(o)
+	}
+	// phaseActing: the campaign or the stand-down is done.
+	return m.poll()
+}
 
-	case phaseActing:
+// polled dials the leader o shows this node following, if any.
+func (m *exitMachine) polled(o exitObs) exitAction {
+	id := m.followed(o)
+	if id == "" {
 		return m.poll()
 	}
+	m.phase, m.watched, m.addr = phaseDialing, exitKey{id, o.term}, o.addr
+	return exitAction{kind: actDial, leader: id, addr: o.addr}
+}
+
+// dialed holds an accepted connection; a refused port means the leader
+// is gone.
+func (m *exitMachine) dialed(o exitObs) exitAction {
+	switch o.dial {
+	case dialAccepted:
+		m.phase, m.heldAt = phaseHolding, o.now
+		announce := m.announced != m.watched.leader
+		m.announced = m.watched.leader
+		return exitAction{kind: actHold, leader: m.watched.leader, addr: m.addr, announce: announce}
+	case dialRefused:
+		return m.gone()
+	}
 	return m.poll()
+}
+
+// held probes the port once the held connection closed, and keeps holding
+// while the leader stays the same.
+func (m *exitMachine) held(o exitObs) exitAction {
+	if o.kind == obsClosed {
+		m.phase, m.probes = phaseProbing, 0
+		return exitAction{kind: actProbe, leader: m.watched.leader, addr: m.addr}
+	}
+	if m.followed(o) == m.watched.leader {
+		return exitAction{kind: actHold, leader: m.watched.leader, addr: m.addr}
+	}
+	// The leader changed: watch the new one at the next poll.
+	m.retry.Reset()
+	return m.poll()
+}
+
+// probed decides from a probe of the port after the held connection
+// closed: probe again, back off, or take the leader for gone.
+func (m *exitMachine) probed(o exitObs) exitAction {
+	if (o.dial == dialAccepted || o.dial == dialFailed) && m.probes < exitWatchReprobes {
+		// The process may be exiting: its kernel closes the
+		// listening socket after the connections, and a connection
+		// it accepted in between is reset (over TLS, the handshake
+		// fails). Look again.
+		m.probes++
+		return exitAction{kind: actProbe, leader: m.watched.leader, addr: m.addr, delay: m.reprobe}
+	}
+	switch o.dial {
+	case dialAccepted:
+		if o.now.Sub(m.heldAt) > exitWatchMaxBackoff {
+			m.retry.Reset()
+			return m.poll()
+		}
+		// Closed at once although the port still accepts:
+		// something accepts and drops it. Back off.
+		m.phase = phaseIdle
+		return exitAction{kind: actBackoff, delay: m.retry.Next()}
+	case dialRefused:
+		m.retry.Reset()
+		return m.gone()
+	}
+	m.retry.Reset()
+	return m.poll()
+}
+
+// ranked places this node among the surviving voters and waits its turn.
+func (m *exitMachine) ranked(o exitObs) exitAction {
+	m.rank = m.rankAmong(o.voters)
+	if m.rank < 0 {
+		return m.poll()
+	}
+	m.phase = phaseTurn
+	m.turnAt = o.now.Add(time.Duration(m.rank) * m.stagger)
+	return m.awaitTurn(o.now, m.watched.term)
+}
+
+// turnLooked decides from the look at raft when this node's turn came, or
+// earlier when a vote request reached it.
+func (m *exitMachine) turnLooked(o exitObs) exitAction {
+	if !m.stillLost(o) {
+		return m.standDown(exitAction{reason: standNotLost})
+	}
+	if o.now.Before(m.turnAt) {
+		// Looked early: a vote request reached this node. Having not
+		// voted for it (its log is ahead of the candidate's), it
+		// moves up a rank: of three voters, that candidacy cannot
+		// win without this one, and waiting out the turn would only
+		// lengthen the failover.
+		if o.term > m.watched.term && o.voteTerm != o.term {
+			next := o.now.Add(time.Duration(max(m.rank-1, 0)) * m.stagger)
+			if next.Before(m.turnAt) {
+				m.turnAt = next
+			}
+		}
+		if o.now.Before(m.turnAt) {
+			return m.awaitTurn(o.now, o.term)
+		}
+	}
+	m.phase = phaseRaft
+	return exitAction{kind: actTimeRaft, leader: m.watched.leader}
+}
+
+// raftTimed stands down when this node's raft is unreachable or busy, and
+// otherwise looks again.
+func (m *exitMachine) raftTimed(o exitObs) exitAction {
+	if o.err != nil {
+		return m.standDown(exitAction{reason: standUnreachable, err: o.err})
+	}
+	if o.wait > m.busy {
+		return m.standDown(exitAction{reason: standBusy, wait: o.wait})
+	}
+	// Raft answered after whatever request it had in hand at the
+	// last look. Had that been another survivor's vote request, raft
+	// had taken the candidate's term but not yet stored its vote; it
+	// has now: look again.
+	m.phase = phaseAgain
+	return exitAction{kind: actLook, leader: m.watched.leader}
+}
+
+// lookedAgain campaigns unless an election began meanwhile.
+func (m *exitMachine) lookedAgain(o exitObs) exitAction {
+	if !m.stillLost(o) {
+		return m.standDown(exitAction{reason: standElectionBegan})
+	}
+	m.phase = phaseActing
+	return exitAction{kind: actCampaign, leader: m.watched.leader, addr: m.addr, rank: m.rank}
 }
 
 // awaitTurn looks at raft's state when this node's turn comes, or before
@@ -528,7 +566,6 @@ func (m *exitMachine) stillLost(o exitObs) bool {
 // The I/O: exitWatch.run carries out the machine's actions.
 
 func (w *exitWatch) run() {
-	defer close(w.done)
 	tick := time.NewTicker(w.poll)
 	defer tick.Stop()
 	var held *heldConn
@@ -567,7 +604,7 @@ func (w *exitWatch) do(a exitAction, tick <-chan time.Time, held **heldConn) (ex
 		if err != nil {
 			return exitObs{kind: obsDialed, now: w.now(), dial: dialOutcome(err)}, true
 		}
-		*held = holdConn(c)
+		*held = w.hold(c)
 		return exitObs{kind: obsDialed, now: w.now(), dial: dialAccepted}, true
 	case actHold:
 		w.holding.Store(string(a.leader))
@@ -575,7 +612,7 @@ func (w *exitWatch) do(a exitAction, tick <-chan time.Time, held **heldConn) (ex
 			w.log.Info("watching the leader's peer port for its exit", "leader", string(a.leader), "addr", a.addr)
 		}
 		select {
-		case <-w.stop:
+		case <-w.stopper.Stopping():
 			return exitObs{}, false
 		case <-tick:
 			return w.lookLeader(), true
@@ -645,7 +682,7 @@ func (w *exitWatch) header() raft.RPCHeader {
 // next waits for the next poll; false when the watch stops.
 func (w *exitWatch) next(tick <-chan time.Time) bool {
 	select {
-	case <-w.stop:
+	case <-w.stopper.Stopping():
 		return false
 	case <-tick:
 		return true
@@ -656,7 +693,7 @@ func (w *exitWatch) sleep(d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
-	case <-w.stop:
+	case <-w.stopper.Stopping():
 		return false
 	case <-t.C:
 		return true
@@ -747,17 +784,18 @@ type heldConn struct {
 	closed chan struct{}
 }
 
-// holdConn says what c is for, or the leader's transport closes it for its
+// hold says what c is for, or the leader's transport closes it for its
 // silence, and reads it until it closes. A failed write leaves it closed:
-// the reader returns at once and the port is probed as for a drop.
-func holdConn(c net.Conn) *heldConn {
+// the reader returns at once and the port is probed as for a drop. Once
+// the watch stops, c is closed and no reader starts.
+func (w *exitWatch) hold(c net.Conn) *heldConn {
 	_ = c.SetWriteDeadline(time.Now().Add(exitWatchDialTimeout))
 	if _, err := c.Write([]byte{raft.WatchMarker}); err != nil {
 		_ = c.Close()
 	}
 	_ = c.SetWriteDeadline(time.Time{})
 	h := &heldConn{c: c, closed: make(chan struct{})}
-	go func() {
+	read := func() {
 		defer close(h.closed)
 		var b [64]byte
 		for {
@@ -767,7 +805,11 @@ func holdConn(c net.Conn) *heldConn {
 				return
 			}
 		}
-	}()
+	}
+	if !w.stopper.Go(read) {
+		_ = c.Close()
+		close(h.closed)
+	}
 	return h
 }
 

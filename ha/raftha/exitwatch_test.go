@@ -14,9 +14,9 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/xce/xce/ha"
+	"github.com/xce/xce/ha/raftha/peernet"
 	"github.com/xce/xce/internal/testutil"
 	"github.com/xce/xce/internal/testutil/script"
-	"github.com/xce/xce/netio"
 	"github.com/xce/xce/persist"
 	"github.com/xce/xce/state"
 )
@@ -91,7 +91,7 @@ func startWatchCluster(t *testing.T, mutate func(*Config)) []*watchNode {
 		if err != nil {
 			t.Fatal(err)
 		}
-		stream, err := netio.NewStreamLayer(n.ln, n.addr, "")
+		stream, err := peernet.NewStreamLayer(n.ln, n.addr, "")
 		if err != nil {
 			t.Fatal(err)
 		}

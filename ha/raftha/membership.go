@@ -142,17 +142,13 @@ func (b *Raft) leaderConfiguration() (raft.ConfigurationState, error) {
 	return raft.ConfigurationState{}, fmt.Errorf("%w: membership changes go to the leader", ha.ErrNotLeader)
 }
 
-// change waits for f within ctx. Raft resolves every future, at the latest
-// when it shuts down, so the goroutine ends with it.
+// change waits for f within ctx.
 func (b *Raft) change(ctx context.Context, f raft.Future) error {
-	done := make(chan error, 1)
-	go func() { done <- f.Error() }()
-	select {
-	case err := <-done:
-		return mapErr(err)
-	case <-ctx.Done():
+	resolved, err := b.wait(ctx, f)
+	if !resolved {
 		return fmt.Errorf("%w: %v (the change may still be applied)", ha.ErrTimeout, ctx.Err())
 	}
+	return mapErr(err)
 }
 
 func serverOf(c raft.Configuration, id string) (raft.Server, bool) {

@@ -12,8 +12,8 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/xce/xce/ha"
+	"github.com/xce/xce/ha/raftha/peernet"
 	"github.com/xce/xce/internal/testutil"
-	"github.com/xce/xce/netio"
 	"github.com/xce/xce/persist"
 	"github.com/xce/xce/state"
 )
@@ -42,7 +42,7 @@ func startNode(t *testing.T, id string, l net.Listener, peers []Peer, join bool)
 	if err != nil {
 		t.Fatal(err)
 	}
-	stream, err := netio.NewStreamLayer(l, addr, "")
+	stream, err := peernet.NewStreamLayer(l, addr, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,7 +297,7 @@ func TestJoinIgnoredWithState(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		stream, err := netio.NewStreamLayer(l, addr, "")
+		stream, err := peernet.NewStreamLayer(l, addr, "")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -3,11 +3,12 @@ package raftha
 import (
 	"errors"
 	"net"
-	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+
+	"github.com/xce/xce/internal/stopper"
 )
 
 // peerWarm keeps pooled connections open from this node to every other
@@ -26,9 +27,7 @@ type peerWarm struct {
 
 	peers map[raft.ServerID]peerWarmState // run's goroutine only
 
-	stop     chan struct{}
-	stopOnce sync.Once
-	done     chan struct{}
+	stopper *stopper.Stopper // owns run
 }
 
 const (
@@ -99,28 +98,23 @@ func newPeerWarm(r *raft.Raft, trans *raft.NetworkTransport, self raft.ServerID,
 		warm: func(id raft.ServerID, addr raft.ServerAddress) error {
 			return trans.Warm(id, addr, peerWarmConns)
 		},
-		peers: make(map[raft.ServerID]peerWarmState),
-		stop:  make(chan struct{}),
-		done:  make(chan struct{}),
+		peers:   make(map[raft.ServerID]peerWarmState),
+		stopper: stopper.New(),
 	}
 }
 
-func (w *peerWarm) start() { go w.run() }
+func (w *peerWarm) start() { w.stopper.Go(w.run) }
 
 // close stops the loop and waits for it; a warming under way ends within
 // the transport's timeout.
-func (w *peerWarm) close() {
-	w.stopOnce.Do(func() { close(w.stop) })
-	<-w.done
-}
+func (w *peerWarm) close() { w.stopper.Stop() }
 
 func (w *peerWarm) run() {
-	defer close(w.done)
 	tick := time.NewTicker(w.every)
 	defer tick.Stop()
 	for {
 		select {
-		case <-w.stop:
+		case <-w.stopper.Stopping():
 			return
 		case <-tick.C:
 		}
@@ -145,7 +139,7 @@ func (w *peerWarm) round(now time.Time) {
 			continue
 		}
 		select {
-		case <-w.stop:
+		case <-w.stopper.Stopping():
 			return
 		default:
 		}

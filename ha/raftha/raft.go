@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/xce/xce/ha"
+	"github.com/xce/xce/internal/stopper"
 	"github.com/xce/xce/persist"
 	"github.com/xce/xce/state"
 )
@@ -31,9 +32,9 @@ type Raft struct {
 	watch    *exitWatch // nil unless DetectLeaderExit
 	warm     *peerWarm
 	waves    *waves
-	// snapStop stops, and snapDone reports the end of, the loop that
-	// snapshots by writes (nil without one).
-	snapStop, snapDone chan struct{}
+	// stopper owns the loop that snapshots by writes and the waits for
+	// raft's futures; Shutdown stops it once raft has resolved them.
+	stopper *stopper.Stopper
 }
 
 // Start bootstraps a fresh data dir from the peer list (never one with
@@ -49,8 +50,7 @@ func Start(cfg Config, fsm *state.FSM, store *persist.Store, stream raft.StreamL
 		return nil, err
 	}
 	if cfg.SnapshotWrites > 0 {
-		b.snapStop, b.snapDone = make(chan struct{}), make(chan struct{})
-		go b.snapshotByWrites(f, cfg.SnapshotWrites, logger.Named("snapshot"))
+		b.stopper.Go(func() { b.snapshotByWrites(f, cfg.SnapshotWrites, logger.Named("snapshot")) })
 	}
 	return b, nil
 }
@@ -68,7 +68,6 @@ const registryShare = 16
 // grows, while a restart, which reads the whole registry anyway, replays
 // at most a fraction more (docs/operations.md, "Snapshots").
 func (b *Raft) snapshotByWrites(f *FSM, limit uint64, logger hclog.Logger) {
-	defer close(b.snapDone)
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	var failing bool
@@ -78,7 +77,7 @@ func (b *Raft) snapshotByWrites(f *FSM, limit uint64, logger hclog.Logger) {
 	stretch := 1 + rand.Float64()/4
 	for {
 		select {
-		case <-b.snapStop:
+		case <-b.stopper.Stopping():
 			return
 		case <-t.C:
 		}
@@ -169,7 +168,7 @@ func startWith(cfg Config, fsm raft.FSM, store *persist.Store, stream raft.Strea
 		trans.Close()
 		return nil, fmt.Errorf("start raft: %w", err)
 	}
-	b := &Raft{id: cfg.NodeID, r: r, trans: trans, signals: make(chan ha.Signal, 256), waves: newWaves(r)}
+	b := &Raft{id: cfg.NodeID, r: r, trans: trans, signals: make(chan ha.Signal, 256), waves: newWaves(r), stopper: stopper.New()}
 	// The filter turns raft's observations into signals and forwards them
 	// itself, without blocking; raft's own channel is never used.
 	b.observer = raft.NewObserver(nil, false, func(o *raft.Observation) bool {
@@ -265,19 +264,33 @@ func (b *Raft) Shutdown() error {
 	if b.warm != nil {
 		b.warm.close()
 	}
-	if b.snapStop != nil {
-		close(b.snapStop)
-	}
+	b.stopper.Begin()
 	b.r.DeregisterObserver(b.observer)
 	err := b.r.Shutdown().Error()
-	if b.snapDone != nil {
-		<-b.snapDone
-	}
+	// Raft has resolved every future: their waits return.
+	b.stopper.Stop()
 	b.waves.close()
 	if cerr := b.trans.Close(); err == nil {
 		err = cerr
 	}
 	return err
+}
+
+// wait waits for f within ctx: resolved is false when ctx ended first,
+// otherwise err is f's error. Raft resolves every future, at the latest
+// when it shuts down, so the goroutine that waits ends with it; once
+// Shutdown has begun none starts.
+func (b *Raft) wait(ctx context.Context, f raft.Future) (resolved bool, err error) {
+	done := make(chan error, 1)
+	if !b.stopper.Go(func() { done <- f.Error() }) {
+		return true, raft.ErrRaftShutdown
+	}
+	select {
+	case err := <-done:
+		return true, err
+	case <-ctx.Done():
+		return false, nil
+	}
 }
 
 func timeoutOf(ctx context.Context) time.Duration {

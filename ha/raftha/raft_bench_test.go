@@ -13,7 +13,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/xce/xce/ha"
-	"github.com/xce/xce/netio"
+	"github.com/xce/xce/ha/raftha/peernet"
 	"github.com/xce/xce/persist"
 	"github.com/xce/xce/state"
 )
@@ -45,7 +45,7 @@ func startClusterFSM(tb testing.TB, n int, newFSM func() raft.FSM) (*Raft, func(
 		if err != nil {
 			tb.Fatal(err)
 		}
-		stream, err := netio.NewStreamLayer(ls[i], peers[i].Addr, "")
+		stream, err := peernet.NewStreamLayer(ls[i], peers[i].Addr, "")
 		if err != nil {
 			tb.Fatal(err)
 		}

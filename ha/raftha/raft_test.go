@@ -11,8 +11,8 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/xce/xce/ha"
+	"github.com/xce/xce/ha/raftha/peernet"
 	"github.com/xce/xce/internal/testutil"
-	"github.com/xce/xce/netio"
 	"github.com/xce/xce/persist"
 	"github.com/xce/xce/state"
 )
@@ -29,7 +29,7 @@ func startOne(t *testing.T, mutate func(*Config)) (*Raft, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stream, err := netio.NewStreamLayer(l, addr, "")
+	stream, err := peernet.NewStreamLayer(l, addr, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,5 +183,49 @@ func TestMaxRPCFloorFitsTheLargestEntry(t *testing.T) {
 	}
 	if d := DefaultConfig().MaxRPCSize; d < minMaxRPCSize {
 		t.Fatalf("default max RPC size %d is below the floor %d", d, minMaxRPCSize)
+	}
+}
+
+// While no primary is known, clients are told to come back after about
+// one election: with the exit watch, its pace.
+func TestElectingHint(t *testing.T) {
+	cfg := func(detect bool, hb, election time.Duration) Config {
+		c := DefaultConfig()
+		c.DetectLeaderExit, c.HeartbeatTimeout, c.ElectionTimeout = detect, hb, election
+		return c
+	}
+	tests := []struct {
+		name string
+		cfg  Config
+		want time.Duration
+	}{
+		{"exit watch: a quarter of the heartbeat timeout", cfg(true, 200*time.Millisecond, 200*time.Millisecond), 50 * time.Millisecond},
+		{"exit watch, short election timeout", cfg(true, 1000*time.Millisecond, 200*time.Millisecond), 100 * time.Millisecond},
+		{"raft's timeouts: half an election", cfg(false, 200*time.Millisecond, 200*time.Millisecond), 100 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.cfg.ElectingHint(); got != tt.want {
+				t.Errorf("ElectingHint = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// The peer port listens on peer_listen_addr when set, and its outbound
+// connections then leave from that host.
+func TestPeerListen(t *testing.T) {
+	for _, tc := range []struct {
+		peer, listen       string
+		wantAddr, wantFrom string
+	}{
+		{"10.0.0.1:7201", "", "10.0.0.1:7201", ""},
+		{"203.0.113.5:7201", "10.0.0.1:7301", "10.0.0.1:7301", "10.0.0.1"},
+		{"203.0.113.5:7201", "0.0.0.0:7201", "0.0.0.0:7201", "0.0.0.0"},
+	} {
+		c := Config{PeerAddr: tc.peer, PeerListenAddr: tc.listen}
+		if addr, from := c.PeerListen(); addr != tc.wantAddr || from != tc.wantFrom {
+			t.Errorf("peer_addr %s, peer_listen_addr %q: listen on %s from %q, want %s from %q", tc.peer, tc.listen, addr, from, tc.wantAddr, tc.wantFrom)
+		}
 	}
 }

@@ -80,20 +80,14 @@ func (b *Raft) TakeSnapshot(ctx context.Context) (ha.SnapshotInfo, error) {
 		return ha.SnapshotInfo{}, fmt.Errorf("%w: snapshots on demand are taken by the leader", ha.ErrNotLeader)
 	}
 	f := b.r.Snapshot()
-	// Raft resolves every future, at the latest when it shuts down, so the
-	// goroutine ends with it.
-	done := make(chan error, 1)
-	go func() { done <- f.Error() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			if err == raft.ErrNothingNewToSnapshot {
-				return ha.SnapshotInfo{}, fmt.Errorf("%w: %v", ha.ErrNothingToSnapshot, err)
-			}
-			return ha.SnapshotInfo{}, mapErr(err)
-		}
-	case <-ctx.Done():
+	resolved, err := b.wait(ctx, f)
+	switch {
+	case !resolved:
 		return ha.SnapshotInfo{}, fmt.Errorf("%w: %v (the snapshot may still be taken)", ha.ErrTimeout, ctx.Err())
+	case err == raft.ErrNothingNewToSnapshot:
+		return ha.SnapshotInfo{}, fmt.Errorf("%w: %v", ha.ErrNothingToSnapshot, err)
+	case err != nil:
+		return ha.SnapshotInfo{}, mapErr(err)
 	}
 	meta, rc, err := f.Open()
 	if err != nil {

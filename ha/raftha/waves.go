@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
 
 	"github.com/xce/xce/ha"
+	"github.com/xce/xce/internal/stopper"
 	"github.com/xce/xce/state"
 )
 
@@ -54,9 +54,9 @@ type waves struct {
 	r       applier
 	batches atomic.Bool
 	reqs    chan *applyReq
-	stop    chan struct{}
-	once    sync.Once
-	done    chan struct{}
+	// stopper owns the loop: Stopping tells it to stop, Done says it has
+	// returned.
+	stopper *stopper.Stopper
 }
 
 type applyReq struct {
@@ -96,8 +96,8 @@ type applyResp struct {
 }
 
 func newWaves(r applier) *waves {
-	w := &waves{r: r, reqs: make(chan *applyReq, maxWave), stop: make(chan struct{}), done: make(chan struct{})}
-	go w.run()
+	w := &waves{r: r, reqs: make(chan *applyReq, maxWave), stopper: stopper.New()}
+	w.stopper.Go(w.run)
 	return w
 }
 
@@ -111,7 +111,7 @@ func (w *waves) apply(ctx context.Context, cmd []byte) (any, uint64, error) {
 	case w.reqs <- q:
 	case <-ctx.Done():
 		return nil, 0, ctx.Err()
-	case <-w.stop:
+	case <-w.stopper.Stopping():
 		return nil, 0, ha.ErrShutdown
 	}
 	select {
@@ -119,7 +119,7 @@ func (w *waves) apply(ctx context.Context, cmd []byte) (any, uint64, error) {
 		return r.val, r.index, r.err
 	case <-ctx.Done():
 		return nil, 0, ctx.Err()
-	case <-w.done:
+	case <-w.stopper.Done():
 		// The loop answers every request it took before it ends.
 		select {
 		case r := <-q.resp:
@@ -136,13 +136,9 @@ func (w *waves) setBatches(on bool) { w.batches.Store(on) }
 
 // close stops the loop once its current wave is answered; raft must be
 // shut down first so that wave cannot wait for a quorum that is gone.
-func (w *waves) close() {
-	w.once.Do(func() { close(w.stop) })
-	<-w.done
-}
+func (w *waves) close() { w.stopper.Stop() }
 
 func (w *waves) run() {
-	defer close(w.done)
 	batch := make([]*applyReq, 0, maxWave)
 	want := 0                 // callers expected in this wave
 	var last time.Duration    // how long the previous wave took
@@ -153,7 +149,7 @@ func (w *waves) run() {
 		select {
 		case q := <-w.reqs:
 			batch = append(batch, q)
-		case <-w.stop:
+		case <-w.stopper.Stopping():
 			w.refuseQueued()
 			return
 		}
@@ -247,7 +243,7 @@ drain:
 			arm()
 		case <-timer.C:
 			return batch
-		case <-w.stop:
+		case <-w.stopper.Stopping():
 			return batch
 		}
 	}

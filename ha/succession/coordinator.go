@@ -184,16 +184,62 @@ func (c *Coordinator) ForeignUntil() int64 { return c.until }
 // Step takes one event at nowMillis and returns the effects to perform, in
 // order. It ends with a DoTimer unless it only starts the member.
 func (c *Coordinator) Step(ev Event, nowMillis int64) []Effect {
-	var out []Effect
-	t := ev.Tenure
-	switch ev.Kind {
-	case EventStart:
+	if ev.Kind == EventStart {
 		// Every start registers anew: a recovered member lands at the
 		// tail of the roster (no failback). The registration stays in
 		// flight until the fold shows it, so a slow fetch never registers
 		// twice.
 		c.regging = true
 		return []Effect{{Kind: DoRegister}, {Kind: DoTimer, AtMillis: nowMillis + 500}}
+	}
+	out, t := c.observe(ev)
+	c.until = c.foreignUntil(nowMillis)
+	if c.regging && !c.registered() {
+		// This run's registration is not folded yet: ranks from an older
+		// registration must not drive a challenge.
+		return append(out, Effect{Kind: DoTimer, AtMillis: nowMillis + 50})
+	}
+	d := Evaluate(c.state, c.me, nowMillis, c.cfg)
+	st := &stepping{effects: out, held: t.Held, next: nowMillis + 1000}
+	switch d.Action {
+	case NotRegistered:
+		c.notRegistered(st, t, ev.HandoverUntilMillis, nowMillis)
+	case Hold:
+		c.hold(st, d, nowMillis)
+	case Challenge:
+		c.challenge(st, nowMillis)
+	case Wait:
+		c.wait(st, d, t)
+	}
+	if st.held {
+		if nowMillis >= t.ValidUntilMillis {
+			st.stepDown("the lease runs out before a renewal committed")
+		} else {
+			st.next = min(st.next, t.ValidUntilMillis)
+		}
+	}
+	return append(st.effects, Effect{Kind: DoTimer, AtMillis: max(st.next, nowMillis+1)})
+}
+
+// stepping is what a Step has decided so far: the effects, whether this
+// member still holds the role after them, and when to step again.
+type stepping struct {
+	effects []Effect
+	held    bool
+	next    int64
+}
+
+func (st *stepping) stepDown(reason string) {
+	st.effects = append(st.effects, Effect{Kind: DoStepDown, Reason: reason})
+	st.held = false
+}
+
+// observe takes in what ev reports, and returns the effects it asks for
+// at once and the tenure as of ev (a challenge that won starts one).
+func (c *Coordinator) observe(ev Event) ([]Effect, Tenure) {
+	var out []Effect
+	t := ev.Tenure
+	switch ev.Kind {
 	case EventRecords:
 		c.fold(ev.Records)
 	case EventRegistered:
@@ -214,83 +260,76 @@ func (c *Coordinator) Step(ev Event, nowMillis int64) []Effect {
 		// it need not wait for it to run out.
 		out = append(out, Effect{Kind: DoYield, Offset: ev.Offset})
 	}
-	c.until = c.foreignUntil(nowMillis)
-	state := c.state
-	if c.regging && !c.registered() {
-		// This run's registration is not folded yet: ranks from an older
-		// registration must not drive a challenge.
-		return append(out, Effect{Kind: DoTimer, AtMillis: nowMillis + 50})
+	return out, t
+}
+
+// notRegistered: this member is not in the roster. It registers again,
+// unless it has just handed the role over.
+func (c *Coordinator) notRegistered(st *stepping, t Tenure, handoverUntil, nowMillis int64) {
+	// A holder that releases the role deregistered itself: it leaves
+	// once its release has committed (ending the tenure now would
+	// cancel that commit and fail the hand-over).
+	if st.held && !t.Leaving {
+		st.stepDown("no longer in the roster")
 	}
-	d := Evaluate(state, c.me, nowMillis, c.cfg)
-	next := nowMillis + 1000
-	held := t.Held
-	stepDown := func(reason string) {
-		out = append(out, Effect{Kind: DoStepDown, Reason: reason})
-		held = false
+	c.probe = -1
+	if nowMillis < handoverUntil && (c.state.Lease == nil || c.state.Lease.Holder == c.me) {
+		// Handed over: wait for the successor before joining the
+		// roster again.
+		st.next = min(st.next, nowMillis+50)
+		return
 	}
-	switch d.Action {
-	case NotRegistered:
-		// A holder that releases the role deregistered itself: it leaves
-		// once its release has committed (ending the tenure now would
-		// cancel that commit and fail the hand-over).
-		if held && !t.Leaving {
-			stepDown("no longer in the roster")
-		}
-		c.probe = -1
-		if nowMillis < ev.HandoverUntilMillis && (state.Lease == nil || state.Lease.Holder == c.me) {
-			// Handed over: wait for the successor before joining the
-			// roster again.
-			next = min(next, nowMillis+50)
-			break
-		}
-		if !c.regging {
-			c.regging = true
-			out = append(out, Effect{Kind: DoRegister})
-		}
-	case Hold:
-		c.regging = false
-		if !held {
-			// The lease names this member but this process does not hold
-			// it: a previous incarnation did. Reclaim it (the challenge
-			// fences that incarnation).
-			out = c.tryChallenge(out, "the lease names this member from a previous run")
-			next = min(next, nowMillis+20)
-		} else {
-			c.probe = -1
-			out = append(out, Effect{Kind: DoRenewAt, AtMillis: d.WaitUntilMillis})
-			next = min(next, d.WaitUntilMillis)
-		}
-	case Challenge:
-		c.regging = false
-		if held {
-			// Our lease as the topic shows it ran out (renewals not
-			// visible yet, or late): renew now.
-			out = append(out, Effect{Kind: DoRenewAt, AtMillis: nowMillis})
-		} else {
-			out = c.tryChallenge(out, "succession: this member's turn")
-			next = min(next, nowMillis+20)
-		}
-	case Wait:
-		c.regging = false
-		c.probe = -1
-		// A lease naming another member that comes after this holder's own
-		// lease record means another challenge fenced it; one from before
-		// (the view has not reached that record yet) does not.
-		if held && state.Lease != nil && state.Lease.Holder != c.me && c.maxSeen >= int64(t.Term)-1 {
-			stepDown("the lease names " + string(state.Lease.Holder))
-		}
-		if d.WaitUntilMillis > 0 {
-			next = min(next, d.WaitUntilMillis)
-		}
+	if !c.regging {
+		c.regging = true
+		st.effects = append(st.effects, Effect{Kind: DoRegister})
 	}
-	if held {
-		if nowMillis >= t.ValidUntilMillis {
-			stepDown("the lease runs out before a renewal committed")
-		} else {
-			next = min(next, t.ValidUntilMillis)
-		}
+}
+
+// hold: the lease names this member. It renews, or reclaims a lease a
+// previous run of it held.
+func (c *Coordinator) hold(st *stepping, d Decision, nowMillis int64) {
+	c.regging = false
+	if !st.held {
+		// The lease names this member but this process does not hold
+		// it: a previous incarnation did. Reclaim it (the challenge
+		// fences that incarnation).
+		st.effects = c.tryChallenge(st.effects, "the lease names this member from a previous run")
+		st.next = min(st.next, nowMillis+20)
+		return
 	}
-	return append(out, Effect{Kind: DoTimer, AtMillis: max(next, nowMillis+1)})
+	c.probe = -1
+	st.effects = append(st.effects, Effect{Kind: DoRenewAt, AtMillis: d.WaitUntilMillis})
+	st.next = min(st.next, d.WaitUntilMillis)
+}
+
+// challenge: it is this member's turn. A holder renews now; any other
+// member challenges.
+func (c *Coordinator) challenge(st *stepping, nowMillis int64) {
+	c.regging = false
+	if st.held {
+		// Our lease as the topic shows it ran out (renewals not
+		// visible yet, or late): renew now.
+		st.effects = append(st.effects, Effect{Kind: DoRenewAt, AtMillis: nowMillis})
+		return
+	}
+	st.effects = c.tryChallenge(st.effects, "succession: this member's turn")
+	st.next = min(st.next, nowMillis+20)
+}
+
+// wait: another member's lease or turn comes first. A holder whose lease
+// another challenge has taken steps down.
+func (c *Coordinator) wait(st *stepping, d Decision, t Tenure) {
+	c.regging = false
+	c.probe = -1
+	// A lease naming another member that comes after this holder's own
+	// lease record means another challenge fenced it; one from before
+	// (the view has not reached that record yet) does not.
+	if l := c.state.Lease; st.held && l != nil && l.Holder != c.me && c.maxSeen >= int64(t.Term)-1 {
+		st.stepDown("the lease names " + string(l.Holder))
+	}
+	if d.WaitUntilMillis > 0 {
+		st.next = min(st.next, d.WaitUntilMillis)
+	}
 }
 
 // tryChallenge challenges on a fresh view only: first a probe record is

@@ -17,16 +17,18 @@ import (
 type Stopper struct {
 	ctx    context.Context
 	cancel context.CancelFunc
+	// done is closed once stopping has begun and no goroutine runs.
+	done chan struct{}
 
 	mu       sync.Mutex
 	stopping bool
-	wg       sync.WaitGroup
+	running  int
 }
 
 // New returns a Stopper that owns no goroutine yet.
 func New() *Stopper {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Stopper{ctx: ctx, cancel: cancel}
+	return &Stopper{ctx: ctx, cancel: cancel, done: make(chan struct{})}
 }
 
 // Go runs f in a new goroutine that Stop waits for, and reports true; once
@@ -37,8 +39,22 @@ func (s *Stopper) Go(f func()) bool {
 	if s.stopping {
 		return false
 	}
-	s.wg.Go(f)
+	s.running++
+	go func() {
+		defer s.finish()
+		f()
+	}()
 	return true
+}
+
+// finish counts a goroutine out; the last one out after Begin closes done.
+func (s *Stopper) finish() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.running--
+	if s.stopping && s.running == 0 {
+		close(s.done)
+	}
 }
 
 // GoCtx is Go for a function that stops when its context ends; the
@@ -53,6 +69,10 @@ func (s *Stopper) Stopping() <-chan struct{} { return s.ctx.Done() }
 // Context is cancelled when Stop begins.
 func (s *Stopper) Context() context.Context { return s.ctx }
 
+// Done is closed once Stop has begun and every goroutine it started has
+// returned: what Stop waits for, as a channel to select on.
+func (s *Stopper) Done() <-chan struct{} { return s.done }
+
 // Stop refuses new work, closes Stopping and waits until every goroutine
 // it started has returned. It may be called more than once and from
 // several goroutines; each call returns once all of them have returned. It
@@ -60,14 +80,19 @@ func (s *Stopper) Context() context.Context { return s.ctx }
 // itself); such a goroutine calls Begin instead and returns.
 func (s *Stopper) Stop() {
 	s.Begin()
-	s.wg.Wait()
+	<-s.done
 }
 
 // Begin starts to stop without waiting: it refuses new work and closes
 // Stopping. A goroutine the Stopper owns may call it.
 func (s *Stopper) Begin() {
 	s.mu.Lock()
-	s.stopping = true
+	if !s.stopping {
+		s.stopping = true
+		if s.running == 0 {
+			close(s.done)
+		}
+	}
 	s.mu.Unlock()
 	s.cancel()
 }

@@ -85,3 +85,42 @@ func TestBeginFromAnOwnedGoroutine(t *testing.T) {
 		s.Stop()
 	})
 }
+
+// Done closes once stopping has begun and the last goroutine returned,
+// never before.
+func TestDoneAfterTheLastGoroutine(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := New()
+		release := make(chan struct{})
+		s.Go(func() { <-release })
+		s.Begin()
+		synctest.Wait()
+		select {
+		case <-s.Done():
+			t.Fatal("Done closed while a goroutine runs")
+		default:
+		}
+		close(release)
+		synctest.Wait()
+		select {
+		case <-s.Done():
+		default:
+			t.Fatal("Done still open after every goroutine returned")
+		}
+		s.Stop() // returns at once
+	})
+}
+
+// A Stopper that never ran anything is done as soon as it begins to stop,
+// and not before.
+func TestDoneWithNothingRunning(t *testing.T) {
+	s := New()
+	select {
+	case <-s.Done():
+		t.Fatal("Done closed before Stop began")
+	default:
+	}
+	s.Begin()
+	s.Begin() // a second Begin closes nothing twice
+	<-s.Done()
+}

@@ -1,4 +1,4 @@
-package netio
+package peernet
 
 import (
 	"bytes"
@@ -134,7 +134,7 @@ func dialer(t *testing.T, files tlsconf.Files, peers map[string]string) (*Stream
 // dialerTLS is dialer with p's TLS (its metrics set here).
 func dialerTLS(t *testing.T, p PeerTLS) (*StreamLayer, *PeerTLSMetrics) {
 	t.Helper()
-	ln, err := Listen("127.0.0.1:0")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +174,7 @@ func roundTrip(s *StreamLayer, addr string) error {
 // and logged once per peer and reason.
 func TestPeerTLSRefusals(t *testing.T) {
 	ca := newPKI(t, "c1")
-	ln, err := Listen("127.0.0.1:0")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +244,7 @@ func TestPeerTLSRefusals(t *testing.T) {
 // address it dialled.
 func TestPeerTLSDialChecksTheNode(t *testing.T) {
 	ca := newPKI(t, "c1")
-	ln, err := Listen("127.0.0.1:0")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +265,7 @@ func TestPeerTLSDialChecksTheNode(t *testing.T) {
 // fails the dial with the connect's own error.
 func TestPeerTLSAcceptDoesNotBlock(t *testing.T) {
 	ca := newPKI(t, "c1")
-	ln, err := Listen("127.0.0.1:0")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,7 +282,7 @@ func TestPeerTLSAcceptDoesNotBlock(t *testing.T) {
 		t.Fatalf("dial past a silent connection: %v", err)
 	}
 
-	closed, err := Listen("127.0.0.1:0")
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,7 +313,7 @@ func copyFiles(t *testing.T, f tlsconf.Files, dir string) tlsconf.Files {
 // the next handshakes without restarting the stream layer.
 func TestPeerTLSPicksUpRenewedFiles(t *testing.T) {
 	oldCA := newPKI(t, "c1")
-	ln, err := Listen("127.0.0.1:0")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -346,7 +346,7 @@ func TestPeerTLSPicksUpRenewedFiles(t *testing.T) {
 // Dialling a plaintext peer port fails the handshake with a hint.
 func TestPeerTLSDialPlaintextPort(t *testing.T) {
 	ca := newPKI(t, "c1")
-	ln, err := Listen("127.0.0.1:0")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -396,7 +396,7 @@ func (c *config) members() map[string]string {
 // and refused before; a removed one is refused once it is gone.
 func TestPeerTLSAcceptFollowsTheConfiguration(t *testing.T) {
 	ca := newPKI(t, "c1")
-	ln, err := Listen("127.0.0.1:0")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -444,7 +444,7 @@ func TestPeerTLSAcceptFollowsTheConfiguration(t *testing.T) {
 // holds it, only members.
 func TestPeerTLSJoiningNodeAcceptsItsLeader(t *testing.T) {
 	ca := newPKI(t, "c1")
-	ln, err := Listen("127.0.0.1:0")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -474,7 +474,7 @@ func TestPeerTLSJoiningNodeAcceptsItsLeader(t *testing.T) {
 // address no configuration holds must be a member's.
 func TestPeerTLSDialFollowsTheConfiguration(t *testing.T) {
 	ca := newPKI(t, "c1")
-	ln, err := Listen("127.0.0.1:0")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package netio
+package peernet
 
 import (
 	"crypto/tls"
