@@ -351,7 +351,7 @@ func (c *Client) refresh(first string) bool {
 }
 
 // warmer is a transport that can hold connections open to nodes no call
-// uses yet (netio.ClientTransport).
+// uses yet (transport.Transport).
 type warmer interface {
 	Warm(ctx context.Context, addrs []string, useTLS bool) error
 }
