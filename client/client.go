@@ -474,9 +474,13 @@ type holdKey struct{}
 // leader hint at once (at most three hops in a row), otherwise waits the
 // server's retry-after (with jitter) and moves to the next endpoint; a
 // node that does not answer costs at most one attempt timeout. Every
-// service of the API shares it, and the endpoint that last served.
+// service of the API shares it, and the endpoint that last served. The
+// background work a call is due (maybeRefresh) starts once it returns, on
+// the connection it leaves idle, rather than beside it on one more: a
+// client that exits after its call would cut that one in its handshake. A
+// failing attempt starts it at once.
 func retry[S any](ctx context.Context, c *Client, stub func(ep string) S, call func(ctx context.Context, s S) error) error {
-	c.maybeRefresh(false)
+	defer c.maybeRefresh(false)
 	ep := c.cur()
 	var last *xcev1.NotReady
 	var lastErr error

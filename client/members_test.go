@@ -303,3 +303,21 @@ func TestShortLivedClientWarmsNothing(t *testing.T) {
 		t.Errorf("%d and %d connections to the members not called, want none", nb, nc)
 	}
 }
+
+// The member refresh a call starts goes once the call is done, on the
+// connection the call leaves idle: a client of one call opens one
+// connection.
+func TestRefreshAfterTheCall(t *testing.T) {
+	cl := &cluster{}
+	a := startMember(t, cl)
+	cl.set(a.addr)
+	cli := newClient(t, []string{a.addr}, client.Options{})
+	if _, err := cli.ListWorkers(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 5*time.Second, "the member refresh", func() bool { return a.status.Load() >= 1 })
+	cli.Close()
+	if n := a.conns.Load(); n != 1 {
+		t.Errorf("%d connections for a call and its refresh, want 1", n)
+	}
+}
