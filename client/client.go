@@ -154,14 +154,13 @@ type Client struct {
 	// them, the given addresses until then.
 	endpoints []string
 	current   string
-	// refreshing: a member refresh or warming runs; lastRefresh and
-	// lastWarm are when the last of each began.
-	refreshing  bool
-	closed      bool
-	lastRefresh time.Time
-	lastWarm    time.Time
-	svcs        map[string]xcev1connect.ControllerServiceClient
-	wsvcs       map[string]xcev1connect.WorkerServiceClient
+	// refreshing: a member refresh or warming runs; sched says when the
+	// next are due.
+	refreshing bool
+	closed     bool
+	sched      schedule
+	svcs       map[string]xcev1connect.ControllerServiceClient
+	wsvcs      map[string]xcev1connect.WorkerServiceClient
 	// warmer is the HTTP client's transport when it can warm connections.
 	warmer warmer
 }
@@ -281,8 +280,8 @@ func (c *Client) learn(members []*xcev1.Member) {
 // maybeRefresh starts a background member refresh when one is due: every
 // RefreshInterval while calls are made, or after minRefresh when a call
 // failed (urgent), since a failing node may be one that left. Every
-// warmEvery while calls are made, the same goroutine warms the
-// connections to the members (warm).
+// warmEvery while calls are made, from warmEvery after the first call, the
+// same goroutine warms the connections to the members (warm).
 func (c *Client) maybeRefresh(urgent bool) {
 	if c.opts.RefreshInterval < 0 {
 		return
@@ -291,25 +290,17 @@ func (c *Client) maybeRefresh(urgent bool) {
 	if urgent {
 		every = min(every, minRefresh)
 	}
-	now := time.Now()
 	c.mu.Lock()
 	if c.closed || c.refreshing {
 		c.mu.Unlock()
 		return
 	}
-	refresh := c.lastRefresh.IsZero() || now.Sub(c.lastRefresh) >= every
-	warm := c.warmer != nil && now.Sub(c.lastWarm) >= warmEvery
+	refresh, warm := c.sched.due(time.Now(), every, c.warmer != nil)
 	if !refresh && !warm {
 		c.mu.Unlock()
 		return
 	}
 	c.refreshing = true
-	if refresh {
-		c.lastRefresh = now
-	}
-	if warm {
-		c.lastWarm = now
-	}
 	first := c.current
 	c.mu.Unlock()
 	c.refreshes.Go(func() {
@@ -329,6 +320,33 @@ func (c *Client) maybeRefresh(urgent bool) {
 
 // warmEvery spaces the client's warmings (warm).
 const warmEvery = time.Second
+
+// schedule is when the background work of a client's calls last began.
+type schedule struct {
+	lastRefresh time.Time // zero: none yet
+	lastWarm    time.Time // the first call until the first warming
+}
+
+// due says what a call at now starts in the background, and records it: a
+// member refresh at the first call and every after the last, a warming
+// (when the transport can warm) warmEvery after the last, the first one
+// warmEvery after the first call. A client that makes its calls and exits
+// within that (the CLI) thus opens no connection it never uses, which its
+// exit would cut in the middle of the TLS handshake.
+func (s *schedule) due(now time.Time, every time.Duration, warmer bool) (refresh, warm bool) {
+	if s.lastWarm.IsZero() {
+		s.lastWarm = now
+	}
+	refresh = s.lastRefresh.IsZero() || now.Sub(s.lastRefresh) >= every
+	warm = warmer && now.Sub(s.lastWarm) >= warmEvery
+	if refresh {
+		s.lastRefresh = now
+	}
+	if warm {
+		s.lastWarm = now
+	}
+	return refresh, warm
+}
 
 // refresh asks one endpoint after another, from first, for its Status
 // until one answers (Status learns the members it names), and reports
@@ -351,7 +369,7 @@ func (c *Client) refresh(first string) bool {
 }
 
 // warmer is a transport that can hold connections open to nodes no call
-// uses yet (netio.ClientTransport).
+// uses yet (transport.Transport).
 type warmer interface {
 	Warm(ctx context.Context, addrs []string, useTLS bool) error
 }
@@ -457,9 +475,13 @@ type holdKey struct{}
 // leader hint at once (at most three hops in a row), otherwise waits the
 // server's retry-after (with jitter) and moves to the next endpoint; a
 // node that does not answer costs at most one attempt timeout. Every
-// service of the API shares it, and the endpoint that last served.
+// service of the API shares it, and the endpoint that last served. The
+// background work a call is due (maybeRefresh) starts once it returns, on
+// the connection it leaves idle, rather than beside it on one more: a
+// client that exits after its call would cut that one in its handshake. A
+// failing attempt starts it at once.
 func retry[S any](ctx context.Context, c *Client, stub func(ep string) S, call func(ctx context.Context, s S) error) error {
-	c.maybeRefresh(false)
+	defer c.maybeRefresh(false)
 	ep := c.cur()
 	var last *xcev1.NotReady
 	var lastErr error

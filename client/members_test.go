@@ -258,10 +258,11 @@ func TestClientWarmsTheOtherMembers(t *testing.T) {
 	cl.set(a.addr, b.addr, c.addr)
 	cli := newClient(t, []string{a.addr}, client.Options{RefreshInterval: time.Hour})
 	t.Cleanup(cli.Close)
-	if _, err := cli.ListWorkers(ctxT(t)); err != nil {
-		t.Fatal(err)
-	}
-	testutil.Eventually(t, 5*time.Second, "a /healthz call to each other member", func() bool {
+	// The first warming comes a second after the first call, at a call.
+	testutil.Eventually(t, 10*time.Second, "a /healthz call to each other member", func() bool {
+		if _, err := cli.ListWorkers(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
 		return b.healthz.Load() >= 1 && c.healthz.Load() >= 1
 	})
 	for _, m := range []*member{b, c} {
@@ -272,5 +273,51 @@ func TestClientWarmsTheOtherMembers(t *testing.T) {
 		if n := m.conns.Load(); n != before {
 			t.Errorf("%s: %d connections opened by a call, want the warm one reused", m.addr, n-before)
 		}
+	}
+}
+
+// A client that makes its calls within a second and is done (the CLI)
+// opens no connection to the members it did not call: one cut before its
+// TLS handshake ends would look like a failed handshake to the node.
+func TestShortLivedClientWarmsNothing(t *testing.T) {
+	cl := &cluster{}
+	a, b, c := startMember(t, cl), startMember(t, cl), startMember(t, cl)
+	cl.set(a.addr, b.addr, c.addr)
+	cli := newClient(t, []string{a.addr, b.addr, c.addr}, client.Options{RefreshInterval: time.Millisecond})
+	start := time.Now()
+	// A second member refresh starts only once the background work of the
+	// first call (its refresh, and a warming after it if one were due) has
+	// ended.
+	testutil.Eventually(t, 5*time.Second, "a second member refresh", func() bool {
+		if _, err := cli.ListWorkers(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+		return a.status.Load() >= 2
+	})
+	took := time.Since(start)
+	cli.Close()
+	if took >= time.Second {
+		t.Skipf("the calls took %v: past a second a warming is due", took)
+	}
+	if nb, nc := b.conns.Load(), c.conns.Load(); nb != 0 || nc != 0 {
+		t.Errorf("%d and %d connections to the members not called, want none", nb, nc)
+	}
+}
+
+// The member refresh a call starts goes once the call is done, on the
+// connection the call leaves idle: a client of one call opens one
+// connection.
+func TestRefreshAfterTheCall(t *testing.T) {
+	cl := &cluster{}
+	a := startMember(t, cl)
+	cl.set(a.addr)
+	cli := newClient(t, []string{a.addr}, client.Options{})
+	if _, err := cli.ListWorkers(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 5*time.Second, "the member refresh", func() bool { return a.status.Load() >= 1 })
+	cli.Close()
+	if n := a.conns.Load(); n != 1 {
+		t.Errorf("%d connections for a call and its refresh, want 1", n)
 	}
 }

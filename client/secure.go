@@ -12,7 +12,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/xce/xce/netio"
+	"github.com/xce/xce/client/transport"
 	"github.com/xce/xce/tlsconf"
 )
 
@@ -96,13 +96,13 @@ func verifyNode(roots *x509.CertPool, chain []*x509.Certificate) error {
 }
 
 // NewHTTPClient returns the HTTP client the library uses by default: the
-// netio client transport (HTTP/1.1, calls made on the caller's goroutine),
+// transport package's (HTTP/1.1, calls made on the caller's goroutine),
 // carrying https with cfg when cfg is not nil.
 func NewHTTPClient(cfg *tls.Config) *http.Client {
 	if cfg == nil {
-		return &http.Client{Transport: netio.NewClientTransport()}
+		return &http.Client{Transport: transport.New()}
 	}
-	return &http.Client{Transport: netio.NewTLSClientTransport(cfg)}
+	return &http.Client{Transport: transport.NewTLS(cfg)}
 }
 
 // bearer sets the Authorization header of every call.

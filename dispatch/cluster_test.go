@@ -11,6 +11,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/xce/xce/client/transport"
 	"github.com/xce/xce/ha"
 	"github.com/xce/xce/netio"
 	xcev1 "github.com/xce/xce/proto/xce/v1"
@@ -224,7 +225,7 @@ func clusterClient(t *testing.T, n *fakeNode) xcev1connect.ClusterServiceClient 
 // server (its ControllerService client).
 func clusterServer(t *testing.T, n *fakeNode) (xcev1connect.ClusterServiceClient, *testServer) {
 	ts := startServer(t, n, netio.Limits{})
-	tr := netio.NewClientTransport()
+	tr := transport.New()
 	t.Cleanup(tr.CloseIdleConnections)
 	return xcev1connect.NewClusterServiceClient(&http.Client{Transport: tr}, "http://"+ts.addr), ts
 }

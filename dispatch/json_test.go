@@ -15,6 +15,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/xce/xce/client/transport"
 	"github.com/xce/xce/dispatch"
 	"github.com/xce/xce/ha"
 	"github.com/xce/xce/netio"
@@ -111,7 +112,7 @@ func TestUnknownJSONFieldRefusedOnAStream(t *testing.T) {
 func TestJSONClientRoundTrip(t *testing.T) {
 	node := newFakeNode("n1", primary)
 	ts := startServer(t, node, netio.DefaultLimits())
-	tr := netio.NewClientTransport()
+	tr := transport.New()
 	defer tr.CloseIdleConnections()
 	cl := xcev1connect.NewControllerServiceClient(&http.Client{Transport: tr}, "http://"+ts.addr, connect.WithProtoJSON())
 	ctx := ctxT(t)

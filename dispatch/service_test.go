@@ -19,6 +19,7 @@ import (
 
 	"github.com/xce/xce/assign"
 	"github.com/xce/xce/client"
+	"github.com/xce/xce/client/transport"
 	"github.com/xce/xce/configs"
 	"github.com/xce/xce/dispatch"
 	"github.com/xce/xce/ha"
@@ -159,7 +160,7 @@ type testServer struct {
 
 // startServer serves dispatch.New(node) on the real netio server (h2c and
 // HTTP/1.1, with lim) on a 127.0.0.1 port, and returns a Connect client over
-// netio's client transport (HTTP/1.1).
+// the client library's transport (HTTP/1.1).
 func startServer(t *testing.T, node *fakeNode, lim netio.Limits) *testServer {
 	t.Helper()
 	reg := prometheus.NewRegistry()
@@ -173,7 +174,7 @@ func startServer(t *testing.T, node *fakeNode, lim netio.Limits) *testServer {
 	}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
-	tr := netio.NewClientTransport()
+	tr := transport.New()
 	t.Cleanup(func() {
 		tr.CloseIdleConnections()
 		_ = srv.Close()

@@ -10,8 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/xce/xce/client/transport"
 	"github.com/xce/xce/dispatch"
-	"github.com/xce/xce/netio"
 	"github.com/xce/xce/placement"
 	xcev1 "github.com/xce/xce/proto/xce/v1"
 	"github.com/xce/xce/proto/xce/v1/xcev1connect"
@@ -54,7 +54,7 @@ func TestHeartbeatCarriesGrants(t *testing.T) {
 	mux := http.NewServeMux()
 	mux.Handle(path, h)
 	addr := serve(t, mux)
-	tr := netio.NewClientTransport()
+	tr := transport.New()
 	t.Cleanup(tr.CloseIdleConnections)
 	w := xcev1connect.NewWorkerServiceClient(&http.Client{Transport: tr}, "http://"+addr)
 	ctx := ctxT(t)

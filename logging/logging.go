@@ -1,5 +1,6 @@
 // Package logging builds the node's zerolog logger and adapts it to
-// hashicorp/go-hclog for hashicorp/raft.
+// hashicorp/go-hclog for hashicorp/raft and to log/slog for the worker
+// library.
 package logging
 
 import (

@@ -30,13 +30,19 @@ const (
 	// ReasonPlaintext: cleartext to a TLS client port; closed (an HTTP/1
 	// request is answered 400 first).
 	ReasonPlaintext = "plaintext"
-	// ReasonTLSHandshake: a TLS handshake failed (an unknown CA, no or a
-	// bad client certificate, an old TLS version).
+	// ReasonTLSHandshake: a TLS handshake failed on TLS's terms (an
+	// unknown CA, no or a bad client certificate, an old TLS version, an
+	// alert from the client).
 	ReasonTLSHandshake = "tls_handshake"
+	// ReasonClosedBeforeHandshake: the connection ended before its TLS
+	// handshake did, with no TLS error: the client closed or reset it (a
+	// TCP health check, a port scan, a client that exits while it
+	// connects). Not a refusal; counted so that they show apart.
+	ReasonClosedBeforeHandshake = "closed_before_handshake"
 )
 
 var reasons = []string{ReasonCap, ReasonReserveNonHealth, ReasonReadTimeout, ReasonWriteTimeout, ReasonHeaderTooLarge, ReasonBadRequest,
-	ReasonPlaintext, ReasonTLSHandshake}
+	ReasonPlaintext, ReasonTLSHandshake, ReasonClosedBeforeHandshake}
 
 // Kinds of connections closed to make room for new ones: the values of the
 // kind label of xce_client_conn_evicted_total.
@@ -72,7 +78,10 @@ type ConnMetrics struct {
 func NewConnMetrics(reg prometheus.Registerer) *ConnMetrics {
 	refused := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "xce_client_conn_refused_total",
-		Help: "Client connections and requests refused by the connection limits, by reason.",
+		Help: "Client connections and requests refused by the client port's limits and TLS, by reason: cap, reserve_non_health, " +
+			"read_timeout, write_timeout, header_too_large, bad_request, plaintext (cleartext to a TLS port), tls_handshake (a handshake " +
+			"that TLS refused: a certificate, the version, an alert from the client); closed_before_handshake counts the connections " +
+			"the client closed before their TLS handshake ended (a TCP health check, a scan, a client that exits), which are not refusals.",
 	}, []string{"reason"})
 	evicted := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "xce_client_conn_evicted_total",
@@ -107,21 +116,25 @@ func NewConnMetrics(reg prometheus.Registerer) *ConnMetrics {
 // refusalSummaryEvery is how often the refusal log sums up.
 const refusalSummaryEvery = 10 * time.Second
 
-// refusalLog logs refusals without flooding: the first of a quiet spell at
-// once, the rest summed up in one line per period while they go on.
+// refusalLog logs refusals without flooding: within a spell of them, the
+// first of each kind at once (a new kind is never hidden in a summary),
+// the rest summed up in one line per period while they go on. A period
+// without any ends the spell.
 type refusalLog struct {
 	log   zerolog.Logger
 	every time.Duration
 
 	mu      sync.Mutex
-	counts  map[string]int
+	logged  map[string]bool // the kinds logged at once in this spell
+	counts  map[string]int  // the others, this period
+	events  int             // every event of this period, logged or counted
 	since   time.Time
 	timer   *time.Timer // set while a spell goes on
 	stopped bool
 }
 
 func newRefusalLog(log zerolog.Logger, every time.Duration) *refusalLog {
-	return &refusalLog{log: log, every: every, counts: map[string]int{}}
+	return &refusalLog{log: log, every: every, logged: map[string]bool{}, counts: map[string]int{}}
 }
 
 // note records one event: a refusal reason, an eviction kind, or an
@@ -133,10 +146,14 @@ func (r *refusalLog) note(what, remote string) {
 		return
 	}
 	if r.timer == nil {
-		r.log.Warn().Str("reason", what).Str("remote", remote).Dur("summary_every", r.every).
-			Msg("client port: refusing or closing a connection under its limits; further ones are summed up periodically")
 		r.since = time.Now()
 		r.timer = time.AfterFunc(r.every, r.flush)
+	}
+	r.events++
+	if !r.logged[what] {
+		r.logged[what] = true
+		r.log.Warn().Str("reason", what).Str("remote", remote).Dur("summary_every", r.every).
+			Msg("client port: refusing or closing a connection under its limits; further ones are summed up periodically")
 		return
 	}
 	r.counts[what]++
@@ -149,11 +166,15 @@ func (r *refusalLog) flush() {
 	if r.stopped {
 		return
 	}
-	if len(r.counts) == 0 {
+	if r.events == 0 {
 		r.timer = nil
+		clear(r.logged)
 		return
 	}
-	r.summary()
+	r.events = 0
+	if len(r.counts) > 0 {
+		r.summary()
+	}
 	r.timer.Reset(r.every)
 }
 

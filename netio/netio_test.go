@@ -1,18 +1,15 @@
 package netio
 
 import (
-	"context"
 	"errors"
 	"io"
-	"net"
 	"net/http"
-	"strings"
-	"sync"
 	"testing"
 )
 
-// The server answers HTTP/1.1 (what NewClientTransport speaks) and cleartext
-// HTTP/2 with prior knowledge (what gRPC-style clients speak) on one port.
+// The server answers HTTP/1.1 (what the client library's transport speaks)
+// and cleartext HTTP/2 with prior knowledge (what gRPC-style clients speak)
+// on one port.
 func TestServerSpeaksHTTP1AndH2C(t *testing.T) {
 	ln, err := Listen("127.0.0.1:0")
 	if err != nil {
@@ -29,7 +26,8 @@ func TestServerSpeaksHTTP1AndH2C(t *testing.T) {
 			t.Errorf("serve: %v", err)
 		}
 	}()
-	var h2 http.Protocols
+	var h1, h2 http.Protocols
+	h1.SetHTTP1(true)
 	h2.SetUnencryptedHTTP2(true)
 	for _, c := range []struct {
 		tr interface {
@@ -38,7 +36,7 @@ func TestServerSpeaksHTTP1AndH2C(t *testing.T) {
 		}
 		want string
 	}{
-		{NewClientTransport(), "HTTP/1.1"},
+		{&http.Transport{Protocols: &h1}, "HTTP/1.1"},
 		{&http.Transport{Protocols: &h2}, "HTTP/2.0"},
 	} {
 		resp, err := (&http.Client{Transport: c.tr}).Get("http://" + ln.Addr().String() + "/")
@@ -50,79 +48,6 @@ func TestServerSpeaksHTTP1AndH2C(t *testing.T) {
 		c.tr.CloseIdleConnections()
 		if string(b) != c.want {
 			t.Errorf("got %q, want %q", b, c.want)
-		}
-	}
-}
-
-// countingConn counts the writes on a client connection.
-type countingConn struct {
-	net.Conn
-	mu     *sync.Mutex
-	writes *int
-}
-
-func (c countingConn) Write(b []byte) (int, error) {
-	c.mu.Lock()
-	*c.writes++
-	c.mu.Unlock()
-	return c.Conn.Write(b)
-}
-
-// opaqueBody is a request body net/http cannot tell is in memory, like the
-// RPC library's.
-type opaqueBody struct{ io.Reader }
-
-func (opaqueBody) Close() error { return nil }
-
-// A request with a body of known length up to maxOneWriteBody goes out in
-// one write, so the server reads headers and body at once; larger bodies
-// are streamed. Every body arrives intact.
-func TestClientTransportSendsARequestInOneWrite(t *testing.T) {
-	ln, err := Listen("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		_, _ = w.Write(b)
-	}), DefaultLimits())
-	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
-	var mu sync.Mutex
-	writes := 0
-	d := &net.Dialer{}
-	tr := newClientTransport(func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := d.DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return countingConn{Conn: c, mu: &mu, writes: &writes}, nil
-	}, nil)
-	defer tr.CloseIdleConnections()
-	cl := &http.Client{Transport: tr}
-	for i, body := range []string{"task-1", strings.Repeat("x", maxOneWriteBody), strings.Repeat("y", maxOneWriteBody+1)} {
-		req, err := http.NewRequest(http.MethodPost, "http://"+ln.Addr().String()+"/", opaqueBody{strings.NewReader(body)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.ContentLength = int64(len(body))
-		mu.Lock()
-		before := writes
-		mu.Unlock()
-		resp, err := cl.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		mu.Lock()
-		n := writes - before
-		mu.Unlock()
-		if string(got) != body {
-			t.Errorf("request %d: the server got %d bytes, want %d", i, len(got), len(body))
-		}
-		if n != 1 && len(body) <= maxOneWriteBody {
-			t.Errorf("request %d (%d bytes of body) went out in %d writes, want 1", i, len(body), n)
 		}
 	}
 }

@@ -32,6 +32,9 @@ type Server struct {
 	fdLimit  func() (uint64, error)
 	tls      *tls.Config
 	tlsLog   *onceLog
+	// cleartext holds the remote addresses of the connections found
+	// cleartext whose failed handshake net/http has yet to report.
+	cleartext sync.Map
 
 	hookOnce sync.Once
 }
@@ -312,17 +315,69 @@ func (w *streamWriter) FlushError() error {
 func (w *streamWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // debugWriter logs net/http's messages at debug level, except a failed
-// TLS handshake, which is counted and logged once per remote host.
+// TLS handshake, which is counted and logged as handshakeFailed says.
 type debugWriter struct{ s *Server }
 
 func (d debugWriter) Write(p []byte) (int, error) {
 	msg := strings.TrimSpace(string(p))
 	if d.s.tls != nil && strings.HasPrefix(msg, handshakeErrPrefix) {
-		remote, reason, _ := strings.Cut(strings.TrimPrefix(msg, handshakeErrPrefix), ": ")
-		d.s.m.refused[ReasonTLSHandshake].Inc()
-		d.s.tlsLog.warn(remote, "tls handshake failed on the client port", reason)
+		remote, detail, _ := strings.Cut(strings.TrimPrefix(msg, handshakeErrPrefix), ": ")
+		d.s.handshakeFailed(remote, detail, msg)
 		return len(p), nil
 	}
 	d.s.log.Debug().Str("component", "http").Msg(msg)
 	return len(p), nil
+}
+
+// handshakeFailed counts once, and logs, a TLS handshake with remote that
+// failed with detail (msg is net/http's whole message). Only a handshake
+// TLS refused is a warning, once per remote host and reason; the rest is
+// logged at debug level. A cleartext connection was counted and warned of
+// at its first byte (sniffConn); a timeout, by the capped connection when
+// there is a cap (conn.Read).
+func (s *Server) handshakeFailed(remote, detail, msg string) {
+	_, cleartext := s.cleartext.LoadAndDelete(remote)
+	reason := handshakeFailure(cleartext, detail)
+	switch reason {
+	case ReasonTLSHandshake:
+		s.m.refused[reason].Inc()
+		s.tlsLog.warn(remote, reason, "tls handshake failed on the client port", detail)
+		return
+	case ReasonClosedBeforeHandshake:
+		s.m.refused[reason].Inc()
+	case ReasonReadTimeout, ReasonWriteTimeout:
+		if s.lim.MaxConnections <= 0 {
+			s.refuse(reason, remote)
+		}
+	}
+	s.log.Debug().Str("component", "http").Msg(msg)
+}
+
+// handshakeFailure names what a failed TLS handshake on the client port
+// was. net/http reports only the text of the handshake's error (detail):
+// an error of the socket is a *net.OpError ("read tcp …: …", "write tcp
+// …: …") or io.EOF; anything else is TLS's own (crypto/tls, x509, an
+// alert from the client), a refused handshake. Of the socket's, a
+// deadline is a read or write timeout, a connection the server closed (it
+// shuts down) is nothing (""), and the rest, a connection the client
+// closed or reset, is ReasonClosedBeforeHandshake. A connection whose
+// first byte was cleartext is ReasonPlaintext, whatever followed.
+func handshakeFailure(cleartext bool, detail string) string {
+	switch {
+	case cleartext:
+		return ReasonPlaintext
+	case detail == io.EOF.Error(), detail == io.ErrUnexpectedEOF.Error():
+		return ReasonClosedBeforeHandshake
+	case !strings.HasPrefix(detail, "read ") && !strings.HasPrefix(detail, "write "):
+		// Not a *net.OpError of the socket: TLS's own.
+		return ReasonTLSHandshake
+	case strings.HasSuffix(detail, os.ErrDeadlineExceeded.Error()):
+		if strings.HasPrefix(detail, "write ") {
+			return ReasonWriteTimeout
+		}
+		return ReasonReadTimeout
+	case strings.HasSuffix(detail, net.ErrClosed.Error()):
+		return ""
+	}
+	return ReasonClosedBeforeHandshake
 }

@@ -711,18 +711,18 @@ func TestLimitsValidate(t *testing.T) {
 	}
 }
 
-// Refusals are logged once at the start of a spell, then summed up one
-// line per period, and what is left at stop.
+// Refusals are logged once per reason at the start of a spell, then
+// summed up one line per period, and what is left at stop.
 func TestRefusalLogSummarizes(t *testing.T) {
 	buf := &testutil.SyncBuffer{}
 	r := newRefusalLog(zerolog.New(buf), 100*time.Millisecond)
 	for i := range 100 {
 		r.note(reasons[i%2], "127.0.0.1:1")
 	}
-	testutil.Eventually(t, 5*time.Second, "a summary line", func() bool { return strings.Count(buf.String(), "\n") >= 2 })
+	testutil.Eventually(t, 5*time.Second, "a summary line", func() bool { return strings.Count(buf.String(), "\n") >= 3 })
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
-	if !strings.Contains(lines[0], `"reason":"cap"`) || !strings.Contains(lines[1], `"total":99`) ||
-		!strings.Contains(lines[1], `"cap":49`) || !strings.Contains(lines[1], `"reserve_non_health":50`) {
+	if !strings.Contains(lines[0], `"reason":"cap"`) || !strings.Contains(lines[1], `"reason":"reserve_non_health"`) ||
+		!strings.Contains(lines[2], `"total":98`) || !strings.Contains(lines[2], `"cap":49`) || !strings.Contains(lines[2], `"reserve_non_health":49`) {
 		t.Errorf("log:\n%s", buf.String())
 	}
 	// The quiet period ends the spell: the next refusal is logged at once.
@@ -736,7 +736,53 @@ func TestRefusalLogSummarizes(t *testing.T) {
 	r.stop()
 	r.note(ReasonReadTimeout, "127.0.0.1:4")
 	lines = strings.Split(strings.TrimSpace(buf.String()), "\n")
-	if len(lines) != 4 || !strings.Contains(lines[2], `"remote":"127.0.0.1:2"`) || !strings.Contains(lines[3], `"total":1`) {
+	if len(lines) != 5 || !strings.Contains(lines[3], `"remote":"127.0.0.1:2"`) || !strings.Contains(lines[4], `"total":1`) {
 		t.Errorf("log after stop:\n%s", buf.String())
+	}
+}
+
+// A reason new to a spell is logged at once, with its remote address,
+// even while other reasons are being summed up; a reason seen in the
+// spell is not, until the spell ends.
+func TestRefusalLogShowsNewReasons(t *testing.T) {
+	buf := &testutil.SyncBuffer{}
+	r := newRefusalLog(zerolog.New(buf), time.Hour)
+	defer r.stop()
+	for range 10 {
+		r.note(ReasonCap, "10.0.0.1:1")
+	}
+	r.note(ReasonTLSHandshake, "10.0.0.2:1")
+	r.note(ReasonCap, "10.0.0.3:1")
+	r.note(ReasonTLSHandshake, "10.0.0.4:1")
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], `"reason":"cap"`) || !strings.Contains(lines[0], `"remote":"10.0.0.1:1"`) ||
+		!strings.Contains(lines[1], `"reason":"tls_handshake"`) || !strings.Contains(lines[1], `"remote":"10.0.0.2:1"`) {
+		t.Errorf("log:\n%s", buf.String())
+	}
+}
+
+// The TLS refusal log remembers what it logged by remote host and reason:
+// another reason from a host is logged, the same one again is not.
+func TestOnceLogKeysByHostAndReason(t *testing.T) {
+	buf := &testutil.SyncBuffer{}
+	o := newOnceLog(zerolog.New(buf), maxOnceLogged)
+	for _, w := range []struct{ remote, reason, detail string }{
+		{"10.0.0.1:1000", ReasonPlaintext, ""},
+		{"10.0.0.1:1001", ReasonPlaintext, ""},
+		{"10.0.0.1:1002", ReasonTLSHandshake, "remote error: tls: bad certificate"},
+		{"10.0.0.1:1003", ReasonTLSHandshake, "tls: client offered only unsupported versions"},
+		{"10.0.0.2:1000", ReasonTLSHandshake, "remote error: tls: bad certificate"},
+	} {
+		o.warn(w.remote, w.reason, "refused", w.detail)
+	}
+	got := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	want := []string{"10.0.0.1:1000", "10.0.0.1:1002", "10.0.0.2:1000"}
+	if len(got) != len(want) {
+		t.Fatalf("logged %d lines, want %d:\n%s", len(got), len(want), buf.String())
+	}
+	for i, remote := range want {
+		if !strings.Contains(got[i], `"remote":"`+remote+`"`) {
+			t.Errorf("line %d: %s, want the one from %s", i, got[i], remote)
+		}
 	}
 }

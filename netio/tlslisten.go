@@ -11,8 +11,8 @@ import (
 // handshakeErrPrefix starts net/http's message for a failed handshake.
 const handshakeErrPrefix = "http: TLS handshake error from "
 
-// maxOnceLogged bounds the remote hosts a onceLog remembers; past it, it
-// stops logging new ones (the refusals are still counted).
+// maxOnceLogged bounds the remote hosts and reasons a onceLog remembers;
+// past it, it stops logging new ones (the refusals are still counted).
 const maxOnceLogged = 4096
 
 // tlsListener serves TLS over the (capped) connections of its listener.
@@ -31,7 +31,10 @@ func (l *tlsListener) Accept() (net.Conn, error) {
 	return tls.Server(&sniffConn{Conn: c, s: l.s}, l.s.tls), nil
 }
 
-// sniffConn tells cleartext from TLS by the first byte read.
+// sniffConn tells cleartext from TLS by the first byte read. A cleartext
+// connection is counted and logged here, and its remote address kept in
+// Server.cleartext until its handshake's failure is reported (see
+// handshakeFailed).
 type sniffConn struct {
 	net.Conn
 	s       *Server
@@ -46,8 +49,9 @@ func (c *sniffConn) Read(b []byte) (int, error) {
 		c.checked = true
 		if b[0] != recordTypeHandshake {
 			remote := c.RemoteAddr().String()
+			c.s.cleartext.Store(remote, true)
 			c.s.m.refused[ReasonPlaintext].Inc()
-			c.s.tlsLog.warn(remote, "cleartext connection to the TLS client port refused: the client must use TLS (https://)", "")
+			c.s.tlsLog.warn(remote, ReasonPlaintext, "cleartext connection to the TLS client port refused: the client must use TLS (https://)", "")
 		}
 	}
 	return n, err
@@ -66,7 +70,10 @@ func capOf(c net.Conn) *conn {
 	return lc
 }
 
-// onceLog logs a warning once per remote host and message.
+// onceLog logs a warning once per remote host and reason, so that a
+// reason a host has not been logged for yet is never hidden behind one it
+// has (a client whose certificate is refused after a connection it closed
+// early).
 type onceLog struct {
 	log zerolog.Logger
 	max int
@@ -79,12 +86,14 @@ func newOnceLog(log zerolog.Logger, max int) *onceLog {
 	return &onceLog{log: log, max: max, seen: map[string]bool{}}
 }
 
-func (o *onceLog) warn(remote, msg, reason string) {
+// warn logs msg, with the error's detail when there is one, unless it
+// logged reason for remote's host before.
+func (o *onceLog) warn(remote, reason, msg, detail string) {
 	host, _, err := net.SplitHostPort(remote)
 	if err != nil {
 		host = remote
 	}
-	key := host + "\x00" + msg
+	key := host + "\x00" + reason
 	o.mu.Lock()
 	logIt := !o.seen[key] && len(o.seen) < o.max
 	if logIt {
@@ -93,9 +102,9 @@ func (o *onceLog) warn(remote, msg, reason string) {
 	o.mu.Unlock()
 	if logIt {
 		e := o.log.Warn().Str("remote", remote)
-		if reason != "" {
-			e = e.Str("reason", reason)
+		if detail != "" {
+			e = e.Str("reason", detail)
 		}
-		e.Msg(msg + " (logged once per remote host)")
+		e.Msg(msg + " (logged once per remote host and reason)")
 	}
 }

@@ -292,20 +292,20 @@ const leaveNowWait = 5 * time.Second
 // primary it leaves now (so they are granted elsewhere at once) and
 // returns.
 func (w *Worker) leave(perr <-chan error) (error, bool) {
-	w.log.Info().Strs("actives", w.activeTasks()).Dur("drain_timeout", w.cfg.DrainTimeout).
-		Msg("leaving: handing the actives over to other workers before stopping")
+	w.log.Info("leaving: handing the actives over to other workers before stopping",
+		"actives", w.activeTasks(), "drain_timeout", w.cfg.DrainTimeout)
 	w.leaving.Store(true)
 	w.urge()
 	start := time.Now()
 	err, done, timedOut := w.superviseUntil(w.left, perr, start.Add(w.cfg.DrainTimeout))
 	if !timedOut {
 		if !done {
-			w.log.Info().Dur("took", time.Since(start)).Msg("every active handed over")
+			w.log.Info("every active handed over", "took", time.Since(start))
 		}
 		return err, done
 	}
-	w.log.Warn().Strs("actives", w.activeTasks()).Dur("drain_timeout", w.cfg.DrainTimeout).
-		Msg("the drain deadline passed: stopping the actives not handed over; the primary gives them to other workers at once")
+	w.log.Warn("the drain deadline passed: stopping the actives not handed over; the primary gives them to other workers at once",
+		"actives", w.activeTasks(), "drain_timeout", w.cfg.DrainTimeout)
 	w.stopCopies(func(r *copyRun) bool { return r.c.Role == Active }, errStopping)
 	w.leaveNow.Store(true)
 	w.urge()
@@ -425,7 +425,7 @@ func (w *Worker) reconcile(now time.Time) time.Time {
 		}
 		delete(s.copies, t)
 		if r.stopping {
-			w.log.Debug().Str("task", t).Str("role", r.c.Role.String()).Msg("copy stopped")
+			w.log.Debug("copy stopped", "task", t, "role", r.c.Role.String())
 			continue
 		}
 		rt := s.retries[t]
@@ -438,20 +438,19 @@ func (w *Worker) reconcile(now time.Time) time.Time {
 		}
 		wait := rt.b.Next()
 		rt.at = now.Add(wait)
-		w.log.Warn().Err(r.err).Str("task", t).Str("role", r.c.Role.String()).Dur("retry_in", wait).
-			Msg("a copy's Run returned before it was stopped")
+		w.log.Warn("a copy's Run returned before it was stopped", errAttr(r.err), "task", t, "role", r.c.Role.String(), "retry_in", wait)
 	}
 
 	valid := s.leaseValid(now)
 	want := w.want(valid)
 	if !valid && !s.lapsed && len(s.granted) > 0 {
 		s.lapsed = true
-		w.log.Warn().Time("last_acknowledged_send", s.ackSent).Dur("active_lease", s.lease).
-			Msg("the active lease ran out: stopping every active until a heartbeat is acknowledged")
+		w.log.Warn("the active lease ran out: stopping every active until a heartbeat is acknowledged",
+			"last_acknowledged_send", s.ackSent, "active_lease", s.lease)
 	}
 	if valid && s.lapsed {
 		s.lapsed = false
-		w.log.Info().Msg("a heartbeat was acknowledged: the active lease holds again")
+		w.log.Info("a heartbeat was acknowledged: the active lease holds again")
 	}
 
 	for _, t := range slices.Sorted(maps.Keys(s.copies)) {
@@ -469,8 +468,7 @@ func (w *Worker) reconcile(now time.Time) time.Time {
 		}
 		r.stopping = true
 		r.cancel(cause)
-		w.log.Info().Str("task", t).Str("role", r.c.Role.String()).Uint64("epoch", r.c.Epoch).
-			Str("why", cause.Error()).Msg("stopping a copy")
+		w.log.Info("stopping a copy", "task", t, "role", r.c.Role.String(), "epoch", r.c.Epoch, "why", cause.Error())
 	}
 	for t := range s.lags {
 		if _, ok := want[t]; !ok && s.copies[t] == nil {
@@ -517,7 +515,7 @@ func (w *Worker) start(c Copy, now time.Time) {
 	cctx, cancel := context.WithCancelCause(context.WithValue(w.life, copyKey{}, r))
 	r.cancel = cancel
 	w.st.copies[c.Task] = r
-	w.log.Info().Str("task", c.Task).Str("role", c.Role.String()).Uint64("epoch", c.Epoch).Msg("starting a copy")
+	w.log.Info("starting a copy", "task", c.Task, "role", c.Role.String(), "epoch", c.Epoch)
 	report := func(lag int64) {
 		w.mu.Lock()
 		defer w.mu.Unlock()

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/xce/xce/client"
 	"github.com/xce/xce/worker"
 )
@@ -39,7 +37,7 @@ func Example() {
 	defer stopController()
 
 	h := echo{acted: make(chan worker.Copy, 1)}
-	w, err := worker.New(worker.Config{ID: "w1", Controllers: []string{addr}, Capacity: 1, Logger: zerolog.Nop()}, h)
+	w, err := worker.New(worker.Config{ID: "w1", Controllers: []string{addr}, Capacity: 1}, h)
 	if err != nil {
 		fmt.Println(err)
 		return

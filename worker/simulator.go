@@ -3,10 +3,9 @@ package worker
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
-
-	"github.com/rs/zerolog"
 )
 
 // Defaults of SimulatorConfig.
@@ -32,8 +31,9 @@ type SimulatorConfig struct {
 	// defaults, 1,000,000 records and 60s).
 	DropLag   int64
 	DropAfter time.Duration
-	// Logger receives the simulator's log lines (caught up, dropped).
-	Logger zerolog.Logger
+	// Logger receives the simulator's log lines (caught up, dropped);
+	// nil: they are dropped.
+	Logger *slog.Logger
 }
 
 func (cfg SimulatorConfig) withDefaults() (SimulatorConfig, error) {
@@ -78,7 +78,7 @@ func (cfg SimulatorConfig) withDefaults() (SimulatorConfig, error) {
 // are what the worker reports.
 type Simulator struct {
 	cfg SimulatorConfig
-	log zerolog.Logger
+	log *slog.Logger
 
 	mu   sync.Mutex
 	sim  *Sim
@@ -92,7 +92,7 @@ func NewSimulator(cfg SimulatorConfig) (*Simulator, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Simulator{cfg: cfg, log: cfg.Logger, last: time.Now(), sim: NewSim(SimConfig{
+	return &Simulator{cfg: cfg, log: orDiscard(cfg.Logger), last: time.Now(), sim: NewSim(SimConfig{
 		RestoreRate: cfg.RestoreRate, GrowthRate: cfg.GrowthRate, InitialLag: cfg.InitialLag,
 		DropLag: cfg.DropLag, DropAfter: cfg.DropAfter,
 	})}, nil
@@ -132,9 +132,9 @@ func (s *Simulator) advance() {
 	caughtUp, dropped := s.sim.Advance(now.Sub(s.last))
 	s.last = now
 	for _, t := range caughtUp {
-		s.log.Info().Str("task", t).Str("role", s.sim.Role(t).String()).Msg("caught up")
+		s.log.Info("caught up", "task", t, "role", s.sim.Role(t).String())
 	}
 	for _, t := range dropped {
-		s.log.Info().Str("task", t).Msg("dropped the state of a task no longer held")
+		s.log.Info("dropped the state of a task no longer held", "task", t)
 	}
 }

@@ -26,6 +26,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"regexp"
 	"slices"
@@ -33,8 +34,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/xce/xce/client"
 	"github.com/xce/xce/internal/backoff"
@@ -63,8 +62,10 @@ type Config struct {
 	Capacity uint32
 	// ClientAddr is where the worker serves its own clients (informational).
 	ClientAddr string
-	// Logger receives the worker's log lines.
-	Logger zerolog.Logger
+	// Logger receives the worker's log lines (nil: they are dropped). A
+	// program that logs with zerolog passes logging.NewSlog of its logger
+	// to have them in its own format.
+	Logger *slog.Logger
 	// HTTPClient carries the calls (nil: the client library's default).
 	HTTPClient *http.Client
 	// Credentials are what the worker presents: a worker certificate
@@ -119,7 +120,7 @@ type Worker struct {
 	cfg Config
 	h   Handler
 	c   *client.Client
-	log zerolog.Logger
+	log *slog.Logger
 	ran atomic.Bool
 
 	// wake tells the supervisor that something changed (a heartbeat was
@@ -182,7 +183,7 @@ func New(cfg Config, h Handler) (*Worker, error) {
 	}
 	return &Worker{
 		cfg: cfg, h: h, c: c,
-		log:         cfg.Logger.With().Str("worker_id", cfg.ID).Logger(),
+		log:         orDiscard(cfg.Logger).With("worker_id", cfg.ID),
 		wake:        make(chan struct{}, 1),
 		urgent:      make(chan struct{}, 1),
 		returned:    make(chan struct{}, 1),
@@ -209,7 +210,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		return errors.New("worker: Run called twice")
 	}
 	defer w.c.Close()
-	w.log.Info().Strs("controllers", w.cfg.Controllers).Uint32("capacity", w.cfg.Capacity).Msg("worker starting")
+	w.log.Info("worker starting", "controllers", w.cfg.Controllers, "capacity", w.cfg.Capacity)
 	life, stop := context.WithCancel(context.WithoutCancel(ctx))
 	defer stop()
 	w.life = life
@@ -223,7 +224,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	w.log.Info().Msg("worker stopped")
+	w.log.Info("worker stopped")
 	return nil
 }
 
@@ -260,7 +261,7 @@ func (w *Worker) protocol(ctx context.Context) error {
 				return fmt.Errorf("register: %w", err)
 			case err != nil:
 				wait := retry.Next()
-				w.log.Warn().Err(err).Dur("retry_in", wait).Msg("register failed")
+				w.log.Warn("register failed", errAttr(err), "retry_in", wait)
 				if !backoff.Sleep(ctx, wait) {
 					return nil
 				}
@@ -324,8 +325,8 @@ func (w *Worker) register(ctx context.Context) error {
 	w.sentNotice = nil
 	clear(w.sentUpdates)
 	w.ackSeq = 0
-	w.log.Info().Uint64("generation", r.Generation).Dur("heartbeat_interval", w.interval).
-		Dur("session_timeout", w.sessionTimeout).Dur("max_wait", w.maxWait).Msg("registered")
+	w.log.Info("registered", "generation", r.Generation, "heartbeat_interval", w.interval,
+		"session_timeout", w.sessionTimeout, "max_wait", w.maxWait)
 	return nil
 }
 
@@ -449,19 +450,20 @@ func (w *Worker) heartbeat(ctx context.Context, justRegistered bool) (answered, 
 		return false, held, true // abandoned for a newer heartbeat
 	case errors.Is(err, client.ErrUnknownWorker):
 		w.registered = false
-		w.log.Info().Bool("just_registered", justRegistered).Msg("the primary has no session for this worker: registering again")
+		w.log.Info("the primary has no session for this worker: registering again", "just_registered", justRegistered)
 		return false, held, urgent
 	case err != nil:
-		ev := w.log.Debug()
+		// The first failure of an outage is a warning; the rest, debug.
+		level := slog.LevelDebug
 		if !w.failing {
-			ev = w.log.Warn()
+			level = slog.LevelWarn
 		}
-		ev.Err(err).Msg("heartbeat failed")
+		w.log.LogAttrs(ctx, level, "heartbeat failed", errAttr(err))
 		w.failing = true
 		return false, held, urgent
 	}
 	if w.failing {
-		w.log.Info().Msg("heartbeats go through again")
+		w.log.Info("heartbeats go through again")
 		w.failing = false
 	}
 	w.take(req, resp, sent)
@@ -477,7 +479,7 @@ func (w *Worker) take(req *xcev1.HeartbeatRequest, resp *xcev1.HeartbeatResponse
 	}
 	w.ackSeq = req.Seq
 	if resp.Left {
-		w.log.Info().Msg("the primary ended this worker's session: it has handed every active over")
+		w.log.Info("the primary ended this worker's session: it has handed every active over")
 		w.leftOnce.Do(func() { close(w.left) })
 		w.poke()
 		return
@@ -492,13 +494,29 @@ func (w *Worker) take(req *xcev1.HeartbeatRequest, resp *xcev1.HeartbeatResponse
 	w.mu.Unlock()
 	w.acked(req, resp.Actives)
 	if changed {
-		w.log.Info().Uint64("generation", resp.Generation).Uint64("previous_generation", prev).
-			Strs("actives", nonNil(resp.Actives)).Strs("pending_actives", nonNil(resp.PendingActives)).
-			Strs("standbys", nonNil(resp.Standbys)).Strs("warmups", nonNil(resp.Warmups)).
-			Interface("epochs", resp.Epochs).Bool("drained", resp.Drained).Msg("assignment changed")
+		w.log.Info("assignment changed", "generation", resp.Generation, "previous_generation", prev,
+			"actives", nonNil(resp.Actives), "pending_actives", nonNil(resp.PendingActives),
+			"standbys", nonNil(resp.Standbys), "warmups", nonNil(resp.Warmups),
+			slog.Any("epochs", resp.Epochs), "drained", resp.Drained)
 	}
 	w.reconcile(time.Now())
 	w.poke()
+}
+
+// orDiscard is l, or a logger that drops every line when l is nil.
+func orDiscard(l *slog.Logger) *slog.Logger {
+	if l == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return l
+}
+
+// errAttr is err under the key "error", or nothing when err is nil.
+func errAttr(err error) slog.Attr {
+	if err == nil {
+		return slog.Attr{}
+	}
+	return slog.Any("error", err)
 }
 
 func nonNil(s []string) []string {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"net/http"
 	"net/http/httptest"
@@ -16,7 +17,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/xce/xce/client"
@@ -432,6 +432,14 @@ func (r *workerRun) returned() bool {
 	}
 }
 
+// testLog writes each log line to the test's output.
+type testLog struct{ t *testing.T }
+
+func (l testLog) Write(p []byte) (int, error) {
+	l.t.Log(strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
+}
+
 // runHandler runs a worker with handler h against f until its context is
 // cancelled (workerRun.cancel).
 func runHandler(t *testing.T, f *fakeController, cfg Config, h Handler) *workerRun {
@@ -440,9 +448,9 @@ func runHandler(t *testing.T, f *fakeController, cfg Config, h Handler) *workerR
 	cfg.HTTPClient = f.httpClient()
 	var out io.Writer = &f.logs
 	if testing.Verbose() {
-		out = io.MultiWriter(&f.logs, zerolog.NewTestWriter(t))
+		out = io.MultiWriter(&f.logs, testLog{t})
 	}
-	cfg.Logger = zerolog.New(out)
+	cfg.Logger = slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	w, err := New(cfg, h)
 	if err != nil {
 		t.Fatal(err)

@@ -38,7 +38,7 @@ func runKVWorker(ctx context.Context, f *workerFlags, stderr io.Writer) error {
 	if err != nil {
 		return usageErr("%v", err)
 	}
-	cfg.Logger = log
+	cfg.Logger = logging.NewSlog(log)
 	sec, err := f.kv.kafka.security()
 	if err != nil {
 		return err

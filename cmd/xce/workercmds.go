@@ -80,8 +80,8 @@ func runWorker(ctx context.Context, f *workerFlags, stderr io.Writer) error {
 	if err != nil {
 		return usageErr("%v", err)
 	}
-	cfg.Logger = log
-	simCfg.Logger = log.With().Str("worker_id", cfg.ID).Logger()
+	cfg.Logger = logging.NewSlog(log)
+	simCfg.Logger = cfg.Logger.With("worker_id", cfg.ID)
 	sim, err := worker.NewSimulator(simCfg)
 	if err != nil {
 		return usageErr("%v", err)

@@ -1,4 +1,11 @@
-package netio
+// Package transport is the client library's HTTP transport for the API:
+// HTTP/1.1 on keep-alive connections, each call made on its caller's
+// goroutine, TLS handshakes to one address taken in turns, and Warm, which
+// holds connections open to nodes no call uses yet so that a failover
+// finds them made (docs/design.md, "Identities, TLS and permissions"). It
+// imports nothing of the server: programs that embed a client or a worker
+// link only this.
+package transport
 
 import (
 	"bufio"
@@ -16,9 +23,9 @@ import (
 	"time"
 )
 
-// NewClientTransport returns an HTTP transport for the API: HTTP/1.1 with
-// keep-alive connections, one per call in flight, each call made on its
-// caller's goroutine.
+// New returns an HTTP transport for the API: HTTP/1.1 with keep-alive
+// connections, one per call in flight, each call made on its caller's
+// goroutine.
 //
 // The server speaks cleartext HTTP/2 too, but for short unary calls HTTP/1.1
 // costs fewer goroutine hand-offs on both sides, so reads are faster and
@@ -29,24 +36,23 @@ import (
 // machine the clients' and the leader's CPU per call, not the disk, bounds
 // how fast a committed wave of writes turns into the next one.
 //
-// Requests it cannot carry that way (https without NewTLSClientTransport,
-// bodies over maxOneWriteBody or of unknown length, Expect or Upgrade
-// headers) go through net/http's transport. Idle connections are closed after 90 s, before the server's
-// 2-minute idle timeout, and one the server has closed meanwhile (a node's
-// restart) is noticed before it is used.
-func NewClientTransport() *ClientTransport {
-	return newClientTransport((&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext, nil)
+// Requests it cannot carry that way (https without NewTLS, bodies over
+// maxOneWriteBody or of unknown length, Expect or Upgrade headers) go
+// through net/http's transport. Idle connections are closed after 90 s,
+// before the server's 2-minute idle timeout, and one the server has closed
+// meanwhile (a node's restart) is noticed before it is used.
+func New() *Transport {
+	return newTransport((&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext, nil)
 }
 
-// NewTLSClientTransport is NewClientTransport that also carries https
-// requests, over TLS with cfg: HTTP/1.1 (offered by ALPN), the same loop on
-// the caller's goroutine, the handshake made when a connection is dialled,
-// at most clientHandshakesPerHost of them with one address at a time
-// (callers beyond those take the first connection given back, or wait
-// their turn to dial).
-// cfg.ServerName, when empty, is each request's host.
-func NewTLSClientTransport(cfg *tls.Config) *ClientTransport {
-	return newClientTransport((&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext, cfg)
+// NewTLS is New that also carries https requests, over TLS with cfg:
+// HTTP/1.1 (offered by ALPN), the same loop on the caller's goroutine, the
+// handshake made when a connection is dialled, at most
+// clientHandshakesPerHost of them with one address at a time (callers
+// beyond those take the first connection given back, or wait their turn to
+// dial). cfg.ServerName, when empty, is each request's host.
+func NewTLS(cfg *tls.Config) *Transport {
+	return newTransport((&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext, cfg)
 }
 
 const (
@@ -57,14 +63,14 @@ const (
 	clientHandshakesPerHost = 2
 )
 
-func newClientTransport(dial func(ctx context.Context, network, addr string) (net.Conn, error), tlsCfg *tls.Config) *ClientTransport {
+func newTransport(dial func(ctx context.Context, network, addr string) (net.Conn, error), tlsCfg *tls.Config) *Transport {
 	var p http.Protocols
 	p.SetHTTP1(true)
 	if tlsCfg != nil {
 		tlsCfg = tlsCfg.Clone()
 		tlsCfg.NextProtos = []string{"http/1.1"}
 	}
-	return &ClientTransport{
+	return &Transport{
 		t: &http.Transport{
 			Protocols:           &p,
 			DialContext:         dial,
@@ -94,8 +100,8 @@ type poolKey struct {
 	tls  bool
 }
 
-// ClientTransport is NewClientTransport's http.RoundTripper.
-type ClientTransport struct {
+// Transport is New's http.RoundTripper.
+type Transport struct {
 	t           *http.Transport // what the h1 loop does not carry
 	dial        func(ctx context.Context, network, addr string) (net.Conn, error)
 	tls         *tls.Config // nil: https goes through t
@@ -125,12 +131,12 @@ type dialTurns struct {
 	slots chan struct{} // one per handshake in flight
 	// waiting counts the callers waiting for a slot or a connection;
 	// back is closed, and replaced, when a connection comes back idle
-	// while any wait. Both under ClientTransport.mu.
+	// while any wait. Both under Transport.mu.
 	waiting int
 	back    chan struct{}
 }
 
-// maxOneWriteBody bounds the request bodies ClientTransport reads into
+// maxOneWriteBody bounds the request bodies Transport reads into
 // memory before sending; larger ones are streamed as given.
 const maxOneWriteBody = 16 << 10
 
@@ -139,7 +145,7 @@ const maxOneWriteBody = 16 << 10
 // reads the whole call at one wake-up (net/http sends the headers of a body
 // it does not know to be in memory on their own first, and the RPC
 // library's bodies are of its own type).
-func (c *ClientTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+func (c *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	hasBody := req.Body != nil && req.Body != http.NoBody
 	if hasBody && (req.ContentLength <= 0 || req.ContentLength > maxOneWriteBody) {
 		return c.t.RoundTrip(req)
@@ -165,14 +171,14 @@ func (c *ClientTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // carries reports whether the h1 loop takes req.
-func (c *ClientTransport) carries(req *http.Request) bool {
+func (c *Transport) carries(req *http.Request) bool {
 	return req.URL != nil && (req.URL.Scheme == "http" || req.URL.Scheme == "https" && c.tls != nil) && req.URL.Host != "" &&
 		req.Method != http.MethodConnect &&
 		req.Header.Get("Expect") == "" && req.Header.Get("Upgrade") == ""
 }
 
 // CloseIdleConnections closes the connections no call is using.
-func (c *ClientTransport) CloseIdleConnections() {
+func (c *Transport) CloseIdleConnections() {
 	c.mu.Lock()
 	idle := c.idle
 	c.idle = make(map[poolKey][]*h1Conn)
@@ -198,7 +204,7 @@ var errServerClosed = errors.New("server closed the connection before answering"
 // A call that fails on a reused connection before any of it was sent, or
 // that the server closed unanswered when the call may be sent twice, goes
 // once more on a new connection, as net/http's transport does.
-func (c *ClientTransport) roundTrip(req *http.Request, body []byte) (*http.Response, error) {
+func (c *Transport) roundTrip(req *http.Request, body []byte) (*http.Response, error) {
 	key := poolKey{addr: req.URL.Host, tls: req.URL.Scheme == "https"}
 	if req.URL.Port() == "" {
 		port := "80"
@@ -254,7 +260,7 @@ func replayable(req *http.Request) bool {
 var aLongTimeAgo = time.Unix(1, 0)
 
 // call writes req on hc and reads the response's header.
-func (c *ClientTransport) call(hc *h1Conn, req *http.Request, body []byte) (*http.Response, error) {
+func (c *Transport) call(hc *h1Conn, req *http.Request, body []byte) (*http.Response, error) {
 	ctx := req.Context()
 	stop := context.AfterFunc(ctx, func() { _ = hc.c.SetDeadline(aLongTimeAgo) })
 	fail := func(err error, retry bool) (*http.Response, error) {
@@ -311,7 +317,7 @@ func (c *ClientTransport) call(hc *h1Conn, req *http.Request, body []byte) (*htt
 
 // conn returns an idle connection to key that is still open, or dials a
 // new one (always when fresh), making its TLS handshake when key says so.
-func (c *ClientTransport) conn(ctx context.Context, key poolKey, fresh bool) (*h1Conn, error) {
+func (c *Transport) conn(ctx context.Context, key poolKey, fresh bool) (*h1Conn, error) {
 	if !fresh {
 		if hc := c.idleConn(key); hc != nil {
 			return hc, nil
@@ -355,7 +361,7 @@ func (c *ClientTransport) conn(ctx context.Context, key poolKey, fresh bool) (*h
 
 // idleConn takes the most recently used idle connection to key that is
 // still open, closing the expired and closed ones it meets; nil when none.
-func (c *ClientTransport) idleConn(key poolKey) *h1Conn {
+func (c *Transport) idleConn(key poolKey) *h1Conn {
 	for {
 		c.mu.Lock()
 		l := c.idle[key]
@@ -387,7 +393,7 @@ func (c *ClientTransport) idleConn(key poolKey) *h1Conn {
 // same node) would otherwise make as many full handshakes together, on the
 // node that is being elected; in turns, the first calls are answered
 // sooner and the later ones take the connections those calls give back.
-func (c *ClientTransport) turn(ctx context.Context, key poolKey, fresh bool) (*h1Conn, func(), error) {
+func (c *Transport) turn(ctx context.Context, key poolKey, fresh bool) (*h1Conn, func(), error) {
 	c.mu.Lock()
 	t := c.turns[key]
 	if t == nil {
@@ -468,7 +474,7 @@ const (
 // as idle ones, which a node closes first when it is full. A Warm within
 // warmEvery of the last does nothing. It returns the first error it met,
 // having still tried every address.
-func (c *ClientTransport) Warm(ctx context.Context, addrs []string, useTLS bool) error {
+func (c *Transport) Warm(ctx context.Context, addrs []string, useTLS bool) error {
 	c.mu.Lock()
 	if c.warming || (!c.warmed.IsZero() && time.Since(c.warmed) < c.warmEvery) {
 		c.mu.Unlock()
@@ -514,7 +520,7 @@ func (c *ClientTransport) Warm(ctx context.Context, addrs []string, useTLS bool)
 // warm renews key's idle connections older than renewAfter (closing those
 // beyond depth) and opens new ones until depth are open, or one is not
 // kept open.
-func (c *ClientTransport) warm(ctx context.Context, key poolKey, url string, depth int) error {
+func (c *Transport) warm(ctx context.Context, key poolKey, url string, depth int) error {
 	c.mu.Lock()
 	stale := c.takeIdle(key, time.Now(), c.renewAfter)
 	c.mu.Unlock()
@@ -565,7 +571,7 @@ func (c *ClientTransport) warm(ctx context.Context, key poolKey, url string, dep
 
 // ping makes a GET of url on hc, which goes back to the pool when the
 // answer has been read.
-func (c *ClientTransport) ping(ctx context.Context, hc *h1Conn, url string) error {
+func (c *Transport) ping(ctx context.Context, hc *h1Conn, url string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		c.drop(hc)
@@ -582,7 +588,7 @@ func (c *ClientTransport) ping(ctx context.Context, hc *h1Conn, url string) erro
 
 // takeIdle removes from key's idle connections those idle for d or longer
 // at now (the oldest come first) and returns them; c.mu is held.
-func (c *ClientTransport) takeIdle(key poolKey, now time.Time, d time.Duration) []*h1Conn {
+func (c *Transport) takeIdle(key poolKey, now time.Time, d time.Duration) []*h1Conn {
 	l := c.idle[key]
 	n := 0
 	for n < len(l) && now.Sub(l[n].idleSince) >= d {
@@ -600,7 +606,7 @@ func (c *ClientTransport) takeIdle(key poolKey, now time.Time, d time.Duration) 
 }
 
 // put returns hc to the idle pool, or closes it when the pool is full.
-func (c *ClientTransport) put(key poolKey, hc *h1Conn) {
+func (c *Transport) put(key poolKey, hc *h1Conn) {
 	hc.idleSince = time.Now()
 	c.mu.Lock()
 	c.done(hc)
@@ -623,7 +629,7 @@ func (c *ClientTransport) put(key poolKey, hc *h1Conn) {
 
 // sweepIdle closes the connections idle for idleTimeout and comes back
 // when the oldest of the others expires.
-func (c *ClientTransport) sweepIdle() {
+func (c *Transport) sweepIdle() {
 	var expired []*h1Conn
 	now := time.Now()
 	c.mu.Lock()
@@ -661,12 +667,12 @@ type h1Conn struct {
 	bw        *bufio.Writer
 	reused    bool // has carried a call before this one
 	idleSince time.Time
-	dropped   bool // closed and no longer counted; under ClientTransport.mu
-	busy      bool // carrying a caller's call; under ClientTransport.mu
+	dropped   bool // closed and no longer counted; under Transport.mu
+	busy      bool // carrying a caller's call; under Transport.mu
 }
 
 // drop closes hc and stops counting it among the open connections.
-func (c *ClientTransport) drop(hc *h1Conn) {
+func (c *Transport) drop(hc *h1Conn) {
 	_ = hc.c.Close()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -681,7 +687,7 @@ func (c *ClientTransport) drop(hc *h1Conn) {
 }
 
 // done ends hc's call, if it carried one; c.mu is held.
-func (c *ClientTransport) done(hc *h1Conn) {
+func (c *Transport) done(hc *h1Conn) {
 	if !hc.busy {
 		return
 	}
@@ -728,7 +734,7 @@ func (w *countingWriter) Write(p []byte) (int, error) {
 type h1Body struct {
 	rc    io.ReadCloser
 	hc    *h1Conn
-	c     *ClientTransport
+	c     *Transport
 	stop  func() bool
 	ctx   context.Context
 	reuse bool

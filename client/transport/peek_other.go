@@ -1,6 +1,6 @@
 //go:build !linux
 
-package netio
+package transport
 
 import "syscall"
 

@@ -1,4 +1,4 @@
-package netio
+package transport
 
 import (
 	"bufio"
@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/xce/xce/internal/testutil"
+	"github.com/xce/xce/netio"
 	"github.com/xce/xce/tlsconf"
 )
 
@@ -39,14 +40,14 @@ func (s *connServer) track(_ net.Conn, st http.ConnState) {
 	}
 }
 
-func startConnServer(t *testing.T, lim Limits, h http.HandlerFunc) *connServer {
+func startConnServer(t *testing.T, lim netio.Limits, h http.HandlerFunc) *connServer {
 	t.Helper()
-	ln, err := Listen("127.0.0.1:0")
+	ln, err := netio.Listen("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := &connServer{addr: ln.Addr().String()}
-	srv := NewServer(h, lim)
+	srv := netio.NewServer(h, lim)
 	srv.ConnState = s.track
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.Serve(ln) }()
@@ -106,9 +107,9 @@ func do(cl *http.Client, req *http.Request) (string, error) {
 
 // Calls one after another share one connection; concurrent calls use one
 // connection each and return them for the calls that follow.
-func TestClientTransportReusesConnections(t *testing.T) {
-	s := startConnServer(t, DefaultLimits(), echo)
-	tr := NewClientTransport()
+func TestTransportReusesConnections(t *testing.T) {
+	s := startConnServer(t, netio.DefaultLimits(), echo)
+	tr := New()
 	defer tr.CloseIdleConnections()
 	cl := &http.Client{Transport: tr}
 	url := "http://" + s.addr + "/"
@@ -150,11 +151,11 @@ func TestClientTransportReusesConnections(t *testing.T) {
 // A pooled connection the server closed while it was idle (its idle
 // timeout, a restart) is noticed before use: a call that may not be sent
 // twice still succeeds, on a new connection.
-func TestClientTransportNoticesAClosedIdleConnection(t *testing.T) {
-	lim := DefaultLimits()
+func TestTransportNoticesAClosedIdleConnection(t *testing.T) {
+	lim := netio.DefaultLimits()
 	lim.IdleTimeout = 20 * time.Millisecond
 	s := startConnServer(t, lim, echo)
-	tr := NewClientTransport()
+	tr := New()
 	defer tr.CloseIdleConnections()
 	cl := &http.Client{Transport: tr}
 	url := "http://" + s.addr + "/"
@@ -214,7 +215,7 @@ func rawServer(t *testing.T) (addr string, requests func() int) {
 // again on a new connection only when it may be sent twice (a GET, or an
 // idempotency key), as with net/http's transport; otherwise the caller
 // learns the server closed it.
-func TestClientTransportRetriesOnlyWhatMayGoTwice(t *testing.T) {
+func TestTransportRetriesOnlyWhatMayGoTwice(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		call func(cl *http.Client, url string) (string, error)
@@ -230,7 +231,7 @@ func TestClientTransportRetriesOnlyWhatMayGoTwice(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			addr, requests := rawServer(t)
-			tr := NewClientTransport()
+			tr := New()
 			defer tr.CloseIdleConnections()
 			cl := &http.Client{Transport: tr}
 			url := "http://" + addr + "/"
@@ -259,9 +260,9 @@ func TestClientTransportRetriesOnlyWhatMayGoTwice(t *testing.T) {
 
 // A call whose context ends while it waits returns the context's error at
 // once and its connection is closed, never reused.
-func TestClientTransportCancel(t *testing.T) {
+func TestTransportCancel(t *testing.T) {
 	release := make(chan struct{})
-	s := startConnServer(t, DefaultLimits(), func(w http.ResponseWriter, r *http.Request) {
+	s := startConnServer(t, netio.DefaultLimits(), func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body) // only then does the server watch for a close
 		if r.URL.Path == "/slow" {
 			select {
@@ -272,7 +273,7 @@ func TestClientTransportCancel(t *testing.T) {
 		_, _ = fmt.Fprintf(w, "%s %s", r.Method, b)
 	})
 	defer close(release)
-	tr := NewClientTransport()
+	tr := New()
 	defer tr.CloseIdleConnections()
 	cl := &http.Client{Transport: tr}
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
@@ -296,12 +297,12 @@ func TestClientTransportCancel(t *testing.T) {
 
 // A body closed before its end closes its connection; one read to its end
 // gives the connection back.
-func TestClientTransportBodyClosedEarly(t *testing.T) {
+func TestTransportBodyClosedEarly(t *testing.T) {
 	big := strings.Repeat("z", 1<<20)
-	s := startConnServer(t, DefaultLimits(), func(w http.ResponseWriter, r *http.Request) {
+	s := startConnServer(t, netio.DefaultLimits(), func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, big)
 	})
-	tr := NewClientTransport()
+	tr := New()
 	defer tr.CloseIdleConnections()
 	cl := &http.Client{Transport: tr}
 	resp, err := cl.Get("http://" + s.addr + "/")
@@ -326,9 +327,9 @@ func TestClientTransportBodyClosedEarly(t *testing.T) {
 
 // Idle connections are closed after the idle timeout, and at once by
 // CloseIdleConnections.
-func TestClientTransportClosesIdleConnections(t *testing.T) {
-	s := startConnServer(t, DefaultLimits(), echo)
-	tr := NewClientTransport()
+func TestTransportClosesIdleConnections(t *testing.T) {
+	s := startConnServer(t, netio.DefaultLimits(), echo)
+	tr := New()
 	tr.idleTimeout = 30 * time.Millisecond
 	cl := &http.Client{Transport: tr}
 	url := "http://" + s.addr + "/"
@@ -349,7 +350,7 @@ func TestClientTransportClosesIdleConnections(t *testing.T) {
 	}
 	tr.mu.Unlock()
 
-	tr = NewClientTransport() // the default timeout: only CloseIdleConnections closes
+	tr = New() // the default timeout: only CloseIdleConnections closes
 	if _, err := post(context.Background(), &http.Client{Transport: tr}, url, "x"); err != nil {
 		t.Fatal(err)
 	}
@@ -388,24 +389,24 @@ func testPKI(t testing.TB) (server, client *tls.Config) {
 // Over TLS the transport carries calls on its own loop: one handshake,
 // then calls in a row share the connection; a server that closes it is
 // noticed before the next call, which goes on a new one.
-func TestClientTransportTLS(t *testing.T) {
+func TestTransportTLS(t *testing.T) {
 	serverCfg, clientCfg := testPKI(t)
-	ln, err := Listen("127.0.0.1:0")
+	ln, err := netio.Listen("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := &connServer{addr: ln.Addr().String()}
 	var proto sync.Map
-	srv := NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := netio.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		proto.Store(r.Proto, true)
 		echo(w, r)
-	}), DefaultLimits())
+	}), netio.DefaultLimits())
 	srv.ConnState = s.track
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.Serve(tls.NewListener(ln, serverCfg)) }()
 	t.Cleanup(func() { _ = srv.Close(); <-done })
 
-	tr := NewTLSClientTransport(clientCfg)
+	tr := NewTLS(clientCfg)
 	defer tr.CloseIdleConnections()
 	cl := &http.Client{Transport: tr}
 	url := "https://" + s.addr + "/"
@@ -437,7 +438,7 @@ func TestClientTransportTLS(t *testing.T) {
 
 	// A client that does not trust the server's CA fails at the handshake.
 	_, other := testPKI(t)
-	tr2 := NewTLSClientTransport(other)
+	tr2 := NewTLS(other)
 	defer tr2.CloseIdleConnections()
 	_, err = post(context.Background(), &http.Client{Transport: tr2}, url, "x")
 	var verr *tls.CertificateVerificationError
@@ -446,25 +447,25 @@ func TestClientTransportTLS(t *testing.T) {
 	}
 }
 
-// BenchmarkClientTransport is one small call over a reused connection,
+// BenchmarkTransport is one small call over a reused connection,
 // plaintext and over TLS.
-func BenchmarkClientTransport(b *testing.B) {
+func BenchmarkTransport(b *testing.B) {
 	serverCfg, clientCfg := testPKI(b)
 	for _, tc := range []struct {
 		name   string
 		scheme string
-		tr     *ClientTransport
+		tr     *Transport
 		wrap   func(net.Listener) net.Listener
 	}{
-		{"plaintext", "http", NewClientTransport(), func(l net.Listener) net.Listener { return l }},
-		{"tls", "https", NewTLSClientTransport(clientCfg), func(l net.Listener) net.Listener { return tls.NewListener(l, serverCfg) }},
+		{"plaintext", "http", New(), func(l net.Listener) net.Listener { return l }},
+		{"tls", "https", NewTLS(clientCfg), func(l net.Listener) net.Listener { return tls.NewListener(l, serverCfg) }},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			ln, err := Listen("127.0.0.1:0")
+			ln, err := netio.Listen("127.0.0.1:0")
 			if err != nil {
 				b.Fatal(err)
 			}
-			srv := NewServer(http.HandlerFunc(echo), DefaultLimits())
+			srv := netio.NewServer(http.HandlerFunc(echo), netio.DefaultLimits())
 			done := make(chan struct{})
 			go func() { defer close(done); _ = srv.Serve(tc.wrap(ln)) }()
 			defer func() { _ = srv.Close(); <-done }()
@@ -486,13 +487,13 @@ func BenchmarkClientTransport(b *testing.B) {
 // Callers that all need a new TLS connection to one address at once make
 // at most clientHandshakesPerHost handshakes together; the others wait
 // their turn (or until their context ends) and are then served.
-func TestClientTransportHandshakesInTurns(t *testing.T) {
+func TestTransportHandshakesInTurns(t *testing.T) {
 	gs := startGatedTLS(t, http.HandlerFunc(echo))
 	gate, mu := gs.gate, &gs.mu
 	blocked, most := &gs.blocked, &gs.most
 	clientCfg := gs.clientCfg
 	ln := gs.ln
-	tr := NewTLSClientTransport(clientCfg)
+	tr := NewTLS(clientCfg)
 	defer tr.CloseIdleConnections()
 	cl := &http.Client{Transport: tr}
 	url := "https://" + ln.Addr().String() + "/"
@@ -574,12 +575,12 @@ func startGatedTLS(t *testing.T, h http.Handler) *gatedTLS {
 		}
 		return next(hello)
 	}
-	ln, err := Listen("127.0.0.1:0")
+	ln, err := netio.Listen("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	gs.ln = ln
-	srv := NewServer(h, DefaultLimits())
+	srv := netio.NewServer(h, netio.DefaultLimits())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.Serve(tls.NewListener(ln, cfg)) }()
 	t.Cleanup(func() { _ = srv.Close(); <-done })
@@ -588,7 +589,7 @@ func startGatedTLS(t *testing.T, h http.Handler) *gatedTLS {
 
 // A caller waiting its turn to dial takes a connection that another call
 // gives back, without a handshake of its own.
-func TestClientTransportWaiterTakesConnectionGivenBack(t *testing.T) {
+func TestTransportWaiterTakesConnectionGivenBack(t *testing.T) {
 	arrived, release := make(chan struct{}), make(chan struct{})
 	gs := startGatedTLS(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/slow" {
@@ -597,7 +598,7 @@ func TestClientTransportWaiterTakesConnectionGivenBack(t *testing.T) {
 		}
 		echo(w, r)
 	}))
-	tr := NewTLSClientTransport(gs.clientCfg)
+	tr := NewTLS(gs.clientCfg)
 	defer tr.CloseIdleConnections()
 	cl := &http.Client{Transport: tr}
 	base := "https://" + gs.ln.Addr().String()

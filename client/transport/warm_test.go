@@ -1,4 +1,4 @@
-package netio
+package transport
 
 import (
 	"context"
@@ -66,10 +66,10 @@ func startWarmNode(t *testing.T, serverCfg *tls.Config) *warmNode {
 // Warm opens as many connections to every address as the most calls made
 // at once to one, renews idle ones, lets the pools shrink when fewer calls
 // are made, and does nothing when called again soon after.
-func TestClientTransportWarm(t *testing.T) {
+func TestTransportWarm(t *testing.T) {
 	serverCfg, clientCfg := testPKI(t)
 	a, b := startWarmNode(t, serverCfg), startWarmNode(t, serverCfg)
-	tr := NewTLSClientTransport(clientCfg)
+	tr := NewTLS(clientCfg)
 	defer tr.CloseIdleConnections()
 	cl := &http.Client{Transport: tr}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -175,11 +175,11 @@ func (n *warmNode) hold(ctx context.Context, t *testing.T, cl *http.Client, call
 
 // A node that closes the connection after answering (its health reserve)
 // gets one connection from a Warm, not a stream of them.
-func TestClientTransportWarmStopsWhenNotKept(t *testing.T) {
+func TestTransportWarmStopsWhenNotKept(t *testing.T) {
 	serverCfg, clientCfg := testPKI(t)
 	a, full := startWarmNode(t, serverCfg), startWarmNode(t, serverCfg)
 	full.closing.Store(true)
-	tr := NewTLSClientTransport(clientCfg)
+	tr := NewTLS(clientCfg)
 	defer tr.CloseIdleConnections()
 	cl := &http.Client{Transport: tr}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
