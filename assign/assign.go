@@ -137,6 +137,10 @@ type Task struct {
 	// more caught-up copies than the rest; 0 means the config's value. At
 	// most MaxStandbyReplicas; a stateless task ignores it.
 	StandbyReplicas int
+	// Weight is what the task costs relative to others (0 counts as 1, at
+	// most MaxWeight): the balance is by weight over capacity, so a task of
+	// weight 10 counts as ten of weight 1 (see the package doc).
+	Weight int
 }
 
 // Worker is a live worker instance. Capacity is its relative weight (see the
@@ -154,6 +158,20 @@ type Worker struct {
 	Capacity int
 	Lags     map[string]int64
 	Drained  bool
+	// Labels say where the worker runs (zone, rack, host, ...); the
+	// copies of a task spread over the values of Config.SpreadBy's keys.
+	// A worker without a key counts as having the value "".
+	Labels map[string]string
+	// Loads maps task id to the load the worker reports for its copy of
+	// the task (any unit, the same across workers); used when
+	// Config.Balance is BalanceLoad.
+	Loads map[string]int64
+	// Away marks a worker whose session ended less than the replacement
+	// delay ago: it runs nothing (its actives go to other copies at once),
+	// but its standbys, and the standby slot of an active it held, are
+	// kept for it and not re-created elsewhere, unless fewer than
+	// Config.MinCopies copies of a task would be left on live workers.
+	Away bool
 }
 
 // Placement says where the copies of one task run. Active is "" only when
@@ -176,6 +194,11 @@ type Input struct {
 	Tasks    []Task
 	Workers  []Worker
 	Previous Assignment
+	// Frozen holds placement still (xce placement freeze): only failures
+	// are handled. An active whose worker is gone or drained moves to a
+	// copy elsewhere, new tasks are placed, missing standbys are created;
+	// no copy moves for balance and no new warm-up starts.
+	Frozen bool
 }
 
 // Move is one change of one copy of one task between the (cleaned) Previous
@@ -209,6 +232,24 @@ type Result struct {
 	// Moves lists the changes from the cleaned Previous, sorted by task id,
 	// then kind (active, standby, warmup), then From, then To.
 	Moves []Move
+	// Unspread lists, by task id then key, where a task's copies could
+	// not take as many distinct values of a Config.SpreadBy key as the
+	// workers offer (see Shortfall).
+	Unspread []Shortfall
+}
+
+// Shortfall is one task whose copies (active and standbys) in the result
+// span fewer distinct values of a spread key than they could: Want is
+// min(copies, distinct values among the workers that may hold a copy),
+// Have the values they span now. Reason says why: "waits" (a copy moves
+// once a warm-up catches up), "capacity" (the workers that would spread
+// it are full or drained), or "frozen".
+type Shortfall struct {
+	Task   string
+	Key    string
+	Have   int
+	Want   int
+	Reason string
 }
 
 // Plan computes the next assignment. It returns an error, naming the
