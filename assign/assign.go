@@ -48,6 +48,22 @@
 // optimal: no single allowed move from a worker above its ceiling (or above
 // its floor) to a worker below its ceiling (or below its floor) remains.
 //
+// # Weights, spread, away workers, freezing, load
+//
+// Items weigh their task's Weight (at least 1): counts above are sums of
+// weights, and each band widens by the class's heaviest weight less one
+// on both sides, so that with unit weights nothing changes and with
+// weights every worker ends within one task's weight of its share. A
+// move is made only when the donor stays at or above its floor and the
+// receiver at or below its ceiling. Config.SpreadBy keys come before
+// balance: new standbys go to workers adding the most values, a repair
+// pass moves standbys to spread, and no balancing move spreads worse
+// (see Shortfall for what cannot be met). Away workers keep their
+// standbys (Worker.Away, Config.MinCopies), Input.Frozen handles only
+// failures, and BalanceLoad balances the actives by reported load; each
+// is described where it is declared, and in docs/design.md, "The
+// assignor".
+//
 // Each stateful task gets min(s, E-1) standbys, s being its own
 // Task.StandbyReplicas when above 0 and Config.NumStandbyReplicas otherwise,
 // and E the number of workers with capacity above 0: that is "where capacity
@@ -241,9 +257,11 @@ type Result struct {
 // Shortfall is one task whose copies (active and standbys) in the result
 // span fewer distinct values of a spread key than they could: Want is
 // min(copies, distinct values among the workers that may hold a copy),
-// Have the values they span now. Reason says why: "waits" (a copy moves
-// once a warm-up catches up), "capacity" (the workers that would spread
-// it are full or drained), or "frozen".
+// Have the values they span now. Reason says why: "waits" (the plan has
+// moves waiting for warm-ups or warm-up slots, Result.Followup, and later
+// plans go on), "frozen" (Input.Frozen), or "blocked" (no allowed move
+// spreads them further: a key earlier in Config.SpreadBy would lose a
+// value, or the workers that would spread them already hold a copy).
 type Shortfall struct {
 	Task   string
 	Key    string
@@ -254,8 +272,8 @@ type Shortfall struct {
 
 // Plan computes the next assignment. It returns an error, naming the
 // offending item, for an invalid config, an empty or duplicate task or worker
-// id, a negative or too large StandbyReplicas, a negative or too large
-// capacity, or a negative lag.
+// id, a negative or too large StandbyReplicas or Weight, a negative or too
+// large capacity, a negative lag or load, or a bad label.
 func Plan(in Input) (Result, error) {
 	if err := in.Config.Validate(); err != nil {
 		return Result{}, fmt.Errorf("assign: invalid config: %w", err)
@@ -286,6 +304,9 @@ func validateInput(in Input) error {
 		if t.StandbyReplicas > MaxStandbyReplicas {
 			return fmt.Errorf("assign: task %q: standby replicas %d exceed the maximum %d", t.ID, t.StandbyReplicas, MaxStandbyReplicas)
 		}
+		if t.Weight < 0 || t.Weight > MaxWeight {
+			return fmt.Errorf("assign: task %q: weight %d is outside 0..%d", t.ID, t.Weight, MaxWeight)
+		}
 	}
 	seenW := make(map[string]struct{}, len(in.Workers))
 	for i, w := range in.Workers {
@@ -310,6 +331,18 @@ func validateInput(in Input) error {
 		}
 		if found {
 			return fmt.Errorf("assign: worker %q: negative lag %d for task %q", w.ID, badLag, bad)
+		}
+		bad, badLag, found = "", 0, false
+		for id, l := range w.Loads {
+			if l < 0 && (!found || id < bad) {
+				bad, badLag, found = id, l, true
+			}
+		}
+		if found {
+			return fmt.Errorf("assign: worker %q: negative load %d for task %q", w.ID, badLag, bad)
+		}
+		if err := CheckLabels(w.Labels); err != nil {
+			return fmt.Errorf("assign: worker %q: %w", w.ID, err)
 		}
 	}
 	return nil

@@ -39,7 +39,7 @@ func band(n int, w, total uint64) (lo, hi int) {
 	return int(q), int(q)
 }
 
-// counter tracks the counts of one balanced class against its bands and
+// counter tracks the weighted counts of one balanced class against its bands and
 // answers the donor/receiver questions of the three balancing phases:
 //
 //	phase 1: above ceiling -> below floor (each move fixes two violations)
@@ -54,12 +54,52 @@ type counter struct {
 	weight []uint64
 }
 
-func newCounter(cnt []int, n int, weight []uint64, total uint64) *counter {
+// newCounter makes the counter of a class whose items weigh at most maxW
+// and n in all: each band widens by maxW−1 on both sides (so that with
+// unit weights it is exactly [floor, ceil]), since a worker can come no
+// closer to its ideal than the weight of the items it holds.
+func newCounter(cnt []int, n int, weight []uint64, total uint64, maxW int) *counter {
 	c := &counter{cnt: cnt, lo: make([]int, len(cnt)), hi: make([]int, len(cnt)), weight: weight}
+	slack := max(maxW-1, 0)
 	for w := range cnt {
-		c.lo[w], c.hi[w] = band(n, weight[w], total)
+		if weight[w] == 0 {
+			continue // drained or away: [0, 0] whatever the weights
+		}
+		lo, hi := band(n, weight[w], total)
+		c.lo[w], c.hi[w] = max(lo-slack, 0), hi+slack
 	}
 	return c
+}
+
+// newToleranceCounter makes a counter whose bands are the ideal ± tol
+// percent (BalanceLoad), and at least [floor, ceil] of it.
+func newToleranceCounter(cnt []int, n int, weight []uint64, total uint64, tol int) *counter {
+	c := &counter{cnt: cnt, lo: make([]int, len(cnt)), hi: make([]int, len(cnt)), weight: weight}
+	for w := range cnt {
+		lo, hi := band(n, weight[w], total)
+		// n·weight fits 64 bits (n is bounded by tasks × MaxWeight and
+		// weight by MaxCapacity); the product with the percentage may not.
+		nw := uint64(n) * weight[w]
+		h, l := bits.Mul64(nw, uint64(100-tol))
+		q, _ := bits.Div64(h, l, 100*total)
+		c.lo[w] = min(lo, int(q))
+		h, l = bits.Mul64(nw, uint64(100+tol))
+		q, r := bits.Div64(h, l, 100*total)
+		if r != 0 {
+			q++
+		}
+		c.hi[w] = max(hi, int(q))
+	}
+	return c
+}
+
+// fits reports whether moving an item of weight x from v to u leaves v at
+// or above its floor and u at or below its ceiling. With unit weights
+// every donor-to-receiver move of the three phases fits; with weights the
+// check keeps each move from overshooting, so every move strictly lowers
+// the total distance to the bands and the phases end.
+func (c *counter) fits(v, u, x int) bool {
+	return c.cnt[v]-x >= c.lo[v] && c.cnt[u]+x <= c.hi[u]
 }
 
 func (c *counter) donor(phase, v int) bool {
@@ -84,12 +124,6 @@ func (c *counter) inBand() bool {
 		}
 	}
 	return true
-}
-
-// keeps reports whether moving one item from w to u leaves both inside
-// their bands.
-func (c *counter) keeps(w, u int) bool {
-	return c.cnt[w]-1 >= c.lo[w] && c.cnt[u]+1 <= c.hi[u]
 }
 
 // needed reports whether a phase has both a donor and a receiver, so that

@@ -3,6 +3,7 @@ package assign
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -58,11 +59,36 @@ func benchBase(r *rand.Rand) Input {
 	return Input{Config: cfg, Tasks: tasks, Workers: workers}
 }
 
+// fleet gives an input's workers zone and rack labels (3 zones of 10
+// racks), its tasks weights 1-5, and spreads copies by zone, then rack.
+func fleet(in Input, r *rand.Rand) Input {
+	in.Config.SpreadBy = []string{"zone", "rack"}
+	in.Tasks = slices.Clone(in.Tasks)
+	for i := range in.Tasks {
+		in.Tasks[i].Weight = 1 + r.IntN(5)
+	}
+	in.Workers = slices.Clone(in.Workers)
+	for i := range in.Workers {
+		z := i % 3
+		in.Workers[i].Labels = map[string]string{"zone": fmt.Sprint("zone-", z), "rack": fmt.Sprint("rack-", z, "-", r.IntN(10))}
+	}
+	return in
+}
+
 // benchInputs are four 10,000 x 500 situations: a steady cluster, the same
 // cluster after 5% of the workers were replaced, a random (unbalanced)
-// previous assignment, and everything piled on two workers.
-func benchInputs(b testing.TB) map[string]Input {
+// previous assignment, and everything piled on two workers; with labels,
+// the same with fleet's labels, weights and spread.
+func benchInputs(b testing.TB, labels bool) map[string]Input {
 	r := rand.New(rand.NewPCG(42, 42))
+	fr := rand.New(rand.NewPCG(7, 7))
+	benchBase := func(r *rand.Rand) Input {
+		in := benchBase(r)
+		if labels {
+			in = fleet(in, fr)
+		}
+		return in
+	}
 	out := map[string]Input{}
 
 	fresh := benchBase(r)
@@ -79,6 +105,9 @@ func benchInputs(b testing.TB) map[string]Input {
 	churn.Workers = append([]Worker(nil), steady.Workers[25:]...)
 	for i := range 25 {
 		churn.Workers = append(churn.Workers, Worker{ID: fmt.Sprintf("worker-new-%02d", i), Capacity: 1 + r.IntN(4)})
+		if labels {
+			churn.Workers[len(churn.Workers)-1].Labels = steady.Workers[i].Labels
+		}
 	}
 	out["churn"] = churn
 
@@ -112,8 +141,14 @@ func benchInputs(b testing.TB) map[string]Input {
 
 // BenchmarkPlan plans 10,000 tasks (90% stateful, 1 standby) on 500
 // workers of capacity 1-4 with random lags.
-func BenchmarkPlan(b *testing.B) {
-	inputs := benchInputs(b)
+func BenchmarkPlan(b *testing.B) { benchmarkPlan(b, false) }
+
+// BenchmarkPlanFleet is BenchmarkPlan with zone and rack labels, weights
+// 1-5 and spread by zone, then rack.
+func BenchmarkPlanFleet(b *testing.B) { benchmarkPlan(b, true) }
+
+func benchmarkPlan(b *testing.B, labels bool) {
+	inputs := benchInputs(b, labels)
 	for _, name := range []string{"steady", "churn", "random", "pile"} {
 		in := inputs[name]
 		b.Run(name, func(b *testing.B) {

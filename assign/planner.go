@@ -36,6 +36,21 @@ type planner struct {
 	drained   []bool // per worker: Worker.Drained
 	kt        []int  // per task: its standbys (0 for a stateless task)
 	nCopies   int    // stateful copies: the sum over stateful tasks of 1+kt
+	wt        []int  // per task: its weight (Task.Weight, at least 1)
+	wa        []int  // per task: its weight as an active (its load under BalanceLoad)
+	sumA      int    // the sum of wa over stateful tasks
+	maxWA     int    // the largest wa of a stateful task
+	maxWC     int    // the largest wt of a stateful task
+	maxWT     int    // the largest wt of any task
+	tolerance int    // BalanceLoad's band in percent; 0 under BalanceWeight
+	away      []bool // per worker: Worker.Away
+	live      int    // workers not away
+	frozen    bool   // Input.Frozen
+	sp        *spreadIndex
+	reserved  [][]int // per task: standbys kept for away workers, beside sstar
+	need      []int   // per task: the target standbys on live workers
+	moveLeft  int     // BalanceLoad: active moves this plan may still make
+	moved     []bool  // BalanceLoad: per task, its target active moved for balance
 	stateful  []int
 	stateless []int
 
@@ -96,29 +111,59 @@ func newPlanner(in Input) *planner {
 			p.stateless = append(p.stateless, i)
 		}
 	}
+	widx := p.indexWorkers()
+	p.frozen = in.Frozen
+	p.weighTasks()
+	p.sp = newSpreadIndex(p.cfg.SpreadBy, p.workers, func(w int) bool { return p.weight[w] > 0 })
+	p.indexLags(tidx)
+	p.cleanPrevious(in.Previous, widx)
+	p.weighActives()
+	p.setPrev(p.origA, p.origS, p.origW)
+	return p
+}
+
+// indexWorkers derives each worker's effective capacity (weight) and
+// returns the index of worker ids.
+func (p *planner) indexWorkers() map[string]int {
 	widx := make(map[string]int, p.nW)
 	p.weight = make([]uint64, p.nW)
 	p.drained = make([]bool, p.nW)
+	p.away = make([]bool, p.nW)
 	for i, w := range p.workers {
 		widx[w.ID] = i
-		if w.Drained {
+		switch {
+		case w.Away:
+			// Weight 0 and no lags: it runs nothing and gets nothing;
+			// its standbys are kept for it (placeStandbys).
+			p.away[i] = true
+			p.live--
+		case w.Drained:
 			// Weight 0: it takes no active and no new copy; its
 			// standbys stay as extras (placeStandbys).
 			p.drained[i] = true
-			continue
+		default:
+			p.weight[i] = uint64(w.Capacity)
+			p.totalW += uint64(w.Capacity)
 		}
-		p.weight[i] = uint64(w.Capacity)
-		p.totalW += uint64(w.Capacity)
 	}
+	p.live += p.nW
 	if p.totalW == 0 {
-		// Nowhere better to go: every worker counts alike, the drained
-		// ones too, and the placement stays where it is.
+		// Nowhere better to go: every live worker counts alike, the
+		// drained ones too, and the placement stays where it is.
 		for i := range p.weight {
-			p.weight[i] = 1
-			p.drained[i] = false
+			if !p.away[i] {
+				p.weight[i] = 1
+				p.drained[i] = false
+				p.totalW++
+			}
 		}
-		p.totalW = uint64(p.nW)
 	}
+	return widx
+}
+
+// weighTasks derives each task's standbys and its weight wt from
+// Task.Weight.
+func (p *planner) weighTasks() {
 	eligible := 0
 	for _, w := range p.weight {
 		if w > 0 {
@@ -126,6 +171,11 @@ func newPlanner(in Input) *planner {
 		}
 	}
 	p.kt = make([]int, p.nT)
+	p.wt = make([]int, p.nT)
+	for t, task := range p.tasks {
+		p.wt[t] = max(task.Weight, 1)
+		p.maxWT = max(p.maxWT, p.wt[t])
+	}
 	for _, t := range p.stateful {
 		want := p.tasks[t].StandbyReplicas
 		if want == 0 {
@@ -133,12 +183,8 @@ func newPlanner(in Input) *planner {
 		}
 		p.kt[t] = min(want, max(eligible-1, 0))
 		p.nCopies += 1 + p.kt[t]
+		p.maxWC = max(p.maxWC, p.wt[t])
 	}
-
-	p.indexLags(tidx)
-	p.cleanPrevious(in.Previous, widx)
-	p.setPrev(p.origA, p.origS, p.origW)
-	return p
 }
 
 // indexLags inverts the workers' lag maps into per-task lists sorted by
@@ -242,7 +288,7 @@ func (p *planner) setPrev(a []int, s, w [][]int) {
 		for _, x := range w[t] {
 			p.wuList[x] = append(p.wuList[x], t)
 		}
-		p.pinned[t] = !p.anyCU[t] && a[t] >= 0 && p.lag(a[t], t) == p.minLag[t]
+		p.pinned[t] = !p.anyCU[t] && a[t] >= 0 && !p.away[a[t]] && p.lag(a[t], t) == p.minLag[t]
 		if !p.anyCU[t] && !p.pinned[t] && p.minLag[t] != infLag {
 			for _, e := range p.lags[t] {
 				if e.lag == p.minLag[t] {
@@ -283,12 +329,8 @@ func (p *planner) holds(t, w int) bool {
 // different but equally good destinations; returning the fixed point keeps
 // a controller that re-plans on every event from flapping copies around.
 func (p *planner) run() Result {
-	if p.nW == 0 {
-		res := Result{Assignment: make(Assignment, p.nT)}
-		for _, t := range p.tasks {
-			res.Assignment[t.ID] = Placement{}
-		}
-		return res
+	if p.live == 0 {
+		return p.nobodyLive()
 	}
 	for p.rounds = 1; ; p.rounds++ {
 		p.solve()
@@ -298,6 +340,30 @@ func (p *planner) run() Result {
 		p.setPrev(p.aOut, p.sOut, p.wOut)
 	}
 	return p.result()
+}
+
+// nobodyLive is the plan when no worker is live: no task runs, and the
+// standbys of away workers, and the slot of an active one held, are kept
+// for them.
+func (p *planner) nobodyLive() Result {
+	res := Result{Assignment: make(Assignment, p.nT)}
+	for t, task := range p.tasks {
+		var keep []string
+		if task.Stateful {
+			for _, w := range p.origS[t] {
+				keep = append(keep, p.workers[w].ID)
+			}
+			if a := p.origA[t]; a >= 0 {
+				keep = append(keep, p.workers[a].ID)
+			}
+			slices.Sort(keep)
+		}
+		res.Assignment[task.ID] = Placement{Standbys: keep}
+		if a := p.origA[t]; a >= 0 {
+			res.Moves = append(res.Moves, Move{Task: task.ID, From: p.workers[a].ID, Kind: KindActive})
+		}
+	}
+	return res
 }
 
 // fixedPoint reports whether the round's output equals its previous
@@ -315,8 +381,14 @@ func (p *planner) fixedPoint() bool {
 func (p *planner) solve() {
 	p.budget = p.cfg.MaxWarmupReplicas
 	p.blocked, p.followup = false, false
+	p.startLoadMoves()
 	p.placeActives()
-	p.balanceActives()
+	if p.frozen {
+		p.astar = slices.Clone(p.a0)
+		p.paid = make([]bool, p.nT)
+	} else {
+		p.balanceActives()
+	}
 	p.placeStandbys()
 	p.reconcile()
 	p.placeStateless()
@@ -333,14 +405,17 @@ func (p *planner) placeActives() {
 	}
 	var pending []int
 	for _, t := range p.stateful {
-		if a := p.prevA[t]; a >= 0 && p.caughtUp(a, t) {
+		if a := p.prevA[t]; a >= 0 && p.staysActive(t, a) {
 			p.a0[t] = a
-			p.cntA[a]++
+			p.cntA[a] += p.wa[t]
 		} else {
 			pending = append(pending, t)
 		}
 	}
 	lighter := func(a, b int) bool {
+		if p.away[a] != p.away[b] {
+			return p.away[b]
+		}
 		c := cmpLoad(p.cntA[a]+1, p.weight[a], p.cntA[b]+1, p.weight[b])
 		return c < 0 || (c == 0 && a < b)
 	}
@@ -351,7 +426,7 @@ func (p *planner) placeActives() {
 		// as caught up: it then holds the one copy to run from.
 		drainedToo := false
 		consider := func(w int) {
-			if (drainedToo || !p.drained[w]) && (best < 0 || lighter(w, best)) {
+			if (drainedToo || !p.drained[w]) && !p.away[w] && (best < 0 || lighter(w, best)) {
 				best = w
 			}
 		}
@@ -397,11 +472,26 @@ func (p *planner) placeActives() {
 			}
 		}
 		p.a0[t] = best
-		p.cntA[best]++
+		p.cntA[best] += p.wa[t]
 		if h != nil {
 			h.fix(best)
 		}
 	}
+}
+
+// staysActive reports whether the previous active of t on worker a keeps
+// running where it is before any balancing: a is caught up (a live
+// worker is, an away one never), or the placement is frozen and a is
+// neither gone nor drained. A frozen drained worker's caught-up active
+// still moves to a caught-up copy elsewhere: draining and leaving go on.
+func (p *planner) staysActive(t, a int) bool {
+	switch {
+	case p.away[a]:
+		return false
+	case p.frozen:
+		return !p.drained[a]
+	}
+	return p.caughtUp(a, t)
 }
 
 // needsWarmup reports whether the active of t may move to x only after a
@@ -411,6 +501,15 @@ func (p *planner) needsWarmup(t, x int) bool {
 	return x != p.a0[t] && !p.caughtUp(x, t) && !p.free(t, x) && !slices.Contains(p.prevS[t], x)
 }
 
+// activeCounter is the counter of the actives' class: by weight over
+// capacity, or under BalanceLoad by reported load within the tolerance.
+func (p *planner) activeCounter() *counter {
+	if p.tolerance > 0 {
+		return newToleranceCounter(p.cntA, p.sumA, p.weight, p.totalW, p.tolerance)
+	}
+	return newCounter(p.cntA, p.sumA, p.weight, p.totalW, p.maxWA)
+}
+
 // balanceActives computes the target actives: the state-preserving placement
 // moved into the balance band with the fewest moves, preferring for each
 // receiver the tasks it can take at once. A move onto a worker that must
@@ -418,7 +517,7 @@ func (p *planner) needsWarmup(t, x int) bool {
 func (p *planner) balanceActives() {
 	p.astar = slices.Clone(p.a0)
 	p.paid = make([]bool, p.nT)
-	m := &activeMoves{p: p, c: newCounter(p.cntA, len(p.stateful), p.weight, p.totalW),
+	m := &activeMoves{p: p, c: p.activeCounter(),
 		act: make([][]int, p.nW), unstated: make([][]int, p.nW)}
 	for _, t := range p.stateful {
 		m.act[p.a0[t]] = append(m.act[p.a0[t]], t)
@@ -459,6 +558,13 @@ func (m *activeMoves) isUnstated(t int) bool { return m.p.minLag[t] == infLag &&
 // slot it moves nothing and reports false.
 func (m *activeMoves) try(t, v, u int) bool {
 	p := m.p
+	if !m.c.fits(v, u, p.wa[t]) || !p.activeKeepsSpread(t, v, u) {
+		return false
+	}
+	if p.moveLeft == 0 && !p.moved[t] {
+		p.blocked = true
+		return false
+	}
 	switch need := p.needsWarmup(t, u); {
 	case need && !p.paid[t]:
 		if p.budget == 0 {
@@ -471,9 +577,13 @@ func (m *activeMoves) try(t, v, u int) bool {
 		p.budget++
 		p.paid[t] = false
 	}
+	if p.moveLeft > 0 && !p.moved[t] {
+		p.moveLeft--
+		p.moved[t] = true
+	}
 	p.astar[t] = u
-	m.c.cnt[v]--
-	m.c.cnt[u]++
+	m.c.cnt[v] -= p.wa[t]
+	m.c.cnt[u] += p.wa[t]
 	m.act[v] = removeSorted(m.act[v], t)
 	m.act[u] = insertSorted(m.act[u], t)
 	if m.isUnstated(t) {
@@ -601,8 +711,35 @@ func (p *planner) valuable(t, w int) bool {
 func (p *planner) placeStandbys() {
 	p.sstar = make([][]int, p.nT)
 	p.extra = make([][]int, p.nT)
+	p.reserved = make([][]int, p.nT)
+	p.need = make([]int, p.nT)
 	p.pend = make([][]pendingMove, p.nT)
-	p.copies = slices.Clone(p.cntA)
+	p.copies = make([]int, p.nW)
+	for _, t := range p.stateful {
+		p.copies[p.astar[t]] += p.wt[t]
+	}
+	p.keepStandbys()
+	n := 0
+	for _, t := range p.stateful {
+		n += (1 + p.need[t]) * p.wt[t]
+	}
+	c := newCounter(p.copies, n, p.weight, p.totalW, p.maxWC)
+	p.dropSurplus()
+	p.fillStandbys(c)
+	if p.frozen {
+		return
+	}
+	p.respread(c)
+	p.balanceCopies(c)
+	p.preferCaughtUp(c)
+}
+
+// keepStandbys starts the target standbys from the previous ones: they
+// stay, a promoted standby's slot goes to the old active's worker (a swap),
+// a drained worker's stay as extras and an away worker's are reserved for
+// it. It sets need, the standbys each task gets on live workers: its
+// standby count less those reserved, but enough for Config.MinCopies.
+func (p *planner) keepStandbys() {
 	// The standby lists share one buffer (one allocation instead of one per
 	// task); a list that outgrows its share is reallocated by append.
 	size := 0
@@ -615,66 +752,79 @@ func (p *planner) placeStandbys() {
 		n := max(p.kt[t], len(p.prevS[t])) + 1
 		s := buf[:0:n]
 		buf = buf[n:]
-		var extra []int
+		var extra, reserved []int
 		for _, w := range p.prevS[t] {
 			switch {
 			case w == a:
+			case p.away[w]:
+				reserved = append(reserved, w)
 			case p.drained[w]:
 				extra = append(extra, w)
 			default:
 				s = append(s, w)
 			}
 		}
-		if len(s)+len(extra) < len(p.prevS[t]) {
-			if w := p.partner(t); w >= 0 && !slices.Contains(s, w) && !slices.Contains(extra, w) {
-				if p.drained[w] {
+		if len(s)+len(extra)+len(reserved) < len(p.prevS[t]) {
+			if w := p.partner(t); w >= 0 && !slices.Contains(s, w) && !slices.Contains(extra, w) && !slices.Contains(reserved, w) {
+				switch {
+				case p.away[w]:
+					reserved = insertSorted(reserved, w)
+				case p.drained[w]:
 					extra = insertSorted(extra, w)
-				} else {
+				default:
 					s = insertSorted(s, w)
 				}
 			}
 		}
-		p.extra[t] = extra
+		reserved = reserved[:min(len(reserved), p.kt[t])]
+		p.need[t] = max(p.kt[t]-len(reserved), min(p.kt[t], p.cfg.MinCopies-1))
+		p.extra[t], p.reserved[t] = extra, reserved
 		p.sstar[t] = s
 		for _, w := range s {
-			p.copies[w]++
+			p.copies[w] += p.wt[t]
 		}
 	}
-	c := newCounter(p.copies, p.nCopies, p.weight, p.totalW)
+}
 
+// dropSurplus removes target standbys beyond need, those adding the
+// fewest spread values first, then lagging, then loaded ones.
+func (p *planner) dropSurplus() {
 	for _, t := range p.stateful {
-		s := p.sstar[t]
-		for len(s) > p.kt[t] {
+		for len(p.sstar[t]) > p.need[t] {
+			s := p.sstar[t]
 			vi := 0
 			for i := 1; i < len(s); i++ {
 				if p.dropFirst(t, s[i], s[vi]) {
 					vi = i
 				}
 			}
-			p.copies[s[vi]]--
-			s = slices.Delete(s, vi, vi+1)
+			p.copies[s[vi]] -= p.wt[t]
+			p.sstar[t] = slices.Delete(s, vi, vi+1)
 		}
-		p.sstar[t] = s
 	}
+}
 
+// fillStandbys adds the missing target standbys (fillCandidate).
+func (p *planner) fillStandbys(c *counter) {
 	lighter := func(a, b int) bool {
 		c := cmpLoad(p.copies[a]+1, p.weight[a], p.copies[b]+1, p.weight[b])
 		return c < 0 || (c == 0 && a < b)
 	}
 	var h *workerHeap
 	for _, t := range p.stateful {
-		for len(p.sstar[t]) < p.kt[t] {
+		for len(p.sstar[t]) < p.need[t] {
 			if h == nil {
 				h = newWorkerHeap(p.nW, lighter)
 			}
 			w := p.fillCandidate(t, c.hi, lighter, h)
+			if w < 0 {
+				break
+			}
 			p.sstar[t] = insertSorted(p.sstar[t], w)
-			p.copies[w]++
+			p.copies[w] += p.wt[t]
 			h.fix(w)
 		}
 	}
-	p.balanceCopies(c)
-	p.preferCaughtUp(c)
 }
 
 // preferCaughtUp moves each new target copy on a worker that is not caught
@@ -690,7 +840,7 @@ func (p *planner) placeStandbys() {
 // balancing steps did not consider. Every move lowers one copy's lag and
 // raises none, so the loop ends.
 func (p *planner) preferCaughtUp(copies *counter) {
-	acts := newCounter(p.cntA, len(p.stateful), p.weight, p.totalW)
+	acts := p.activeCounter()
 	if !copies.inBand() {
 		return
 	}
@@ -702,12 +852,14 @@ func (p *planner) preferCaughtUp(copies *counter) {
 		changed = false
 		for _, t := range p.stateful {
 			if w := p.astar[t]; actsOK && !held(t, w) && !p.caughtUp(w, t) {
-				u := p.moreCaughtUp(t, w, acts, func(u int) bool { return acts.keeps(w, u) && copies.keeps(w, u) })
+				u := p.moreCaughtUp(t, w, acts, func(u int) bool {
+					return acts.fits(w, u, p.wa[t]) && copies.fits(w, u, p.wt[t]) && p.spreadKeeps(t, w, u)
+				})
 				if u >= 0 && p.retargetActive(t, w, u) {
-					acts.cnt[w]--
-					acts.cnt[u]++
-					copies.cnt[w]--
-					copies.cnt[u]++
+					acts.cnt[w] -= p.wa[t]
+					acts.cnt[u] += p.wa[t]
+					copies.cnt[w] -= p.wt[t]
+					copies.cnt[u] += p.wt[t]
 					changed = true
 				}
 			}
@@ -717,10 +869,10 @@ func (p *planner) preferCaughtUp(copies *counter) {
 				if held(t, w) || p.caughtUp(w, t) {
 					continue
 				}
-				if u := p.moreCaughtUp(t, w, copies, func(u int) bool { return copies.keeps(w, u) }); u >= 0 {
+				if u := p.moreCaughtUp(t, w, copies, func(u int) bool { return copies.fits(w, u, p.wt[t]) && p.spreadKeeps(t, w, u) }); u >= 0 {
 					p.retargetStandby(t, w, u)
-					copies.cnt[w]--
-					copies.cnt[u]++
+					copies.cnt[w] -= p.wt[t]
+					copies.cnt[u] += p.wt[t]
 					changed = true
 				}
 			}
@@ -791,9 +943,15 @@ func (p *planner) retargetStandby(t, w, u int) {
 	p.sstar[t] = insertSorted(removeSorted(p.sstar[t], w), u)
 }
 
-// dropFirst orders surplus standbys of t for removal: lagging before caught
-// up, then more loaded, then higher id.
+// dropFirst orders surplus standbys of t for removal: those adding fewer
+// spread values first, then lagging before caught up, then more loaded,
+// then higher id.
 func (p *planner) dropFirst(t, a, b int) bool {
+	if p.sp != nil {
+		if ma, mb := p.newValues(t, a, a), p.newValues(t, b, b); ma != mb {
+			return ma < mb
+		}
+	}
 	ca, cb := p.caughtUp(a, t), p.caughtUp(b, t)
 	if ca != cb {
 		return !ca
@@ -804,18 +962,24 @@ func (p *planner) dropFirst(t, a, b int) bool {
 	return a > b
 }
 
-// fillCandidate picks the worker for a missing standby of t: one that held
+// fillCandidate picks the worker for a missing standby of t, among those
+// that spread its copies best (Config.SpreadBy): one that held
 // the active (kept even above its ceiling when caught up, since its state is
 // worth keeping and balancing may still move it), then the least loaded
 // caught-up worker, then the most caught-up worker with state, then the
 // least loaded warm-up holder (each only while below its ceiling), else the
 // least loaded worker that does not hold t.
 func (p *planner) fillCandidate(t int, hi []int, lighter func(a, b int) bool, h *workerHeap) int {
+	spreads := func(int) bool { return true }
+	if p.sp != nil {
+		best := p.bestNewValues(t)
+		spreads = func(w int) bool { return p.newValues(t, w, -1) == best }
+	}
 	ok := func(w int) bool {
-		return w >= 0 && p.weight[w] > 0 && p.copies[w] < hi[w] && !p.holds(t, w)
+		return w >= 0 && p.weight[w] > 0 && p.copies[w]+p.wt[t] <= hi[w] && !p.holds(t, w) && spreads(w)
 	}
 	for _, w := range [...]int{p.partner(t), p.prevA[t], p.a0[t]} {
-		if w >= 0 && p.weight[w] > 0 && !p.holds(t, w) && (p.caughtUp(w, t) || p.copies[w] < hi[w]) {
+		if w >= 0 && p.weight[w] > 0 && !p.holds(t, w) && spreads(w) && (p.caughtUp(w, t) || p.copies[w]+p.wt[t] <= hi[w]) {
 			return w
 		}
 	}
@@ -846,7 +1010,7 @@ func (p *planner) fillCandidate(t int, hi []int, lighter func(a, b int) bool, h 
 	if best >= 0 {
 		return best
 	}
-	best, p.scratch = h.minExcluding(func(w int) bool { return p.weight[w] == 0 || p.holds(t, w) }, p.scratch)
+	best, p.scratch = h.minExcluding(func(w int) bool { return p.weight[w] == 0 || p.holds(t, w) || !spreads(w) }, p.scratch)
 	return best
 }
 
@@ -909,6 +1073,9 @@ func (m *copyMoves) class(t, w int) int {
 // pending move; without a slot it moves nothing and reports false.
 func (m *copyMoves) try(t, v, u int) bool {
 	p := m.p
+	if !m.c.fits(v, u, p.wt[t]) || !p.spreadKeeps(t, v, u) {
+		return false
+	}
 	cu := p.caughtUp(u, t)
 	i := slices.IndexFunc(p.pend[t], func(pm pendingMove) bool { return pm.to == v })
 	switch {
@@ -927,8 +1094,8 @@ func (m *copyMoves) try(t, v, u int) bool {
 	}
 	s := removeSorted(p.sstar[t], v)
 	p.sstar[t] = insertSorted(s, u)
-	m.c.cnt[v]--
-	m.c.cnt[u]++
+	m.c.cnt[v] -= p.wt[t]
+	m.c.cnt[u] += p.wt[t]
 	l := m.class(t, v)
 	m.sb[l][v] = removeSorted(m.sb[l][v], t)
 	l = m.class(t, u)
@@ -1008,7 +1175,7 @@ func (m *copyMoves) anything(phase int) (progress bool) {
 				continue // for good: donors only shrink within a phase
 			}
 			tried = append(tried, v)
-			if t := p.pickStandby(m.sb[0][v], m.sb[1][v], u); t >= 0 {
+			if t := p.pickStandby(m.sb[0][v], m.sb[1][v], v, u); t >= 0 {
 				moved = m.try(t, v, u)
 			}
 		}
@@ -1028,15 +1195,16 @@ func (m *copyMoves) anything(phase int) (progress bool) {
 
 // pickStandby chooses which standby of a donor moves to u: one whose move
 // loses nothing first, then (with a warm-up slot left) a running caught-up
-// one, the highest id first; never one u holds.
-func (p *planner) pickStandby(cheap, valuable []int, u int) int {
+// one, the highest id first; never one u holds or whose move spreads the
+// task's copies worse.
+func (p *planner) pickStandby(cheap, valuable []int, v, u int) int {
 	for i := len(cheap) - 1; i >= 0; i-- {
-		if t := cheap[i]; !p.holds(t, u) {
+		if t := cheap[i]; !p.holds(t, u) && p.spreadKeeps(t, v, u) {
 			return t
 		}
 	}
 	for i := len(valuable) - 1; i >= 0; i-- {
-		if t := valuable[i]; !p.holds(t, u) {
+		if t := valuable[i]; !p.holds(t, u) && p.spreadKeeps(t, v, u) {
 			if p.budget == 0 {
 				p.blocked = true
 				return -1
@@ -1079,7 +1247,7 @@ func (p *planner) reconcile() {
 			} else {
 				s = append(s, a)
 			}
-			if len(s) > k {
+			if len(s) > p.need[t] {
 				di := 0
 				for i := 1; i < len(s); i++ {
 					if vi, vd := p.keepValue(t, s[i], a), p.keepValue(t, s[di], a); vi < vd || (vi == vd && s[i] > s[di]) {
@@ -1111,7 +1279,20 @@ func (p *planner) reconcile() {
 				s = insertSorted(s, w)
 			}
 		}
+		// So do the standbys kept for away workers.
+		for _, w := range p.reserved[t] {
+			s = insertSorted(s, w)
+		}
 		p.aOut[t], p.sOut[t] = out, s
+		if p.frozen {
+			// Warm-ups in progress go on (no new one starts) on workers
+			// that may still take a copy.
+			for _, w := range p.prevW[t] {
+				if p.weight[w] > 0 && w != out && !slices.Contains(s, w) {
+					p.wOut[t] = append(p.wOut[t], w)
+				}
+			}
+		}
 	}
 	if p.blocked {
 		p.followup = true
@@ -1161,20 +1342,23 @@ func (p *planner) placeStateless() {
 		return
 	}
 	load := make([]int, p.nW)
-	n := len(p.stateless)
+	n := 0
+	for _, t := range p.stateless {
+		n += p.wt[t]
+	}
 	for _, t := range p.stateful {
-		load[p.aOut[t]]++
+		load[p.aOut[t]] += p.wt[t]
 		for _, w := range p.sOut[t] {
-			load[w]++
+			load[w] += p.wt[t]
 		}
-		n += 1 + len(p.sOut[t])
+		n += (1 + len(p.sOut[t])) * p.wt[t]
 	}
 	sl := make([][]int, p.nW)
 	var unplaced []int
 	for _, t := range p.stateless {
-		if a := p.prevA[t]; a >= 0 {
+		if a := p.prevA[t]; a >= 0 && !p.away[a] {
 			p.aOut[t] = a
-			load[a]++
+			load[a] += p.wt[t]
 			sl[a] = append(sl[a], t)
 		} else {
 			unplaced = append(unplaced, t)
@@ -1188,12 +1372,19 @@ func (p *planner) placeStateless() {
 		for _, t := range unplaced {
 			w := h.top()
 			p.aOut[t] = w
-			load[w]++
+			load[w] += p.wt[t]
 			sl[w] = insertSorted(sl[w], t)
 			h.fix(w)
 		}
 	}
-	c := newCounter(load, n, p.weight, p.totalW)
+	if !p.frozen {
+		p.balanceStateless(newCounter(load, n, p.weight, p.totalW, p.maxWT), sl)
+	}
+}
+
+// balanceStateless moves stateless tasks (sl: each worker's, sorted) until
+// the total load is balanced or no task fits anywhere.
+func (p *planner) balanceStateless(c *counter, sl [][]int) {
 	hasItems := func(w int) bool { return len(sl[w]) > 0 }
 	for progress := true; progress; {
 		progress = false
@@ -1209,12 +1400,22 @@ func (p *planner) placeStateless() {
 					don.pop()
 					continue
 				}
-				t := sl[v][len(sl[v])-1]
-				sl[v] = sl[v][:len(sl[v])-1]
+				// The donor's highest task that fits; with weights the
+				// highest may not, and a donor with none that fits is done.
+				i := len(sl[v]) - 1
+				for i >= 0 && !c.fits(v, u, p.wt[sl[v][i]]) {
+					i--
+				}
+				if i < 0 {
+					don.pop()
+					continue
+				}
+				t := sl[v][i]
+				sl[v] = slices.Delete(sl[v], i, i+1)
 				sl[u] = insertSorted(sl[u], t)
 				p.aOut[t] = u
-				c.cnt[v]--
-				c.cnt[u]++
+				c.cnt[v] -= p.wt[t]
+				c.cnt[u] += p.wt[t]
 				recv.fix(u)
 				don.fix(v)
 				progress = true
@@ -1227,7 +1428,7 @@ var kindOrder = map[string]int{KindActive: 0, KindStandby: 1, KindWarmup: 2}
 
 // result converts indices back to ids and lists the moves.
 func (p *planner) result() Result {
-	res := Result{Assignment: make(Assignment, p.nT), Followup: p.followup}
+	res := Result{Assignment: make(Assignment, p.nT), Followup: p.followup, Unspread: p.shortfalls()}
 	name := func(w int) string {
 		if w < 0 {
 			return ""
