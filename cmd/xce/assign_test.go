@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -24,6 +25,12 @@ func TestParsePlanInputErrors(t *testing.T) {
 		{`{"config":{"max_warmup_replicas":0}}`, `max_warmup_replicas`},
 		{`{"config":{"probing_rebalance_interval":"soon"}}`, `config.probing_rebalance_interval`},
 		{`{"tasks":[],"extra":1}`, `unknown field "extra"`},
+		{`{"tasks":[{"id":"a","weight":70000}]}`, `tasks[0].weight: 70000 is outside 1..65536`},
+		{`{"workers":[{"id":"W","capacity":1,"labels":{"zone":"a b"}}]}`, `workers[0].labels: label "zone": value "a b"`},
+		{`{"tasks":[{"id":"a"}],"workers":[{"id":"W","capacity":1,"loads":{"a":-1}}]}`, `workers[0].loads["a"]: -1 is negative`},
+		{`{"config":{"spread_by":["zone","zone"]}}`, `"zone" is listed twice`},
+		{`{"config":{"balance":"random"}}`, `balance`},
+		{`{"config":{"replace_delay":"-1s"}}`, `config.replace_delay`},
 		{`not json`, `input:`},
 	} {
 		_, err := parsePlanInput(strings.NewReader(tc.in))
@@ -171,5 +178,54 @@ func TestAssignPlanDrainedWorker(t *testing.T) {
 	want := map[string]placementJSON{"T": {Active: "W2", Standbys: []string{"W1", "W3"}, Warmups: []string{}}}
 	if !reflect.DeepEqual(got.Assignment, want) || got.Followup {
 		t.Fatalf("got %+v followup %v, want %+v", got.Assignment, got.Followup, want)
+	}
+}
+
+// TestAssignPlanSpreadsByZone: the contract of issue-level names: worker
+// labels, task weight and standby_replicas, config spread_by; three zones
+// of two workers: every task's three copies land in three zones, and a
+// frozen unspread previous assignment reports where spread is not met.
+func TestAssignPlanSpreadsByZone(t *testing.T) {
+	in := `{"config":{"spread_by":["zone"],"replace_delay":"0s","balance":"weight"},
+"tasks":[{"id":"T1","stateful":true,"standby_replicas":2,"weight":3},{"id":"T2","stateful":true,"standby_replicas":2}],
+"workers":[{"id":"a1","capacity":1,"labels":{"zone":"a"}},{"id":"a2","capacity":1,"labels":{"zone":"a"}},
+{"id":"b1","capacity":1,"labels":{"zone":"b"}},{"id":"b2","capacity":1,"labels":{"zone":"b"}},
+{"id":"c1","capacity":1,"labels":{"zone":"c"}},{"id":"c2","capacity":1,"labels":{"zone":"c"}}]}`
+	_, got := planJSON(t, in)
+	for _, id := range []string{"T1", "T2"} {
+		p := got.Assignment[id]
+		zones := map[byte]bool{}
+		for _, w := range append([]string{p.Active}, p.Standbys...) {
+			zones[w[0]] = true
+		}
+		if len(zones) != 3 {
+			t.Fatalf("%s: %+v spans %d zones, want 3", id, p, len(zones))
+		}
+	}
+	if len(got.Unspread) != 0 {
+		t.Fatalf("unspread %v", got.Unspread)
+	}
+	frozen := strings.Replace(in, `"tasks"`, `"frozen":true,"previous":{"T1":{"active":"a1","standbys":["a2","b1"]}},"tasks"`, 1)
+	_, got = planJSON(t, frozen)
+	want := shortfallJSON{Task: "T1", Key: "zone", Have: 2, Want: 3, Reason: "frozen"}
+	if len(got.Unspread) != 1 || got.Unspread[0] != want {
+		t.Fatalf("frozen: unspread %v, want [%v]", got.Unspread, want)
+	}
+}
+
+// TestAssignPlanReplaceDelay: with replace_delay, a worker previous names
+// that is missing is planned as away: its standby is kept and no new copy
+// is made.
+func TestAssignPlanReplaceDelay(t *testing.T) {
+	in := `{"config":{"num_standby_replicas":1%s},"tasks":[{"id":"T1","stateful":true}],
+"workers":[{"id":"I2","capacity":1,"lags":{"T1":0}},{"id":"I3","capacity":1}],
+"previous":{"T1":{"active":"I1","standbys":["I2"]}}}`
+	_, got := planJSON(t, fmt.Sprintf(in, ""))
+	if p := got.Assignment["T1"]; p.Active != "I2" || len(p.Standbys) != 1 || p.Standbys[0] != "I3" {
+		t.Fatalf("no delay: %+v, want I2 active and a new standby on I3", p)
+	}
+	_, got = planJSON(t, fmt.Sprintf(in, `,"replace_delay":"30s"`))
+	if p := got.Assignment["T1"]; p.Active != "I2" || len(p.Standbys) != 1 || p.Standbys[0] != "I1" || len(got.Departed) != 0 {
+		t.Fatalf("delay: %+v (departed %v), want I2 active and I1 kept as a standby", p, got.Departed)
 	}
 }
