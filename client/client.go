@@ -740,7 +740,12 @@ func (c *Client) ListWorkers(ctx context.Context) (*xcev1.ListWorkersResponse, e
 // capacity is its relative weight (0 drains it); addr is where it serves
 // its own clients (informational).
 func (c *Client) Register(ctx context.Context, id string, capacity uint32, addr string) (*xcev1.RegisterResponse, error) {
-	req := &xcev1.RegisterRequest{WorkerId: id, Capacity: capacity, ClientAddr: addr}
+	return c.RegisterWith(ctx, &xcev1.RegisterRequest{WorkerId: id, Capacity: capacity, ClientAddr: addr})
+}
+
+// RegisterWith is Register with every field of the request (the worker's
+// labels too).
+func (c *Client) RegisterWith(ctx context.Context, req *xcev1.RegisterRequest) (*xcev1.RegisterResponse, error) {
 	var out *xcev1.RegisterResponse
 	err := c.doWorker(ctx, func(ctx context.Context, s xcev1connect.WorkerServiceClient) error {
 		r, err := s.Register(ctx, connect.NewRequest(req))

@@ -18,7 +18,7 @@ import (
 
 // Workers is the primary's worker sessions and assignor (placement.Service).
 type Workers interface {
-	Register(id string, capacity uint32, addr string) (placement.RegisterInfo, error)
+	RegisterWith(r placement.Registration) (placement.RegisterInfo, error)
 	Beat(ctx context.Context, b placement.Beat) (placement.Answer, error)
 	Workers() ([]placement.WorkerInfo, bool, error)
 	Soft() (tasks map[string]placement.TaskSoft, settling, followup, ok bool)
@@ -62,7 +62,7 @@ func (w *workerService) Register(ctx context.Context, req *connect.Request[xcev1
 		return nil, w.s.noWorkers()
 	}
 	m := req.Msg
-	info, err := w.s.workers.Register(m.WorkerId, m.Capacity, m.ClientAddr)
+	info, err := w.s.workers.RegisterWith(placement.Registration{Worker: m.WorkerId, Capacity: m.Capacity, Addr: m.ClientAddr, Labels: m.Labels})
 	if err != nil {
 		return nil, w.s.workersErr(err)
 	}
@@ -128,7 +128,7 @@ func (s *Service) ListWorkers(ctx context.Context, _ *connect.Request[xcev1.List
 			WorkerId: w.ID, Capacity: uint32(w.Capacity), ClientAddr: w.Addr,
 			LastHeartbeatAgeMs: w.LastSeen.Milliseconds(),
 			Actives:            w.Copies.Actives, Standbys: w.Copies.Standbys, Warmups: w.Copies.Warmups,
-			Lags: w.Lags, Notice: w.Notice, DrainState: w.DrainState,
+			Lags: w.Lags, Notice: w.Notice, DrainState: w.DrainState, Labels: w.Labels,
 		}
 	}
 	return connect.NewResponse(resp), nil

@@ -195,34 +195,9 @@ func (s *Service) expire(ts *termState) bool {
 // (followup) and whether the write failed and should be retried.
 func (s *Service) plan(ctx context.Context, ts *termState) (followup, retry bool) {
 	gen, prev := s.fsm.Assignment()
-	in := assign.Input{Config: s.cfg.Assign}
-	s.mu.Lock()
-	for _, w := range ts.workers {
-		if !w.reported {
-			continue
-		}
-		in.Workers = append(in.Workers, assign.Worker{ID: w.id, Capacity: w.capacity, Lags: maps.Clone(w.lags),
-			Drained: w.leaving || s.fsm.IsDrained(w.id)})
-	}
-	s.mu.Unlock()
-	if len(in.Workers) == 0 && !anyCopy(prev) {
-		// Nowhere to place anything and nothing placed to take back: the
-		// tasks stay PENDING without a write, and without copying the
-		// task set (a submit storm re-plans every second).
+	in, tasks, ok := s.input(ts, prev)
+	if !ok {
 		return false, false
-	}
-	tasks, _ := s.fsm.AllTasks()
-	in.Tasks = make([]assign.Task, len(tasks))
-	for i, t := range tasks {
-		// A submit asking for more than the assignor's maximum is refused,
-		// but the log format takes larger counts: such a task gets the
-		// maximum rather than failing every plan.
-		k := min(t.StandbyReplicas, assign.MaxStandbyReplicas)
-		in.Tasks[i] = assign.Task{ID: t.ID, Stateful: t.Stateful, StandbyReplicas: int(k)}
-	}
-	in.Previous = make(assign.Assignment, len(prev))
-	for id, p := range prev {
-		in.Previous[id] = assign.Placement{Active: p.Active, Standbys: p.Standbys, Warmups: p.Warmups}
 	}
 
 	start := time.Now()
@@ -292,6 +267,41 @@ func (s *Service) plan(ctx context.Context, ts *termState) (followup, retry bool
 		s.log.Debug().Str("task", m.Task).Str("kind", m.Kind).Str("from", m.From).Str("to", m.To).Msg("move")
 	}
 	return res.Followup, false
+}
+
+// input is what the assignor plans from: the workers that reported, with
+// their labels and loads, the tasks with their weights, and the committed
+// assignment prev. ok is false when there is nowhere to place anything and
+// nothing placed to take back: the tasks stay PENDING without a write,
+// and without copying the task set (a submit storm re-plans every second).
+func (s *Service) input(ts *termState, prev map[string]state.Placement) (in assign.Input, tasks []state.Task, ok bool) {
+	in = assign.Input{Config: s.cfg.Assign}
+	s.mu.Lock()
+	for _, w := range ts.workers {
+		if !w.reported {
+			continue
+		}
+		in.Workers = append(in.Workers, assign.Worker{ID: w.id, Capacity: w.capacity, Lags: maps.Clone(w.lags),
+			Drained: w.leaving || s.fsm.IsDrained(w.id), Labels: w.labels})
+	}
+	s.mu.Unlock()
+	if len(in.Workers) == 0 && !anyCopy(prev) {
+		return in, nil, false
+	}
+	tasks, _ = s.fsm.AllTasks()
+	in.Tasks = make([]assign.Task, len(tasks))
+	for i, t := range tasks {
+		// A submit asking for more than the assignor's maximum is refused,
+		// but the log format takes larger counts: such a task gets the
+		// maximum rather than failing every plan.
+		k := min(t.StandbyReplicas, assign.MaxStandbyReplicas)
+		in.Tasks[i] = assign.Task{ID: t.ID, Stateful: t.Stateful, StandbyReplicas: int(k)}
+	}
+	in.Previous = make(assign.Assignment, len(prev))
+	for id, p := range prev {
+		in.Previous[id] = assign.Placement{Active: p.Active, Standbys: p.Standbys, Warmups: p.Warmups}
+	}
+	return in, tasks, true
 }
 
 // anyCopy reports whether an assignment places any copy on a worker.

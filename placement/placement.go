@@ -153,6 +153,8 @@ type WorkerInfo struct {
 	// with actives still to move), "drained" (drained, no active left) or
 	// "leaving" (the worker is stopping and hands its actives over).
 	DrainState string
+	// Labels are the labels the worker registered with (nil: none).
+	Labels map[string]string
 }
 
 // The drain states of WorkerInfo.DrainState.
@@ -202,6 +204,7 @@ type session struct {
 	id         string
 	capacity   int
 	addr       string
+	labels     map[string]string
 	registered time.Time
 	lastSeen   time.Time
 	lags       map[string]int64
@@ -261,10 +264,29 @@ func (s *Service) current() (*termState, error) {
 	return s.term, nil
 }
 
-// Register opens (or renews) a worker's session. A known worker that
-// registers again keeps its lags and facts; a changed capacity triggers a
-// plan.
+// Registration is what a worker says of itself when it registers.
+type Registration struct {
+	Worker   string
+	Capacity uint32
+	Addr     string
+	// Labels say where the worker runs (zone, rack, host, ...), within
+	// assign.CheckLabels' bounds; the assignor spreads the copies of a
+	// task over the values of its spread keys.
+	Labels map[string]string
+}
+
+// Register opens (or renews) the session of a worker without labels (see
+// RegisterWith).
 func (s *Service) Register(id string, capacity uint32, addr string) (RegisterInfo, error) {
+	return s.RegisterWith(Registration{Worker: id, Capacity: capacity, Addr: addr})
+}
+
+// RegisterWith opens (or renews) a worker's session. A known worker that
+// registers again keeps its lags and facts; a changed capacity or labels
+// trigger a plan. A worker that comes back while it is away (its session
+// ended less than Config.ReplaceDelay ago) is no longer away.
+func (s *Service) RegisterWith(r Registration) (RegisterInfo, error) {
+	id, capacity, addr := r.Worker, r.Capacity, r.Addr
 	if !validID(id) {
 		return RegisterInfo{}, fmt.Errorf("%w: worker_id %q: must be 1-128 characters of [A-Za-z0-9._-]", ErrInvalid, id)
 	}
@@ -273,6 +295,13 @@ func (s *Service) Register(id string, capacity uint32, addr string) (RegisterInf
 	}
 	if len(addr) > 256 {
 		return RegisterInfo{}, fmt.Errorf("%w: client_addr: longer than 256 bytes", ErrInvalid)
+	}
+	if err := assign.CheckLabels(r.Labels); err != nil {
+		return RegisterInfo{}, fmt.Errorf("%w: labels: %v", ErrInvalid, err)
+	}
+	labels := maps.Clone(r.Labels)
+	if len(labels) == 0 {
+		labels = nil
 	}
 	now := time.Now()
 	s.mu.Lock()
@@ -290,8 +319,8 @@ func (s *Service) Register(id string, capacity uint32, addr string) (RegisterInf
 		w = &session{id: id, registered: now, lags: map[string]int64{}, updates: map[string]string{}, pending: map[string]string{}}
 		ts.workers[id] = w
 	}
-	changed := !known || w.capacity != int(capacity) || w.leaving
-	w.capacity, w.addr, w.lastSeen = int(capacity), addr, now
+	changed := !known || w.capacity != int(capacity) || w.leaving || !maps.Equal(w.labels, labels)
+	w.capacity, w.addr, w.lastSeen, w.labels = int(capacity), addr, now, labels
 	// A registration is a new process, or one that lost its session: it
 	// says again whether it is leaving. A heartbeat held for the old one
 	// is over.
@@ -310,7 +339,8 @@ func (s *Service) Register(id string, capacity uint32, addr string) (RegisterInf
 	n := len(ts.workers)
 	s.mu.Unlock()
 	if changed {
-		s.log.Info().Str("worker", id).Uint32("capacity", capacity).Str("addr", addr).Bool("new", !known).Int("workers", n).Msg("worker registered")
+		s.log.Info().Str("worker", id).Uint32("capacity", capacity).Str("addr", addr).Str("labels", FormatLabels(labels)).
+			Bool("new", !known).Int("workers", n).Msg("worker registered")
 		if known {
 			kick(ts) // a new one is planned for once it reports (Beat)
 		}
@@ -398,7 +428,7 @@ func (s *Service) Workers() ([]WorkerInfo, bool, error) {
 	for _, w := range ts.workers {
 		wi := WorkerInfo{
 			ID: w.id, Capacity: w.capacity, Addr: w.addr, LastSeen: now.Sub(w.lastSeen),
-			Lags: maps.Clone(w.lags), Notice: w.notice, Registered: w.registered,
+			Lags: maps.Clone(w.lags), Notice: w.notice, Registered: w.registered, Labels: maps.Clone(w.labels),
 		}
 		if w.leaving {
 			wi.DrainState = DrainLeaving
@@ -453,6 +483,20 @@ func (s *Service) Soft() (tasks map[string]TaskSoft, settling, followup, ok bool
 		tasks[t] = ti
 	}
 	return tasks, time.Now().Before(ts.settleUntil), ts.followup, true
+}
+
+// FormatLabels writes labels as k=v pairs sorted by key and joined by
+// commas ("" for none), as xce workers shows them and xce worker --label
+// takes them.
+func FormatLabels(labels map[string]string) string {
+	var b strings.Builder
+	for i, k := range slices.Sorted(maps.Keys(labels)) {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(k + "=" + labels[k])
+	}
+	return b.String()
 }
 
 func validID(s string) bool {

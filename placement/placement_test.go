@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -642,4 +643,60 @@ func TestOneTermAtATime(t *testing.T) {
 		}
 		defer r.establish(2)()
 	})
+}
+
+// TestRegisterLabels: a worker's labels are kept in its session, shown by
+// Workers and handed to the assignor; a registration with a bad label is
+// refused as invalid and opens no session.
+func TestRegisterLabels(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, 0)
+		r.start(1)
+		defer r.run(1)()
+		for _, tc := range []struct {
+			name   string
+			labels map[string]string
+			err    string
+		}{
+			{"bad key", map[string]string{"zo ne": "a"}, `label key "zo ne"`},
+			{"bad value", map[string]string{"zone": "a b"}, `label "zone": value "a b"`},
+			{"too many", manyLabels(assign.MaxLabels + 1), "exceed the maximum"},
+		} {
+			_, err := r.svc.RegisterWith(Registration{Worker: "bad", Capacity: 1, Labels: tc.labels})
+			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%s: err %v, want ErrInvalid with %q", tc.name, err, tc.err)
+			}
+		}
+		if _, err := r.svc.RegisterWith(Registration{Worker: "w1", Capacity: 1, Labels: map[string]string{"zone": "a", "rack": "r1"}}); err != nil {
+			t.Fatal(err)
+		}
+		r.beat("w1", nil)
+		ws, _, _ := r.svc.Workers()
+		if len(ws) != 1 || ws[0].ID != "w1" || FormatLabels(ws[0].Labels) != "rack=r1,zone=a" {
+			t.Fatalf("workers %+v", ws)
+		}
+		_, prev := r.fsm.Assignment()
+		r.svc.mu.Lock()
+		ts := r.svc.term
+		r.svc.mu.Unlock()
+		in, _, ok := r.svc.input(ts, prev)
+		if !ok || len(in.Workers) != 1 || in.Workers[0].Labels["zone"] != "a" {
+			t.Fatalf("planner input %+v", in.Workers)
+		}
+		// Registering again with other labels replaces them.
+		if _, err := r.svc.RegisterWith(Registration{Worker: "w1", Capacity: 1, Labels: map[string]string{"zone": "b"}}); err != nil {
+			t.Fatal(err)
+		}
+		if ws, _, _ := r.svc.Workers(); FormatLabels(ws[0].Labels) != "zone=b" {
+			t.Fatalf("labels after a new registration %v", ws[0].Labels)
+		}
+	})
+}
+
+func manyLabels(n int) map[string]string {
+	m := make(map[string]string, n)
+	for i := range n {
+		m[fmt.Sprintf("k%d", i)] = "v"
+	}
+	return m
 }

@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"regexp"
 	"slices"
@@ -35,6 +36,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/xce/xce/assign"
 	"github.com/xce/xce/client"
 	"github.com/xce/xce/internal/backoff"
 	xcev1 "github.com/xce/xce/proto/xce/v1"
@@ -62,6 +64,12 @@ type Config struct {
 	Capacity uint32
 	// ClientAddr is where the worker serves its own clients (informational).
 	ClientAddr string
+	// Labels say where the worker runs (zone, rack, host, ...): the
+	// assignor spreads the copies of a task over the values of its
+	// assignor.spread_by keys. At most assign.MaxLabels, each key and value
+	// as assign.ValidLabelKey and assign.ValidLabelValue allow; the primary
+	// refuses a registration with others.
+	Labels map[string]string
 	// Logger receives the worker's log lines (nil: they are dropped). A
 	// program that logs with zerolog passes logging.NewSlog of its logger
 	// to have them in its own format.
@@ -108,6 +116,10 @@ func (cfg Config) validate() (Config, error) {
 		return cfg, fmt.Errorf("%w: no controller address", ErrConfig)
 	}
 	cfg.Controllers = eps
+	if err := assign.CheckLabels(cfg.Labels); err != nil {
+		return cfg, fmt.Errorf("%w: labels: %v", ErrConfig, err)
+	}
+	cfg.Labels = maps.Clone(cfg.Labels)
 	if cfg.DrainTimeout == 0 {
 		cfg.DrainTimeout = DefaultDrainTimeout
 	}
@@ -310,7 +322,8 @@ func refused(err error) bool {
 func (w *Worker) register(ctx context.Context) error {
 	rctx, cancel := context.WithTimeout(ctx, registerTimeout)
 	defer cancel()
-	r, err := w.c.Register(rctx, w.cfg.ID, w.cfg.Capacity, w.cfg.ClientAddr)
+	r, err := w.c.RegisterWith(rctx, &xcev1.RegisterRequest{WorkerId: w.cfg.ID, Capacity: w.cfg.Capacity,
+		ClientAddr: w.cfg.ClientAddr, Labels: w.cfg.Labels})
 	if err != nil {
 		return err
 	}

@@ -1565,7 +1565,9 @@ type WorkerInfo struct {
 	// it still has actives, which move away as copies elsewhere catch up);
 	// "drained" (drained, no active left; it keeps its standbys); "leaving"
 	// (the worker is stopping and waits for its actives to be handed over).
-	DrainState    string `protobuf:"bytes,10,opt,name=drain_state,json=drainState,proto3" json:"drain_state,omitempty"`
+	DrainState string `protobuf:"bytes,10,opt,name=drain_state,json=drainState,proto3" json:"drain_state,omitempty"`
+	// The labels the worker registered with (xce worker --label).
+	Labels        map[string]string `protobuf:"bytes,11,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1668,6 +1670,13 @@ func (x *WorkerInfo) GetDrainState() string {
 		return x.DrainState
 	}
 	return ""
+}
+
+func (x *WorkerInfo) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
 }
 
 type ListWorkersResponse struct {
@@ -2003,7 +2012,12 @@ type RegisterRequest struct {
 	// Relative weight (number of processing threads); 0 drains the worker.
 	Capacity uint32 `protobuf:"varint,2,opt,name=capacity,proto3" json:"capacity,omitempty"`
 	// Where the worker serves its own clients (informational).
-	ClientAddr    string `protobuf:"bytes,3,opt,name=client_addr,json=clientAddr,proto3" json:"client_addr,omitempty"`
+	ClientAddr string `protobuf:"bytes,3,opt,name=client_addr,json=clientAddr,proto3" json:"client_addr,omitempty"`
+	// Where the worker runs (zone, rack, host, ...): the assignor spreads
+	// the copies of a task over the values of assignor.spread_by's keys.
+	// At most 16; keys of letters, digits, '.', '-', '_', '/' and values of
+	// letters, digits, '.', '-', '_', each at most 63 bytes.
+	Labels        map[string]string `protobuf:"bytes,4,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2057,6 +2071,13 @@ func (x *RegisterRequest) GetClientAddr() string {
 		return x.ClientAddr
 	}
 	return ""
+}
+
+func (x *RegisterRequest) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
 }
 
 type RegisterResponse struct {
@@ -3452,7 +3473,7 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"\rapplied_index\x18\x03 \x01(\x04R\fappliedIndex\x12\x1a\n" +
 	"\bsettling\x18\x04 \x01(\bR\bsettling\x12\x1a\n" +
 	"\bfollowup\x18\x05 \x01(\bR\bfollowup\"\x14\n" +
-	"\x12ListWorkersRequest\"\x8d\x03\n" +
+	"\x12ListWorkersRequest\"\x80\x04\n" +
 	"\n" +
 	"WorkerInfo\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x1a\n" +
@@ -3467,10 +3488,14 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"\x06notice\x18\t \x01(\tR\x06notice\x12\x1f\n" +
 	"\vdrain_state\x18\n" +
 	" \x01(\tR\n" +
-	"drainState\x1a7\n" +
+	"drainState\x126\n" +
+	"\x06labels\x18\v \x03(\v2\x1e.xce.v1.WorkerInfo.LabelsEntryR\x06labels\x1a7\n" +
 	"\tLagsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x99\x01\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x99\x01\n" +
 	"\x13ListWorkersResponse\x12,\n" +
 	"\aworkers\x18\x01 \x03(\v2\x12.xce.v1.WorkerInfoR\aworkers\x12\x1e\n" +
 	"\n" +
@@ -3491,12 +3516,16 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"\x04Fact\x12$\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x10.xce.v1.FactKindR\x04kind\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x12\n" +
-	"\x04text\x18\x03 \x01(\tR\x04text\"k\n" +
+	"\x04text\x18\x03 \x01(\tR\x04text\"\xe3\x01\n" +
 	"\x0fRegisterRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x1a\n" +
 	"\bcapacity\x18\x02 \x01(\rR\bcapacity\x12\x1f\n" +
 	"\vclient_addr\x18\x03 \x01(\tR\n" +
-	"clientAddr\"\xb4\x01\n" +
+	"clientAddr\x12;\n" +
+	"\x06labels\x18\x04 \x03(\v2#.xce.v1.RegisterRequest.LabelsEntryR\x06labels\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb4\x01\n" +
 	"\x10RegisterResponse\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
@@ -3648,7 +3677,7 @@ func file_xce_v1_xce_proto_rawDescGZIP() []byte {
 }
 
 var file_xce_v1_xce_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_xce_v1_xce_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_xce_v1_xce_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
 var file_xce_v1_xce_proto_goTypes = []any{
 	(Role)(0),                      // 0: xce.v1.Role
 	(Consistency)(0),               // 1: xce.v1.Consistency
@@ -3702,8 +3731,10 @@ var file_xce_v1_xce_proto_goTypes = []any{
 	(*TakeSnapshotResponse)(nil),   // 49: xce.v1.TakeSnapshotResponse
 	nil,                            // 50: xce.v1.TaskAssignment.LagsEntry
 	nil,                            // 51: xce.v1.WorkerInfo.LagsEntry
-	nil,                            // 52: xce.v1.HeartbeatRequest.LagsEntry
-	nil,                            // 53: xce.v1.HeartbeatResponse.EpochsEntry
+	nil,                            // 52: xce.v1.WorkerInfo.LabelsEntry
+	nil,                            // 53: xce.v1.RegisterRequest.LabelsEntry
+	nil,                            // 54: xce.v1.HeartbeatRequest.LagsEntry
+	nil,                            // 55: xce.v1.HeartbeatResponse.EpochsEntry
 }
 var file_xce_v1_xce_proto_depIdxs = []int32{
 	0,  // 0: xce.v1.NotReady.role:type_name -> xce.v1.Role
@@ -3720,61 +3751,63 @@ var file_xce_v1_xce_proto_depIdxs = []int32{
 	50, // 11: xce.v1.TaskAssignment.lags:type_name -> xce.v1.TaskAssignment.LagsEntry
 	19, // 12: xce.v1.GetAssignmentResponse.tasks:type_name -> xce.v1.TaskAssignment
 	51, // 13: xce.v1.WorkerInfo.lags:type_name -> xce.v1.WorkerInfo.LagsEntry
-	22, // 14: xce.v1.ListWorkersResponse.workers:type_name -> xce.v1.WorkerInfo
-	2,  // 15: xce.v1.Fact.kind:type_name -> xce.v1.FactKind
-	52, // 16: xce.v1.HeartbeatRequest.lags:type_name -> xce.v1.HeartbeatRequest.LagsEntry
-	28, // 17: xce.v1.HeartbeatRequest.facts:type_name -> xce.v1.Fact
-	53, // 18: xce.v1.HeartbeatResponse.epochs:type_name -> xce.v1.HeartbeatResponse.EpochsEntry
-	1,  // 19: xce.v1.ListMembersRequest.consistency:type_name -> xce.v1.Consistency
-	33, // 20: xce.v1.ListMembersResponse.members:type_name -> xce.v1.Member
-	33, // 21: xce.v1.AddMemberResponse.member:type_name -> xce.v1.Member
-	33, // 22: xce.v1.PromoteMemberResponse.member:type_name -> xce.v1.Member
-	33, // 23: xce.v1.JoinResponse.member:type_name -> xce.v1.Member
-	13, // 24: xce.v1.ControllerService.Status:input_type -> xce.v1.StatusRequest
-	16, // 25: xce.v1.ControllerService.WatchStatus:input_type -> xce.v1.WatchStatusRequest
-	5,  // 26: xce.v1.ControllerService.SubmitTask:input_type -> xce.v1.SubmitTaskRequest
-	7,  // 27: xce.v1.ControllerService.GetTask:input_type -> xce.v1.GetTaskRequest
-	9,  // 28: xce.v1.ControllerService.ListTasks:input_type -> xce.v1.ListTasksRequest
-	11, // 29: xce.v1.ControllerService.DeleteTask:input_type -> xce.v1.DeleteTaskRequest
-	18, // 30: xce.v1.ControllerService.GetAssignment:input_type -> xce.v1.GetAssignmentRequest
-	21, // 31: xce.v1.ControllerService.ListWorkers:input_type -> xce.v1.ListWorkersRequest
-	24, // 32: xce.v1.ControllerService.DrainWorker:input_type -> xce.v1.DrainWorkerRequest
-	26, // 33: xce.v1.ControllerService.UndrainWorker:input_type -> xce.v1.UndrainWorkerRequest
-	29, // 34: xce.v1.WorkerService.Register:input_type -> xce.v1.RegisterRequest
-	31, // 35: xce.v1.WorkerService.Heartbeat:input_type -> xce.v1.HeartbeatRequest
-	34, // 36: xce.v1.ClusterService.ListMembers:input_type -> xce.v1.ListMembersRequest
-	36, // 37: xce.v1.ClusterService.AddMember:input_type -> xce.v1.AddMemberRequest
-	38, // 38: xce.v1.ClusterService.PromoteMember:input_type -> xce.v1.PromoteMemberRequest
-	40, // 39: xce.v1.ClusterService.RemoveMember:input_type -> xce.v1.RemoveMemberRequest
-	42, // 40: xce.v1.ClusterService.TransferLeader:input_type -> xce.v1.TransferLeaderRequest
-	44, // 41: xce.v1.ClusterService.Join:input_type -> xce.v1.JoinRequest
-	46, // 42: xce.v1.ClusterService.SaveSnapshot:input_type -> xce.v1.SaveSnapshotRequest
-	48, // 43: xce.v1.ClusterService.TakeSnapshot:input_type -> xce.v1.TakeSnapshotRequest
-	14, // 44: xce.v1.ControllerService.Status:output_type -> xce.v1.StatusResponse
-	14, // 45: xce.v1.ControllerService.WatchStatus:output_type -> xce.v1.StatusResponse
-	6,  // 46: xce.v1.ControllerService.SubmitTask:output_type -> xce.v1.SubmitTaskResponse
-	8,  // 47: xce.v1.ControllerService.GetTask:output_type -> xce.v1.GetTaskResponse
-	10, // 48: xce.v1.ControllerService.ListTasks:output_type -> xce.v1.ListTasksResponse
-	12, // 49: xce.v1.ControllerService.DeleteTask:output_type -> xce.v1.DeleteTaskResponse
-	20, // 50: xce.v1.ControllerService.GetAssignment:output_type -> xce.v1.GetAssignmentResponse
-	23, // 51: xce.v1.ControllerService.ListWorkers:output_type -> xce.v1.ListWorkersResponse
-	25, // 52: xce.v1.ControllerService.DrainWorker:output_type -> xce.v1.DrainWorkerResponse
-	27, // 53: xce.v1.ControllerService.UndrainWorker:output_type -> xce.v1.UndrainWorkerResponse
-	30, // 54: xce.v1.WorkerService.Register:output_type -> xce.v1.RegisterResponse
-	32, // 55: xce.v1.WorkerService.Heartbeat:output_type -> xce.v1.HeartbeatResponse
-	35, // 56: xce.v1.ClusterService.ListMembers:output_type -> xce.v1.ListMembersResponse
-	37, // 57: xce.v1.ClusterService.AddMember:output_type -> xce.v1.AddMemberResponse
-	39, // 58: xce.v1.ClusterService.PromoteMember:output_type -> xce.v1.PromoteMemberResponse
-	41, // 59: xce.v1.ClusterService.RemoveMember:output_type -> xce.v1.RemoveMemberResponse
-	43, // 60: xce.v1.ClusterService.TransferLeader:output_type -> xce.v1.TransferLeaderResponse
-	45, // 61: xce.v1.ClusterService.Join:output_type -> xce.v1.JoinResponse
-	47, // 62: xce.v1.ClusterService.SaveSnapshot:output_type -> xce.v1.SnapshotChunk
-	49, // 63: xce.v1.ClusterService.TakeSnapshot:output_type -> xce.v1.TakeSnapshotResponse
-	44, // [44:64] is the sub-list for method output_type
-	24, // [24:44] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	52, // 14: xce.v1.WorkerInfo.labels:type_name -> xce.v1.WorkerInfo.LabelsEntry
+	22, // 15: xce.v1.ListWorkersResponse.workers:type_name -> xce.v1.WorkerInfo
+	2,  // 16: xce.v1.Fact.kind:type_name -> xce.v1.FactKind
+	53, // 17: xce.v1.RegisterRequest.labels:type_name -> xce.v1.RegisterRequest.LabelsEntry
+	54, // 18: xce.v1.HeartbeatRequest.lags:type_name -> xce.v1.HeartbeatRequest.LagsEntry
+	28, // 19: xce.v1.HeartbeatRequest.facts:type_name -> xce.v1.Fact
+	55, // 20: xce.v1.HeartbeatResponse.epochs:type_name -> xce.v1.HeartbeatResponse.EpochsEntry
+	1,  // 21: xce.v1.ListMembersRequest.consistency:type_name -> xce.v1.Consistency
+	33, // 22: xce.v1.ListMembersResponse.members:type_name -> xce.v1.Member
+	33, // 23: xce.v1.AddMemberResponse.member:type_name -> xce.v1.Member
+	33, // 24: xce.v1.PromoteMemberResponse.member:type_name -> xce.v1.Member
+	33, // 25: xce.v1.JoinResponse.member:type_name -> xce.v1.Member
+	13, // 26: xce.v1.ControllerService.Status:input_type -> xce.v1.StatusRequest
+	16, // 27: xce.v1.ControllerService.WatchStatus:input_type -> xce.v1.WatchStatusRequest
+	5,  // 28: xce.v1.ControllerService.SubmitTask:input_type -> xce.v1.SubmitTaskRequest
+	7,  // 29: xce.v1.ControllerService.GetTask:input_type -> xce.v1.GetTaskRequest
+	9,  // 30: xce.v1.ControllerService.ListTasks:input_type -> xce.v1.ListTasksRequest
+	11, // 31: xce.v1.ControllerService.DeleteTask:input_type -> xce.v1.DeleteTaskRequest
+	18, // 32: xce.v1.ControllerService.GetAssignment:input_type -> xce.v1.GetAssignmentRequest
+	21, // 33: xce.v1.ControllerService.ListWorkers:input_type -> xce.v1.ListWorkersRequest
+	24, // 34: xce.v1.ControllerService.DrainWorker:input_type -> xce.v1.DrainWorkerRequest
+	26, // 35: xce.v1.ControllerService.UndrainWorker:input_type -> xce.v1.UndrainWorkerRequest
+	29, // 36: xce.v1.WorkerService.Register:input_type -> xce.v1.RegisterRequest
+	31, // 37: xce.v1.WorkerService.Heartbeat:input_type -> xce.v1.HeartbeatRequest
+	34, // 38: xce.v1.ClusterService.ListMembers:input_type -> xce.v1.ListMembersRequest
+	36, // 39: xce.v1.ClusterService.AddMember:input_type -> xce.v1.AddMemberRequest
+	38, // 40: xce.v1.ClusterService.PromoteMember:input_type -> xce.v1.PromoteMemberRequest
+	40, // 41: xce.v1.ClusterService.RemoveMember:input_type -> xce.v1.RemoveMemberRequest
+	42, // 42: xce.v1.ClusterService.TransferLeader:input_type -> xce.v1.TransferLeaderRequest
+	44, // 43: xce.v1.ClusterService.Join:input_type -> xce.v1.JoinRequest
+	46, // 44: xce.v1.ClusterService.SaveSnapshot:input_type -> xce.v1.SaveSnapshotRequest
+	48, // 45: xce.v1.ClusterService.TakeSnapshot:input_type -> xce.v1.TakeSnapshotRequest
+	14, // 46: xce.v1.ControllerService.Status:output_type -> xce.v1.StatusResponse
+	14, // 47: xce.v1.ControllerService.WatchStatus:output_type -> xce.v1.StatusResponse
+	6,  // 48: xce.v1.ControllerService.SubmitTask:output_type -> xce.v1.SubmitTaskResponse
+	8,  // 49: xce.v1.ControllerService.GetTask:output_type -> xce.v1.GetTaskResponse
+	10, // 50: xce.v1.ControllerService.ListTasks:output_type -> xce.v1.ListTasksResponse
+	12, // 51: xce.v1.ControllerService.DeleteTask:output_type -> xce.v1.DeleteTaskResponse
+	20, // 52: xce.v1.ControllerService.GetAssignment:output_type -> xce.v1.GetAssignmentResponse
+	23, // 53: xce.v1.ControllerService.ListWorkers:output_type -> xce.v1.ListWorkersResponse
+	25, // 54: xce.v1.ControllerService.DrainWorker:output_type -> xce.v1.DrainWorkerResponse
+	27, // 55: xce.v1.ControllerService.UndrainWorker:output_type -> xce.v1.UndrainWorkerResponse
+	30, // 56: xce.v1.WorkerService.Register:output_type -> xce.v1.RegisterResponse
+	32, // 57: xce.v1.WorkerService.Heartbeat:output_type -> xce.v1.HeartbeatResponse
+	35, // 58: xce.v1.ClusterService.ListMembers:output_type -> xce.v1.ListMembersResponse
+	37, // 59: xce.v1.ClusterService.AddMember:output_type -> xce.v1.AddMemberResponse
+	39, // 60: xce.v1.ClusterService.PromoteMember:output_type -> xce.v1.PromoteMemberResponse
+	41, // 61: xce.v1.ClusterService.RemoveMember:output_type -> xce.v1.RemoveMemberResponse
+	43, // 62: xce.v1.ClusterService.TransferLeader:output_type -> xce.v1.TransferLeaderResponse
+	45, // 63: xce.v1.ClusterService.Join:output_type -> xce.v1.JoinResponse
+	47, // 64: xce.v1.ClusterService.SaveSnapshot:output_type -> xce.v1.SnapshotChunk
+	49, // 65: xce.v1.ClusterService.TakeSnapshot:output_type -> xce.v1.TakeSnapshotResponse
+	46, // [46:66] is the sub-list for method output_type
+	26, // [26:46] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_xce_v1_xce_proto_init() }
@@ -3788,7 +3821,7 @@ func file_xce_v1_xce_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_xce_v1_xce_proto_rawDesc), len(file_xce_v1_xce_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   51,
+			NumMessages:   53,
 			NumExtensions: 0,
 			NumServices:   3,
 		},
