@@ -91,7 +91,7 @@ func (w *workerService) Heartbeat(ctx context.Context, req *connect.Request[xcev
 		return nil, connect.NewError(connect.CodeCanceled, err)
 	}
 	a, err := w.s.workers.Beat(ctx, placement.Beat{
-		Worker: m.WorkerId, Seq: m.Seq, Lags: m.Lags, Facts: facts, Running: m.Running,
+		Worker: m.WorkerId, Seq: m.Seq, Lags: m.Lags, Loads: m.Loads, Facts: facts, Running: m.Running,
 		Wait: time.Duration(m.WaitMs) * time.Millisecond, AckSeq: m.AcknowledgedSeq,
 		Leaving: m.Leaving, LeaveNow: m.LeaveNow,
 	})

@@ -14,8 +14,12 @@ type Beat struct {
 	Worker string
 	// Seq numbers the worker's heartbeats, 1, 2, 3… for its process's life
 	// (0: not numbered).
-	Seq     uint64
-	Lags    map[string]int64
+	Seq  uint64
+	Lags map[string]int64
+	// Loads is the load the worker reports for each copy it holds (any
+	// unit, the same across workers); optional, bounded like Lags. The
+	// assignor balances it with assign.BalanceLoad.
+	Loads   map[string]int64
 	Facts   []Fact
 	Running []string
 	// Wait asks the primary to hold the answer, for up to Wait (at most
@@ -44,6 +48,17 @@ func (b *Beat) validate() error {
 		}
 		if b.Lags[t] < 0 {
 			return fmt.Errorf("%w: lags: negative lag %d for task %q", ErrInvalid, b.Lags[t], t)
+		}
+	}
+	if len(b.Loads) > MaxLags {
+		return fmt.Errorf("%w: %d loads (at most %d)", ErrInvalid, len(b.Loads), MaxLags)
+	}
+	for _, t := range slices.Sorted(maps.Keys(b.Loads)) {
+		if !validID(t) {
+			return fmt.Errorf("%w: loads: task id %q", ErrInvalid, t)
+		}
+		if b.Loads[t] < 0 {
+			return fmt.Errorf("%w: loads: negative load %d for task %q", ErrInvalid, b.Loads[t], t)
 		}
 	}
 	if len(b.Running) > MaxLags {
@@ -131,6 +146,10 @@ func (s *Service) Beat(ctx context.Context, b Beat) (Answer, error) {
 	w.lags = maps.Clone(b.Lags)
 	if w.lags == nil {
 		w.lags = map[string]int64{}
+	}
+	w.loads = nil
+	if len(b.Loads) > 0 {
+		w.loads = maps.Clone(b.Loads)
 	}
 	s.recordFacts(w, b.Facts)
 	first := !w.reported

@@ -282,7 +282,7 @@ func (s *Service) input(ts *termState, prev map[string]state.Placement) (in assi
 			continue
 		}
 		in.Workers = append(in.Workers, assign.Worker{ID: w.id, Capacity: w.capacity, Lags: maps.Clone(w.lags),
-			Drained: w.leaving || s.fsm.IsDrained(w.id), Labels: w.labels})
+			Drained: w.leaving || s.fsm.IsDrained(w.id), Labels: w.labels, Loads: w.loads})
 	}
 	s.mu.Unlock()
 	if len(in.Workers) == 0 && !anyCopy(prev) {

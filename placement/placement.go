@@ -208,9 +208,11 @@ type session struct {
 	registered time.Time
 	lastSeen   time.Time
 	lags       map[string]int64
-	notice     string
-	updates    map[string]string
-	pending    map[string]string
+	// loads are the loads of the last heartbeat (nil: none reported).
+	loads   map[string]int64
+	notice  string
+	updates map[string]string
+	pending map[string]string
 	// seq is the number of the last numbered heartbeat processed.
 	seq uint64
 	// leaving: the worker said it is stopping; it runs no new active.
@@ -296,7 +298,7 @@ func (s *Service) RegisterWith(r Registration) (RegisterInfo, error) {
 	if len(addr) > 256 {
 		return RegisterInfo{}, fmt.Errorf("%w: client_addr: longer than 256 bytes", ErrInvalid)
 	}
-	if err := assign.CheckLabels(r.Labels); err != nil {
+	if err := checkLabels(r.Labels); err != nil {
 		return RegisterInfo{}, fmt.Errorf("%w: labels: %v", ErrInvalid, err)
 	}
 	labels := maps.Clone(r.Labels)
@@ -483,6 +485,15 @@ func (s *Service) Soft() (tasks map[string]TaskSoft, settling, followup, ok bool
 		tasks[t] = ti
 	}
 	return tasks, time.Now().Before(ts.settleUntil), ts.followup, true
+}
+
+// checkLabels is assign.CheckLabels, which lets an empty key pass (it
+// looks for the first bad key with "" as "none found").
+func checkLabels(labels map[string]string) error {
+	if _, ok := labels[""]; ok {
+		return fmt.Errorf("label key \"\": want 1 to %d bytes of letters, digits, '.', '-', '_', '/'", assign.MaxLabelBytes)
+	}
+	return assign.CheckLabels(labels)
 }
 
 // FormatLabels writes labels as k=v pairs sorted by key and joined by

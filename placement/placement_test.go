@@ -565,6 +565,26 @@ func TestRequestsOffThePrimaryAndBadInput(t *testing.T) {
 			{"huge capacity", func() error { _, err := r.svc.Register("w2", assign.MaxCapacity+1, ""); return err }()},
 			{"negative lag", func() error { _, err := r.svc.Heartbeat("w1", map[string]int64{"t0": -1}, nil, nil); return err }()},
 			{"bad task id", func() error { _, err := r.svc.Heartbeat("w1", map[string]int64{"t/0": 1}, nil, nil); return err }()},
+			{"negative load", func() error {
+				_, err := r.svc.Beat(context.Background(), Beat{Worker: "w1", Loads: map[string]int64{"t0": -1}})
+				return err
+			}()},
+			{"bad load task id", func() error {
+				_, err := r.svc.Beat(context.Background(), Beat{Worker: "w1", Loads: map[string]int64{"t/0": 1}})
+				return err
+			}()},
+			{"too many loads", func() error {
+				loads := make(map[string]int64, MaxLags+1)
+				for i := range MaxLags + 1 {
+					loads[fmt.Sprintf("t%d", i)] = 1
+				}
+				_, err := r.svc.Beat(context.Background(), Beat{Worker: "w1", Loads: loads})
+				return err
+			}()},
+			{"bad label", func() error {
+				_, err := r.svc.RegisterWith(Registration{Worker: "w2", Capacity: 1, Labels: map[string]string{"": "a"}})
+				return err
+			}()},
 			{"bad fact", func() error { _, err := r.svc.Heartbeat("w1", nil, []Fact{{Kind: 9}}, nil); return err }()},
 			{"long fact", func() error {
 				_, err := r.svc.Heartbeat("w1", nil, []Fact{{Kind: FactNotify, Text: string(make([]byte, MaxFactText+1))}}, nil)
@@ -645,8 +665,8 @@ func TestOneTermAtATime(t *testing.T) {
 	})
 }
 
-// TestRegisterLabels: a worker's labels are kept in its session, shown by
-// Workers and handed to the assignor; a registration with a bad label is
+// TestRegisterLabels: a worker's labels (and its last heartbeat's loads)
+// are kept in its session, shown by Workers and handed to the assignor; a registration with a bad label is
 // refused as invalid and opens no session.
 func TestRegisterLabels(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -661,6 +681,7 @@ func TestRegisterLabels(t *testing.T) {
 			{"bad key", map[string]string{"zo ne": "a"}, `label key "zo ne"`},
 			{"bad value", map[string]string{"zone": "a b"}, `label "zone": value "a b"`},
 			{"too many", manyLabels(assign.MaxLabels + 1), "exceed the maximum"},
+			{"empty key", map[string]string{"": "a"}, `label key ""`},
 		} {
 			_, err := r.svc.RegisterWith(Registration{Worker: "bad", Capacity: 1, Labels: tc.labels})
 			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.err) {
@@ -670,7 +691,9 @@ func TestRegisterLabels(t *testing.T) {
 		if _, err := r.svc.RegisterWith(Registration{Worker: "w1", Capacity: 1, Labels: map[string]string{"zone": "a", "rack": "r1"}}); err != nil {
 			t.Fatal(err)
 		}
-		r.beat("w1", nil)
+		if _, err := r.svc.Beat(context.Background(), Beat{Worker: "w1", Loads: map[string]int64{"t1": 40}}); err != nil {
+			t.Fatal(err)
+		}
 		ws, _, _ := r.svc.Workers()
 		if len(ws) != 1 || ws[0].ID != "w1" || FormatLabels(ws[0].Labels) != "rack=r1,zone=a" {
 			t.Fatalf("workers %+v", ws)
@@ -680,8 +703,13 @@ func TestRegisterLabels(t *testing.T) {
 		ts := r.svc.term
 		r.svc.mu.Unlock()
 		in, _, ok := r.svc.input(ts, prev)
-		if !ok || len(in.Workers) != 1 || in.Workers[0].Labels["zone"] != "a" {
+		if !ok || len(in.Workers) != 1 || in.Workers[0].Labels["zone"] != "a" || in.Workers[0].Loads["t1"] != 40 {
 			t.Fatalf("planner input %+v", in.Workers)
+		}
+		// A heartbeat without loads clears them.
+		r.beat("w1", nil)
+		if in, _, _ := r.svc.input(ts, prev); in.Workers[0].Loads != nil {
+			t.Fatalf("loads after a heartbeat without: %v", in.Workers[0].Loads)
 		}
 		// Registering again with other labels replaces them.
 		if _, err := r.svc.RegisterWith(Registration{Worker: "w1", Capacity: 1, Labels: map[string]string{"zone": "b"}}); err != nil {

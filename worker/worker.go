@@ -116,6 +116,10 @@ func (cfg Config) validate() (Config, error) {
 		return cfg, fmt.Errorf("%w: no controller address", ErrConfig)
 	}
 	cfg.Controllers = eps
+	if _, ok := cfg.Labels[""]; ok {
+		// assign.CheckLabels lets an empty key pass.
+		return cfg, fmt.Errorf("%w: labels: an empty key", ErrConfig)
+	}
 	if err := assign.CheckLabels(cfg.Labels); err != nil {
 		return cfg, fmt.Errorf("%w: labels: %v", ErrConfig, err)
 	}
@@ -370,9 +374,12 @@ func updateText(lags map[string]int64, task string) string {
 // answer, the worker starts no active it does not list as running
 // (state.sent).
 func (w *Worker) request() *xcev1.HeartbeatRequest {
-	var lags map[string]int64
+	var lags, loads map[string]int64
 	if l, ok := w.h.(Lagger); ok {
 		lags = l.Lags()
+	}
+	if l, ok := w.h.(Loader); ok {
+		loads = l.Loads()
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -380,7 +387,7 @@ func (w *Worker) request() *xcev1.HeartbeatRequest {
 		lags = w.st.reportedLags()
 	}
 	w.seq++
-	req := &xcev1.HeartbeatRequest{WorkerId: w.cfg.ID, Lags: lags, Running: w.st.sent(), Seq: w.seq,
+	req := &xcev1.HeartbeatRequest{WorkerId: w.cfg.ID, Lags: lags, Loads: loads, Running: w.st.sent(), Seq: w.seq,
 		AcknowledgedSeq: w.ackSeq, Leaving: w.leaving.Load(), LeaveNow: w.leaveNow.Load()}
 	if w.maxWait > 0 && !req.LeaveNow {
 		req.WaitMs = uint32(min(w.maxWait, w.interval).Milliseconds())

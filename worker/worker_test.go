@@ -634,6 +634,7 @@ func TestRunRefusals(t *testing.T) {
 		{ID: "w1", Controllers: []string{" "}},
 		{ID: "w1", Controllers: []string{"x:1"}, Labels: map[string]string{"zo ne": "a"}},
 		{ID: "w1", Controllers: []string{"x:1"}, Labels: map[string]string{"zone": "a/b"}},
+		{ID: "w1", Controllers: []string{"x:1"}, Labels: map[string]string{"": "a"}},
 	} {
 		if _, err := New(cfg, &Simulator{}); !errors.Is(err, ErrConfig) {
 			t.Errorf("New(%+v): %v, want ErrConfig", cfg, err)
@@ -659,6 +660,42 @@ func TestRegisterSendsLabels(t *testing.T) {
 		f.mu.Unlock()
 		if len(labels) != 1 || labels["zone"] != "a" {
 			t.Errorf("registered with labels %v", labels)
+		}
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// loadingSim is a Simulator that reports a load for every task.
+type loadingSim struct{ *Simulator }
+
+func (loadingSim) Loads() map[string]int64 { return map[string]int64{"t1": 42} }
+
+// TestHeartbeatSendsLoads: a Handler that is a Loader has its loads sent
+// with every heartbeat; one that is not sends none.
+func TestHeartbeatSendsLoads(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeController(1000)
+		sim, err := NewSimulator(SimulatorConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop := startHandler(t, f, Config{ID: "w1", Capacity: 1}, loadingSim{sim})
+		time.Sleep(3 * time.Second)
+		synctest.Wait()
+		if hb, _ := f.last(t); hb.req.Loads["t1"] != 42 {
+			t.Errorf("heartbeat loads %v", hb.req.Loads)
+		}
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		f = newFakeController(1000)
+		stop = startWorker(t, f, Config{ID: "w1", Capacity: 1}, SimulatorConfig{})
+		time.Sleep(3 * time.Second)
+		synctest.Wait()
+		if hb, _ := f.last(t); hb.req.Loads != nil {
+			t.Errorf("heartbeat loads %v from a handler without", hb.req.Loads)
 		}
 		if err := stop(); err != nil {
 			t.Fatal(err)

@@ -2190,7 +2190,11 @@ type HeartbeatRequest struct {
 	// leaves now, whatever it is still assigned; the primary ends its session
 	// at once, so its actives are granted elsewhere without waiting for the
 	// session to expire.
-	LeaveNow      bool `protobuf:"varint,9,opt,name=leave_now,json=leaveNow,proto3" json:"leave_now,omitempty"`
+	LeaveNow bool `protobuf:"varint,9,opt,name=leave_now,json=leaveNow,proto3" json:"leave_now,omitempty"`
+	// The load the worker reports for each task it holds a copy of (any
+	// unit, the same across workers); optional. The assignor balances it
+	// with assignor.balance: load. Bounded like lags.
+	Loads         map[string]int64 `protobuf:"bytes,10,rep,name=loads,proto3" json:"loads,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2286,6 +2290,13 @@ func (x *HeartbeatRequest) GetLeaveNow() bool {
 		return x.LeaveNow
 	}
 	return false
+}
+
+func (x *HeartbeatRequest) GetLoads() map[string]int64 {
+	if x != nil {
+		return x.Loads
+	}
+	return nil
 }
 
 type HeartbeatResponse struct {
@@ -3532,7 +3543,7 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"generation\x12,\n" +
 	"\x12session_timeout_ms\x18\x02 \x01(\rR\x10sessionTimeoutMs\x122\n" +
 	"\x15heartbeat_interval_ms\x18\x03 \x01(\rR\x13heartbeatIntervalMs\x12\x1e\n" +
-	"\vmax_wait_ms\x18\x04 \x01(\rR\tmaxWaitMs\"\xeb\x02\n" +
+	"\vmax_wait_ms\x18\x04 \x01(\rR\tmaxWaitMs\"\xe0\x03\n" +
 	"\x10HeartbeatRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x126\n" +
 	"\x04lags\x18\x02 \x03(\v2\".xce.v1.HeartbeatRequest.LagsEntryR\x04lags\x12\"\n" +
@@ -3542,8 +3553,14 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"\await_ms\x18\x06 \x01(\rR\x06waitMs\x12)\n" +
 	"\x10acknowledged_seq\x18\a \x01(\x04R\x0facknowledgedSeq\x12\x18\n" +
 	"\aleaving\x18\b \x01(\bR\aleaving\x12\x1b\n" +
-	"\tleave_now\x18\t \x01(\bR\bleaveNow\x1a7\n" +
+	"\tleave_now\x18\t \x01(\bR\bleaveNow\x129\n" +
+	"\x05loads\x18\n" +
+	" \x03(\v2#.xce.v1.HeartbeatRequest.LoadsEntryR\x05loads\x1a7\n" +
 	"\tLagsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1a8\n" +
+	"\n" +
+	"LoadsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xb0\x03\n" +
 	"\x11HeartbeatResponse\x12\x1e\n" +
@@ -3677,7 +3694,7 @@ func file_xce_v1_xce_proto_rawDescGZIP() []byte {
 }
 
 var file_xce_v1_xce_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_xce_v1_xce_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
+var file_xce_v1_xce_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
 var file_xce_v1_xce_proto_goTypes = []any{
 	(Role)(0),                      // 0: xce.v1.Role
 	(Consistency)(0),               // 1: xce.v1.Consistency
@@ -3734,7 +3751,8 @@ var file_xce_v1_xce_proto_goTypes = []any{
 	nil,                            // 52: xce.v1.WorkerInfo.LabelsEntry
 	nil,                            // 53: xce.v1.RegisterRequest.LabelsEntry
 	nil,                            // 54: xce.v1.HeartbeatRequest.LagsEntry
-	nil,                            // 55: xce.v1.HeartbeatResponse.EpochsEntry
+	nil,                            // 55: xce.v1.HeartbeatRequest.LoadsEntry
+	nil,                            // 56: xce.v1.HeartbeatResponse.EpochsEntry
 }
 var file_xce_v1_xce_proto_depIdxs = []int32{
 	0,  // 0: xce.v1.NotReady.role:type_name -> xce.v1.Role
@@ -3757,57 +3775,58 @@ var file_xce_v1_xce_proto_depIdxs = []int32{
 	53, // 17: xce.v1.RegisterRequest.labels:type_name -> xce.v1.RegisterRequest.LabelsEntry
 	54, // 18: xce.v1.HeartbeatRequest.lags:type_name -> xce.v1.HeartbeatRequest.LagsEntry
 	28, // 19: xce.v1.HeartbeatRequest.facts:type_name -> xce.v1.Fact
-	55, // 20: xce.v1.HeartbeatResponse.epochs:type_name -> xce.v1.HeartbeatResponse.EpochsEntry
-	1,  // 21: xce.v1.ListMembersRequest.consistency:type_name -> xce.v1.Consistency
-	33, // 22: xce.v1.ListMembersResponse.members:type_name -> xce.v1.Member
-	33, // 23: xce.v1.AddMemberResponse.member:type_name -> xce.v1.Member
-	33, // 24: xce.v1.PromoteMemberResponse.member:type_name -> xce.v1.Member
-	33, // 25: xce.v1.JoinResponse.member:type_name -> xce.v1.Member
-	13, // 26: xce.v1.ControllerService.Status:input_type -> xce.v1.StatusRequest
-	16, // 27: xce.v1.ControllerService.WatchStatus:input_type -> xce.v1.WatchStatusRequest
-	5,  // 28: xce.v1.ControllerService.SubmitTask:input_type -> xce.v1.SubmitTaskRequest
-	7,  // 29: xce.v1.ControllerService.GetTask:input_type -> xce.v1.GetTaskRequest
-	9,  // 30: xce.v1.ControllerService.ListTasks:input_type -> xce.v1.ListTasksRequest
-	11, // 31: xce.v1.ControllerService.DeleteTask:input_type -> xce.v1.DeleteTaskRequest
-	18, // 32: xce.v1.ControllerService.GetAssignment:input_type -> xce.v1.GetAssignmentRequest
-	21, // 33: xce.v1.ControllerService.ListWorkers:input_type -> xce.v1.ListWorkersRequest
-	24, // 34: xce.v1.ControllerService.DrainWorker:input_type -> xce.v1.DrainWorkerRequest
-	26, // 35: xce.v1.ControllerService.UndrainWorker:input_type -> xce.v1.UndrainWorkerRequest
-	29, // 36: xce.v1.WorkerService.Register:input_type -> xce.v1.RegisterRequest
-	31, // 37: xce.v1.WorkerService.Heartbeat:input_type -> xce.v1.HeartbeatRequest
-	34, // 38: xce.v1.ClusterService.ListMembers:input_type -> xce.v1.ListMembersRequest
-	36, // 39: xce.v1.ClusterService.AddMember:input_type -> xce.v1.AddMemberRequest
-	38, // 40: xce.v1.ClusterService.PromoteMember:input_type -> xce.v1.PromoteMemberRequest
-	40, // 41: xce.v1.ClusterService.RemoveMember:input_type -> xce.v1.RemoveMemberRequest
-	42, // 42: xce.v1.ClusterService.TransferLeader:input_type -> xce.v1.TransferLeaderRequest
-	44, // 43: xce.v1.ClusterService.Join:input_type -> xce.v1.JoinRequest
-	46, // 44: xce.v1.ClusterService.SaveSnapshot:input_type -> xce.v1.SaveSnapshotRequest
-	48, // 45: xce.v1.ClusterService.TakeSnapshot:input_type -> xce.v1.TakeSnapshotRequest
-	14, // 46: xce.v1.ControllerService.Status:output_type -> xce.v1.StatusResponse
-	14, // 47: xce.v1.ControllerService.WatchStatus:output_type -> xce.v1.StatusResponse
-	6,  // 48: xce.v1.ControllerService.SubmitTask:output_type -> xce.v1.SubmitTaskResponse
-	8,  // 49: xce.v1.ControllerService.GetTask:output_type -> xce.v1.GetTaskResponse
-	10, // 50: xce.v1.ControllerService.ListTasks:output_type -> xce.v1.ListTasksResponse
-	12, // 51: xce.v1.ControllerService.DeleteTask:output_type -> xce.v1.DeleteTaskResponse
-	20, // 52: xce.v1.ControllerService.GetAssignment:output_type -> xce.v1.GetAssignmentResponse
-	23, // 53: xce.v1.ControllerService.ListWorkers:output_type -> xce.v1.ListWorkersResponse
-	25, // 54: xce.v1.ControllerService.DrainWorker:output_type -> xce.v1.DrainWorkerResponse
-	27, // 55: xce.v1.ControllerService.UndrainWorker:output_type -> xce.v1.UndrainWorkerResponse
-	30, // 56: xce.v1.WorkerService.Register:output_type -> xce.v1.RegisterResponse
-	32, // 57: xce.v1.WorkerService.Heartbeat:output_type -> xce.v1.HeartbeatResponse
-	35, // 58: xce.v1.ClusterService.ListMembers:output_type -> xce.v1.ListMembersResponse
-	37, // 59: xce.v1.ClusterService.AddMember:output_type -> xce.v1.AddMemberResponse
-	39, // 60: xce.v1.ClusterService.PromoteMember:output_type -> xce.v1.PromoteMemberResponse
-	41, // 61: xce.v1.ClusterService.RemoveMember:output_type -> xce.v1.RemoveMemberResponse
-	43, // 62: xce.v1.ClusterService.TransferLeader:output_type -> xce.v1.TransferLeaderResponse
-	45, // 63: xce.v1.ClusterService.Join:output_type -> xce.v1.JoinResponse
-	47, // 64: xce.v1.ClusterService.SaveSnapshot:output_type -> xce.v1.SnapshotChunk
-	49, // 65: xce.v1.ClusterService.TakeSnapshot:output_type -> xce.v1.TakeSnapshotResponse
-	46, // [46:66] is the sub-list for method output_type
-	26, // [26:46] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	55, // 20: xce.v1.HeartbeatRequest.loads:type_name -> xce.v1.HeartbeatRequest.LoadsEntry
+	56, // 21: xce.v1.HeartbeatResponse.epochs:type_name -> xce.v1.HeartbeatResponse.EpochsEntry
+	1,  // 22: xce.v1.ListMembersRequest.consistency:type_name -> xce.v1.Consistency
+	33, // 23: xce.v1.ListMembersResponse.members:type_name -> xce.v1.Member
+	33, // 24: xce.v1.AddMemberResponse.member:type_name -> xce.v1.Member
+	33, // 25: xce.v1.PromoteMemberResponse.member:type_name -> xce.v1.Member
+	33, // 26: xce.v1.JoinResponse.member:type_name -> xce.v1.Member
+	13, // 27: xce.v1.ControllerService.Status:input_type -> xce.v1.StatusRequest
+	16, // 28: xce.v1.ControllerService.WatchStatus:input_type -> xce.v1.WatchStatusRequest
+	5,  // 29: xce.v1.ControllerService.SubmitTask:input_type -> xce.v1.SubmitTaskRequest
+	7,  // 30: xce.v1.ControllerService.GetTask:input_type -> xce.v1.GetTaskRequest
+	9,  // 31: xce.v1.ControllerService.ListTasks:input_type -> xce.v1.ListTasksRequest
+	11, // 32: xce.v1.ControllerService.DeleteTask:input_type -> xce.v1.DeleteTaskRequest
+	18, // 33: xce.v1.ControllerService.GetAssignment:input_type -> xce.v1.GetAssignmentRequest
+	21, // 34: xce.v1.ControllerService.ListWorkers:input_type -> xce.v1.ListWorkersRequest
+	24, // 35: xce.v1.ControllerService.DrainWorker:input_type -> xce.v1.DrainWorkerRequest
+	26, // 36: xce.v1.ControllerService.UndrainWorker:input_type -> xce.v1.UndrainWorkerRequest
+	29, // 37: xce.v1.WorkerService.Register:input_type -> xce.v1.RegisterRequest
+	31, // 38: xce.v1.WorkerService.Heartbeat:input_type -> xce.v1.HeartbeatRequest
+	34, // 39: xce.v1.ClusterService.ListMembers:input_type -> xce.v1.ListMembersRequest
+	36, // 40: xce.v1.ClusterService.AddMember:input_type -> xce.v1.AddMemberRequest
+	38, // 41: xce.v1.ClusterService.PromoteMember:input_type -> xce.v1.PromoteMemberRequest
+	40, // 42: xce.v1.ClusterService.RemoveMember:input_type -> xce.v1.RemoveMemberRequest
+	42, // 43: xce.v1.ClusterService.TransferLeader:input_type -> xce.v1.TransferLeaderRequest
+	44, // 44: xce.v1.ClusterService.Join:input_type -> xce.v1.JoinRequest
+	46, // 45: xce.v1.ClusterService.SaveSnapshot:input_type -> xce.v1.SaveSnapshotRequest
+	48, // 46: xce.v1.ClusterService.TakeSnapshot:input_type -> xce.v1.TakeSnapshotRequest
+	14, // 47: xce.v1.ControllerService.Status:output_type -> xce.v1.StatusResponse
+	14, // 48: xce.v1.ControllerService.WatchStatus:output_type -> xce.v1.StatusResponse
+	6,  // 49: xce.v1.ControllerService.SubmitTask:output_type -> xce.v1.SubmitTaskResponse
+	8,  // 50: xce.v1.ControllerService.GetTask:output_type -> xce.v1.GetTaskResponse
+	10, // 51: xce.v1.ControllerService.ListTasks:output_type -> xce.v1.ListTasksResponse
+	12, // 52: xce.v1.ControllerService.DeleteTask:output_type -> xce.v1.DeleteTaskResponse
+	20, // 53: xce.v1.ControllerService.GetAssignment:output_type -> xce.v1.GetAssignmentResponse
+	23, // 54: xce.v1.ControllerService.ListWorkers:output_type -> xce.v1.ListWorkersResponse
+	25, // 55: xce.v1.ControllerService.DrainWorker:output_type -> xce.v1.DrainWorkerResponse
+	27, // 56: xce.v1.ControllerService.UndrainWorker:output_type -> xce.v1.UndrainWorkerResponse
+	30, // 57: xce.v1.WorkerService.Register:output_type -> xce.v1.RegisterResponse
+	32, // 58: xce.v1.WorkerService.Heartbeat:output_type -> xce.v1.HeartbeatResponse
+	35, // 59: xce.v1.ClusterService.ListMembers:output_type -> xce.v1.ListMembersResponse
+	37, // 60: xce.v1.ClusterService.AddMember:output_type -> xce.v1.AddMemberResponse
+	39, // 61: xce.v1.ClusterService.PromoteMember:output_type -> xce.v1.PromoteMemberResponse
+	41, // 62: xce.v1.ClusterService.RemoveMember:output_type -> xce.v1.RemoveMemberResponse
+	43, // 63: xce.v1.ClusterService.TransferLeader:output_type -> xce.v1.TransferLeaderResponse
+	45, // 64: xce.v1.ClusterService.Join:output_type -> xce.v1.JoinResponse
+	47, // 65: xce.v1.ClusterService.SaveSnapshot:output_type -> xce.v1.SnapshotChunk
+	49, // 66: xce.v1.ClusterService.TakeSnapshot:output_type -> xce.v1.TakeSnapshotResponse
+	47, // [47:67] is the sub-list for method output_type
+	27, // [27:47] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_xce_v1_xce_proto_init() }
@@ -3821,7 +3840,7 @@ func file_xce_v1_xce_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_xce_v1_xce_proto_rawDesc), len(file_xce_v1_xce_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   53,
+			NumMessages:   54,
 			NumExtensions: 0,
 			NumServices:   3,
 		},
