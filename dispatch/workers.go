@@ -153,7 +153,8 @@ func (s *Service) GetAssignment(ctx context.Context, req *connect.Request[xcev1.
 		soft, settling, followup, _ = s.workers.Soft()
 	}
 	resp := &xcev1.GetAssignmentResponse{Generation: gen, AppliedIndex: applied, Settling: settling, Followup: followup,
-		Tasks: make([]*xcev1.TaskAssignment, 0, len(tasks))}
+		Frozen: s.node.FSM().PlacementFrozen(),
+		Tasks:  make([]*xcev1.TaskAssignment, 0, len(tasks))}
 	for _, t := range tasks {
 		p, placed := a[t.ID]
 		if !placed {

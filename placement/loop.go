@@ -93,6 +93,7 @@ func (s *Service) loop(ctx context.Context, ts *termState) {
 		notUntil  time.Time
 		taskVer   = s.fsm.TaskVersion()
 		drainVer  = s.fsm.DrainVersion()
+		frozen    = false // as last planned
 		_, asgVer = s.fsm.AssignmentGeneration()
 		probe     *delaymgr.Handle
 	)
@@ -117,6 +118,10 @@ func (s *Service) loop(ctx context.Context, ts *termState) {
 		if settled && due && !now.Before(notUntil) && now.Sub(lastPlan) >= s.cfg.Tick {
 			dirty, taskDirty = false, false
 			lastPlan = now
+			if f := s.fsm.PlacementFrozen(); f != frozen {
+				frozen = f
+				s.logFrozen(f)
+			}
 			followup, retry := s.plan(ctx, ts)
 			if retry {
 				dirty = true
@@ -151,6 +156,9 @@ func (s *Service) loop(ctx context.Context, ts *termState) {
 			// A drain changes the plan and the drained worker's answers;
 			// an assignment changed by other means than this loop's
 			// plans (a deleted task) changes answers too.
+			if s.fsm.PlacementFrozen() != frozen {
+				dirty = true
+			}
 			_, av := s.fsm.AssignmentGeneration()
 			if dv := s.fsm.DrainVersion(); dv != drainVer || av != asgVer {
 				dirty = dirty || dv != drainVer
@@ -161,6 +169,15 @@ func (s *Service) loop(ctx context.Context, ts *termState) {
 			}
 		}
 	}
+}
+
+// logFrozen says that the loop plans frozen from now on, or no longer.
+func (s *Service) logFrozen(frozen bool) {
+	if frozen {
+		s.log.Info().Msg("placement frozen: planning for failures only (an active whose worker is gone or drained moves, new tasks are placed, missing standbys are created); nothing moves for balance")
+		return
+	}
+	s.log.Info().Msg("placement unfrozen: planning for balance again")
 }
 
 // expire ends the sessions of silent workers and reports whether any ended.
@@ -275,7 +292,7 @@ func (s *Service) plan(ctx context.Context, ts *termState) (followup, retry bool
 // nothing placed to take back: the tasks stay PENDING without a write,
 // and without copying the task set (a submit storm re-plans every second).
 func (s *Service) input(ts *termState, prev map[string]state.Placement) (in assign.Input, tasks []state.Task, ok bool) {
-	in = assign.Input{Config: s.cfg.Assign}
+	in = assign.Input{Config: s.cfg.Assign, Frozen: s.fsm.PlacementFrozen()}
 	s.mu.Lock()
 	for _, w := range ts.workers {
 		if !w.reported {
@@ -295,7 +312,7 @@ func (s *Service) input(ts *termState, prev map[string]state.Placement) (in assi
 		// but the log format takes larger counts: such a task gets the
 		// maximum rather than failing every plan.
 		k := min(t.StandbyReplicas, assign.MaxStandbyReplicas)
-		in.Tasks[i] = assign.Task{ID: t.ID, Stateful: t.Stateful, StandbyReplicas: int(k)}
+		in.Tasks[i] = assign.Task{ID: t.ID, Stateful: t.Stateful, StandbyReplicas: int(k), Weight: int(t.Weight)}
 	}
 	in.Previous = make(assign.Assignment, len(prev))
 	for id, p := range prev {

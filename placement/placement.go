@@ -78,6 +78,9 @@ type FSM interface {
 	// drain); the version changes with the set.
 	IsDrained(id string) bool
 	DrainVersion() uint64
+	// PlacementFrozen reports whether an operator froze the placement
+	// (xce placement freeze): the assignor then handles failures only.
+	PlacementFrozen() bool
 	AssignmentGeneration() (gen, version uint64)
 	AllTasks() ([]state.Task, uint64)
 	TaskVersion() uint64

@@ -728,3 +728,46 @@ func manyLabels(n int) map[string]string {
 	}
 	return m
 }
+
+// TestWeightAndFreezeReachThePlanner: a task's weight and the placement
+// freeze go into the planner's input, and a freeze or its end plans again.
+func TestWeightAndFreezeReachThePlanner(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, 0)
+		r.submitTask(state.Task{ID: "heavy", Stateful: true, Weight: 40})
+		r.submit("light")
+		defer r.establish(1)()
+		r.register("w1", 1)
+		settle(time.Second)
+		input := func() assign.Input {
+			_, prev := r.fsm.Assignment()
+			r.svc.mu.Lock()
+			ts := r.svc.term
+			r.svc.mu.Unlock()
+			in, _, _ := r.svc.input(ts, prev)
+			return in
+		}
+		in := input()
+		weights := map[string]int{}
+		for _, task := range in.Tasks {
+			weights[task.ID] = task.Weight
+		}
+		if weights["heavy"] != 40 || weights["light"] != 0 || in.Frozen {
+			t.Fatalf("weights %v, frozen %v", weights, in.Frozen)
+		}
+		for _, frozen := range []bool{true, false} {
+			plans := r.svc.plans.Load()
+			c := state.Command{Type: state.CmdSetPlacementFrozen, Frozen: frozen}
+			if _, err := r.apply(context.Background(), c.Encode()); err != nil {
+				t.Fatal(err)
+			}
+			settle(time.Second)
+			if got := r.svc.plans.Load(); got == plans {
+				t.Fatalf("no plan after the freeze became %v", frozen)
+			}
+			if in := input(); in.Frozen != frozen {
+				t.Fatalf("planner input frozen %v, want %v", in.Frozen, frozen)
+			}
+		}
+	})
+}

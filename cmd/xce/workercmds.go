@@ -428,16 +428,18 @@ type taskAssignmentJSON struct {
 }
 
 type assignmentJSON struct {
-	Generation   uint64               `json:"generation"`
-	AppliedIndex uint64               `json:"applied_index"`
-	Settling     bool                 `json:"settling"`
-	Followup     bool                 `json:"followup"`
-	Tasks        []taskAssignmentJSON `json:"tasks"`
+	Generation   uint64 `json:"generation"`
+	AppliedIndex uint64 `json:"applied_index"`
+	Settling     bool   `json:"settling"`
+	Followup     bool   `json:"followup"`
+	// Frozen: an operator froze the placement (xce placement freeze).
+	Frozen bool                 `json:"frozen"`
+	Tasks  []taskAssignmentJSON `json:"tasks"`
 }
 
 func assignmentOut(r *xcev1.GetAssignmentResponse) assignmentJSON {
 	out := assignmentJSON{Generation: r.Generation, AppliedIndex: r.AppliedIndex, Settling: r.Settling, Followup: r.Followup,
-		Tasks: make([]taskAssignmentJSON, len(r.Tasks))}
+		Frozen: r.Frozen, Tasks: make([]taskAssignmentJSON, len(r.Tasks))}
 	for i, t := range r.Tasks {
 		p := t.GetPlacement()
 		out.Tasks[i] = taskAssignmentJSON{
@@ -458,6 +460,9 @@ func printAssignment(w io.Writer, r *xcev1.GetAssignmentResponse) error {
 		fmt.Fprint(w, "; moves wait for warm-ups")
 	}
 	fmt.Fprintln(w)
+	if r.Frozen {
+		fmt.Fprintln(w, "the placement is frozen (xce placement unfreeze ends it): the assignor handles failures only and moves nothing for balance")
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "TASK\tSTATEFUL\tACTIVE\tEPOCH\tSTANDBYS\tWARMUPS\tLAGS\tSTATUS")
 	for _, t := range r.Tasks {

@@ -35,6 +35,12 @@ type fakeAPI struct {
 	heartbeats atomic.Int64
 	// drains records the drains and undrains asked, as "+w" and "-w".
 	drains []string
+	// frozen is the placement freeze, set by FreezePlacement and
+	// UnfreezePlacement and shown by Status and GetAssignment; freezeOld
+	// refuses a freeze as a cluster with an old voter does.
+	frozen, freezeOld bool
+	// submitted records the submits, with their weights.
+	submitted []*xcev1.SubmitTaskRequest
 }
 
 func (f *fakeAPI) DrainWorker(_ context.Context, req *connect.Request[xcev1.DrainWorkerRequest]) (*connect.Response[xcev1.DrainWorkerResponse], error) {
@@ -80,7 +86,7 @@ func (f *fakeAPI) GetAssignment(_ context.Context, req *connect.Request[xcev1.Ge
 		return nil, err
 	}
 	f.stale.Store(req.Msg.Consistency == xcev1.Consistency_CONSISTENCY_STALE)
-	return connect.NewResponse(&xcev1.GetAssignmentResponse{Generation: 4, AppliedIndex: 17, Followup: true, Tasks: []*xcev1.TaskAssignment{
+	return connect.NewResponse(&xcev1.GetAssignmentResponse{Generation: 4, AppliedIndex: 17, Followup: true, Frozen: f.frozen, Tasks: []*xcev1.TaskAssignment{
 		{Placement: &xcev1.TaskPlacement{TaskId: "t1", Active: "w1", Standbys: []string{"w2"}, Warmups: []string{"w3"}, Epoch: 3}, Stateful: true,
 			Lags: map[string]int64{"w1": 0, "w2": 40, "w3": 30000}, Update: "running"},
 		{Placement: &xcev1.TaskPlacement{TaskId: "t2"}, PendingReason: "no worker"},
