@@ -154,6 +154,11 @@ func (s *Service) Beat(ctx context.Context, b Beat) (Answer, error) {
 	s.recordFacts(w, b.Facts)
 	first := !w.reported
 	w.reported = true
+	_, wasAway := ts.away[w.id]
+	if first {
+		// Back within its replace delay: planned as live from now on.
+		delete(ts.away, w.id)
+	}
 	startsLeaving := b.Leaving && !w.leaving
 	w.leaving = w.leaving || b.Leaving
 	c, epochs := s.copiesAndEpochs(w.id)
@@ -177,6 +182,9 @@ func (s *Service) Beat(ctx context.Context, b Beat) (Answer, error) {
 	s.mu.Unlock()
 	if startsLeaving {
 		s.log.Info().Str("worker", w.id).Strs("actives", c.Actives).Msg("worker leaving: its actives move to other workers, each once a copy there has caught up")
+	}
+	if first && wasAway {
+		s.log.Info().Str("worker", w.id).Msg("worker back within its replace delay: no longer away")
 	}
 	if startsLeaving || crossed != "" || first {
 		if crossed != "" {

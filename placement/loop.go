@@ -29,6 +29,7 @@ func (s *Service) Start(term uint64) error {
 		started:     now,
 		settleUntil: now.Add(s.cfg.Settle),
 		workers:     make(map[string]*session),
+		away:        make(map[string]awayWorker),
 		kick:        make(chan struct{}, 1),
 		delays:      delaymgr.New(delaymgr.RealClock()),
 		changed:     make(chan struct{}),
@@ -180,19 +181,30 @@ func (s *Service) logFrozen(frozen bool) {
 	s.log.Info().Msg("placement unfrozen: planning for balance again")
 }
 
-// expire ends the sessions of silent workers and reports whether any ended.
+// expire ends the sessions of silent workers, and the replacement delays
+// of away workers that did not come back, and reports whether any ended.
 // What an ended session held keeps counting for grants until the worker's
 // lease has surely run out (SessionTimeout + GrantMargin after it was last
-// heard); then it is forgotten.
+// heard); then it is forgotten. With a ReplaceDelay, a worker whose
+// session ends is away until the delay has passed (see away).
 func (s *Service) expire(ts *termState) bool {
 	now := time.Now()
-	var gone []string
+	var gone, away, replaced []string
 	s.mu.Lock()
 	for id, w := range ts.workers {
 		if now.Sub(w.lastSeen) >= s.cfg.SessionTimeout {
 			delete(ts.workers, id)
 			gone = append(gone, id)
 			ts.grants.expire(id)
+			if s.away(ts, w, now) {
+				away = append(away, id)
+			}
+		}
+	}
+	for id, a := range ts.away {
+		if !now.Before(a.until) {
+			delete(ts.away, id)
+			replaced = append(replaced, id)
 		}
 	}
 	if ts.grants.prune(now) || len(gone) > 0 {
@@ -204,7 +216,31 @@ func (s *Service) expire(ts *termState) bool {
 	for _, id := range gone {
 		s.log.Warn().Str("worker", id).Dur("session_timeout", s.cfg.SessionTimeout).Int("workers", n).Msg("worker gone: no heartbeat within the session timeout")
 	}
-	return len(gone) > 0
+	for _, id := range away {
+		s.log.Info().Str("worker", id).Time("until", now.Add(s.cfg.ReplaceDelay)).Dur("replace_delay", s.cfg.ReplaceDelay).
+			Msg("worker away: its actives move to other copies; its standbys are kept for it until it reports again or the delay ends")
+	}
+	slices.Sort(replaced)
+	for _, id := range replaced {
+		s.log.Info().Str("worker", id).Dur("replace_delay", s.cfg.ReplaceDelay).Msg("worker did not come back within its replace delay: replacing its copies")
+	}
+	return len(gone) > 0 || len(replaced) > 0
+}
+
+// away records worker w, whose session has just expired, as away until
+// ReplaceDelay has passed, and reports whether it did: not without a
+// delay, not for a worker the assignor never planned for (it holds
+// nothing), and not beyond MaxWorkers away workers (the worker's copies
+// are then replaced at once). Callers hold s.mu.
+func (s *Service) away(ts *termState, w *session, now time.Time) bool {
+	if s.cfg.ReplaceDelay <= 0 || !w.reported {
+		return false
+	}
+	if _, again := ts.away[w.id]; !again && len(ts.away) >= MaxWorkers {
+		return false
+	}
+	ts.away[w.id] = awayWorker{labels: w.labels, until: now.Add(s.cfg.ReplaceDelay)}
+	return true
 }
 
 // plan computes the next assignment from the sessions and the committed
@@ -300,6 +336,15 @@ func (s *Service) input(ts *termState, prev map[string]state.Placement) (in assi
 		}
 		in.Workers = append(in.Workers, assign.Worker{ID: w.id, Capacity: w.capacity, Lags: maps.Clone(w.lags),
 			Drained: w.leaving || s.fsm.IsDrained(w.id), Labels: w.labels, Loads: w.loads})
+	}
+	for id, a := range ts.away {
+		if w := ts.workers[id]; w != nil && w.reported {
+			continue // back (Beat forgets it; this is belt and braces)
+		}
+		// It runs nothing and reports no lag: its standbys are kept for
+		// it, its actives go to other copies.
+		in.Workers = append(in.Workers, assign.Worker{ID: id, Capacity: 0, Labels: a.labels, Away: true,
+			Drained: s.fsm.IsDrained(id)})
 	}
 	s.mu.Unlock()
 	if len(in.Workers) == 0 && !anyCopy(prev) {

@@ -238,6 +238,11 @@ type termState struct {
 	// settleUntil is when planning may start.
 	settleUntil time.Time
 	workers     map[string]*session
+	// away are the workers whose session expired less than
+	// Config.ReplaceDelay ago and that have not reported since, by id: the
+	// assignor keeps their standbys for them (assign.Worker.Away). At most
+	// MaxWorkers; like the sessions, they belong to the term.
+	away map[string]awayWorker
 	// grants records what each worker may hold as active.
 	grants *grantBook
 	kick   chan struct{}
@@ -252,6 +257,13 @@ type termState struct {
 	// waits is why each task waits on a drained worker, as last logged
 	// (the loop's own).
 	waits map[string]string
+}
+
+// awayWorker is a worker whose session expired, until its replacement
+// delay ends (until) or it reports again.
+type awayWorker struct {
+	labels map[string]string
+	until  time.Time
 }
 
 func kick(ts *termState) {

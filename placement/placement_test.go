@@ -37,12 +37,15 @@ const (
 	acc            = 100
 )
 
-func newRig(t *testing.T, standbys int) *rig {
+func newRig(t *testing.T, standbys int, opts ...func(*Config)) *rig {
 	r := &rig{t: t, fsm: state.NewFSM("c")}
 	cfg := Config{
 		Assign: assign.Config{AcceptableRecoveryLag: acc, MaxWarmupReplicas: 2, NumStandbyReplicas: standbys,
 			ProbingRebalanceInterval: time.Minute},
 		SessionTimeout: sessionTimeout, HeartbeatInterval: 500 * time.Millisecond,
+	}
+	for _, o := range opts {
+		o(&cfg)
 	}
 	svc, err := New(cfg, countingFSM{r.fsm, &r.copies}, r.apply, zerolog.Nop())
 	if err != nil {
