@@ -65,7 +65,8 @@ const (
 	PermJoin Permission = "join"
 	// PermBackup takes snapshots of the whole state.
 	PermBackup Permission = "backup"
-	// PermDrain drains workers and ends their drains.
+	// PermDrain drains workers and ends their drains, and freezes and
+	// unfreezes the placement: it steers where work runs.
 	PermDrain Permission = "drain"
 )
 

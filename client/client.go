@@ -624,6 +624,10 @@ type Task struct {
 	ID              string
 	Stateful        bool
 	StandbyReplicas uint32
+	// Weight is what the task costs relative to others, 1 to 65536 (0:
+	// 1). A weight above 1 is refused as ErrFailedPrecondition until every
+	// voter runs a binary that stores weights.
+	Weight uint32
 }
 
 // Submit creates a task. Retries reuse one request id.
@@ -634,7 +638,7 @@ func (c *Client) Submit(ctx context.Context, t Task) (*xcev1.SubmitTaskResponse,
 // SubmitWithID is Submit with a caller-chosen request id.
 func (c *Client) SubmitWithID(ctx context.Context, t Task, requestID string) (*xcev1.SubmitTaskResponse, error) {
 	req := &xcev1.SubmitTaskRequest{TaskId: t.ID, Stateful: t.Stateful, StandbyReplicas: t.StandbyReplicas,
-		ClientId: c.opts.ClientID, RequestId: requestID}
+		Weight: t.Weight, ClientId: c.opts.ClientID, RequestId: requestID}
 	var out *xcev1.SubmitTaskResponse
 	err := c.do(ctx, func(ctx context.Context, s xcev1connect.ControllerServiceClient) error {
 		r, err := s.SubmitTask(ctx, connect.NewRequest(req))
@@ -643,7 +647,7 @@ func (c *Client) SubmitWithID(ctx context.Context, t Task, requestID string) (*x
 		}
 		return err
 	})
-	return out, err
+	return out, preconditionErr(err)
 }
 
 // Delete removes a task.
@@ -740,7 +744,12 @@ func (c *Client) ListWorkers(ctx context.Context) (*xcev1.ListWorkersResponse, e
 // capacity is its relative weight (0 drains it); addr is where it serves
 // its own clients (informational).
 func (c *Client) Register(ctx context.Context, id string, capacity uint32, addr string) (*xcev1.RegisterResponse, error) {
-	req := &xcev1.RegisterRequest{WorkerId: id, Capacity: capacity, ClientAddr: addr}
+	return c.RegisterWith(ctx, &xcev1.RegisterRequest{WorkerId: id, Capacity: capacity, ClientAddr: addr})
+}
+
+// RegisterWith is Register with every field of the request (the worker's
+// labels too).
+func (c *Client) RegisterWith(ctx context.Context, req *xcev1.RegisterRequest) (*xcev1.RegisterResponse, error) {
 	var out *xcev1.RegisterResponse
 	err := c.doWorker(ctx, func(ctx context.Context, s xcev1connect.WorkerServiceClient) error {
 		r, err := s.Register(ctx, connect.NewRequest(req))
@@ -845,6 +854,29 @@ func (c *Client) UndrainWorker(ctx context.Context, id string) error {
 		return err
 	})
 	return preconditionErr(err)
+}
+
+// FreezePlacement freezes the placement (frozen) or ends its freeze, and
+// returns the index at which the change was applied; idempotent. Until
+// every voter runs a binary that applies freezes it is
+// ErrFailedPrecondition, naming the voters.
+func (c *Client) FreezePlacement(ctx context.Context, frozen bool) (uint64, error) {
+	var index uint64
+	err := c.do(ctx, func(ctx context.Context, s xcev1connect.ControllerServiceClient) error {
+		if frozen {
+			r, err := s.FreezePlacement(ctx, connect.NewRequest(&xcev1.FreezePlacementRequest{}))
+			if err == nil {
+				index = r.Msg.Index
+			}
+			return err
+		}
+		r, err := s.UnfreezePlacement(ctx, connect.NewRequest(&xcev1.UnfreezePlacementRequest{}))
+		if err == nil {
+			index = r.Msg.Index
+		}
+		return err
+	})
+	return index, preconditionErr(err)
 }
 
 // preconditionErr turns a FailedPrecondition answer into

@@ -271,6 +271,33 @@ type Assignor struct {
 	// (docs/design.md, "At most one active"). 0 means session_timeout/5;
 	// not negative, and the lease must exceed heartbeat_interval.
 	GrantMargin Duration `yaml:"grant_margin"`
+	// ReplaceDelay is how long a worker whose session expired stays away
+	// before its copies are replaced: meanwhile its actives move to other
+	// copies at once, but its standbys are kept for it and not re-created
+	// elsewhere (unless fewer than min_copies copies of a task would be
+	// left), so a worker that restarts finds its state still in use. 0s
+	// (off) to 24h. A worker that leaves gracefully is replaced at once.
+	ReplaceDelay Duration `yaml:"replace_delay"`
+	// MinCopies is the fewest copies of a stateful task (its active
+	// included) kept on live workers while a worker is away
+	// (replace_delay): below it, replacements are made at once. 0 to 17;
+	// 0 and 1 keep only the active.
+	MinCopies int `yaml:"min_copies"`
+	// SpreadBy lists worker label keys (xce worker --label), most
+	// important first: for each in turn, the copies of a stateful task
+	// take distinct values as far as the workers allow (zone, then rack,
+	// for example). At most 8 keys, each a valid label key, none twice.
+	SpreadBy []string `yaml:"spread_by"`
+	// Balance is what the assignor balances over the workers' capacity:
+	// "weight" (the tasks' weights, xce submit --weight) or "load" (the
+	// actives' loads the workers report).
+	Balance string `yaml:"balance"`
+	// LoadTolerance is, with balance: load, how far in percent of the
+	// ideal load a worker's load may stray before actives move: 0 to 100.
+	LoadTolerance int `yaml:"load_tolerance"`
+	// MaxLoadMoves bounds, with balance: load, the actives one plan moves
+	// to even the load out (caught-up standbys first): 0 or more.
+	MaxLoadMoves int `yaml:"max_load_moves"`
 }
 
 // Autopilot is the leader's membership policy.

@@ -142,6 +142,12 @@ var assignorBinding = binding[placement.Config]{placement.DefaultConfig, func(c 
 		dur(&p.SessionTimeout, &f.SessionTimeout),
 		dur(&p.HeartbeatInterval, &f.HeartbeatInterval),
 		dur(&p.GrantMargin, &f.GrantMargin),
+		dur(&p.ReplaceDelay, &f.ReplaceDelay),
+		same(&p.Assign.MinCopies, &f.MinCopies),
+		same(&p.Assign.SpreadBy, &f.SpreadBy),
+		same(&p.Assign.Balance, &f.Balance),
+		same(&p.Assign.LoadTolerance, &f.LoadTolerance),
+		same(&p.Assign.MaxLoadMoves, &f.MaxLoadMoves),
 	}
 }}
 

@@ -90,7 +90,8 @@ raft: {heartbeat_timeout: 300ms, election_timeout: 400ms, leader_lease_timeout: 
 kafka: {brokers: ["k1:9092"], topic: events, transactional_id_prefix: tx,
   tls: {ca_file: ca.pem, cert_file: c.pem, key_file: c-key.pem}, sasl: {mechanism: SCRAM-SHA-512, username: xce, password_file: pw}}
 assignor: {acceptable_recovery_lag: 5, max_warmup_replicas: 3, num_standby_replicas: 1,
-  probing_rebalance_interval: 2m, session_timeout: 4s, heartbeat_interval: 500ms, grant_margin: 1s}
+  probing_rebalance_interval: 2m, session_timeout: 4s, heartbeat_interval: 500ms, grant_margin: 1s,
+  replace_delay: 5m, min_copies: 2, spread_by: [zone, rack], balance: load, load_tolerance: 20, max_load_moves: 3}
 limits: {client: {max_connections: 10, read_timeout: 2s}, peer: {max_connections: 64, max_message_bytes: 20971520, first_byte_timeout: 2s, read_timeout: 3s, idle_timeout: 5m}}
 `)
 	r := c.RaftConfig()
@@ -108,7 +109,9 @@ limits: {client: {max_connections: 10, read_timeout: 2s}, peer: {max_connections
 	a := c.AssignorConfig()
 	if a.Assign.AcceptableRecoveryLag != 5 || a.Assign.MaxWarmupReplicas != 3 || a.Assign.NumStandbyReplicas != 1 ||
 		a.Assign.ProbingRebalanceInterval != 2*time.Minute || a.SessionTimeout != 4*time.Second || a.HeartbeatInterval != 500*time.Millisecond ||
-		a.GrantMargin != time.Second || a.ActiveLease() != 3*time.Second {
+		a.GrantMargin != time.Second || a.ActiveLease() != 3*time.Second || a.ReplaceDelay != 5*time.Minute ||
+		a.Assign.MinCopies != 2 || !reflect.DeepEqual(a.Assign.SpreadBy, []string{"zone", "rack"}) || a.Assign.Balance != "load" ||
+		a.Assign.LoadTolerance != 20 || a.Assign.MaxLoadMoves != 3 {
 		t.Errorf("AssignorConfig %+v", a)
 	}
 	if f := c.FenceConfig(); !reflect.DeepEqual(f.Brokers, []string{"k1:9092"}) || f.Topic != "events" || f.TransactionalID != "tx.c1.primary" {
@@ -152,6 +155,21 @@ func TestPackageProblemsNameTheKeys(t *testing.T) {
 		{"heartbeat too short", func(c *Config) { c.Assignor.HeartbeatInterval = ms(10) }, "assignor.heartbeat_interval: must be at least 50ms (got 10ms)"},
 		{"heartbeat above half", func(c *Config) { c.Assignor.HeartbeatInterval = Duration{6 * time.Second} },
 			"assignor.heartbeat_interval: must be at most half of assignor.session_timeout (6s > 10s/2)"},
+		{"replace delay negative", func(c *Config) { c.Assignor.ReplaceDelay = ms(-1) }, "assignor.replace_delay: must be between 0s and 24h0m0s (got -1ms)"},
+		{"replace delay above a day", func(c *Config) { c.Assignor.ReplaceDelay = Duration{25 * time.Hour} }, "assignor.replace_delay: must be between 0s and 24h0m0s"},
+		{"replace delay 1h", func(c *Config) { c.Assignor.ReplaceDelay = Duration{time.Hour} }, ""},
+		{"min copies negative", func(c *Config) { c.Assignor.MinCopies = -1 }, "assignor.min_copies: must be between 0 and 17"},
+		{"min copies above 17", func(c *Config) { c.Assignor.MinCopies = 18 }, "assignor.min_copies: must be between 0 and 17"},
+		{"min copies 2", func(c *Config) { c.Assignor.MinCopies = 2 }, ""},
+		{"spread by a bad key", func(c *Config) { c.Assignor.SpreadBy = []string{"zo ne"} }, `assignor.spread_by: "zo ne" is not a label key`},
+		{"spread by a key twice", func(c *Config) { c.Assignor.SpreadBy = []string{"zone", "zone"} }, `assignor.spread_by: "zone" is listed twice`},
+		{"spread by too many keys", func(c *Config) { c.Assignor.SpreadBy = []string{"a", "b", "c", "d", "e", "f", "g", "h", "i"} }, "assignor.spread_by: must list at most 8 keys"},
+		{"spread by zone and rack", func(c *Config) { c.Assignor.SpreadBy = []string{"zone", "topology.kubernetes.io/rack"} }, ""},
+		{"balance unknown", func(c *Config) { c.Assignor.Balance = "cpu" }, `assignor.balance: must be "weight" or "load" (got "cpu")`},
+		{"balance load", func(c *Config) { c.Assignor.Balance = "load" }, ""},
+		{"load tolerance above 100", func(c *Config) { c.Assignor.LoadTolerance = 101 }, "assignor.load_tolerance: must be between 0 and 100 percent"},
+		{"load tolerance negative", func(c *Config) { c.Assignor.LoadTolerance = -1 }, "assignor.load_tolerance: must be between 0 and 100 percent"},
+		{"max load moves negative", func(c *Config) { c.Assignor.MaxLoadMoves = -1 }, "assignor.max_load_moves: must not be negative"},
 		{"grant margin leaves no lease", func(c *Config) { c.Assignor.GrantMargin = Duration{9500 * time.Millisecond} },
 			"assignor.grant_margin: assignor.session_timeout − assignor.grant_margin (the active lease, 500ms) must exceed assignor.heartbeat_interval (1s)"},
 		{"kafka cert without key", func(c *Config) { c.Kafka.TLS.CertFile = "c.pem" }, "kafka.tls.cert_file: cert_file and key_file are set together"},

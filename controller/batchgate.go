@@ -35,12 +35,13 @@ func (batchGate) Name() string { return "batch-gate" }
 // without batch entries (the Kafka backend) has nothing to gate: it has no
 // configuration of voters to ask, and drains are written at once (its
 // members must all run a binary that applies them; docs/operations.md).
-// Member commands (log format 3) and worker drains (4) are gated the same
-// way once batches are on.
+// Member commands (log format 3), worker drains (4), and placement freezes
+// and weighted submits (5) are gated the same way once batches are on.
 func (g batchGate) Run(ctx context.Context, _ uint64) error {
 	b, ok := g.n.batcher()
 	if !ok {
 		g.n.drains.Store(nil)
+		g.n.placement.Store(nil)
 		return nil
 	}
 	defer b.SetBatches(false)
@@ -48,9 +49,11 @@ func (g batchGate) Run(ctx context.Context, _ uint64) error {
 	if g.n.membership() != nil {
 		g.n.runFormatGates(ctx,
 			formatGate{format: state.LogFormatMembers, what: "member records", open: &g.n.members.cmds},
-			formatGate{format: state.LogFormatDrain, what: "worker drains", open: &g.n.drains})
+			formatGate{format: state.LogFormatDrain, what: "worker drains", open: &g.n.drains},
+			formatGate{format: state.LogFormatPlacement, what: "placement freezes and task weights", open: &g.n.placement})
 	} else {
 		g.n.drains.Store(nil)
+		g.n.placement.Store(nil)
 	}
 	<-ctx.Done()
 	return nil
@@ -108,7 +111,8 @@ func (n *Node) runBatchGate(ctx context.Context, b batcher) {
 }
 
 // A format gate allows, in this term, commands of a log format newer than
-// the first: member records (state's log format 3) and worker drains (4).
+// the first: member records (state's log format 3), worker drains (4), and
+// placement freezes and weighted submits (5).
 // A voter on an older binary would stop at such an entry, so the PRIMARY
 // writes one only once every voter answered with a log format that applies
 // it. Unlike batches, a voter that does not answer holds the gate for good:

@@ -8,6 +8,23 @@ var (
 	drainGateClosed  = "worker drains wait until every voter is asked for its log format"
 )
 
+// Reasons placement commands (freezes, weighted submits) may not be
+// written.
+var (
+	placementNotPrimary = "placement freezes and task weights are written by the PRIMARY"
+	placementGateClosed = "placement freezes and task weights wait until every voter is asked for its log format"
+)
+
+// PlacementWritable is nil once the commands of log format 5 (a placement
+// freeze, a submit with a weight above 1) may be written in this term:
+// every voter reported a log format that applies them.
+func (n *Node) PlacementWritable() error {
+	if why := n.placement.Load(); why != nil {
+		return errors.New(*why)
+	}
+	return nil
+}
+
 // DrainsWritable is nil once worker drains may be written in this term:
 // every voter reported a log format that applies them.
 func (n *Node) DrainsWritable() error {

@@ -217,19 +217,22 @@ func TestAutopilotStep(t *testing.T) {
 }
 
 // The member gate opens once every voter reports log format 3, the drain
-// gate once every voter reports 4.
+// gate once every voter reports 4, the placement gate (freezes, weighted
+// submits) once every voter reports 5.
 func TestFormatGates(t *testing.T) {
-	a, old := startFakePeer(t, state.LogFormatDrain), startFakePeer(t, 2)
+	a, old := startFakePeer(t, state.LogFormatPlacement), startFakePeer(t, 2)
 	n := gateNode(t, a.addr(), old.addr())
 	withMembers(n)
 	n.drains.Store(&drainGateClosed)
+	n.placement.Store(&placementGateClosed)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		n.runFormatGates(ctx,
 			formatGate{format: state.LogFormatMembers, what: "member records", open: &n.members.cmds},
-			formatGate{format: state.LogFormatDrain, what: "worker drains", open: &n.drains})
+			formatGate{format: state.LogFormatDrain, what: "worker drains", open: &n.drains},
+			formatGate{format: state.LogFormatPlacement, what: "placement freezes and task weights", open: &n.placement})
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	testutil.Eventually(t, 5*time.Second, "the old voter named", func() bool {
@@ -245,8 +248,13 @@ func TestFormatGates(t *testing.T) {
 		return n.MembersWritable() == nil && err != nil && strings.Contains(err.Error(), old.addr()+" (log format 3")
 	})
 	old.format.Store(state.LogFormatDrain)
-	waitDone(t, done, 5*batchGatePoll, "every voter on log format 4")
-	if err := n.DrainsWritable(); err != nil {
+	testutil.Eventually(t, 5*batchGatePoll, "drains on, placement commands named the old voter", func() bool {
+		err := n.PlacementWritable()
+		return n.DrainsWritable() == nil && err != nil && strings.Contains(err.Error(), old.addr()+" (log format 4")
+	})
+	old.format.Store(state.LogFormatPlacement)
+	waitDone(t, done, 5*batchGatePoll, "every voter on log format 5")
+	if err := n.PlacementWritable(); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -170,6 +170,10 @@ type Node struct {
 	// drains is the reason worker drains may not be written yet; nil once
 	// every voter applies them (log format 4) in the current term.
 	drains atomic.Pointer[string]
+	// placement is the reason placement freezes and weighted submits may
+	// not be written yet; nil once every voter applies them (log format
+	// 5) in the current term.
+	placement atomic.Pointer[string]
 	// joining: the node started with join addresses on an empty data dir
 	// and waits to be added (set in Run before the backend starts).
 	joining bool
@@ -231,6 +235,7 @@ func New(opts Options) (*Node, error) {
 	}
 	n.members.cmds.Store(&notPrimaryYet)
 	n.drains.Store(&drainsNotPrimary)
+	n.placement.Store(&placementNotPrimary)
 	n.metrics = newMetrics(opts.Registry, n)
 	n.view.Store(ha.NewView(ha.View{Role: ha.RoleInit, Reason: "starting"}))
 	return n, nil
@@ -708,6 +713,7 @@ func (n *Node) establish(term uint64) {
 	n.leader = lt
 	n.members.cmds.Store(&memberGateClosed)
 	n.drains.Store(&drainGateClosed)
+	n.placement.Store(&placementGateClosed)
 	n.members.pilot.Store(nil)
 	services := append([]LeaderService{batchGate{n}, &autopilotService{n: n}}, n.opts.Services...)
 	for _, s := range services {
@@ -751,6 +757,7 @@ func (n *Node) revoke() {
 	<-lt.done
 	n.members.cmds.Store(&notPrimaryYet)
 	n.drains.Store(&drainsNotPrimary)
+	n.placement.Store(&placementNotPrimary)
 }
 
 // publish derives the client-visible View from the machine and the quorum

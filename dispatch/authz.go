@@ -31,14 +31,17 @@ var Permissions = map[string]auth.Permission{
 	xcev1connect.WorkerServiceHeartbeatProcedure:         auth.PermWorker,
 	xcev1connect.ControllerServiceDrainWorkerProcedure:   auth.PermDrain,
 	xcev1connect.ControllerServiceUndrainWorkerProcedure: auth.PermDrain,
-	xcev1connect.ClusterServiceListMembersProcedure:      auth.PermCluster,
-	xcev1connect.ClusterServiceAddMemberProcedure:        auth.PermMembers,
-	xcev1connect.ClusterServicePromoteMemberProcedure:    auth.PermMembers,
-	xcev1connect.ClusterServiceRemoveMemberProcedure:     auth.PermMembers,
-	xcev1connect.ClusterServiceTransferLeaderProcedure:   auth.PermMembers,
-	xcev1connect.ClusterServiceJoinProcedure:             auth.PermJoin,
-	xcev1connect.ClusterServiceSaveSnapshotProcedure:     auth.PermBackup,
-	xcev1connect.ClusterServiceTakeSnapshotProcedure:     auth.PermBackup,
+	// A freeze steers where work runs, as a drain does.
+	xcev1connect.ControllerServiceFreezePlacementProcedure:   auth.PermDrain,
+	xcev1connect.ControllerServiceUnfreezePlacementProcedure: auth.PermDrain,
+	xcev1connect.ClusterServiceListMembersProcedure:          auth.PermCluster,
+	xcev1connect.ClusterServiceAddMemberProcedure:            auth.PermMembers,
+	xcev1connect.ClusterServicePromoteMemberProcedure:        auth.PermMembers,
+	xcev1connect.ClusterServiceRemoveMemberProcedure:         auth.PermMembers,
+	xcev1connect.ClusterServiceTransferLeaderProcedure:       auth.PermMembers,
+	xcev1connect.ClusterServiceJoinProcedure:                 auth.PermJoin,
+	xcev1connect.ClusterServiceSaveSnapshotProcedure:         auth.PermBackup,
+	xcev1connect.ClusterServiceTakeSnapshotProcedure:         auth.PermBackup,
 }
 
 // Option configures New.

@@ -29,7 +29,7 @@ import (
 // acceptAll is a worker registry that accepts every call.
 type acceptAll struct{}
 
-func (acceptAll) Register(string, uint32, string) (placement.RegisterInfo, error) {
+func (acceptAll) RegisterWith(placement.Registration) (placement.RegisterInfo, error) {
 	return placement.RegisterInfo{Generation: 1}, nil
 }
 func (acceptAll) Beat(context.Context, placement.Beat) (placement.Answer, error) {

@@ -102,8 +102,10 @@ type clusterFake struct {
 	health   map[string]bool
 	writable error
 	writes   []string
-	// drainsClosed is DrainsWritable's answer.
-	drainsClosed error
+	// drainsClosed is DrainsWritable's answer, placementClosed
+	// PlacementWritable's.
+	drainsClosed    error
+	placementClosed error
 	// snap is what TakeSnapshot answers, snapErr its error; snaps counts
 	// the calls.
 	snap    ha.SnapshotInfo
@@ -133,6 +135,12 @@ func (n *fakeNode) DrainsWritable() error {
 	n.cluster.mu.Lock()
 	defer n.cluster.mu.Unlock()
 	return n.cluster.drainsClosed
+}
+
+func (n *fakeNode) PlacementWritable() error {
+	n.cluster.mu.Lock()
+	defer n.cluster.mu.Unlock()
+	return n.cluster.placementClosed
 }
 
 func (n *fakeNode) MembersWritable() error {

@@ -45,6 +45,9 @@ type Node interface {
 	Membership
 	// Drains is what the drain methods need (drain.go).
 	Drains
+	// PlacementCmds is what the freeze methods and weighted submits need
+	// (freeze.go).
+	PlacementCmds
 }
 
 // Methods maps every procedure of the API to its class. Each method is
@@ -65,6 +68,9 @@ var Methods = map[string]Class{
 	// A drain is replicated, so that it outlives failovers: a write.
 	xcev1connect.ControllerServiceDrainWorkerProcedure:   ClassWrite,
 	xcev1connect.ControllerServiceUndrainWorkerProcedure: ClassWrite,
+	// So is a freeze of the placement.
+	xcev1connect.ControllerServiceFreezePlacementProcedure:   ClassWrite,
+	xcev1connect.ControllerServiceUnfreezePlacementProcedure: ClassWrite,
 	// The configuration as this node knows it: a read.
 	xcev1connect.ClusterServiceListMembersProcedure: ClassRead,
 	// Changes of the configuration and of leadership go through the
@@ -274,6 +280,8 @@ func (s *Service) status(v *ha.View) *xcev1.StatusResponse {
 		UptimeMs:     time.Since(s.node.Started()).Milliseconds(),
 		Tasks:        uint64(s.node.FSM().NumTasks()),
 		LogFormat:    state.LogFormat,
+		// Every node applies the freeze: any of them can say.
+		PlacementFrozen: s.node.FSM().PlacementFrozen(),
 	}
 	st.Members = s.statusMembers(v.LeaderID)
 	s.securityStatus(st)
@@ -356,12 +364,21 @@ func (s *Service) SubmitTask(ctx context.Context, req *connect.Request[xcev1.Sub
 	if m.StandbyReplicas > maxStandbys {
 		return nil, invalid("standby_replicas: %d is more than %d", m.StandbyReplicas, maxStandbys)
 	}
+	if m.Weight > assign.MaxWeight {
+		return nil, invalid("weight: %d is more than %d", m.Weight, assign.MaxWeight)
+	}
 	if err := validRequest(m.ClientId, m.RequestId); err != nil {
 		return nil, err
 	}
+	if m.Weight > 1 {
+		// A weight is log format 5: an older voter would refuse the entry.
+		if err := s.node.PlacementWritable(); err != nil {
+			return nil, failedPrecondition("weight: %v", err)
+		}
+	}
 	r, err := s.apply(ctx, &state.Command{
 		Type: state.CmdSubmitTask, ClientID: m.ClientId, RequestID: m.RequestId,
-		Task: state.Task{ID: m.TaskId, Stateful: m.Stateful, StandbyReplicas: m.StandbyReplicas},
+		Task: state.Task{ID: m.TaskId, Stateful: m.Stateful, StandbyReplicas: m.StandbyReplicas, Weight: m.Weight},
 	})
 	if err != nil {
 		return nil, err
@@ -459,6 +476,7 @@ func taskPB(t state.Task) *xcev1.Task {
 	return &xcev1.Task{
 		TaskId: t.ID, Stateful: t.Stateful, StandbyReplicas: t.StandbyReplicas,
 		CreatedIndex: t.CreatedIndex, State: t.State, PendingReason: t.PendingReason,
+		Weight: max(t.Weight, 1), // the state machine keeps 0 for 1
 	}
 }
 

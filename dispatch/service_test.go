@@ -445,7 +445,7 @@ func TestSubmitDedupAndErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &xcev1.Task{TaskId: "job-1", Stateful: true, StandbyReplicas: 2, CreatedIndex: 1, State: state.TaskStatePending, PendingReason: "no worker assigned"}
+	want := &xcev1.Task{TaskId: "job-1", Stateful: true, StandbyReplicas: 2, CreatedIndex: 1, State: state.TaskStatePending, PendingReason: "no worker assigned", Weight: 1}
 	if !proto.Equal(first.Msg.Task, want) || first.Msg.Index != 1 {
 		t.Fatalf("first submit: %v", first.Msg)
 	}

@@ -18,7 +18,7 @@ import (
 
 // Workers is the primary's worker sessions and assignor (placement.Service).
 type Workers interface {
-	Register(id string, capacity uint32, addr string) (placement.RegisterInfo, error)
+	RegisterWith(r placement.Registration) (placement.RegisterInfo, error)
 	Beat(ctx context.Context, b placement.Beat) (placement.Answer, error)
 	Workers() ([]placement.WorkerInfo, bool, error)
 	Soft() (tasks map[string]placement.TaskSoft, settling, followup, ok bool)
@@ -62,7 +62,7 @@ func (w *workerService) Register(ctx context.Context, req *connect.Request[xcev1
 		return nil, w.s.noWorkers()
 	}
 	m := req.Msg
-	info, err := w.s.workers.Register(m.WorkerId, m.Capacity, m.ClientAddr)
+	info, err := w.s.workers.RegisterWith(placement.Registration{Worker: m.WorkerId, Capacity: m.Capacity, Addr: m.ClientAddr, Labels: m.Labels})
 	if err != nil {
 		return nil, w.s.workersErr(err)
 	}
@@ -91,7 +91,7 @@ func (w *workerService) Heartbeat(ctx context.Context, req *connect.Request[xcev
 		return nil, connect.NewError(connect.CodeCanceled, err)
 	}
 	a, err := w.s.workers.Beat(ctx, placement.Beat{
-		Worker: m.WorkerId, Seq: m.Seq, Lags: m.Lags, Facts: facts, Running: m.Running,
+		Worker: m.WorkerId, Seq: m.Seq, Lags: m.Lags, Loads: m.Loads, Facts: facts, Running: m.Running,
 		Wait: time.Duration(m.WaitMs) * time.Millisecond, AckSeq: m.AcknowledgedSeq,
 		Leaving: m.Leaving, LeaveNow: m.LeaveNow,
 	})
@@ -128,7 +128,7 @@ func (s *Service) ListWorkers(ctx context.Context, _ *connect.Request[xcev1.List
 			WorkerId: w.ID, Capacity: uint32(w.Capacity), ClientAddr: w.Addr,
 			LastHeartbeatAgeMs: w.LastSeen.Milliseconds(),
 			Actives:            w.Copies.Actives, Standbys: w.Copies.Standbys, Warmups: w.Copies.Warmups,
-			Lags: w.Lags, Notice: w.Notice, DrainState: w.DrainState,
+			Lags: w.Lags, Notice: w.Notice, DrainState: w.DrainState, Labels: w.Labels,
 		}
 	}
 	return connect.NewResponse(resp), nil
@@ -153,7 +153,8 @@ func (s *Service) GetAssignment(ctx context.Context, req *connect.Request[xcev1.
 		soft, settling, followup, _ = s.workers.Soft()
 	}
 	resp := &xcev1.GetAssignmentResponse{Generation: gen, AppliedIndex: applied, Settling: settling, Followup: followup,
-		Tasks: make([]*xcev1.TaskAssignment, 0, len(tasks))}
+		Frozen: s.node.FSM().PlacementFrozen(),
+		Tasks:  make([]*xcev1.TaskAssignment, 0, len(tasks))}
 	for _, t := range tasks {
 		p, placed := a[t.ID]
 		if !placed {

@@ -14,8 +14,12 @@ type Beat struct {
 	Worker string
 	// Seq numbers the worker's heartbeats, 1, 2, 3… for its process's life
 	// (0: not numbered).
-	Seq     uint64
-	Lags    map[string]int64
+	Seq  uint64
+	Lags map[string]int64
+	// Loads is the load the worker reports for each copy it holds (any
+	// unit, the same across workers); optional, bounded like Lags. The
+	// assignor balances it with assign.BalanceLoad.
+	Loads   map[string]int64
 	Facts   []Fact
 	Running []string
 	// Wait asks the primary to hold the answer, for up to Wait (at most
@@ -44,6 +48,17 @@ func (b *Beat) validate() error {
 		}
 		if b.Lags[t] < 0 {
 			return fmt.Errorf("%w: lags: negative lag %d for task %q", ErrInvalid, b.Lags[t], t)
+		}
+	}
+	if len(b.Loads) > MaxLags {
+		return fmt.Errorf("%w: %d loads (at most %d)", ErrInvalid, len(b.Loads), MaxLags)
+	}
+	for _, t := range slices.Sorted(maps.Keys(b.Loads)) {
+		if !validID(t) {
+			return fmt.Errorf("%w: loads: task id %q", ErrInvalid, t)
+		}
+		if b.Loads[t] < 0 {
+			return fmt.Errorf("%w: loads: negative load %d for task %q", ErrInvalid, b.Loads[t], t)
 		}
 	}
 	if len(b.Running) > MaxLags {
@@ -132,9 +147,18 @@ func (s *Service) Beat(ctx context.Context, b Beat) (Answer, error) {
 	if w.lags == nil {
 		w.lags = map[string]int64{}
 	}
+	w.loads = nil
+	if len(b.Loads) > 0 {
+		w.loads = maps.Clone(b.Loads)
+	}
 	s.recordFacts(w, b.Facts)
 	first := !w.reported
 	w.reported = true
+	_, wasAway := ts.away[w.id]
+	if first {
+		// Back within its replace delay: planned as live from now on.
+		delete(ts.away, w.id)
+	}
 	startsLeaving := b.Leaving && !w.leaving
 	w.leaving = w.leaving || b.Leaving
 	c, epochs := s.copiesAndEpochs(w.id)
@@ -158,6 +182,9 @@ func (s *Service) Beat(ctx context.Context, b Beat) (Answer, error) {
 	s.mu.Unlock()
 	if startsLeaving {
 		s.log.Info().Str("worker", w.id).Strs("actives", c.Actives).Msg("worker leaving: its actives move to other workers, each once a copy there has caught up")
+	}
+	if first && wasAway {
+		s.log.Info().Str("worker", w.id).Msg("worker back within its replace delay: no longer away")
 	}
 	if startsLeaving || crossed != "" || first {
 		if crossed != "" {

@@ -38,7 +38,15 @@ type Config struct {
 	// means HeartbeatInterval, at most MaxHoldLimit; negative: heartbeats
 	// are answered at once.
 	MaxHold time.Duration
+	// ReplaceDelay is how long a worker whose session expired stays away
+	// (assign.Worker.Away) before its copies are replaced; 0: at once. A
+	// worker that leaves gracefully is never away.
+	ReplaceDelay time.Duration
 }
+
+// MaxReplaceDelay bounds ReplaceDelay: an away worker's standbys count
+// for its tasks, and a worker that has not come back in a day is gone.
+const MaxReplaceDelay = 24 * time.Hour
 
 // MaxHoldLimit bounds MaxHold's default: a held heartbeat must be answered
 // well within the client port's write timeout.
@@ -102,6 +110,9 @@ func (c Config) ActiveLease() time.Duration { return c.SessionTimeout - c.margin
 func (c Config) Validate() error {
 	var l fielderr.List
 	l.AddUnder("Assign", c.Assign.Validate())
+	if c.ReplaceDelay < 0 || c.ReplaceDelay > MaxReplaceDelay {
+		l.Add("ReplaceDelay", "must be between 0s and %s (got %s)", MaxReplaceDelay, c.ReplaceDelay)
+	}
 	st, hb := c.SessionTimeout, c.HeartbeatInterval
 	switch {
 	case st < MinSessionTimeout || st > MaxSessionTimeout:

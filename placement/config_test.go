@@ -22,6 +22,10 @@ func TestConfigValidate(t *testing.T) {
 		{"margin leaves no lease", func(c *Config) { c.GrantMargin = 10 * time.Second }, "grant_margin: session_timeout − grant_margin (the active lease, 0s) must exceed heartbeat_interval (1s)"},
 		{"lease at the heartbeat interval", func(c *Config) { c.GrantMargin = 9 * time.Second }, "grant_margin: session_timeout − grant_margin (the active lease, 1s) must exceed heartbeat_interval (1s)"},
 		{"lease above the heartbeat interval", func(c *Config) { c.GrantMargin = 8 * time.Second }, ""},
+		{"negative replace delay", func(c *Config) { c.ReplaceDelay = -time.Second }, "replace_delay: must be between 0s and 24h0m0s (got -1s)"},
+		{"replace delay above a day", func(c *Config) { c.ReplaceDelay = 25 * time.Hour }, "replace_delay: must be between 0s and 24h0m0s (got 25h0m0s)"},
+		{"replace delay of a day", func(c *Config) { c.ReplaceDelay = MaxReplaceDelay }, ""},
+		{"bad spread key", func(c *Config) { c.Assign.SpreadBy = []string{""} }, "assign.spread_by"},
 		{"default margin at the shortest session", func(c *Config) {
 			c.SessionTimeout, c.HeartbeatInterval, c.GrantMargin = MinSessionTimeout, MinSessionTimeout/2, 0
 		}, ""},

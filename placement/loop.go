@@ -29,6 +29,7 @@ func (s *Service) Start(term uint64) error {
 		started:     now,
 		settleUntil: now.Add(s.cfg.Settle),
 		workers:     make(map[string]*session),
+		away:        make(map[string]awayWorker),
 		kick:        make(chan struct{}, 1),
 		delays:      delaymgr.New(delaymgr.RealClock()),
 		changed:     make(chan struct{}),
@@ -93,6 +94,7 @@ func (s *Service) loop(ctx context.Context, ts *termState) {
 		notUntil  time.Time
 		taskVer   = s.fsm.TaskVersion()
 		drainVer  = s.fsm.DrainVersion()
+		frozen    = false // as last planned
 		_, asgVer = s.fsm.AssignmentGeneration()
 		probe     *delaymgr.Handle
 	)
@@ -117,6 +119,10 @@ func (s *Service) loop(ctx context.Context, ts *termState) {
 		if settled && due && !now.Before(notUntil) && now.Sub(lastPlan) >= s.cfg.Tick {
 			dirty, taskDirty = false, false
 			lastPlan = now
+			if f := s.fsm.PlacementFrozen(); f != frozen {
+				frozen = f
+				s.logFrozen(f)
+			}
 			followup, retry := s.plan(ctx, ts)
 			if retry {
 				dirty = true
@@ -151,6 +157,9 @@ func (s *Service) loop(ctx context.Context, ts *termState) {
 			// A drain changes the plan and the drained worker's answers;
 			// an assignment changed by other means than this loop's
 			// plans (a deleted task) changes answers too.
+			if s.fsm.PlacementFrozen() != frozen {
+				dirty = true
+			}
 			_, av := s.fsm.AssignmentGeneration()
 			if dv := s.fsm.DrainVersion(); dv != drainVer || av != asgVer {
 				dirty = dirty || dv != drainVer
@@ -163,19 +172,39 @@ func (s *Service) loop(ctx context.Context, ts *termState) {
 	}
 }
 
-// expire ends the sessions of silent workers and reports whether any ended.
+// logFrozen says that the loop plans frozen from now on, or no longer.
+func (s *Service) logFrozen(frozen bool) {
+	if frozen {
+		s.log.Info().Msg("placement frozen: planning for failures only (an active whose worker is gone or drained moves, new tasks are placed, missing standbys are created); nothing moves for balance")
+		return
+	}
+	s.log.Info().Msg("placement unfrozen: planning for balance again")
+}
+
+// expire ends the sessions of silent workers, and the replacement delays
+// of away workers that did not come back, and reports whether any ended.
 // What an ended session held keeps counting for grants until the worker's
 // lease has surely run out (SessionTimeout + GrantMargin after it was last
-// heard); then it is forgotten.
+// heard); then it is forgotten. With a ReplaceDelay, a worker whose
+// session ends is away until the delay has passed (see away).
 func (s *Service) expire(ts *termState) bool {
 	now := time.Now()
-	var gone []string
+	var gone, away, replaced []string
 	s.mu.Lock()
 	for id, w := range ts.workers {
 		if now.Sub(w.lastSeen) >= s.cfg.SessionTimeout {
 			delete(ts.workers, id)
 			gone = append(gone, id)
 			ts.grants.expire(id)
+			if s.away(ts, w, now) {
+				away = append(away, id)
+			}
+		}
+	}
+	for id, a := range ts.away {
+		if !now.Before(a.until) {
+			delete(ts.away, id)
+			replaced = append(replaced, id)
 		}
 	}
 	if ts.grants.prune(now) || len(gone) > 0 {
@@ -187,7 +216,31 @@ func (s *Service) expire(ts *termState) bool {
 	for _, id := range gone {
 		s.log.Warn().Str("worker", id).Dur("session_timeout", s.cfg.SessionTimeout).Int("workers", n).Msg("worker gone: no heartbeat within the session timeout")
 	}
-	return len(gone) > 0
+	for _, id := range away {
+		s.log.Info().Str("worker", id).Time("until", now.Add(s.cfg.ReplaceDelay)).Dur("replace_delay", s.cfg.ReplaceDelay).
+			Msg("worker away: its actives move to other copies; its standbys are kept for it until it reports again or the delay ends")
+	}
+	slices.Sort(replaced)
+	for _, id := range replaced {
+		s.log.Info().Str("worker", id).Dur("replace_delay", s.cfg.ReplaceDelay).Msg("worker did not come back within its replace delay: replacing its copies")
+	}
+	return len(gone) > 0 || len(replaced) > 0
+}
+
+// away records worker w, whose session has just expired, as away until
+// ReplaceDelay has passed, and reports whether it did: not without a
+// delay, not for a worker the assignor never planned for (it holds
+// nothing), and not beyond MaxWorkers away workers (the worker's copies
+// are then replaced at once). Callers hold s.mu.
+func (s *Service) away(ts *termState, w *session, now time.Time) bool {
+	if s.cfg.ReplaceDelay <= 0 || !w.reported {
+		return false
+	}
+	if _, again := ts.away[w.id]; !again && len(ts.away) >= MaxWorkers {
+		return false
+	}
+	ts.away[w.id] = awayWorker{labels: w.labels, until: now.Add(s.cfg.ReplaceDelay)}
+	return true
 }
 
 // plan computes the next assignment from the sessions and the committed
@@ -195,34 +248,9 @@ func (s *Service) expire(ts *termState) bool {
 // (followup) and whether the write failed and should be retried.
 func (s *Service) plan(ctx context.Context, ts *termState) (followup, retry bool) {
 	gen, prev := s.fsm.Assignment()
-	in := assign.Input{Config: s.cfg.Assign}
-	s.mu.Lock()
-	for _, w := range ts.workers {
-		if !w.reported {
-			continue
-		}
-		in.Workers = append(in.Workers, assign.Worker{ID: w.id, Capacity: w.capacity, Lags: maps.Clone(w.lags),
-			Drained: w.leaving || s.fsm.IsDrained(w.id)})
-	}
-	s.mu.Unlock()
-	if len(in.Workers) == 0 && !anyCopy(prev) {
-		// Nowhere to place anything and nothing placed to take back: the
-		// tasks stay PENDING without a write, and without copying the
-		// task set (a submit storm re-plans every second).
+	in, tasks, ok := s.input(ts, prev)
+	if !ok {
 		return false, false
-	}
-	tasks, _ := s.fsm.AllTasks()
-	in.Tasks = make([]assign.Task, len(tasks))
-	for i, t := range tasks {
-		// A submit asking for more than the assignor's maximum is refused,
-		// but the log format takes larger counts: such a task gets the
-		// maximum rather than failing every plan.
-		k := min(t.StandbyReplicas, assign.MaxStandbyReplicas)
-		in.Tasks[i] = assign.Task{ID: t.ID, Stateful: t.Stateful, StandbyReplicas: int(k)}
-	}
-	in.Previous = make(assign.Assignment, len(prev))
-	for id, p := range prev {
-		in.Previous[id] = assign.Placement{Active: p.Active, Standbys: p.Standbys, Warmups: p.Warmups}
 	}
 
 	start := time.Now()
@@ -292,6 +320,50 @@ func (s *Service) plan(ctx context.Context, ts *termState) (followup, retry bool
 		s.log.Debug().Str("task", m.Task).Str("kind", m.Kind).Str("from", m.From).Str("to", m.To).Msg("move")
 	}
 	return res.Followup, false
+}
+
+// input is what the assignor plans from: the workers that reported, with
+// their labels and loads, the tasks with their weights, and the committed
+// assignment prev. ok is false when there is nowhere to place anything and
+// nothing placed to take back: the tasks stay PENDING without a write,
+// and without copying the task set (a submit storm re-plans every second).
+func (s *Service) input(ts *termState, prev map[string]state.Placement) (in assign.Input, tasks []state.Task, ok bool) {
+	in = assign.Input{Config: s.cfg.Assign, Frozen: s.fsm.PlacementFrozen()}
+	s.mu.Lock()
+	for _, w := range ts.workers {
+		if !w.reported {
+			continue
+		}
+		in.Workers = append(in.Workers, assign.Worker{ID: w.id, Capacity: w.capacity, Lags: maps.Clone(w.lags),
+			Drained: w.leaving || s.fsm.IsDrained(w.id), Labels: w.labels, Loads: w.loads})
+	}
+	for id, a := range ts.away {
+		if w := ts.workers[id]; w != nil && w.reported {
+			continue // back (Beat forgets it; this is belt and braces)
+		}
+		// It runs nothing and reports no lag: its standbys are kept for
+		// it, its actives go to other copies.
+		in.Workers = append(in.Workers, assign.Worker{ID: id, Capacity: 0, Labels: a.labels, Away: true,
+			Drained: s.fsm.IsDrained(id)})
+	}
+	s.mu.Unlock()
+	if len(in.Workers) == 0 && !anyCopy(prev) {
+		return in, nil, false
+	}
+	tasks, _ = s.fsm.AllTasks()
+	in.Tasks = make([]assign.Task, len(tasks))
+	for i, t := range tasks {
+		// A submit asking for more than the assignor's maximum is refused,
+		// but the log format takes larger counts: such a task gets the
+		// maximum rather than failing every plan.
+		k := min(t.StandbyReplicas, assign.MaxStandbyReplicas)
+		in.Tasks[i] = assign.Task{ID: t.ID, Stateful: t.Stateful, StandbyReplicas: int(k), Weight: int(t.Weight)}
+	}
+	in.Previous = make(assign.Assignment, len(prev))
+	for id, p := range prev {
+		in.Previous[id] = assign.Placement{Active: p.Active, Standbys: p.Standbys, Warmups: p.Warmups}
+	}
+	return in, tasks, true
 }
 
 // anyCopy reports whether an assignment places any copy on a worker.

@@ -78,6 +78,9 @@ type FSM interface {
 	// drain); the version changes with the set.
 	IsDrained(id string) bool
 	DrainVersion() uint64
+	// PlacementFrozen reports whether an operator froze the placement
+	// (xce placement freeze): the assignor then handles failures only.
+	PlacementFrozen() bool
 	AssignmentGeneration() (gen, version uint64)
 	AllTasks() ([]state.Task, uint64)
 	TaskVersion() uint64
@@ -153,6 +156,8 @@ type WorkerInfo struct {
 	// with actives still to move), "drained" (drained, no active left) or
 	// "leaving" (the worker is stopping and hands its actives over).
 	DrainState string
+	// Labels are the labels the worker registered with (nil: none).
+	Labels map[string]string
 }
 
 // The drain states of WorkerInfo.DrainState.
@@ -202,12 +207,15 @@ type session struct {
 	id         string
 	capacity   int
 	addr       string
+	labels     map[string]string
 	registered time.Time
 	lastSeen   time.Time
 	lags       map[string]int64
-	notice     string
-	updates    map[string]string
-	pending    map[string]string
+	// loads are the loads of the last heartbeat (nil: none reported).
+	loads   map[string]int64
+	notice  string
+	updates map[string]string
+	pending map[string]string
 	// seq is the number of the last numbered heartbeat processed.
 	seq uint64
 	// leaving: the worker said it is stopping; it runs no new active.
@@ -230,6 +238,11 @@ type termState struct {
 	// settleUntil is when planning may start.
 	settleUntil time.Time
 	workers     map[string]*session
+	// away are the workers whose session expired less than
+	// Config.ReplaceDelay ago and that have not reported since, by id: the
+	// assignor keeps their standbys for them (assign.Worker.Away). At most
+	// MaxWorkers; like the sessions, they belong to the term.
+	away map[string]awayWorker
 	// grants records what each worker may hold as active.
 	grants *grantBook
 	kick   chan struct{}
@@ -244,6 +257,13 @@ type termState struct {
 	// waits is why each task waits on a drained worker, as last logged
 	// (the loop's own).
 	waits map[string]string
+}
+
+// awayWorker is a worker whose session expired, until its replacement
+// delay ends (until) or it reports again.
+type awayWorker struct {
+	labels map[string]string
+	until  time.Time
 }
 
 func kick(ts *termState) {
@@ -261,10 +281,29 @@ func (s *Service) current() (*termState, error) {
 	return s.term, nil
 }
 
-// Register opens (or renews) a worker's session. A known worker that
-// registers again keeps its lags and facts; a changed capacity triggers a
-// plan.
+// Registration is what a worker says of itself when it registers.
+type Registration struct {
+	Worker   string
+	Capacity uint32
+	Addr     string
+	// Labels say where the worker runs (zone, rack, host, ...), within
+	// assign.CheckLabels' bounds; the assignor spreads the copies of a
+	// task over the values of its spread keys.
+	Labels map[string]string
+}
+
+// Register opens (or renews) the session of a worker without labels (see
+// RegisterWith).
 func (s *Service) Register(id string, capacity uint32, addr string) (RegisterInfo, error) {
+	return s.RegisterWith(Registration{Worker: id, Capacity: capacity, Addr: addr})
+}
+
+// RegisterWith opens (or renews) a worker's session. A known worker that
+// registers again keeps its lags and facts; a changed capacity or labels
+// trigger a plan. A worker that comes back while it is away (its session
+// ended less than Config.ReplaceDelay ago) is no longer away.
+func (s *Service) RegisterWith(r Registration) (RegisterInfo, error) {
+	id, capacity, addr := r.Worker, r.Capacity, r.Addr
 	if !validID(id) {
 		return RegisterInfo{}, fmt.Errorf("%w: worker_id %q: must be 1-128 characters of [A-Za-z0-9._-]", ErrInvalid, id)
 	}
@@ -273,6 +312,13 @@ func (s *Service) Register(id string, capacity uint32, addr string) (RegisterInf
 	}
 	if len(addr) > 256 {
 		return RegisterInfo{}, fmt.Errorf("%w: client_addr: longer than 256 bytes", ErrInvalid)
+	}
+	if err := checkLabels(r.Labels); err != nil {
+		return RegisterInfo{}, fmt.Errorf("%w: labels: %v", ErrInvalid, err)
+	}
+	labels := maps.Clone(r.Labels)
+	if len(labels) == 0 {
+		labels = nil
 	}
 	now := time.Now()
 	s.mu.Lock()
@@ -290,8 +336,8 @@ func (s *Service) Register(id string, capacity uint32, addr string) (RegisterInf
 		w = &session{id: id, registered: now, lags: map[string]int64{}, updates: map[string]string{}, pending: map[string]string{}}
 		ts.workers[id] = w
 	}
-	changed := !known || w.capacity != int(capacity) || w.leaving
-	w.capacity, w.addr, w.lastSeen = int(capacity), addr, now
+	changed := !known || w.capacity != int(capacity) || w.leaving || !maps.Equal(w.labels, labels)
+	w.capacity, w.addr, w.lastSeen, w.labels = int(capacity), addr, now, labels
 	// A registration is a new process, or one that lost its session: it
 	// says again whether it is leaving. A heartbeat held for the old one
 	// is over.
@@ -310,7 +356,8 @@ func (s *Service) Register(id string, capacity uint32, addr string) (RegisterInf
 	n := len(ts.workers)
 	s.mu.Unlock()
 	if changed {
-		s.log.Info().Str("worker", id).Uint32("capacity", capacity).Str("addr", addr).Bool("new", !known).Int("workers", n).Msg("worker registered")
+		s.log.Info().Str("worker", id).Uint32("capacity", capacity).Str("addr", addr).Str("labels", FormatLabels(labels)).
+			Bool("new", !known).Int("workers", n).Msg("worker registered")
 		if known {
 			kick(ts) // a new one is planned for once it reports (Beat)
 		}
@@ -398,7 +445,7 @@ func (s *Service) Workers() ([]WorkerInfo, bool, error) {
 	for _, w := range ts.workers {
 		wi := WorkerInfo{
 			ID: w.id, Capacity: w.capacity, Addr: w.addr, LastSeen: now.Sub(w.lastSeen),
-			Lags: maps.Clone(w.lags), Notice: w.notice, Registered: w.registered,
+			Lags: maps.Clone(w.lags), Notice: w.notice, Registered: w.registered, Labels: maps.Clone(w.labels),
 		}
 		if w.leaving {
 			wi.DrainState = DrainLeaving
@@ -453,6 +500,29 @@ func (s *Service) Soft() (tasks map[string]TaskSoft, settling, followup, ok bool
 		tasks[t] = ti
 	}
 	return tasks, time.Now().Before(ts.settleUntil), ts.followup, true
+}
+
+// checkLabels is assign.CheckLabels, which lets an empty key pass (it
+// looks for the first bad key with "" as "none found").
+func checkLabels(labels map[string]string) error {
+	if _, ok := labels[""]; ok {
+		return fmt.Errorf("label key \"\": want 1 to %d bytes of letters, digits, '.', '-', '_', '/'", assign.MaxLabelBytes)
+	}
+	return assign.CheckLabels(labels)
+}
+
+// FormatLabels writes labels as k=v pairs sorted by key and joined by
+// commas ("" for none), as xce workers shows them and xce worker --label
+// takes them.
+func FormatLabels(labels map[string]string) string {
+	var b strings.Builder
+	for i, k := range slices.Sorted(maps.Keys(labels)) {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(k + "=" + labels[k])
+	}
+	return b.String()
 }
 
 func validID(s string) bool {

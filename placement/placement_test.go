@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -36,12 +37,15 @@ const (
 	acc            = 100
 )
 
-func newRig(t *testing.T, standbys int) *rig {
+func newRig(t *testing.T, standbys int, opts ...func(*Config)) *rig {
 	r := &rig{t: t, fsm: state.NewFSM("c")}
 	cfg := Config{
 		Assign: assign.Config{AcceptableRecoveryLag: acc, MaxWarmupReplicas: 2, NumStandbyReplicas: standbys,
 			ProbingRebalanceInterval: time.Minute},
 		SessionTimeout: sessionTimeout, HeartbeatInterval: 500 * time.Millisecond,
+	}
+	for _, o := range opts {
+		o(&cfg)
 	}
 	svc, err := New(cfg, countingFSM{r.fsm, &r.copies}, r.apply, zerolog.Nop())
 	if err != nil {
@@ -564,6 +568,26 @@ func TestRequestsOffThePrimaryAndBadInput(t *testing.T) {
 			{"huge capacity", func() error { _, err := r.svc.Register("w2", assign.MaxCapacity+1, ""); return err }()},
 			{"negative lag", func() error { _, err := r.svc.Heartbeat("w1", map[string]int64{"t0": -1}, nil, nil); return err }()},
 			{"bad task id", func() error { _, err := r.svc.Heartbeat("w1", map[string]int64{"t/0": 1}, nil, nil); return err }()},
+			{"negative load", func() error {
+				_, err := r.svc.Beat(context.Background(), Beat{Worker: "w1", Loads: map[string]int64{"t0": -1}})
+				return err
+			}()},
+			{"bad load task id", func() error {
+				_, err := r.svc.Beat(context.Background(), Beat{Worker: "w1", Loads: map[string]int64{"t/0": 1}})
+				return err
+			}()},
+			{"too many loads", func() error {
+				loads := make(map[string]int64, MaxLags+1)
+				for i := range MaxLags + 1 {
+					loads[fmt.Sprintf("t%d", i)] = 1
+				}
+				_, err := r.svc.Beat(context.Background(), Beat{Worker: "w1", Loads: loads})
+				return err
+			}()},
+			{"bad label", func() error {
+				_, err := r.svc.RegisterWith(Registration{Worker: "w2", Capacity: 1, Labels: map[string]string{"": "a"}})
+				return err
+			}()},
 			{"bad fact", func() error { _, err := r.svc.Heartbeat("w1", nil, []Fact{{Kind: 9}}, nil); return err }()},
 			{"long fact", func() error {
 				_, err := r.svc.Heartbeat("w1", nil, []Fact{{Kind: FactNotify, Text: string(make([]byte, MaxFactText+1))}}, nil)
@@ -641,5 +665,112 @@ func TestOneTermAtATime(t *testing.T) {
 			t.Fatalf("Heartbeat after the term: %v", err)
 		}
 		defer r.establish(2)()
+	})
+}
+
+// TestRegisterLabels: a worker's labels (and its last heartbeat's loads)
+// are kept in its session, shown by Workers and handed to the assignor; a registration with a bad label is
+// refused as invalid and opens no session.
+func TestRegisterLabels(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, 0)
+		r.start(1)
+		defer r.run(1)()
+		for _, tc := range []struct {
+			name   string
+			labels map[string]string
+			err    string
+		}{
+			{"bad key", map[string]string{"zo ne": "a"}, `label key "zo ne"`},
+			{"bad value", map[string]string{"zone": "a b"}, `label "zone": value "a b"`},
+			{"too many", manyLabels(assign.MaxLabels + 1), "exceed the maximum"},
+			{"empty key", map[string]string{"": "a"}, `label key ""`},
+		} {
+			_, err := r.svc.RegisterWith(Registration{Worker: "bad", Capacity: 1, Labels: tc.labels})
+			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%s: err %v, want ErrInvalid with %q", tc.name, err, tc.err)
+			}
+		}
+		if _, err := r.svc.RegisterWith(Registration{Worker: "w1", Capacity: 1, Labels: map[string]string{"zone": "a", "rack": "r1"}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.svc.Beat(context.Background(), Beat{Worker: "w1", Loads: map[string]int64{"t1": 40}}); err != nil {
+			t.Fatal(err)
+		}
+		ws, _, _ := r.svc.Workers()
+		if len(ws) != 1 || ws[0].ID != "w1" || FormatLabels(ws[0].Labels) != "rack=r1,zone=a" {
+			t.Fatalf("workers %+v", ws)
+		}
+		_, prev := r.fsm.Assignment()
+		r.svc.mu.Lock()
+		ts := r.svc.term
+		r.svc.mu.Unlock()
+		in, _, ok := r.svc.input(ts, prev)
+		if !ok || len(in.Workers) != 1 || in.Workers[0].Labels["zone"] != "a" || in.Workers[0].Loads["t1"] != 40 {
+			t.Fatalf("planner input %+v", in.Workers)
+		}
+		// A heartbeat without loads clears them.
+		r.beat("w1", nil)
+		if in, _, _ := r.svc.input(ts, prev); in.Workers[0].Loads != nil {
+			t.Fatalf("loads after a heartbeat without: %v", in.Workers[0].Loads)
+		}
+		// Registering again with other labels replaces them.
+		if _, err := r.svc.RegisterWith(Registration{Worker: "w1", Capacity: 1, Labels: map[string]string{"zone": "b"}}); err != nil {
+			t.Fatal(err)
+		}
+		if ws, _, _ := r.svc.Workers(); FormatLabels(ws[0].Labels) != "zone=b" {
+			t.Fatalf("labels after a new registration %v", ws[0].Labels)
+		}
+	})
+}
+
+func manyLabels(n int) map[string]string {
+	m := make(map[string]string, n)
+	for i := range n {
+		m[fmt.Sprintf("k%d", i)] = "v"
+	}
+	return m
+}
+
+// TestWeightAndFreezeReachThePlanner: a task's weight and the placement
+// freeze go into the planner's input, and a freeze or its end plans again.
+func TestWeightAndFreezeReachThePlanner(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, 0)
+		r.submitTask(state.Task{ID: "heavy", Stateful: true, Weight: 40})
+		r.submit("light")
+		defer r.establish(1)()
+		r.register("w1", 1)
+		settle(time.Second)
+		input := func() assign.Input {
+			_, prev := r.fsm.Assignment()
+			r.svc.mu.Lock()
+			ts := r.svc.term
+			r.svc.mu.Unlock()
+			in, _, _ := r.svc.input(ts, prev)
+			return in
+		}
+		in := input()
+		weights := map[string]int{}
+		for _, task := range in.Tasks {
+			weights[task.ID] = task.Weight
+		}
+		if weights["heavy"] != 40 || weights["light"] != 0 || in.Frozen {
+			t.Fatalf("weights %v, frozen %v", weights, in.Frozen)
+		}
+		for _, frozen := range []bool{true, false} {
+			plans := r.svc.plans.Load()
+			c := state.Command{Type: state.CmdSetPlacementFrozen, Frozen: frozen}
+			if _, err := r.apply(context.Background(), c.Encode()); err != nil {
+				t.Fatal(err)
+			}
+			settle(time.Second)
+			if got := r.svc.plans.Load(); got == plans {
+				t.Fatalf("no plan after the freeze became %v", frozen)
+			}
+			if in := input(); in.Frozen != frozen {
+				t.Fatalf("planner input frozen %v, want %v", in.Frozen, frozen)
+			}
+		}
 	})
 }

@@ -39,21 +39,32 @@ const (
 	// EncodeDrain). A leader writes it only when every voter's binary
 	// applies it (LogFormatDrain).
 	CmdSetWorkerDrain CmdType = 9
+	// CmdSetPlacementFrozen freezes the placement or ends its freeze (xce
+	// placement freeze). A leader writes it only when every voter's
+	// binary applies it (LogFormatPlacement).
+	CmdSetPlacementFrozen CmdType = 10
 )
 
 // LogFormat is the newest log format this binary applies: 1 for the
 // original commands, LogFormatBatch (2) adds CmdBatch, LogFormatMembers (3)
 // adds CmdSetMember and CmdRemoveMember, LogFormatDrain (4) adds
-// CmdSetWorkerDrain. Nodes report it in their status
+// CmdSetWorkerDrain, LogFormatPlacement (5) adds CmdSetPlacementFrozen and
+// a submit's weight (a trailing field, written only for a weight above 1,
+// which an older binary refuses). Nodes report it in their status
 // so a leader knows when every voter can apply a command: it writes a
 // command of format n only once every voter reports at least n, since a
 // voter that cannot decode an entry diverges from the others.
 const (
-	LogFormat        = LogFormatDrain
-	LogFormatBatch   = 2
-	LogFormatMembers = 3
-	LogFormatDrain   = 4
+	LogFormat          = LogFormatPlacement
+	LogFormatBatch     = 2
+	LogFormatMembers   = 3
+	LogFormatDrain     = 4
+	LogFormatPlacement = 5
 )
+
+// MaxWeight bounds a task's weight (assign.MaxWeight), so that weighted
+// sums cannot overflow; it fits a taskItem's 16 bits as weight − 1.
+const MaxWeight = 1 << 16
 
 // MaxBatch bounds the commands of one CmdBatch entry; MaxBatchBytes its
 // encoded size.
@@ -105,6 +116,9 @@ type Command struct {
 	// it is drained from now on.
 	Worker  string
 	Drained bool
+	// Frozen is CmdSetPlacementFrozen's: whether the placement is frozen
+	// from now on.
+	Frozen bool
 }
 
 // AssignmentDelta takes the assignment from generation Base to Generation
@@ -142,6 +156,12 @@ func (c *Command) Encode() []byte {
 		}
 		b = binary.AppendUvarint(b, flags)
 		b = binary.AppendUvarint(b, uint64(c.Task.StandbyReplicas))
+		if c.Task.Weight > 1 {
+			// Only a weight above the default is written, so that a
+			// submit without one stays readable by a binary of log
+			// format 4 or older.
+			b = binary.AppendUvarint(b, uint64(c.Task.Weight))
+		}
 	case CmdDeleteTask:
 		b = appendString(b, c.ClientID)
 		b = appendString(b, c.RequestID)
@@ -170,6 +190,12 @@ func (c *Command) Encode() []byte {
 		b = appendString(b, c.Worker)
 		var flags uint64
 		if c.Drained {
+			flags |= 1
+		}
+		b = binary.AppendUvarint(b, flags)
+	case CmdSetPlacementFrozen:
+		var flags uint64
+		if c.Frozen {
 			flags |= 1
 		}
 		b = binary.AppendUvarint(b, flags)
@@ -263,6 +289,12 @@ func DecodeCommand(b []byte) (Command, error) {
 		}
 	case CmdSetWorkerDrain:
 		d.drain(&c)
+	case CmdSetPlacementFrozen:
+		flags := d.uvarint()
+		if d.err == nil && flags > 1 {
+			d.fail("unknown freeze flags")
+		}
+		c.Frozen = flags&1 != 0
 	default:
 		return c, fmt.Errorf("%w: unknown type %d", ErrBadCommand, b[1])
 	}
@@ -287,6 +319,15 @@ func (d *decoder) submit(c *Command) {
 		d.fail("standby replicas out of range")
 	}
 	c.Task.StandbyReplicas = uint32(sr)
+	if d.err == nil && len(d.b) > 0 {
+		w := d.uvarint()
+		// Encode writes only weights above 1: 1 here would not
+		// re-encode the same.
+		if d.err == nil && (w < 2 || w > MaxWeight) {
+			d.fail("weight out of range")
+		}
+		c.Task.Weight = uint32(w)
+	}
 }
 
 // assignment decodes a CmdSetAssignment's body into a. Every task appears

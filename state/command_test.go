@@ -49,6 +49,13 @@ func sampleCommands() []Command {
 		{Type: CmdRemoveMember, Member: MemberRecord{ID: "a.b-c_D9"}},
 		{Type: CmdSetWorkerDrain, Worker: "w1", Drained: true},
 		{Type: CmdSetWorkerDrain, Worker: strings.Repeat("w", 128)},
+		{Type: CmdSubmitTask, ClientID: "c1", RequestID: "r5", Task: Task{ID: "t5", Stateful: true, Weight: 2}},
+		{Type: CmdSubmitTask, ClientID: "c1", RequestID: "r6", Task: Task{ID: "t6", StandbyReplicas: 1, Weight: MaxWeight}},
+		{Type: CmdBatch, Batch: []Command{
+			{Type: CmdSubmitTask, ClientID: "c1", RequestID: "r1", Task: Task{ID: "t1", Weight: 7}},
+		}},
+		{Type: CmdSetPlacementFrozen, Frozen: true},
+		{Type: CmdSetPlacementFrozen},
 	}
 }
 
@@ -71,7 +78,7 @@ func TestCommandRoundTrip(t *testing.T) {
 			t.Fatalf("re-encode of %+v differs:\n% x\n% x", c, again, b)
 		}
 	}
-	for _, ct := range []CmdType{CmdNoop, CmdSubmitTask, CmdDeleteTask, CmdSetAssignment, CmdBatch, CmdSetMember, CmdRemoveMember, CmdSetWorkerDrain} {
+	for _, ct := range []CmdType{CmdNoop, CmdSubmitTask, CmdDeleteTask, CmdSetAssignment, CmdBatch, CmdSetMember, CmdRemoveMember, CmdSetWorkerDrain, CmdSetPlacementFrozen} {
 		if !seen[ct] {
 			t.Errorf("CmdType %d not covered", ct)
 		}
@@ -100,6 +107,14 @@ func TestCommandEncodingIsStable(t *testing.T) {
 			[]byte{1, 9, 1, 'w', 1}},
 		{Command{Type: CmdSetWorkerDrain, Worker: "w"},
 			[]byte{1, 9, 1, 'w', 0}},
+		// A weight above 1 is a trailing field; a submit without one is
+		// what log format 4 wrote.
+		{Command{Type: CmdSubmitTask, ClientID: "c", RequestID: "r", Task: Task{ID: "t", Stateful: true, StandbyReplicas: 2, Weight: 300}},
+			[]byte{1, 2, 1, 'c', 1, 'r', 1, 't', 1, 2, 0xac, 0x02}},
+		{Command{Type: CmdSetPlacementFrozen, Frozen: true},
+			[]byte{1, 10, 1}},
+		{Command{Type: CmdSetPlacementFrozen},
+			[]byte{1, 10, 0}},
 	}
 	for _, tc := range cases {
 		if got := tc.c.Encode(); !bytes.Equal(got, tc.want) {
@@ -164,6 +179,12 @@ func TestDecodeCommandErrors(t *testing.T) {
 		{"noop trailing", []byte{commandVersion, byte(CmdNoop), 0}},
 		{"submit no fields", []byte{commandVersion, byte(CmdSubmitTask)}},
 		{"submit trailing", append(append([]byte{}, valid...), 0)},
+		{"submit weight 1", append(append([]byte{}, valid...), 1)},
+		{"submit weight too large", binary.AppendUvarint(append([]byte{}, valid...), MaxWeight+1)},
+		{"submit trailing after weight", append(append([]byte{}, valid...), 5, 0)},
+		{"freeze without flags", []byte{commandVersion, byte(CmdSetPlacementFrozen)}},
+		{"freeze unknown flags", []byte{commandVersion, byte(CmdSetPlacementFrozen), 2}},
+		{"freeze trailing", []byte{commandVersion, byte(CmdSetPlacementFrozen), 1, 0}},
 		{"delete trailing", append(append([]byte{}, validDel...), 'x')},
 		{"submit truncated in client", valid[:3]},
 		{"submit truncated in request", valid[:6]},
@@ -218,12 +239,19 @@ func TestDecodeCommandErrors(t *testing.T) {
 }
 
 // TestDecodeEveryPrefix: every strict prefix of a valid non-noop encoding is
-// an error, never a panic.
+// an error, never a panic; but for a weighted submit cut before its weight
+// (a trailing field), which is the same submit without one.
 func TestDecodeEveryPrefix(t *testing.T) {
 	for _, c := range sampleCommands() {
 		b := c.Encode()
+		unweighted := c
+		unweighted.Task.Weight = 0
 		for i := 0; i < len(b); i++ {
-			if got, err := DecodeCommand(b[:i]); err == nil {
+			got, err := DecodeCommand(b[:i])
+			if err == nil && c.Type == CmdSubmitTask && c.Task.Weight > 1 && reflect.DeepEqual(got, unweighted) {
+				continue
+			}
+			if err == nil {
 				t.Fatalf("prefix %d of %+v decoded to %+v", i, c, got)
 			} else if !errors.Is(err, ErrBadCommand) {
 				t.Fatalf("prefix %d: %v does not wrap ErrBadCommand", i, err)
@@ -279,6 +307,8 @@ func FuzzDecodeCommand(f *testing.F) {
 	f.Add([]byte{commandVersion, byte(CmdRemoveMember), 1, '/'})
 	f.Add([]byte{commandVersion, byte(CmdSetWorkerDrain), 1, 'w', 2})
 	f.Add([]byte{commandVersion, byte(CmdSetWorkerDrain), 1, ' ', 1})
+	f.Add([]byte{commandVersion, byte(CmdSubmitTask), 0, 0, 1, 't', 0, 0, 1})
+	f.Add([]byte{commandVersion, byte(CmdSetPlacementFrozen), 2})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := DecodeCommand(b)
 		if err != nil {

@@ -104,3 +104,17 @@ func restoreDrained(ids []string) (map[string]struct{}, error) {
 	}
 	return out, nil
 }
+
+// EncodeFreeze returns the CmdSetPlacementFrozen entry that freezes the
+// placement (frozen) or ends its freeze.
+func EncodeFreeze(frozen bool) []byte {
+	return (&Command{Type: CmdSetPlacementFrozen, Frozen: frozen}).Encode()
+}
+
+// PlacementFrozen reports whether an operator froze the placement (xce
+// placement freeze): the assignor then handles failures only.
+func (f *FSM) PlacementFrozen() bool {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.frozen
+}

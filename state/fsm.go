@@ -25,9 +25,14 @@ type Task struct {
 	ID              string `json:"id"`
 	Stateful        bool   `json:"stateful,omitempty"`
 	StandbyReplicas uint32 `json:"standby_replicas,omitempty"`
-	CreatedIndex    uint64 `json:"created_index"`
-	State           string `json:"state,omitempty"`
-	PendingReason   string `json:"pending_reason,omitempty"`
+	// Weight is what the task costs relative to others, at most
+	// MaxWeight. 0 means 1 (a task created before weights has 0), and the
+	// FSM hands out 0 for 1, so that tasks, events and snapshots of
+	// unweighted tasks read as before.
+	Weight        uint32 `json:"weight,omitempty"`
+	CreatedIndex  uint64 `json:"created_index"`
+	State         string `json:"state,omitempty"`
+	PendingReason string `json:"pending_reason,omitempty"`
 }
 
 // Task states.
@@ -169,6 +174,9 @@ type FSM struct {
 	// their changes.
 	drained  map[string]struct{}
 	drainVer uint64
+
+	// frozen: an operator froze the placement (CmdSetPlacementFrozen).
+	frozen bool
 
 	applied   atomic.Uint64
 	dedupHits atomic.Uint64
@@ -346,6 +354,9 @@ func (f *FSM) applyCommandLocked(l Entry, seq uint32, c *Command) Result {
 		return f.removeMemberLocked(l.Index, c.Member.ID)
 	case CmdSetWorkerDrain:
 		return f.drainLocked(l.Index, c.Worker, c.Drained)
+	case CmdSetPlacementFrozen:
+		f.frozen = c.Frozen
+		return Result{Index: l.Index}
 	case CmdSubmitTask:
 		r = f.submitLocked(l.Index, c.Task)
 		if r.Code == CodeOK {
@@ -599,7 +610,7 @@ func (f *FSM) DedupLen() int {
 // always loads.
 const (
 	snapshotMagic   = "XCESNAP\n"
-	snapshotVersion = 7
+	snapshotVersion = 8
 )
 
 // ErrBadSnapshot is returned for a snapshot that is not ours, is newer than
@@ -651,9 +662,16 @@ type snapshotV7 struct {
 	Drained []string `json:"drained"`
 }
 
+// snapshotV8 adds whether the placement is frozen; its task records (in
+// the binary part) carry weights.
+type snapshotV8 struct {
+	snapshotV7
+	PlacementFrozen bool `json:"placement_frozen"`
+}
+
 // snapshotBody is the body of snapshotVersion, the version this release
 // writes.
-type snapshotBody = snapshotV7
+type snapshotBody = snapshotV8
 
 // taskEpoch is one task's epoch in a snapshot.
 type taskEpoch struct {
@@ -684,7 +702,7 @@ func (s *Snapshot) Release() { s.tasks.release() }
 func (f *FSM) Snapshot() *Snapshot {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	s := snapshotBody{snapshotV5: snapshotV5{snapshotV4: snapshotV4{snapshotV3: snapshotV3{snapshotV2: snapshotV2{snapshotV1: snapshotV1{
+	s := snapshotBody{snapshotV7: snapshotV7{snapshotV5: snapshotV5{snapshotV4: snapshotV4{snapshotV3: snapshotV3{snapshotV2: snapshotV2{snapshotV1: snapshotV1{
 		ClusterID:    f.clusterID,
 		AppliedIndex: f.applied.Load(),
 		DedupWindow:  f.window,
@@ -694,7 +712,7 @@ func (f *FSM) Snapshot() *Snapshot {
 		Assignment:           make([]Placement, 0, len(f.assignment)),
 	}, Members: make([]MemberRecord, 0, len(f.members))},
 		Epochs: make([]taskEpoch, 0, len(f.epochs)),
-	}, Drained: slices.AppendSeq(make([]string, 0, len(f.drained)), maps.Keys(f.drained))}
+	}, Drained: slices.AppendSeq(make([]string, 0, len(f.drained)), maps.Keys(f.drained))}, PlacementFrozen: f.frozen}
 	for id, e := range f.epochs {
 		s.Epochs = append(s.Epochs, taskEpoch{Task: id, Epoch: e})
 	}
@@ -827,6 +845,7 @@ func writeBody(w io.Writer, s *snapshotBody, tasks []*Task) error {
 	}
 	ew.write("]")
 	field("drained", s.Drained, false)
+	field("placement_frozen", s.PlacementFrozen, false)
 	ew.write("}\n")
 	return ew.err
 }
@@ -873,6 +892,8 @@ func readSnapshot(r *bufio.Reader) (*snapshotBody, *registry, uint32, error) {
 	case 5, 6:
 		body = &s.snapshotV5
 	case 7:
+		body = &s.snapshotV7
+	case 8:
 		body = &s
 	default:
 		return nil, nil, 0, fmt.Errorf("%w: version %d is newer than this binary reads (%d)", ErrBadSnapshot, v, snapshotVersion)
@@ -881,10 +902,10 @@ func readSnapshot(r *bufio.Reader) (*snapshotBody, *registry, uint32, error) {
 	var dedup []dedupEntry
 	if v >= 6 {
 		var err error
-		if tasks, err = readTasks(r); err != nil {
+		if tasks, err = readTasks(r, v); err != nil {
 			return nil, nil, 0, fmt.Errorf("%w: version %d tasks: %v", ErrBadSnapshot, v, err)
 		}
-		if dedup, err = readDedup(r); err != nil {
+		if dedup, err = readDedup(r, v); err != nil {
 			return nil, nil, 0, fmt.Errorf("%w: version %d request ids: %v", ErrBadSnapshot, v, err)
 		}
 	}
@@ -962,6 +983,7 @@ func (f *FSM) Restore(r io.Reader) error {
 	f.members = members
 	f.drained = drained
 	f.drainVer++
+	f.frozen = s.PlacementFrozen
 	if s.DedupWindow > 0 {
 		f.window = s.DedupWindow
 	}

@@ -23,12 +23,39 @@ import (
 
 // taskItem is one task. It holds no pointer: its id is a reference into
 // the registry's arena.
+//
+// The id's length shares key with its place in the arena, so that the
+// weight fits in what was padding: an item stays 24 bytes.
 type taskItem struct {
-	key     uint64 // the id's place in the arena: chunk<<arenaShift | offset
+	key     uint64 // the id: its length<<keyLenShift | chunk<<arenaShift | offset
 	created uint64
 	standby uint32
-	klen    uint16
+	weight  uint16 // the task's weight − 1: 0 is weight 1, as in data written before weights
 	flags   uint8
+}
+
+// keyLenShift places an id's length (at most maxIDLen, 9 bits) above its
+// arena reference in taskItem.key; 35 bits of chunk index remain.
+const keyLenShift = 55
+
+// ref is the item's id's reference in the arena.
+func (it taskItem) ref() uint64 { return it.key & (1<<keyLenShift - 1) }
+
+// klen is the length of the item's id.
+func (it taskItem) klen() int { return int(it.key >> keyLenShift) }
+
+// itemKey is the key of an id of n bytes stored at ref.
+func itemKey(ref uint64, n int) uint64 { return uint64(n)<<keyLenShift | ref }
+
+// weightOf is a task's weight as an item stores it (0 counts as 1).
+func weightOf(w uint32) uint16 { return uint16(max(w, 1) - 1) }
+
+// weightFrom is Task.Weight of a stored weight: 0 for the default, 1.
+func weightFrom(w uint16) uint32 {
+	if w == 0 {
+		return 0
+	}
+	return uint32(w) + 1
 }
 
 // taskItem flags: bit 0 is Stateful; bits 1–2 are the state.
@@ -133,8 +160,8 @@ func (a *arena) alloc(n int) (uint64, []byte) {
 
 // release frees an id's bytes: at once when no snapshot may read them,
 // otherwise once none does (see flush).
-func (a *arena) release(ref uint64, n uint16, snapshots bool) {
-	slots := roundedSlots(int(n))
+func (a *arena) release(ref uint64, n int, snapshots bool) {
+	slots := roundedSlots(n)
 	a.used -= uint64(slots * slotBytes)
 	if snapshots {
 		a.pending = append(a.pending, uint64(slots)<<56|ref)
@@ -154,8 +181,9 @@ func (a *arena) flush() {
 }
 
 func keyOf(chunks [][]byte, it taskItem) []byte {
-	c, o := it.key>>arenaShift, it.key&(arenaChunk-1)
-	return chunks[c][o : o+uint64(it.klen)]
+	ref := it.ref()
+	c, o := ref>>arenaShift, ref&(arenaChunk-1)
+	return chunks[c][o : o+uint64(it.klen())]
 }
 
 // blockItems is the most items a block holds.
@@ -235,7 +263,7 @@ func (r *registry) mutable(bi int) *block {
 // insert adds a task whose id is not in the registry.
 func (r *registry) insert(t *Task, state uint8) taskItem {
 	r.reclaim()
-	it := taskItem{key: r.arena.put(t.ID), created: t.CreatedIndex, standby: t.StandbyReplicas, klen: uint16(len(t.ID))}
+	it := taskItem{key: itemKey(r.arena.put(t.ID), len(t.ID)), created: t.CreatedIndex, standby: t.StandbyReplicas, weight: weightOf(t.Weight)}
 	if t.Stateful {
 		it.flags |= flagStateful
 	}
@@ -354,7 +382,7 @@ func (r *registry) remove(id string) (Task, bool) {
 		r.blocks = slices.Delete(r.blocks, bi+1, bi+2)
 	}
 	r.reclaim()
-	r.arena.release(it.key, it.klen, r.snapshots.Load() > 0)
+	r.arena.release(it.ref(), it.klen(), r.snapshots.Load() > 0)
 	return t, true
 }
 
@@ -369,7 +397,8 @@ func (r *registry) reclaim() {
 func (r *registry) task(it taskItem) Task { return taskOf(r.arena.chunks, it) }
 
 func taskOf(chunks [][]byte, it taskItem) Task {
-	t := Task{ID: string(keyOf(chunks, it)), Stateful: it.flags&flagStateful != 0, StandbyReplicas: it.standby, CreatedIndex: it.created}
+	t := Task{ID: string(keyOf(chunks, it)), Stateful: it.flags&flagStateful != 0, StandbyReplicas: it.standby,
+		Weight: weightFrom(it.weight), CreatedIndex: it.created}
 	setState(&t, it.state())
 	return t
 }
@@ -439,7 +468,12 @@ func (v *registryView) release() {
 
 // The registry in a snapshot: the number of tasks, then each task in id
 // order as the id's length, the id, the created index, the standby
-// replicas (uvarints, but for the id's bytes) and a flags byte.
+// replicas (uvarints, but for the id's bytes) and a flags byte; from
+// version 8 on, then the weight − 1 (a uvarint).
+
+// snapshotWeights is the first snapshot version whose task records (in
+// the registry and the dedup table) carry weights.
+const snapshotWeights = 8
 
 // writeTasks writes the view's tasks in the snapshot's binary form.
 func writeTasks(w io.Writer, v *registryView) error {
@@ -450,16 +484,17 @@ func writeTasks(w io.Writer, v *registryView) error {
 	// Whole blocks are encoded into buf and written in one piece: a
 	// registry of millions is written with thousands of calls, not
 	// millions.
-	const maxItem = 3*binary.MaxVarintLen64 + maxIDLen + 1
+	const maxItem = 4*binary.MaxVarintLen64 + maxIDLen + 1
 	buf := make([]byte, 0, blockItems*maxItem)
 	buf = binary.AppendUvarint(buf, uint64(v.len()))
 	for _, blk := range v.blocks {
 		for _, it := range blk.items {
-			buf = binary.AppendUvarint(buf, uint64(it.klen))
+			buf = binary.AppendUvarint(buf, uint64(it.klen()))
 			buf = append(buf, keyOf(v.chunks, it)...)
 			buf = binary.AppendUvarint(buf, it.created)
 			buf = binary.AppendUvarint(buf, uint64(it.standby))
 			buf = append(buf, it.flags)
+			buf = binary.AppendUvarint(buf, uint64(it.weight))
 		}
 		if _, err := bw.Write(buf); err != nil {
 			return err
@@ -475,10 +510,10 @@ func writeTasks(w io.Writer, v *registryView) error {
 	return nil
 }
 
-// readTasks reads the tasks writeTasks wrote into a new registry. Ids
-// must be in strictly increasing order (which also rules out duplicates),
-// each within the length a command allows.
-func readTasks(r *bufio.Reader) (*registry, error) {
+// readTasks reads the tasks writeTasks wrote, in a snapshot of version
+// v, into a new registry. Ids must be in strictly increasing order (which
+// also rules out duplicates), each within the length a command allows.
+func readTasks(r *bufio.Reader, v uint32) (*registry, error) {
 	n, err := binary.ReadUvarint(r)
 	if err != nil {
 		return nil, fmt.Errorf("task count: %w", noEOF(err))
@@ -515,15 +550,34 @@ func readTasks(r *bufio.Reader) (*registry, error) {
 		if err != nil {
 			return nil, fmt.Errorf("task %q: %w", id, noEOF(err))
 		}
-		it := taskItem{created: created, standby: uint32(standby), klen: uint16(l), flags: flags}
+		it := taskItem{created: created, standby: uint32(standby), flags: flags}
 		if flags&^flagsMask != 0 || it.state() >= numStates {
 			return nil, fmt.Errorf("task %q: flags %#x", id, flags)
 		}
-		it.key = reg.arena.put(idString(id))
+		if v >= snapshotWeights {
+			w, err := readWeight(r)
+			if err != nil {
+				return nil, fmt.Errorf("task %q: %w", id, err)
+			}
+			it.weight = w
+		}
+		it.key = itemKey(reg.arena.put(idString(id)), int(l))
 		reg.appendSorted(it)
 		prev, id = id, prev
 	}
 	return reg, nil
+}
+
+// readWeight reads a task record's weight − 1.
+func readWeight(r *bufio.Reader) (uint16, error) {
+	w, err := binary.ReadUvarint(r)
+	if err != nil {
+		return 0, noEOF(err)
+	}
+	if w >= MaxWeight {
+		return 0, fmt.Errorf("weight %d (at most %d)", w+1, MaxWeight)
+	}
+	return uint16(w), nil
 }
 
 // noEOF reports a snapshot that ends early as such.
@@ -547,6 +601,9 @@ func registryOf(tasks []Task) (*registry, error) {
 		if t.ID == "" || len(t.ID) > maxIDLen {
 			return nil, fmt.Errorf("task id of %d bytes (1 to %d allowed)", len(t.ID), maxIDLen)
 		}
+		if t.Weight > MaxWeight {
+			return nil, fmt.Errorf("task %q: weight %d (at most %d)", t.ID, t.Weight, MaxWeight)
+		}
 		reg.insert(t, stateOfTask(t))
 	}
 	return reg, nil
@@ -554,7 +611,8 @@ func registryOf(tasks []Task) (*registry, error) {
 
 // The dedup table in a snapshot: the number of entries, then each, oldest
 // first, as the client id, the request id, the result's index and code,
-// its task (id, created index, standby replicas, flags) and its error;
+// its task (id, created index, standby replicas, flags, and from version
+// 8 on its weight − 1) and its error;
 // strings are a uvarint length and the bytes, numbers uvarints. The
 // task's flags are the registry's, with state 3 for a result whose task
 // has no state (an unknown id's).
@@ -595,6 +653,7 @@ func writeDedup(w io.Writer, v queueView[dedupEntry]) error {
 				flags |= flagStateful
 			}
 			b = append(b, flags)
+			b = binary.AppendUvarint(b, uint64(weightOf(r.Task.Weight)))
 			b = appendString(b, r.Err)
 			if _, err := bw.Write(b); err != nil {
 				return err
@@ -607,8 +666,8 @@ func writeDedup(w io.Writer, v queueView[dedupEntry]) error {
 	return nil
 }
 
-// readDedup reads the entries writeDedup wrote.
-func readDedup(r *bufio.Reader) ([]dedupEntry, error) {
+// readDedup reads the entries writeDedup wrote in a snapshot of version v.
+func readDedup(r *bufio.Reader, v uint32) ([]dedupEntry, error) {
 	n, err := binary.ReadUvarint(r)
 	if err != nil {
 		return nil, fmt.Errorf("count: %w", noEOF(err))
@@ -673,6 +732,13 @@ func readDedup(r *bufio.Reader) ([]dedupEntry, error) {
 		}
 		t.Stateful = flags&flagStateful != 0
 		setState(t, (taskItem{flags: flags}).state())
+		if v >= snapshotWeights {
+			w, err := readWeight(r)
+			if err != nil {
+				return fail(err)
+			}
+			t.Weight = weightFrom(w)
+		}
 		if e.Result.Err, err = str(maxErrLen); err != nil {
 			return fail(err)
 		}

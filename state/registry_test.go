@@ -23,7 +23,7 @@ func registryTasks(t testing.TB, r *registry) map[string]Task {
 		if prev != nil && bytes.Compare(prev, k) >= 0 {
 			t.Fatalf("registry out of order: %q then %q", prev, k)
 		}
-		if len(k) != int(it.klen) || it.state() >= numStates || it.flags&^flagsMask != 0 {
+		if len(k) != it.klen() || it.state() >= numStates || it.flags&^flagsMask != 0 {
 			t.Fatalf("bad item %+v for id %q", it, k)
 		}
 		prev = k

@@ -208,11 +208,11 @@ func TestRestoreRefusesBadSnapshots(t *testing.T) {
 	// The task section follows the header; the JSON body follows it.
 	r := bytes.NewReader(good[hdr:])
 	br := bufio.NewReaderSize(r, 16)
-	if _, err := readTasks(br); err != nil {
+	if _, err := readTasks(br, snapshotVersion); err != nil {
 		t.Fatal(err)
 	}
 	dedupAt := len(good) - r.Len() - br.Buffered()
-	if _, err := readDedup(br); err != nil {
+	if _, err := readDedup(br, snapshotVersion); err != nil {
 		t.Fatal(err)
 	}
 	body := len(good) - r.Len() - br.Buffered()
@@ -249,20 +249,22 @@ func TestRestoreRefusesBadSnapshots(t *testing.T) {
 		{"version 0", withVersion(0), "version 0"},
 		{"header only", good[:hdr], "task count"},
 		{"tasks truncated", good[:hdr+(dedupAt-hdr)/2], "tasks"},
-		{"tasks out of order", withTasks(2, 1, 'b', 1, 0, 0, 1, 'a', 1, 0, 0), "does not follow"},
-		{"task listed twice", withTasks(2, 1, 'a', 1, 0, 0, 1, 'a', 1, 0, 0), "does not follow"},
-		{"empty task id", withTasks(1, 0, 1, 0, 0), "id of 0 bytes"},
+		{"tasks out of order", withTasks(2, 1, 'b', 1, 0, 0, 0, 1, 'a', 1, 0, 0, 0), "does not follow"},
+		{"task listed twice", withTasks(2, 1, 'a', 1, 0, 0, 0, 1, 'a', 1, 0, 0, 0), "does not follow"},
+		{"empty task id", withTasks(1, 0, 1, 0, 0, 0), "id of 0 bytes"},
 		{"task id too long", withTasks(1, 0x81, 0x02), "id of 257 bytes"},
 		{"task flags", withTasks(1, 1, 'a', 1, 0, 0x08), "flags"},
 		{"task state", withTasks(1, 1, 'a', 1, 0, 0x06), "flags"},
 		{"task standby", withTasks(1, 1, 'a', 1, 0x80, 0x80, 0x80, 0x80, 0x10, 0), "standby"},
-		{"more tasks than listed", withTasks(3, 1, 'a', 1, 0, 0), "tasks"},
+		{"task weight", withTasks(1, 1, 'a', 1, 0, 0, 0x80, 0x80, 0x04), "weight 65537"},
+		{"result weight", withDedup(1, 1, 'c', 1, 'r', 5, 0, 1, 'a', 5, 0, 0, 0x80, 0x80, 0x04, 0), "weight 65537"},
+		{"more tasks than listed", withTasks(3, 1, 'a', 1, 0, 0, 0), "tasks"},
 		{"request ids truncated", good[:dedupAt+(body-dedupAt)/2], "request ids"},
 		{"request id too long", withDedup(1, 1, 'c', 0x81, 0x02), "257 bytes"},
 		{"result code", withDedup(1, 1, 'c', 1, 'r', 5, 9), "result code 9"},
-		{"result flags", withDedup(1, 1, 'c', 1, 'r', 5, 0, 1, 'a', 5, 0, 0x10, 0), "flags"},
-		{"request listed twice", withDedup(2, 1, 'c', 1, 'r', 5, 0, 1, 'a', 5, 0, 0, 0, 1, 'c', 1, 'r', 6, 0, 1, 'b', 6, 0, 0, 0), "listed twice"},
-		{"request ids out of order", withDedup(2, 1, 'c', 1, 'r', 6, 0, 1, 'a', 5, 0, 0, 0, 1, 'c', 1, 's', 5, 0, 1, 'b', 6, 0, 0, 0), "out of index order"},
+		{"result flags", withDedup(1, 1, 'c', 1, 'r', 5, 0, 1, 'a', 5, 0, 0x10, 0, 0), "flags"},
+		{"request listed twice", withDedup(2, 1, 'c', 1, 'r', 5, 0, 1, 'a', 5, 0, 0, 0, 0, 1, 'c', 1, 'r', 6, 0, 1, 'b', 6, 0, 0, 0, 0), "listed twice"},
+		{"request ids out of order", withDedup(2, 1, 'c', 1, 'r', 6, 0, 1, 'a', 5, 0, 0, 0, 0, 1, 'c', 1, 's', 5, 0, 1, 'b', 6, 0, 0, 0, 0), "out of index order"},
 		{"truncated body", good[:hdr+(len(good)-hdr)/2], "body"},
 		{"truncated by one", good[:len(good)-2], "body"}, // last byte is the encoder's newline
 		{"body not json", withBody("{{{{"), "body"},
@@ -407,7 +409,7 @@ func TestStreamedBodyEqualsMarshal(t *testing.T) {
 		Members: []MemberRecord{{ID: "n1", PeerAddr: "h:1", ClientAddr: "h:2"}, {ID: "n2", PeerAddr: "[::1]:3", ClientAddr: "g:4"}}},
 		Epochs: []taskEpoch{{Task: "a", Epoch: 3}, {Task: "b\"q", Epoch: 1}}}, Drained: []string{"w1", "w9"}}
 	empty := &snapshotV7{snapshotV5: snapshotV5{snapshotV4: snapshotV4{snapshotV3: snapshotV3{snapshotV2: snapshotV2{snapshotV1: snapshotV1{Tasks: []Task{}, Dedup: []dedupEntry{}}, Outbox: []Event{}}, Assignment: []Placement{}}, Members: []MemberRecord{}}, Epochs: []taskEpoch{}}, Drained: []string{}}
-	for _, v := range []*snapshotV7{s, empty} {
+	for _, v := range []*snapshotV8{{snapshotV7: *s, PlacementFrozen: true}, {snapshotV7: *empty}} {
 		var streamed bytes.Buffer
 		tasks := make([]*Task, len(v.Tasks))
 		for i := range v.Tasks {

@@ -43,6 +43,16 @@ type Lagger interface {
 	Lags() map[string]int64
 }
 
+// Loader is implemented by a Handler that knows what each copy it holds
+// costs (records per second, CPU, bytes: any unit, the same on every
+// worker). The library sends Loads, called right before each heartbeat,
+// as HeartbeatRequest.loads; the assignor balances the actives' loads
+// when the cluster runs with assignor.balance: load. A Handler without it
+// reports none.
+type Loader interface {
+	Loads() map[string]int64
+}
+
 // ErrFenced is what Fence returns once a copy must not act any more: the
 // copy was taken away or changed role, or the worker is stopping.
 var ErrFenced = errors.New("the copy may not act any more")

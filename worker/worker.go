@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"regexp"
 	"slices"
@@ -35,6 +36,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/xce/xce/assign"
 	"github.com/xce/xce/client"
 	"github.com/xce/xce/internal/backoff"
 	xcev1 "github.com/xce/xce/proto/xce/v1"
@@ -62,6 +64,12 @@ type Config struct {
 	Capacity uint32
 	// ClientAddr is where the worker serves its own clients (informational).
 	ClientAddr string
+	// Labels say where the worker runs (zone, rack, host, ...): the
+	// assignor spreads the copies of a task over the values of its
+	// assignor.spread_by keys. At most assign.MaxLabels, each key and value
+	// as assign.ValidLabelKey and assign.ValidLabelValue allow; the primary
+	// refuses a registration with others.
+	Labels map[string]string
 	// Logger receives the worker's log lines (nil: they are dropped). A
 	// program that logs with zerolog passes logging.NewSlog of its logger
 	// to have them in its own format.
@@ -108,6 +116,14 @@ func (cfg Config) validate() (Config, error) {
 		return cfg, fmt.Errorf("%w: no controller address", ErrConfig)
 	}
 	cfg.Controllers = eps
+	if _, ok := cfg.Labels[""]; ok {
+		// assign.CheckLabels lets an empty key pass.
+		return cfg, fmt.Errorf("%w: labels: an empty key", ErrConfig)
+	}
+	if err := assign.CheckLabels(cfg.Labels); err != nil {
+		return cfg, fmt.Errorf("%w: labels: %v", ErrConfig, err)
+	}
+	cfg.Labels = maps.Clone(cfg.Labels)
 	if cfg.DrainTimeout == 0 {
 		cfg.DrainTimeout = DefaultDrainTimeout
 	}
@@ -310,7 +326,8 @@ func refused(err error) bool {
 func (w *Worker) register(ctx context.Context) error {
 	rctx, cancel := context.WithTimeout(ctx, registerTimeout)
 	defer cancel()
-	r, err := w.c.Register(rctx, w.cfg.ID, w.cfg.Capacity, w.cfg.ClientAddr)
+	r, err := w.c.RegisterWith(rctx, &xcev1.RegisterRequest{WorkerId: w.cfg.ID, Capacity: w.cfg.Capacity,
+		ClientAddr: w.cfg.ClientAddr, Labels: w.cfg.Labels})
 	if err != nil {
 		return err
 	}
@@ -357,9 +374,12 @@ func updateText(lags map[string]int64, task string) string {
 // answer, the worker starts no active it does not list as running
 // (state.sent).
 func (w *Worker) request() *xcev1.HeartbeatRequest {
-	var lags map[string]int64
+	var lags, loads map[string]int64
 	if l, ok := w.h.(Lagger); ok {
 		lags = l.Lags()
+	}
+	if l, ok := w.h.(Loader); ok {
+		loads = l.Loads()
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -367,7 +387,7 @@ func (w *Worker) request() *xcev1.HeartbeatRequest {
 		lags = w.st.reportedLags()
 	}
 	w.seq++
-	req := &xcev1.HeartbeatRequest{WorkerId: w.cfg.ID, Lags: lags, Running: w.st.sent(), Seq: w.seq,
+	req := &xcev1.HeartbeatRequest{WorkerId: w.cfg.ID, Lags: lags, Loads: loads, Running: w.st.sent(), Seq: w.seq,
 		AcknowledgedSeq: w.ackSeq, Leaving: w.leaving.Load(), LeaveNow: w.leaveNow.Load()}
 	if w.maxWait > 0 && !req.LeaveNow {
 		req.WaitMs = uint32(min(w.maxWait, w.interval).Milliseconds())

@@ -35,9 +35,11 @@ type fakeController struct {
 
 	start time.Time
 
-	mu         sync.Mutex
-	sessions   map[string]bool
-	registers  int
+	mu        sync.Mutex
+	sessions  map[string]bool
+	registers int
+	// labels are those of the last registration.
+	labels     map[string]string
 	heartbeats []heartbeat
 	copies     xcev1.HeartbeatResponse
 	intervalMs uint32
@@ -156,6 +158,7 @@ func (f *fakeController) Register(_ context.Context, req *connect.Request[xcev1.
 	}
 	f.sessions[req.Msg.WorkerId] = true
 	f.registers++
+	f.labels = req.Msg.Labels
 	f.answered, f.answeredSeq = nil, 0
 	f.notify() // a heartbeat held for the previous session ends
 	return connect.NewResponse(&xcev1.RegisterResponse{Generation: f.copies.Generation, SessionTimeoutMs: 10 * f.intervalMs,
@@ -629,6 +632,9 @@ func TestRunRefusals(t *testing.T) {
 		{ID: "bad id", Controllers: []string{"x:1"}},
 		{ID: "w1"},
 		{ID: "w1", Controllers: []string{" "}},
+		{ID: "w1", Controllers: []string{"x:1"}, Labels: map[string]string{"zo ne": "a"}},
+		{ID: "w1", Controllers: []string{"x:1"}, Labels: map[string]string{"zone": "a/b"}},
+		{ID: "w1", Controllers: []string{"x:1"}, Labels: map[string]string{"": "a"}},
 	} {
 		if _, err := New(cfg, &Simulator{}); !errors.Is(err, ErrConfig) {
 			t.Errorf("New(%+v): %v, want ErrConfig", cfg, err)
@@ -640,4 +646,59 @@ func TestRunRefusals(t *testing.T) {
 	if _, err := NewSimulator(SimulatorConfig{RestoreRate: -1}); !errors.Is(err, ErrConfig) {
 		t.Errorf("NewSimulator with a negative rate: %v, want ErrConfig", err)
 	}
+}
+
+// TestRegisterSendsLabels: the worker registers with its Config.Labels.
+func TestRegisterSendsLabels(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeController(1000)
+		stop := startWorker(t, f, Config{ID: "w1", Capacity: 1, Labels: map[string]string{"zone": "a"}}, SimulatorConfig{})
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		f.mu.Lock()
+		labels := f.labels
+		f.mu.Unlock()
+		if len(labels) != 1 || labels["zone"] != "a" {
+			t.Errorf("registered with labels %v", labels)
+		}
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// loadingSim is a Simulator that reports a load for every task.
+type loadingSim struct{ *Simulator }
+
+func (loadingSim) Loads() map[string]int64 { return map[string]int64{"t1": 42} }
+
+// TestHeartbeatSendsLoads: a Handler that is a Loader has its loads sent
+// with every heartbeat; one that is not sends none.
+func TestHeartbeatSendsLoads(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeController(1000)
+		sim, err := NewSimulator(SimulatorConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop := startHandler(t, f, Config{ID: "w1", Capacity: 1}, loadingSim{sim})
+		time.Sleep(3 * time.Second)
+		synctest.Wait()
+		if hb, _ := f.last(t); hb.req.Loads["t1"] != 42 {
+			t.Errorf("heartbeat loads %v", hb.req.Loads)
+		}
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		f = newFakeController(1000)
+		stop = startWorker(t, f, Config{ID: "w1", Capacity: 1}, SimulatorConfig{})
+		time.Sleep(3 * time.Second)
+		synctest.Wait()
+		if hb, _ := f.last(t); hb.req.Loads != nil {
+			t.Errorf("heartbeat loads %v from a handler without", hb.req.Loads)
+		}
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+	})
 }

@@ -86,6 +86,9 @@ type statusJSON struct {
 	PeerTLSCertExpiry string `json:"peer_tls_cert_expiry,omitempty"`
 	// backend raft: the configuration as this node knows it.
 	Members []statusMemberJSON `json:"members,omitempty"`
+	// PlacementFrozen: an operator froze the placement (xce placement
+	// freeze).
+	PlacementFrozen bool `json:"placement_frozen"`
 }
 
 type statusMemberJSON struct {
@@ -124,6 +127,7 @@ func statusCmd() *cobra.Command {
 					Tasks: s.Tasks, Backend: s.Backend, Pid: s.Pid, Version: s.Version, LogFormat: s.LogFormat, UptimeMs: s.UptimeMs,
 					LeaseHolder: s.LeaseHolder,
 					Insecure:    s.Insecure, Auth: s.Auth, TLSCertExpiry: s.TlsCertExpiry, PeerTLSCertExpiry: s.PeerTlsCertExpiry,
+					PlacementFrozen: s.PlacementFrozen,
 				}
 				if s.LeaseDeadlineUnixMs > 0 {
 					out.LeaseDeadline = time.UnixMilli(s.LeaseDeadlineUnixMs).UTC().Format(time.RFC3339Nano)
@@ -162,7 +166,13 @@ func statusCmd() *cobra.Command {
 						fmt.Fprintf(tw, "rank %d\t%s (registered at offset %d)\n", m.Rank, m.Member, m.Offset)
 					}
 				}
-				return tw.Flush()
+				if err := tw.Flush(); err != nil {
+					return err
+				}
+				if out.PlacementFrozen {
+					fmt.Fprintln(w, "placement: frozen")
+				}
+				return nil
 			})
 		},
 	}
@@ -175,36 +185,40 @@ type taskJSON struct {
 	TaskID          string `json:"task_id"`
 	Stateful        bool   `json:"stateful"`
 	StandbyReplicas uint32 `json:"standby_replicas"`
+	Weight          uint32 `json:"weight"`
 	CreatedIndex    uint64 `json:"created_index"`
 	State           string `json:"state"`
 	PendingReason   string `json:"pending_reason,omitempty"`
 }
 
 func taskOut(t *xcev1.Task) taskJSON {
-	return taskJSON{TaskID: t.TaskId, Stateful: t.Stateful, StandbyReplicas: t.StandbyReplicas,
+	return taskJSON{TaskID: t.TaskId, Stateful: t.Stateful, StandbyReplicas: t.StandbyReplicas, Weight: max(t.Weight, 1),
 		CreatedIndex: t.CreatedIndex, State: t.State, PendingReason: t.PendingReason}
 }
 
 func printTasks(w io.Writer, ts []*xcev1.Task) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TASK\tSTATEFUL\tSTANDBYS\tCREATED\tSTATE")
+	fmt.Fprintln(tw, "TASK\tSTATEFUL\tSTANDBYS\tWEIGHT\tCREATED\tSTATE")
 	for _, t := range ts {
-		fmt.Fprintf(tw, "%s\t%v\t%d\t%d\t%s\n", t.TaskId, t.Stateful, t.StandbyReplicas, t.CreatedIndex, t.State)
+		fmt.Fprintf(tw, "%s\t%v\t%d\t%d\t%d\t%s\n", t.TaskId, t.Stateful, t.StandbyReplicas, max(t.Weight, 1), t.CreatedIndex, t.State)
 	}
 	return tw.Flush()
 }
 
 func submitCmd() *cobra.Command {
 	var f clientFlags
-	var standbys uint32
+	var standbys, weight uint32
 	var stateful bool
 	cmd := &cobra.Command{
 		Use:   "submit TASK",
 		Short: "Submit a task (retried through elections; applied once)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if weight < 1 || weight > assign.MaxWeight {
+				return usageErr("--weight: %d is not between 1 and %d", weight, assign.MaxWeight)
+			}
 			return f.call(func(ctx context.Context, c *client.Client) error {
-				r, err := c.Submit(ctx, client.Task{ID: args[0], Stateful: stateful, StandbyReplicas: standbys})
+				r, err := c.Submit(ctx, client.Task{ID: args[0], Stateful: stateful, StandbyReplicas: standbys, Weight: weight})
 				if err != nil {
 					return err
 				}
@@ -220,6 +234,8 @@ func submitCmd() *cobra.Command {
 	cmd.Flags().Uint32Var(&standbys, "standbys", 0,
 		fmt.Sprintf("standby replicas wanted for a stateful task, at most %d (0: the cluster's assignor.num_standby_replicas)", assign.MaxStandbyReplicas))
 	cmd.Flags().BoolVar(&stateful, "stateful", false, "the task keeps state")
+	cmd.Flags().Uint32Var(&weight, "weight", 1,
+		fmt.Sprintf("what the task costs relative to others, 1 to %d: the assignor balances weight over capacity", assign.MaxWeight))
 	return cmd
 }
 

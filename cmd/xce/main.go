@@ -87,7 +87,7 @@ func rootCmd() *cobra.Command {
 	root.AddCommand(serverCmd(), upgradeCmd(), devCmd(), statusCmd(), versionCmd(),
 		submitCmd(), taskCmd(), tasksCmd(), benchCmd(), kafkaDevCmd(), eventsCmd(), assignCmd(),
 		workerCmd(), workersCmd(), assignmentCmd(), checkDBCmd(), tlsCmd(),
-		membersCmd(), leaderCmd(), snapshotCmd())
+		membersCmd(), leaderCmd(), snapshotCmd(), placementCmd())
 	return root
 }
 

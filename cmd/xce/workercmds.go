@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/xce/xce/assign"
 	"github.com/xce/xce/client"
 	"github.com/xce/xce/logging"
 	xcev1 "github.com/xce/xce/proto/xce/v1"
@@ -27,6 +28,7 @@ type workerFlags struct {
 	id, controllers, clientAddr string
 	pinControllers              bool
 	capacity                    uint32
+	labels                      []string // --label k=v, repeated
 	restoreRate                 float64
 	initialLag, dropLag         int64
 	dropAfter, drainTimeout     time.Duration
@@ -53,6 +55,10 @@ func (f *workerFlags) config() (worker.Config, worker.SimulatorConfig, error) {
 	case f.drainTimeout < 0:
 		return worker.Config{}, worker.SimulatorConfig{}, usageErr("--drain-timeout: %s is negative", f.drainTimeout)
 	}
+	labels, err := parseLabels(f.labels)
+	if err != nil {
+		return worker.Config{}, worker.SimulatorConfig{}, err
+	}
 	drain := f.drainTimeout
 	if drain == 0 {
 		drain = -1 // worker.Config: negative stops at once
@@ -63,10 +69,39 @@ func (f *workerFlags) config() (worker.Config, worker.SimulatorConfig, error) {
 	}
 	return worker.Config{
 			ID: f.id, Controllers: strings.Split(f.controllers, ","), Capacity: f.capacity, ClientAddr: f.clientAddr,
-			Credentials: f.creds.credentials(), PinControllers: f.pinControllers, DrainTimeout: drain,
+			Labels: labels, Credentials: f.creds.credentials(), PinControllers: f.pinControllers, DrainTimeout: drain,
 		}, worker.SimulatorConfig{
 			RestoreRate: f.restoreRate, InitialLag: initial, DropLag: f.dropLag, DropAfter: f.dropAfter,
 		}, nil
+}
+
+// parseLabels turns --label k=v values into labels, refusing a value
+// without '=', a key given twice, and what assign.CheckLabels refuses, so
+// that nothing is sent with a label the primary would refuse.
+func parseLabels(vals []string) (map[string]string, error) {
+	if len(vals) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]string, len(vals))
+	for _, v := range vals {
+		k, val, ok := strings.Cut(v, "=")
+		switch {
+		case !ok:
+			return nil, usageErr("--label %q: want KEY=VALUE", v)
+		case !assign.ValidLabelKey(k):
+			return nil, usageErr("--label %q: key %q: want 1 to %d bytes of letters, digits, '.', '-', '_', '/'", v, k, assign.MaxLabelBytes)
+		case !assign.ValidLabelValue(val):
+			return nil, usageErr("--label %q: value %q: want at most %d bytes of letters, digits, '.', '-', '_'", v, val, assign.MaxLabelBytes)
+		}
+		if _, dup := out[k]; dup {
+			return nil, usageErr("--label %q: key %q is given twice", v, k)
+		}
+		out[k] = val
+	}
+	if err := assign.CheckLabels(out); err != nil {
+		return nil, usageErr("--label: %v", err)
+	}
+	return out, nil
 }
 
 // runWorker runs a reference worker until ctx ends: the worker library
@@ -135,6 +170,7 @@ and exits. A second signal does not hurry it: --drain-timeout bounds it.`,
 	fl.BoolVar(&f.pinControllers, "pin-controllers", false, "call only the --controllers addresses (proxies or port-forwards), never the client addresses the members advertise")
 	fl.Uint32Var(&f.capacity, "capacity", 1, "relative weight (processing threads); 0 drains the worker")
 	fl.StringVar(&f.clientAddr, "client-addr", "", "where this worker serves its clients (informational)")
+	fl.StringArrayVar(&f.labels, "label", nil, "KEY=VALUE saying where the worker runs (zone, rack, host, ...), repeatable; the assignor spreads a task's copies over the values of assignor.spread_by's keys")
 	fl.Float64Var(&f.restoreRate, "restore-rate", worker.DefaultRestoreRate, "records/s a held copy catches up (and an unheld one falls behind)")
 	fl.Int64Var(&f.initialLag, "initial-lag", worker.DefaultInitialLag, "lag of a copy assigned without state (0: caught up at once)")
 	fl.Int64Var(&f.dropLag, "drop-lag", worker.DefaultDropLag, "drop the state of a task no longer held once its lag passes this")
@@ -158,6 +194,8 @@ type workerJSON struct {
 	Warmups            []string         `json:"warmups"`
 	Lags               map[string]int64 `json:"lags"`
 	Notice             string           `json:"notice"`
+	// Labels are the labels the worker registered with ({} for none).
+	Labels map[string]string `json:"labels"`
 	// DrainState: "" (runs what it is given), "draining", "drained" or
 	// "leaving".
 	DrainState string `json:"drain_state"`
@@ -178,10 +216,32 @@ func workersOut(r *xcev1.ListWorkersResponse) workersJSON {
 		out.Workers[i] = workerJSON{
 			WorkerID: w.WorkerId, Capacity: w.Capacity, ClientAddr: w.ClientAddr, LastHeartbeatAgeMs: w.LastHeartbeatAgeMs,
 			Actives: nonNil(w.Actives), Standbys: nonNil(w.Standbys), Warmups: nonNil(w.Warmups),
-			Lags: nonNilLags(w.Lags), Notice: w.Notice, DrainState: w.DrainState,
+			Lags: nonNilLags(w.Lags), Notice: w.Notice, DrainState: w.DrainState, Labels: nonNilLabels(w.Labels),
 		}
 	}
 	return out
+}
+
+func nonNilLabels(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}
+
+// labelsCell prints labels as "k=v,k=v", sorted by key ("-" for none).
+func labelsCell(m map[string]string) string {
+	if len(m) == 0 {
+		return "-"
+	}
+	var b strings.Builder
+	for i, k := range slices.Sorted(maps.Keys(m)) {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(k + "=" + m[k])
+	}
+	return b.String()
 }
 
 func nonNilLags(m map[string]int64) map[string]int64 {
@@ -224,7 +284,7 @@ func printWorkers(w io.Writer, r *xcev1.ListWorkersResponse) error {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "WORKER\tCAPACITY\tSTATE\tLAST SEEN\tACTIVES\tSTANDBYS\tWARMUPS\tNOTICE")
+	fmt.Fprintln(tw, "WORKER\tCAPACITY\tSTATE\tLABELS\tLAST SEEN\tACTIVES\tSTANDBYS\tWARMUPS\tNOTICE")
 	connected := map[string]bool{}
 	for _, x := range r.Workers {
 		connected[x.WorkerId] = true
@@ -235,7 +295,7 @@ func printWorkers(w io.Writer, r *xcev1.ListWorkersResponse) error {
 		if st == "" {
 			st = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", x.WorkerId, x.Capacity, st,
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", x.WorkerId, x.Capacity, st, labelsCell(x.Labels),
 			(time.Duration(x.LastHeartbeatAgeMs) * time.Millisecond).String(),
 			listCell(x.Actives, 4), listCell(x.Standbys, 4), listCell(x.Warmups, 4), notice)
 	}
@@ -260,7 +320,7 @@ func workersCmd() *cobra.Command {
 		Use:   "workers",
 		Short: "List the workers the primary has sessions with, and their copies; drain and undrain one",
 		Long: `List the workers the primary has sessions with: capacity, drain state, last
-heartbeat, copies and notice. STATE is "-" (the worker runs what it is given),
+heartbeat, labels (k=v,k=v, by key), copies and notice. STATE is "-" (the worker runs what it is given),
 "draining" (drained, its actives still moving away), "drained" (no active left;
 it keeps its standbys) or "leaving" (the worker is stopping and hands its actives
 over). Drained workers with no session are listed after the table.`,
@@ -368,16 +428,18 @@ type taskAssignmentJSON struct {
 }
 
 type assignmentJSON struct {
-	Generation   uint64               `json:"generation"`
-	AppliedIndex uint64               `json:"applied_index"`
-	Settling     bool                 `json:"settling"`
-	Followup     bool                 `json:"followup"`
-	Tasks        []taskAssignmentJSON `json:"tasks"`
+	Generation   uint64 `json:"generation"`
+	AppliedIndex uint64 `json:"applied_index"`
+	Settling     bool   `json:"settling"`
+	Followup     bool   `json:"followup"`
+	// Frozen: an operator froze the placement (xce placement freeze).
+	Frozen bool                 `json:"frozen"`
+	Tasks  []taskAssignmentJSON `json:"tasks"`
 }
 
 func assignmentOut(r *xcev1.GetAssignmentResponse) assignmentJSON {
 	out := assignmentJSON{Generation: r.Generation, AppliedIndex: r.AppliedIndex, Settling: r.Settling, Followup: r.Followup,
-		Tasks: make([]taskAssignmentJSON, len(r.Tasks))}
+		Frozen: r.Frozen, Tasks: make([]taskAssignmentJSON, len(r.Tasks))}
 	for i, t := range r.Tasks {
 		p := t.GetPlacement()
 		out.Tasks[i] = taskAssignmentJSON{
@@ -398,6 +460,9 @@ func printAssignment(w io.Writer, r *xcev1.GetAssignmentResponse) error {
 		fmt.Fprint(w, "; moves wait for warm-ups")
 	}
 	fmt.Fprintln(w)
+	if r.Frozen {
+		fmt.Fprintln(w, "the placement is frozen (xce placement unfreeze ends it): the assignor handles failures only and moves nothing for balance")
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "TASK\tSTATEFUL\tACTIVE\tEPOCH\tSTANDBYS\tWARMUPS\tLAGS\tSTATUS")
 	for _, t := range r.Tasks {

@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -33,6 +35,12 @@ type fakeAPI struct {
 	heartbeats atomic.Int64
 	// drains records the drains and undrains asked, as "+w" and "-w".
 	drains []string
+	// frozen is the placement freeze, set by FreezePlacement and
+	// UnfreezePlacement and shown by Status and GetAssignment; freezeOld
+	// refuses a freeze as a cluster with an old voter does.
+	frozen, freezeOld bool
+	// submitted records the submits, with their weights.
+	submitted []*xcev1.SubmitTaskRequest
 }
 
 func (f *fakeAPI) DrainWorker(_ context.Context, req *connect.Request[xcev1.DrainWorkerRequest]) (*connect.Response[xcev1.DrainWorkerResponse], error) {
@@ -67,7 +75,8 @@ func (f *fakeAPI) ListWorkers(context.Context, *connect.Request[xcev1.ListWorker
 	}
 	return connect.NewResponse(&xcev1.ListWorkersResponse{Generation: 4, Settling: true, Workers: []*xcev1.WorkerInfo{
 		{WorkerId: "w1", Capacity: 1, LastHeartbeatAgeMs: 250, Actives: []string{"t1", "t2"}, Standbys: []string{"t3"},
-			Lags: map[string]int64{"t1": 0, "t2": 0, "t3": 1200}, Notice: "actives: t1,t2", DrainState: "draining"},
+			Lags: map[string]int64{"t1": 0, "t2": 0, "t3": 1200}, Notice: "actives: t1,t2", DrainState: "draining",
+			Labels: map[string]string{"zone": "a", "rack": "r1"}},
 		{WorkerId: "w2", Capacity: 2, LastHeartbeatAgeMs: 1500, Warmups: []string{"a", "b", "c", "d", "e", "f"}},
 	}, Drained: []string{"w1", "w9"}}), nil
 }
@@ -77,7 +86,7 @@ func (f *fakeAPI) GetAssignment(_ context.Context, req *connect.Request[xcev1.Ge
 		return nil, err
 	}
 	f.stale.Store(req.Msg.Consistency == xcev1.Consistency_CONSISTENCY_STALE)
-	return connect.NewResponse(&xcev1.GetAssignmentResponse{Generation: 4, AppliedIndex: 17, Followup: true, Tasks: []*xcev1.TaskAssignment{
+	return connect.NewResponse(&xcev1.GetAssignmentResponse{Generation: 4, AppliedIndex: 17, Followup: true, Frozen: f.frozen, Tasks: []*xcev1.TaskAssignment{
 		{Placement: &xcev1.TaskPlacement{TaskId: "t1", Active: "w1", Standbys: []string{"w2"}, Warmups: []string{"w3"}, Epoch: 3}, Stateful: true,
 			Lags: map[string]int64{"w1": 0, "w2": 40, "w3": 30000}, Update: "running"},
 		{Placement: &xcev1.TaskPlacement{TaskId: "t2"}, PendingReason: "no worker"},
@@ -158,7 +167,7 @@ func TestWorkersCommand(t *testing.T) {
 		t.Fatalf("workers %v", got["workers"])
 	}
 	w2, _ := ws[1].(map[string]any)
-	for _, k := range []string{"worker_id", "capacity", "client_addr", "last_heartbeat_age_ms", "actives", "standbys", "warmups", "lags", "notice", "drain_state"} {
+	for _, k := range []string{"worker_id", "capacity", "client_addr", "last_heartbeat_age_ms", "actives", "standbys", "warmups", "lags", "notice", "drain_state", "labels"} {
 		if _, ok := w2[k]; !ok {
 			t.Errorf("worker object without %q: %v", k, w2)
 		}
@@ -168,6 +177,11 @@ func TestWorkersCommand(t *testing.T) {
 	}
 	if w1, _ := ws[0].(map[string]any); w1["drain_state"] != "draining" {
 		t.Errorf("w1 drain_state %v", w1["drain_state"])
+	} else if l, _ := w1["labels"].(map[string]any); l["zone"] != "a" || l["rack"] != "r1" || len(l) != 2 {
+		t.Errorf("w1 labels %v", w1["labels"])
+	}
+	if l, ok := w2["labels"].(map[string]any); !ok || len(l) != 0 {
+		t.Errorf("w2 labels %v, want {}", w2["labels"])
 	}
 	if d, _ := got["drained"].([]any); len(d) != 2 {
 		t.Errorf("drained %v", got["drained"])
@@ -181,7 +195,7 @@ func TestWorkersCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	table := out.String()
-	for _, want := range []string{"generation 4, 2 workers (settling", "WORKER", "STATE", "draining", "w1", "250ms", "t1,t2", "actives: t1,t2", "1.5s", "a,b,c,d,… (6)",
+	for _, want := range []string{"generation 4, 2 workers (settling", "WORKER", "STATE", "LABELS", "rack=r1,zone=a", "draining", "w1", "250ms", "t1,t2", "actives: t1,t2", "1.5s", "a,b,c,d,… (6)",
 		"drained, with no session: w9"} {
 		if !strings.Contains(table, want) {
 			t.Errorf("table without %q:\n%s", want, table)
@@ -275,6 +289,8 @@ func TestWorkerCommandsExitCodes(t *testing.T) {
 		{"worker bad id", workerCmd, []string{"--id", "a b"}, exitUsage},
 		{"worker bad lag", workerCmd, []string{"--id", "w1", "--initial-lag", "-1"}, exitUsage},
 		{"worker bad log level", workerCmd, []string{"--id", "w1", "--log-level", "loud"}, exitUsage},
+		{"worker label without =", workerCmd, []string{"--id", "w1", "--label", "zone"}, exitUsage},
+		{"worker bad label key", workerCmd, []string{"--id", "w1", "--label", "zo ne=a"}, exitUsage},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, code := runCmd(t, tc.cmd(), tc.args...); code != tc.want {
@@ -299,6 +315,52 @@ func TestWorkerFlagsConfig(t *testing.T) {
 	f.initialLag = 7
 	if _, sim, _ = f.config(); sim.InitialLag != 7 {
 		t.Fatalf("initial lag %d", sim.InitialLag)
+	}
+}
+
+// TestParseLabels: --label values become labels, and a malformed one is
+// refused before anything is sent, naming the value.
+func TestParseLabels(t *testing.T) {
+	long := strings.Repeat("x", 64)
+	many := make([]string, 17)
+	for i := range many {
+		many[i] = fmt.Sprintf("k%d=v", i)
+	}
+	for _, tc := range []struct {
+		name string
+		in   []string
+		want map[string]string
+		err  string
+	}{
+		{"none", nil, nil, ""},
+		{"two", []string{"zone=a", "topology.kubernetes.io/rack=r-1"}, map[string]string{"zone": "a", "topology.kubernetes.io/rack": "r-1"}, ""},
+		{"empty value", []string{"zone="}, map[string]string{"zone": ""}, ""},
+		{"value with =", []string{"zone=a=b"}, nil, `value "a=b"`},
+		{"no =", []string{"zone"}, nil, "want KEY=VALUE"},
+		{"empty key", []string{"=a"}, nil, `key ""`},
+		{"bad key", []string{"zo ne=a"}, nil, `key "zo ne"`},
+		{"long key", []string{long + "=a"}, nil, "key"},
+		{"bad value", []string{"zone=a/b"}, nil, `value "a/b"`},
+		{"long value", []string{"zone=" + long}, nil, "value"},
+		{"twice", []string{"zone=a", "zone=b"}, nil, "given twice"},
+		{"too many", many, nil, "exceed the maximum 16"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parseLabels(tc.in)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) || exitCodeQuiet(err) != exitUsage {
+					t.Fatalf("err %v (exit %d), want a usage error with %q", err, exitCodeQuiet(err), tc.err)
+				}
+				return
+			}
+			if err != nil || !maps.Equal(got, tc.want) {
+				t.Fatalf("got %v, %v; want %v", got, err, tc.want)
+			}
+		})
+	}
+	f := workerFlags{id: "w1", controllers: "a:1", restoreRate: 1, dropLag: 1, dropAfter: time.Second, labels: []string{"zone=a"}}
+	if cfg, _, err := f.config(); err != nil || cfg.Labels["zone"] != "a" {
+		t.Fatalf("config labels %v, %v", cfg.Labels, err)
 	}
 }
 

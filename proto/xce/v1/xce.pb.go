@@ -290,6 +290,10 @@ type Task struct {
 	CreatedIndex  uint64 `protobuf:"varint,4,opt,name=created_index,json=createdIndex,proto3" json:"created_index,omitempty"`
 	State         string `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"`
 	PendingReason string `protobuf:"bytes,6,opt,name=pending_reason,json=pendingReason,proto3" json:"pending_reason,omitempty"`
+	// What the task costs relative to others (1 to 65536); the assignor
+	// balances weight over capacity. 0 from a node that predates weights
+	// means 1.
+	Weight        uint32 `protobuf:"varint,7,opt,name=weight,proto3" json:"weight,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -366,6 +370,13 @@ func (x *Task) GetPendingReason() string {
 	return ""
 }
 
+func (x *Task) GetWeight() uint32 {
+	if x != nil {
+		return x.Weight
+	}
+	return 0
+}
+
 type SubmitTaskRequest struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	TaskId          string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
@@ -373,8 +384,10 @@ type SubmitTaskRequest struct {
 	StandbyReplicas uint32                 `protobuf:"varint,3,opt,name=standby_replicas,json=standbyReplicas,proto3" json:"standby_replicas,omitempty"`
 	ClientId        string                 `protobuf:"bytes,4,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
 	RequestId       string                 `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// What the task costs relative to others, 1 to 65536; 0 means 1.
+	Weight        uint32 `protobuf:"varint,6,opt,name=weight,proto3" json:"weight,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SubmitTaskRequest) Reset() {
@@ -440,6 +453,13 @@ func (x *SubmitTaskRequest) GetRequestId() string {
 		return x.RequestId
 	}
 	return ""
+}
+
+func (x *SubmitTaskRequest) GetWeight() uint32 {
+	if x != nil {
+		return x.Weight
+	}
+	return 0
 }
 
 type SubmitTaskResponse struct {
@@ -906,9 +926,12 @@ type StatusResponse struct {
 	// The cluster's members as this node knows them (backend raft): the
 	// committed configuration, with each member's client address. Clients
 	// learn the cluster's addresses from it.
-	Members       []*Member `protobuf:"bytes,27,rep,name=members,proto3" json:"members,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Members []*Member `protobuf:"bytes,27,rep,name=members,proto3" json:"members,omitempty"`
+	// An operator froze the placement (xce placement freeze): the assignor
+	// handles failures only and moves nothing for balance.
+	PlacementFrozen bool `protobuf:"varint,28,opt,name=placement_frozen,json=placementFrozen,proto3" json:"placement_frozen,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -1128,6 +1151,13 @@ func (x *StatusResponse) GetMembers() []*Member {
 		return x.Members
 	}
 	return nil
+}
+
+func (x *StatusResponse) GetPlacementFrozen() bool {
+	if x != nil {
+		return x.PlacementFrozen
+	}
+	return false
 }
 
 type RosterMember struct {
@@ -1442,7 +1472,9 @@ type GetAssignmentResponse struct {
 	// it changes no placement until then.
 	Settling bool `protobuf:"varint,4,opt,name=settling,proto3" json:"settling,omitempty"`
 	// True when the assignor has planned moves that wait for warm-ups.
-	Followup      bool `protobuf:"varint,5,opt,name=followup,proto3" json:"followup,omitempty"`
+	Followup bool `protobuf:"varint,5,opt,name=followup,proto3" json:"followup,omitempty"`
+	// True while an operator froze the placement (xce placement freeze).
+	Frozen        bool `protobuf:"varint,6,opt,name=frozen,proto3" json:"frozen,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1512,6 +1544,13 @@ func (x *GetAssignmentResponse) GetFollowup() bool {
 	return false
 }
 
+func (x *GetAssignmentResponse) GetFrozen() bool {
+	if x != nil {
+		return x.Frozen
+	}
+	return false
+}
+
 type ListWorkersRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1565,7 +1604,9 @@ type WorkerInfo struct {
 	// it still has actives, which move away as copies elsewhere catch up);
 	// "drained" (drained, no active left; it keeps its standbys); "leaving"
 	// (the worker is stopping and waits for its actives to be handed over).
-	DrainState    string `protobuf:"bytes,10,opt,name=drain_state,json=drainState,proto3" json:"drain_state,omitempty"`
+	DrainState string `protobuf:"bytes,10,opt,name=drain_state,json=drainState,proto3" json:"drain_state,omitempty"`
+	// The labels the worker registered with (xce worker --label).
+	Labels        map[string]string `protobuf:"bytes,11,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1668,6 +1709,13 @@ func (x *WorkerInfo) GetDrainState() string {
 		return x.DrainState
 	}
 	return ""
+}
+
+func (x *WorkerInfo) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
 }
 
 type ListWorkersResponse struct {
@@ -1937,6 +1985,168 @@ func (x *UndrainWorkerResponse) GetIndex() uint64 {
 	return 0
 }
 
+type FreezePlacementRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FreezePlacementRequest) Reset() {
+	*x = FreezePlacementRequest{}
+	mi := &file_xce_v1_xce_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FreezePlacementRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FreezePlacementRequest) ProtoMessage() {}
+
+func (x *FreezePlacementRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_xce_v1_xce_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FreezePlacementRequest.ProtoReflect.Descriptor instead.
+func (*FreezePlacementRequest) Descriptor() ([]byte, []int) {
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{25}
+}
+
+type FreezePlacementResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Raft index at which the freeze was applied.
+	Index         uint64 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FreezePlacementResponse) Reset() {
+	*x = FreezePlacementResponse{}
+	mi := &file_xce_v1_xce_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FreezePlacementResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FreezePlacementResponse) ProtoMessage() {}
+
+func (x *FreezePlacementResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_xce_v1_xce_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FreezePlacementResponse.ProtoReflect.Descriptor instead.
+func (*FreezePlacementResponse) Descriptor() ([]byte, []int) {
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *FreezePlacementResponse) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+type UnfreezePlacementRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnfreezePlacementRequest) Reset() {
+	*x = UnfreezePlacementRequest{}
+	mi := &file_xce_v1_xce_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnfreezePlacementRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnfreezePlacementRequest) ProtoMessage() {}
+
+func (x *UnfreezePlacementRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_xce_v1_xce_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnfreezePlacementRequest.ProtoReflect.Descriptor instead.
+func (*UnfreezePlacementRequest) Descriptor() ([]byte, []int) {
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{27}
+}
+
+type UnfreezePlacementResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Raft index at which the unfreeze was applied.
+	Index         uint64 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnfreezePlacementResponse) Reset() {
+	*x = UnfreezePlacementResponse{}
+	mi := &file_xce_v1_xce_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnfreezePlacementResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnfreezePlacementResponse) ProtoMessage() {}
+
+func (x *UnfreezePlacementResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_xce_v1_xce_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnfreezePlacementResponse.ProtoReflect.Descriptor instead.
+func (*UnfreezePlacementResponse) Descriptor() ([]byte, []int) {
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *UnfreezePlacementResponse) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
 type Fact struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Kind          FactKind               `protobuf:"varint,1,opt,name=kind,proto3,enum=xce.v1.FactKind" json:"kind,omitempty"`
@@ -1948,7 +2158,7 @@ type Fact struct {
 
 func (x *Fact) Reset() {
 	*x = Fact{}
-	mi := &file_xce_v1_xce_proto_msgTypes[25]
+	mi := &file_xce_v1_xce_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1960,7 +2170,7 @@ func (x *Fact) String() string {
 func (*Fact) ProtoMessage() {}
 
 func (x *Fact) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[25]
+	mi := &file_xce_v1_xce_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1973,7 +2183,7 @@ func (x *Fact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Fact.ProtoReflect.Descriptor instead.
 func (*Fact) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{25}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Fact) GetKind() FactKind {
@@ -2003,14 +2213,19 @@ type RegisterRequest struct {
 	// Relative weight (number of processing threads); 0 drains the worker.
 	Capacity uint32 `protobuf:"varint,2,opt,name=capacity,proto3" json:"capacity,omitempty"`
 	// Where the worker serves its own clients (informational).
-	ClientAddr    string `protobuf:"bytes,3,opt,name=client_addr,json=clientAddr,proto3" json:"client_addr,omitempty"`
+	ClientAddr string `protobuf:"bytes,3,opt,name=client_addr,json=clientAddr,proto3" json:"client_addr,omitempty"`
+	// Where the worker runs (zone, rack, host, ...): the assignor spreads
+	// the copies of a task over the values of assignor.spread_by's keys.
+	// At most 16; keys of letters, digits, '.', '-', '_', '/' and values of
+	// letters, digits, '.', '-', '_', each at most 63 bytes.
+	Labels        map[string]string `protobuf:"bytes,4,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[26]
+	mi := &file_xce_v1_xce_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2022,7 +2237,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[26]
+	mi := &file_xce_v1_xce_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2035,7 +2250,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{26}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RegisterRequest) GetWorkerId() string {
@@ -2059,6 +2274,13 @@ func (x *RegisterRequest) GetClientAddr() string {
 	return ""
 }
 
+func (x *RegisterRequest) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
 type RegisterResponse struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	Generation uint64                 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
@@ -2077,7 +2299,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[27]
+	mi := &file_xce_v1_xce_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2089,7 +2311,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[27]
+	mi := &file_xce_v1_xce_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2102,7 +2324,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{27}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RegisterResponse) GetGeneration() uint64 {
@@ -2169,14 +2391,18 @@ type HeartbeatRequest struct {
 	// leaves now, whatever it is still assigned; the primary ends its session
 	// at once, so its actives are granted elsewhere without waiting for the
 	// session to expire.
-	LeaveNow      bool `protobuf:"varint,9,opt,name=leave_now,json=leaveNow,proto3" json:"leave_now,omitempty"`
+	LeaveNow bool `protobuf:"varint,9,opt,name=leave_now,json=leaveNow,proto3" json:"leave_now,omitempty"`
+	// The load the worker reports for each task it holds a copy of (any
+	// unit, the same across workers); optional. The assignor balances it
+	// with assignor.balance: load. Bounded like lags.
+	Loads         map[string]int64 `protobuf:"bytes,10,rep,name=loads,proto3" json:"loads,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[28]
+	mi := &file_xce_v1_xce_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2188,7 +2414,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[28]
+	mi := &file_xce_v1_xce_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2201,7 +2427,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{28}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *HeartbeatRequest) GetWorkerId() string {
@@ -2267,6 +2493,13 @@ func (x *HeartbeatRequest) GetLeaveNow() bool {
 	return false
 }
 
+func (x *HeartbeatRequest) GetLoads() map[string]int64 {
+	if x != nil {
+		return x.Loads
+	}
+	return nil
+}
+
 type HeartbeatResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Generation of the committed assignment the lists below come from.
@@ -2302,7 +2535,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[29]
+	mi := &file_xce_v1_xce_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2314,7 +2547,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[29]
+	mi := &file_xce_v1_xce_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2327,7 +2560,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{29}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *HeartbeatResponse) GetGeneration() uint64 {
@@ -2428,7 +2661,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_xce_v1_xce_proto_msgTypes[30]
+	mi := &file_xce_v1_xce_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2440,7 +2673,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[30]
+	mi := &file_xce_v1_xce_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2453,7 +2686,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{30}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Member) GetId() string {
@@ -2528,7 +2761,7 @@ type ListMembersRequest struct {
 
 func (x *ListMembersRequest) Reset() {
 	*x = ListMembersRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[31]
+	mi := &file_xce_v1_xce_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2540,7 +2773,7 @@ func (x *ListMembersRequest) String() string {
 func (*ListMembersRequest) ProtoMessage() {}
 
 func (x *ListMembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[31]
+	mi := &file_xce_v1_xce_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2553,7 +2786,7 @@ func (x *ListMembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMembersRequest.ProtoReflect.Descriptor instead.
 func (*ListMembersRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{31}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListMembersRequest) GetConsistency() Consistency {
@@ -2574,7 +2807,7 @@ type ListMembersResponse struct {
 
 func (x *ListMembersResponse) Reset() {
 	*x = ListMembersResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[32]
+	mi := &file_xce_v1_xce_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2586,7 +2819,7 @@ func (x *ListMembersResponse) String() string {
 func (*ListMembersResponse) ProtoMessage() {}
 
 func (x *ListMembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[32]
+	mi := &file_xce_v1_xce_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2599,7 +2832,7 @@ func (x *ListMembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMembersResponse.ProtoReflect.Descriptor instead.
 func (*ListMembersResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{32}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListMembersResponse) GetMembers() []*Member {
@@ -2627,7 +2860,7 @@ type AddMemberRequest struct {
 
 func (x *AddMemberRequest) Reset() {
 	*x = AddMemberRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[33]
+	mi := &file_xce_v1_xce_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2639,7 +2872,7 @@ func (x *AddMemberRequest) String() string {
 func (*AddMemberRequest) ProtoMessage() {}
 
 func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[33]
+	mi := &file_xce_v1_xce_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2652,7 +2885,7 @@ func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberRequest.ProtoReflect.Descriptor instead.
 func (*AddMemberRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{33}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *AddMemberRequest) GetId() string {
@@ -2685,7 +2918,7 @@ type AddMemberResponse struct {
 
 func (x *AddMemberResponse) Reset() {
 	*x = AddMemberResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[34]
+	mi := &file_xce_v1_xce_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2697,7 +2930,7 @@ func (x *AddMemberResponse) String() string {
 func (*AddMemberResponse) ProtoMessage() {}
 
 func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[34]
+	mi := &file_xce_v1_xce_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2710,7 +2943,7 @@ func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberResponse.ProtoReflect.Descriptor instead.
 func (*AddMemberResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{34}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *AddMemberResponse) GetMember() *Member {
@@ -2729,7 +2962,7 @@ type PromoteMemberRequest struct {
 
 func (x *PromoteMemberRequest) Reset() {
 	*x = PromoteMemberRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[35]
+	mi := &file_xce_v1_xce_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2741,7 +2974,7 @@ func (x *PromoteMemberRequest) String() string {
 func (*PromoteMemberRequest) ProtoMessage() {}
 
 func (x *PromoteMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[35]
+	mi := &file_xce_v1_xce_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2754,7 +2987,7 @@ func (x *PromoteMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteMemberRequest.ProtoReflect.Descriptor instead.
 func (*PromoteMemberRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{35}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *PromoteMemberRequest) GetId() string {
@@ -2773,7 +3006,7 @@ type PromoteMemberResponse struct {
 
 func (x *PromoteMemberResponse) Reset() {
 	*x = PromoteMemberResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[36]
+	mi := &file_xce_v1_xce_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2785,7 +3018,7 @@ func (x *PromoteMemberResponse) String() string {
 func (*PromoteMemberResponse) ProtoMessage() {}
 
 func (x *PromoteMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[36]
+	mi := &file_xce_v1_xce_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2798,7 +3031,7 @@ func (x *PromoteMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteMemberResponse.ProtoReflect.Descriptor instead.
 func (*PromoteMemberResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{36}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *PromoteMemberResponse) GetMember() *Member {
@@ -2819,7 +3052,7 @@ type RemoveMemberRequest struct {
 
 func (x *RemoveMemberRequest) Reset() {
 	*x = RemoveMemberRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[37]
+	mi := &file_xce_v1_xce_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2831,7 +3064,7 @@ func (x *RemoveMemberRequest) String() string {
 func (*RemoveMemberRequest) ProtoMessage() {}
 
 func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[37]
+	mi := &file_xce_v1_xce_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2844,7 +3077,7 @@ func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{37}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RemoveMemberRequest) GetId() string {
@@ -2869,7 +3102,7 @@ type RemoveMemberResponse struct {
 
 func (x *RemoveMemberResponse) Reset() {
 	*x = RemoveMemberResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[38]
+	mi := &file_xce_v1_xce_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2881,7 +3114,7 @@ func (x *RemoveMemberResponse) String() string {
 func (*RemoveMemberResponse) ProtoMessage() {}
 
 func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[38]
+	mi := &file_xce_v1_xce_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2894,7 +3127,7 @@ func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMemberResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{38}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{42}
 }
 
 type TransferLeaderRequest struct {
@@ -2907,7 +3140,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[39]
+	mi := &file_xce_v1_xce_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2919,7 +3152,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[39]
+	mi := &file_xce_v1_xce_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2932,7 +3165,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{39}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *TransferLeaderRequest) GetTo() string {
@@ -2952,7 +3185,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[40]
+	mi := &file_xce_v1_xce_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2964,7 +3197,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[40]
+	mi := &file_xce_v1_xce_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2977,7 +3210,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{40}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *TransferLeaderResponse) GetLeaderId() string {
@@ -3001,7 +3234,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[41]
+	mi := &file_xce_v1_xce_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3013,7 +3246,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[41]
+	mi := &file_xce_v1_xce_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3026,7 +3259,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{41}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *JoinRequest) GetId() string {
@@ -3067,7 +3300,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[42]
+	mi := &file_xce_v1_xce_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3079,7 +3312,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[42]
+	mi := &file_xce_v1_xce_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3092,7 +3325,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{42}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *JoinResponse) GetMember() *Member {
@@ -3110,7 +3343,7 @@ type SaveSnapshotRequest struct {
 
 func (x *SaveSnapshotRequest) Reset() {
 	*x = SaveSnapshotRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[43]
+	mi := &file_xce_v1_xce_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3122,7 +3355,7 @@ func (x *SaveSnapshotRequest) String() string {
 func (*SaveSnapshotRequest) ProtoMessage() {}
 
 func (x *SaveSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[43]
+	mi := &file_xce_v1_xce_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3135,7 +3368,7 @@ func (x *SaveSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SaveSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SaveSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{43}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{47}
 }
 
 // SnapshotChunk is one piece of a snapshot stream: the first carries the
@@ -3158,7 +3391,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_xce_v1_xce_proto_msgTypes[44]
+	mi := &file_xce_v1_xce_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3170,7 +3403,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[44]
+	mi := &file_xce_v1_xce_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3183,7 +3416,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{44}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *SnapshotChunk) GetFormat() uint32 {
@@ -3243,7 +3476,7 @@ type TakeSnapshotRequest struct {
 
 func (x *TakeSnapshotRequest) Reset() {
 	*x = TakeSnapshotRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[45]
+	mi := &file_xce_v1_xce_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3255,7 +3488,7 @@ func (x *TakeSnapshotRequest) String() string {
 func (*TakeSnapshotRequest) ProtoMessage() {}
 
 func (x *TakeSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[45]
+	mi := &file_xce_v1_xce_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3268,7 +3501,7 @@ func (x *TakeSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*TakeSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{45}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{49}
 }
 
 type TakeSnapshotResponse struct {
@@ -3285,7 +3518,7 @@ type TakeSnapshotResponse struct {
 
 func (x *TakeSnapshotResponse) Reset() {
 	*x = TakeSnapshotResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[46]
+	mi := &file_xce_v1_xce_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3297,7 +3530,7 @@ func (x *TakeSnapshotResponse) String() string {
 func (*TakeSnapshotResponse) ProtoMessage() {}
 
 func (x *TakeSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[46]
+	mi := &file_xce_v1_xce_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3310,7 +3543,7 @@ func (x *TakeSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*TakeSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{46}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *TakeSnapshotResponse) GetIndex() uint64 {
@@ -3346,21 +3579,23 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"\vleader_addr\x18\x04 \x01(\tR\n" +
 	"leaderAddr\x12\x16\n" +
 	"\x06reason\x18\x05 \x01(\tR\x06reason\x12$\n" +
-	"\x0eretry_after_ms\x18\x06 \x01(\rR\fretryAfterMs\"\xc8\x01\n" +
+	"\x0eretry_after_ms\x18\x06 \x01(\rR\fretryAfterMs\"\xe0\x01\n" +
 	"\x04Task\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x1a\n" +
 	"\bstateful\x18\x02 \x01(\bR\bstateful\x12)\n" +
 	"\x10standby_replicas\x18\x03 \x01(\rR\x0fstandbyReplicas\x12#\n" +
 	"\rcreated_index\x18\x04 \x01(\x04R\fcreatedIndex\x12\x14\n" +
 	"\x05state\x18\x05 \x01(\tR\x05state\x12%\n" +
-	"\x0epending_reason\x18\x06 \x01(\tR\rpendingReason\"\xaf\x01\n" +
+	"\x0epending_reason\x18\x06 \x01(\tR\rpendingReason\x12\x16\n" +
+	"\x06weight\x18\a \x01(\rR\x06weight\"\xc7\x01\n" +
 	"\x11SubmitTaskRequest\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x1a\n" +
 	"\bstateful\x18\x02 \x01(\bR\bstateful\x12)\n" +
 	"\x10standby_replicas\x18\x03 \x01(\rR\x0fstandbyReplicas\x12\x1b\n" +
 	"\tclient_id\x18\x04 \x01(\tR\bclientId\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x05 \x01(\tR\trequestId\"L\n" +
+	"request_id\x18\x05 \x01(\tR\trequestId\x12\x16\n" +
+	"\x06weight\x18\x06 \x01(\rR\x06weight\"L\n" +
 	"\x12SubmitTaskResponse\x12 \n" +
 	"\x04task\x18\x01 \x01(\v2\f.xce.v1.TaskR\x04task\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\x04R\x05index\"`\n" +
@@ -3386,7 +3621,7 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"request_id\x18\x03 \x01(\tR\trequestId\"*\n" +
 	"\x12DeleteTaskResponse\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\"\x0f\n" +
-	"\rStatusRequest\"\xf1\x06\n" +
+	"\rStatusRequest\"\x9c\a\n" +
 	"\x0eStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1d\n" +
 	"\n" +
@@ -3421,7 +3656,8 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"\x04auth\x18\x18 \x01(\tR\x04auth\x12&\n" +
 	"\x0ftls_cert_expiry\x18\x19 \x01(\tR\rtlsCertExpiry\x12/\n" +
 	"\x14peer_tls_cert_expiry\x18\x1a \x01(\tR\x11peerTlsCertExpiry\x12(\n" +
-	"\amembers\x18\x1b \x03(\v2\x0e.xce.v1.MemberR\amembers\"W\n" +
+	"\amembers\x18\x1b \x03(\v2\x0e.xce.v1.MemberR\amembers\x12)\n" +
+	"\x10placement_frozen\x18\x1c \x01(\bR\x0fplacementFrozen\"W\n" +
 	"\fRosterMember\x12\x1b\n" +
 	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12\x12\n" +
 	"\x04rank\x18\x02 \x01(\rR\x04rank\x12\x16\n" +
@@ -3443,7 +3679,7 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"\x06update\x18\x05 \x01(\tR\x06update\x1a7\n" +
 	"\tLagsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xc2\x01\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xda\x01\n" +
 	"\x15GetAssignmentResponse\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
@@ -3451,8 +3687,9 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"\x05tasks\x18\x02 \x03(\v2\x16.xce.v1.TaskAssignmentR\x05tasks\x12#\n" +
 	"\rapplied_index\x18\x03 \x01(\x04R\fappliedIndex\x12\x1a\n" +
 	"\bsettling\x18\x04 \x01(\bR\bsettling\x12\x1a\n" +
-	"\bfollowup\x18\x05 \x01(\bR\bfollowup\"\x14\n" +
-	"\x12ListWorkersRequest\"\x8d\x03\n" +
+	"\bfollowup\x18\x05 \x01(\bR\bfollowup\x12\x16\n" +
+	"\x06frozen\x18\x06 \x01(\bR\x06frozen\"\x14\n" +
+	"\x12ListWorkersRequest\"\x80\x04\n" +
 	"\n" +
 	"WorkerInfo\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x1a\n" +
@@ -3467,10 +3704,14 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"\x06notice\x18\t \x01(\tR\x06notice\x12\x1f\n" +
 	"\vdrain_state\x18\n" +
 	" \x01(\tR\n" +
-	"drainState\x1a7\n" +
+	"drainState\x126\n" +
+	"\x06labels\x18\v \x03(\v2\x1e.xce.v1.WorkerInfo.LabelsEntryR\x06labels\x1a7\n" +
 	"\tLagsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x99\x01\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x99\x01\n" +
 	"\x13ListWorkersResponse\x12,\n" +
 	"\aworkers\x18\x01 \x03(\v2\x12.xce.v1.WorkerInfoR\aworkers\x12\x1e\n" +
 	"\n" +
@@ -3487,23 +3728,33 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"\x14UndrainWorkerRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\"-\n" +
 	"\x15UndrainWorkerResponse\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\"\x18\n" +
+	"\x16FreezePlacementRequest\"/\n" +
+	"\x17FreezePlacementResponse\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\"\x1a\n" +
+	"\x18UnfreezePlacementRequest\"1\n" +
+	"\x19UnfreezePlacementResponse\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\"Y\n" +
 	"\x04Fact\x12$\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x10.xce.v1.FactKindR\x04kind\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x12\n" +
-	"\x04text\x18\x03 \x01(\tR\x04text\"k\n" +
+	"\x04text\x18\x03 \x01(\tR\x04text\"\xe3\x01\n" +
 	"\x0fRegisterRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x1a\n" +
 	"\bcapacity\x18\x02 \x01(\rR\bcapacity\x12\x1f\n" +
 	"\vclient_addr\x18\x03 \x01(\tR\n" +
-	"clientAddr\"\xb4\x01\n" +
+	"clientAddr\x12;\n" +
+	"\x06labels\x18\x04 \x03(\v2#.xce.v1.RegisterRequest.LabelsEntryR\x06labels\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb4\x01\n" +
 	"\x10RegisterResponse\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
 	"generation\x12,\n" +
 	"\x12session_timeout_ms\x18\x02 \x01(\rR\x10sessionTimeoutMs\x122\n" +
 	"\x15heartbeat_interval_ms\x18\x03 \x01(\rR\x13heartbeatIntervalMs\x12\x1e\n" +
-	"\vmax_wait_ms\x18\x04 \x01(\rR\tmaxWaitMs\"\xeb\x02\n" +
+	"\vmax_wait_ms\x18\x04 \x01(\rR\tmaxWaitMs\"\xe0\x03\n" +
 	"\x10HeartbeatRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x126\n" +
 	"\x04lags\x18\x02 \x03(\v2\".xce.v1.HeartbeatRequest.LagsEntryR\x04lags\x12\"\n" +
@@ -3513,8 +3764,14 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"\await_ms\x18\x06 \x01(\rR\x06waitMs\x12)\n" +
 	"\x10acknowledged_seq\x18\a \x01(\x04R\x0facknowledgedSeq\x12\x18\n" +
 	"\aleaving\x18\b \x01(\bR\aleaving\x12\x1b\n" +
-	"\tleave_now\x18\t \x01(\bR\bleaveNow\x1a7\n" +
+	"\tleave_now\x18\t \x01(\bR\bleaveNow\x129\n" +
+	"\x05loads\x18\n" +
+	" \x03(\v2#.xce.v1.HeartbeatRequest.LoadsEntryR\x05loads\x1a7\n" +
 	"\tLagsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1a8\n" +
+	"\n" +
+	"LoadsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xb0\x03\n" +
 	"\x11HeartbeatResponse\x12\x1e\n" +
@@ -3608,7 +3865,7 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"\x10FACT_KIND_NOTIFY\x10\x01\x12\x14\n" +
 	"\x10FACT_KIND_UPDATE\x10\x02\x12 \n" +
 	"\x1cFACT_KIND_SET_PENDING_REASON\x10\x03\x12\"\n" +
-	"\x1eFACT_KIND_CLEAR_PENDING_REASON\x10\x042\xca\x05\n" +
+	"\x1eFACT_KIND_CLEAR_PENDING_REASON\x10\x042\xf8\x06\n" +
 	"\x11ControllerService\x12<\n" +
 	"\x06Status\x12\x15.xce.v1.StatusRequest\x1a\x16.xce.v1.StatusResponse\"\x03\x90\x02\x01\x12C\n" +
 	"\vWatchStatus\x12\x1a.xce.v1.WatchStatusRequest\x1a\x16.xce.v1.StatusResponse0\x01\x12C\n" +
@@ -3621,7 +3878,9 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"\rGetAssignment\x12\x1c.xce.v1.GetAssignmentRequest\x1a\x1d.xce.v1.GetAssignmentResponse\x12F\n" +
 	"\vListWorkers\x12\x1a.xce.v1.ListWorkersRequest\x1a\x1b.xce.v1.ListWorkersResponse\x12F\n" +
 	"\vDrainWorker\x12\x1a.xce.v1.DrainWorkerRequest\x1a\x1b.xce.v1.DrainWorkerResponse\x12L\n" +
-	"\rUndrainWorker\x12\x1c.xce.v1.UndrainWorkerRequest\x1a\x1d.xce.v1.UndrainWorkerResponse2\x90\x01\n" +
+	"\rUndrainWorker\x12\x1c.xce.v1.UndrainWorkerRequest\x1a\x1d.xce.v1.UndrainWorkerResponse\x12R\n" +
+	"\x0fFreezePlacement\x12\x1e.xce.v1.FreezePlacementRequest\x1a\x1f.xce.v1.FreezePlacementResponse\x12X\n" +
+	"\x11UnfreezePlacement\x12 .xce.v1.UnfreezePlacementRequest\x1a!.xce.v1.UnfreezePlacementResponse2\x90\x01\n" +
 	"\rWorkerService\x12=\n" +
 	"\bRegister\x12\x17.xce.v1.RegisterRequest\x1a\x18.xce.v1.RegisterResponse\x12@\n" +
 	"\tHeartbeat\x12\x18.xce.v1.HeartbeatRequest\x1a\x19.xce.v1.HeartbeatResponse2\xcd\x04\n" +
@@ -3648,62 +3907,69 @@ func file_xce_v1_xce_proto_rawDescGZIP() []byte {
 }
 
 var file_xce_v1_xce_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_xce_v1_xce_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_xce_v1_xce_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
 var file_xce_v1_xce_proto_goTypes = []any{
-	(Role)(0),                      // 0: xce.v1.Role
-	(Consistency)(0),               // 1: xce.v1.Consistency
-	(FactKind)(0),                  // 2: xce.v1.FactKind
-	(*NotReady)(nil),               // 3: xce.v1.NotReady
-	(*Task)(nil),                   // 4: xce.v1.Task
-	(*SubmitTaskRequest)(nil),      // 5: xce.v1.SubmitTaskRequest
-	(*SubmitTaskResponse)(nil),     // 6: xce.v1.SubmitTaskResponse
-	(*GetTaskRequest)(nil),         // 7: xce.v1.GetTaskRequest
-	(*GetTaskResponse)(nil),        // 8: xce.v1.GetTaskResponse
-	(*ListTasksRequest)(nil),       // 9: xce.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),      // 10: xce.v1.ListTasksResponse
-	(*DeleteTaskRequest)(nil),      // 11: xce.v1.DeleteTaskRequest
-	(*DeleteTaskResponse)(nil),     // 12: xce.v1.DeleteTaskResponse
-	(*StatusRequest)(nil),          // 13: xce.v1.StatusRequest
-	(*StatusResponse)(nil),         // 14: xce.v1.StatusResponse
-	(*RosterMember)(nil),           // 15: xce.v1.RosterMember
-	(*WatchStatusRequest)(nil),     // 16: xce.v1.WatchStatusRequest
-	(*TaskPlacement)(nil),          // 17: xce.v1.TaskPlacement
-	(*GetAssignmentRequest)(nil),   // 18: xce.v1.GetAssignmentRequest
-	(*TaskAssignment)(nil),         // 19: xce.v1.TaskAssignment
-	(*GetAssignmentResponse)(nil),  // 20: xce.v1.GetAssignmentResponse
-	(*ListWorkersRequest)(nil),     // 21: xce.v1.ListWorkersRequest
-	(*WorkerInfo)(nil),             // 22: xce.v1.WorkerInfo
-	(*ListWorkersResponse)(nil),    // 23: xce.v1.ListWorkersResponse
-	(*DrainWorkerRequest)(nil),     // 24: xce.v1.DrainWorkerRequest
-	(*DrainWorkerResponse)(nil),    // 25: xce.v1.DrainWorkerResponse
-	(*UndrainWorkerRequest)(nil),   // 26: xce.v1.UndrainWorkerRequest
-	(*UndrainWorkerResponse)(nil),  // 27: xce.v1.UndrainWorkerResponse
-	(*Fact)(nil),                   // 28: xce.v1.Fact
-	(*RegisterRequest)(nil),        // 29: xce.v1.RegisterRequest
-	(*RegisterResponse)(nil),       // 30: xce.v1.RegisterResponse
-	(*HeartbeatRequest)(nil),       // 31: xce.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),      // 32: xce.v1.HeartbeatResponse
-	(*Member)(nil),                 // 33: xce.v1.Member
-	(*ListMembersRequest)(nil),     // 34: xce.v1.ListMembersRequest
-	(*ListMembersResponse)(nil),    // 35: xce.v1.ListMembersResponse
-	(*AddMemberRequest)(nil),       // 36: xce.v1.AddMemberRequest
-	(*AddMemberResponse)(nil),      // 37: xce.v1.AddMemberResponse
-	(*PromoteMemberRequest)(nil),   // 38: xce.v1.PromoteMemberRequest
-	(*PromoteMemberResponse)(nil),  // 39: xce.v1.PromoteMemberResponse
-	(*RemoveMemberRequest)(nil),    // 40: xce.v1.RemoveMemberRequest
-	(*RemoveMemberResponse)(nil),   // 41: xce.v1.RemoveMemberResponse
-	(*TransferLeaderRequest)(nil),  // 42: xce.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil), // 43: xce.v1.TransferLeaderResponse
-	(*JoinRequest)(nil),            // 44: xce.v1.JoinRequest
-	(*JoinResponse)(nil),           // 45: xce.v1.JoinResponse
-	(*SaveSnapshotRequest)(nil),    // 46: xce.v1.SaveSnapshotRequest
-	(*SnapshotChunk)(nil),          // 47: xce.v1.SnapshotChunk
-	(*TakeSnapshotRequest)(nil),    // 48: xce.v1.TakeSnapshotRequest
-	(*TakeSnapshotResponse)(nil),   // 49: xce.v1.TakeSnapshotResponse
-	nil,                            // 50: xce.v1.TaskAssignment.LagsEntry
-	nil,                            // 51: xce.v1.WorkerInfo.LagsEntry
-	nil,                            // 52: xce.v1.HeartbeatRequest.LagsEntry
-	nil,                            // 53: xce.v1.HeartbeatResponse.EpochsEntry
+	(Role)(0),                         // 0: xce.v1.Role
+	(Consistency)(0),                  // 1: xce.v1.Consistency
+	(FactKind)(0),                     // 2: xce.v1.FactKind
+	(*NotReady)(nil),                  // 3: xce.v1.NotReady
+	(*Task)(nil),                      // 4: xce.v1.Task
+	(*SubmitTaskRequest)(nil),         // 5: xce.v1.SubmitTaskRequest
+	(*SubmitTaskResponse)(nil),        // 6: xce.v1.SubmitTaskResponse
+	(*GetTaskRequest)(nil),            // 7: xce.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),           // 8: xce.v1.GetTaskResponse
+	(*ListTasksRequest)(nil),          // 9: xce.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),         // 10: xce.v1.ListTasksResponse
+	(*DeleteTaskRequest)(nil),         // 11: xce.v1.DeleteTaskRequest
+	(*DeleteTaskResponse)(nil),        // 12: xce.v1.DeleteTaskResponse
+	(*StatusRequest)(nil),             // 13: xce.v1.StatusRequest
+	(*StatusResponse)(nil),            // 14: xce.v1.StatusResponse
+	(*RosterMember)(nil),              // 15: xce.v1.RosterMember
+	(*WatchStatusRequest)(nil),        // 16: xce.v1.WatchStatusRequest
+	(*TaskPlacement)(nil),             // 17: xce.v1.TaskPlacement
+	(*GetAssignmentRequest)(nil),      // 18: xce.v1.GetAssignmentRequest
+	(*TaskAssignment)(nil),            // 19: xce.v1.TaskAssignment
+	(*GetAssignmentResponse)(nil),     // 20: xce.v1.GetAssignmentResponse
+	(*ListWorkersRequest)(nil),        // 21: xce.v1.ListWorkersRequest
+	(*WorkerInfo)(nil),                // 22: xce.v1.WorkerInfo
+	(*ListWorkersResponse)(nil),       // 23: xce.v1.ListWorkersResponse
+	(*DrainWorkerRequest)(nil),        // 24: xce.v1.DrainWorkerRequest
+	(*DrainWorkerResponse)(nil),       // 25: xce.v1.DrainWorkerResponse
+	(*UndrainWorkerRequest)(nil),      // 26: xce.v1.UndrainWorkerRequest
+	(*UndrainWorkerResponse)(nil),     // 27: xce.v1.UndrainWorkerResponse
+	(*FreezePlacementRequest)(nil),    // 28: xce.v1.FreezePlacementRequest
+	(*FreezePlacementResponse)(nil),   // 29: xce.v1.FreezePlacementResponse
+	(*UnfreezePlacementRequest)(nil),  // 30: xce.v1.UnfreezePlacementRequest
+	(*UnfreezePlacementResponse)(nil), // 31: xce.v1.UnfreezePlacementResponse
+	(*Fact)(nil),                      // 32: xce.v1.Fact
+	(*RegisterRequest)(nil),           // 33: xce.v1.RegisterRequest
+	(*RegisterResponse)(nil),          // 34: xce.v1.RegisterResponse
+	(*HeartbeatRequest)(nil),          // 35: xce.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),         // 36: xce.v1.HeartbeatResponse
+	(*Member)(nil),                    // 37: xce.v1.Member
+	(*ListMembersRequest)(nil),        // 38: xce.v1.ListMembersRequest
+	(*ListMembersResponse)(nil),       // 39: xce.v1.ListMembersResponse
+	(*AddMemberRequest)(nil),          // 40: xce.v1.AddMemberRequest
+	(*AddMemberResponse)(nil),         // 41: xce.v1.AddMemberResponse
+	(*PromoteMemberRequest)(nil),      // 42: xce.v1.PromoteMemberRequest
+	(*PromoteMemberResponse)(nil),     // 43: xce.v1.PromoteMemberResponse
+	(*RemoveMemberRequest)(nil),       // 44: xce.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil),      // 45: xce.v1.RemoveMemberResponse
+	(*TransferLeaderRequest)(nil),     // 46: xce.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil),    // 47: xce.v1.TransferLeaderResponse
+	(*JoinRequest)(nil),               // 48: xce.v1.JoinRequest
+	(*JoinResponse)(nil),              // 49: xce.v1.JoinResponse
+	(*SaveSnapshotRequest)(nil),       // 50: xce.v1.SaveSnapshotRequest
+	(*SnapshotChunk)(nil),             // 51: xce.v1.SnapshotChunk
+	(*TakeSnapshotRequest)(nil),       // 52: xce.v1.TakeSnapshotRequest
+	(*TakeSnapshotResponse)(nil),      // 53: xce.v1.TakeSnapshotResponse
+	nil,                               // 54: xce.v1.TaskAssignment.LagsEntry
+	nil,                               // 55: xce.v1.WorkerInfo.LagsEntry
+	nil,                               // 56: xce.v1.WorkerInfo.LabelsEntry
+	nil,                               // 57: xce.v1.RegisterRequest.LabelsEntry
+	nil,                               // 58: xce.v1.HeartbeatRequest.LagsEntry
+	nil,                               // 59: xce.v1.HeartbeatRequest.LoadsEntry
+	nil,                               // 60: xce.v1.HeartbeatResponse.EpochsEntry
 }
 var file_xce_v1_xce_proto_depIdxs = []int32{
 	0,  // 0: xce.v1.NotReady.role:type_name -> xce.v1.Role
@@ -3714,67 +3980,74 @@ var file_xce_v1_xce_proto_depIdxs = []int32{
 	4,  // 5: xce.v1.ListTasksResponse.tasks:type_name -> xce.v1.Task
 	0,  // 6: xce.v1.StatusResponse.role:type_name -> xce.v1.Role
 	15, // 7: xce.v1.StatusResponse.roster:type_name -> xce.v1.RosterMember
-	33, // 8: xce.v1.StatusResponse.members:type_name -> xce.v1.Member
+	37, // 8: xce.v1.StatusResponse.members:type_name -> xce.v1.Member
 	1,  // 9: xce.v1.GetAssignmentRequest.consistency:type_name -> xce.v1.Consistency
 	17, // 10: xce.v1.TaskAssignment.placement:type_name -> xce.v1.TaskPlacement
-	50, // 11: xce.v1.TaskAssignment.lags:type_name -> xce.v1.TaskAssignment.LagsEntry
+	54, // 11: xce.v1.TaskAssignment.lags:type_name -> xce.v1.TaskAssignment.LagsEntry
 	19, // 12: xce.v1.GetAssignmentResponse.tasks:type_name -> xce.v1.TaskAssignment
-	51, // 13: xce.v1.WorkerInfo.lags:type_name -> xce.v1.WorkerInfo.LagsEntry
-	22, // 14: xce.v1.ListWorkersResponse.workers:type_name -> xce.v1.WorkerInfo
-	2,  // 15: xce.v1.Fact.kind:type_name -> xce.v1.FactKind
-	52, // 16: xce.v1.HeartbeatRequest.lags:type_name -> xce.v1.HeartbeatRequest.LagsEntry
-	28, // 17: xce.v1.HeartbeatRequest.facts:type_name -> xce.v1.Fact
-	53, // 18: xce.v1.HeartbeatResponse.epochs:type_name -> xce.v1.HeartbeatResponse.EpochsEntry
-	1,  // 19: xce.v1.ListMembersRequest.consistency:type_name -> xce.v1.Consistency
-	33, // 20: xce.v1.ListMembersResponse.members:type_name -> xce.v1.Member
-	33, // 21: xce.v1.AddMemberResponse.member:type_name -> xce.v1.Member
-	33, // 22: xce.v1.PromoteMemberResponse.member:type_name -> xce.v1.Member
-	33, // 23: xce.v1.JoinResponse.member:type_name -> xce.v1.Member
-	13, // 24: xce.v1.ControllerService.Status:input_type -> xce.v1.StatusRequest
-	16, // 25: xce.v1.ControllerService.WatchStatus:input_type -> xce.v1.WatchStatusRequest
-	5,  // 26: xce.v1.ControllerService.SubmitTask:input_type -> xce.v1.SubmitTaskRequest
-	7,  // 27: xce.v1.ControllerService.GetTask:input_type -> xce.v1.GetTaskRequest
-	9,  // 28: xce.v1.ControllerService.ListTasks:input_type -> xce.v1.ListTasksRequest
-	11, // 29: xce.v1.ControllerService.DeleteTask:input_type -> xce.v1.DeleteTaskRequest
-	18, // 30: xce.v1.ControllerService.GetAssignment:input_type -> xce.v1.GetAssignmentRequest
-	21, // 31: xce.v1.ControllerService.ListWorkers:input_type -> xce.v1.ListWorkersRequest
-	24, // 32: xce.v1.ControllerService.DrainWorker:input_type -> xce.v1.DrainWorkerRequest
-	26, // 33: xce.v1.ControllerService.UndrainWorker:input_type -> xce.v1.UndrainWorkerRequest
-	29, // 34: xce.v1.WorkerService.Register:input_type -> xce.v1.RegisterRequest
-	31, // 35: xce.v1.WorkerService.Heartbeat:input_type -> xce.v1.HeartbeatRequest
-	34, // 36: xce.v1.ClusterService.ListMembers:input_type -> xce.v1.ListMembersRequest
-	36, // 37: xce.v1.ClusterService.AddMember:input_type -> xce.v1.AddMemberRequest
-	38, // 38: xce.v1.ClusterService.PromoteMember:input_type -> xce.v1.PromoteMemberRequest
-	40, // 39: xce.v1.ClusterService.RemoveMember:input_type -> xce.v1.RemoveMemberRequest
-	42, // 40: xce.v1.ClusterService.TransferLeader:input_type -> xce.v1.TransferLeaderRequest
-	44, // 41: xce.v1.ClusterService.Join:input_type -> xce.v1.JoinRequest
-	46, // 42: xce.v1.ClusterService.SaveSnapshot:input_type -> xce.v1.SaveSnapshotRequest
-	48, // 43: xce.v1.ClusterService.TakeSnapshot:input_type -> xce.v1.TakeSnapshotRequest
-	14, // 44: xce.v1.ControllerService.Status:output_type -> xce.v1.StatusResponse
-	14, // 45: xce.v1.ControllerService.WatchStatus:output_type -> xce.v1.StatusResponse
-	6,  // 46: xce.v1.ControllerService.SubmitTask:output_type -> xce.v1.SubmitTaskResponse
-	8,  // 47: xce.v1.ControllerService.GetTask:output_type -> xce.v1.GetTaskResponse
-	10, // 48: xce.v1.ControllerService.ListTasks:output_type -> xce.v1.ListTasksResponse
-	12, // 49: xce.v1.ControllerService.DeleteTask:output_type -> xce.v1.DeleteTaskResponse
-	20, // 50: xce.v1.ControllerService.GetAssignment:output_type -> xce.v1.GetAssignmentResponse
-	23, // 51: xce.v1.ControllerService.ListWorkers:output_type -> xce.v1.ListWorkersResponse
-	25, // 52: xce.v1.ControllerService.DrainWorker:output_type -> xce.v1.DrainWorkerResponse
-	27, // 53: xce.v1.ControllerService.UndrainWorker:output_type -> xce.v1.UndrainWorkerResponse
-	30, // 54: xce.v1.WorkerService.Register:output_type -> xce.v1.RegisterResponse
-	32, // 55: xce.v1.WorkerService.Heartbeat:output_type -> xce.v1.HeartbeatResponse
-	35, // 56: xce.v1.ClusterService.ListMembers:output_type -> xce.v1.ListMembersResponse
-	37, // 57: xce.v1.ClusterService.AddMember:output_type -> xce.v1.AddMemberResponse
-	39, // 58: xce.v1.ClusterService.PromoteMember:output_type -> xce.v1.PromoteMemberResponse
-	41, // 59: xce.v1.ClusterService.RemoveMember:output_type -> xce.v1.RemoveMemberResponse
-	43, // 60: xce.v1.ClusterService.TransferLeader:output_type -> xce.v1.TransferLeaderResponse
-	45, // 61: xce.v1.ClusterService.Join:output_type -> xce.v1.JoinResponse
-	47, // 62: xce.v1.ClusterService.SaveSnapshot:output_type -> xce.v1.SnapshotChunk
-	49, // 63: xce.v1.ClusterService.TakeSnapshot:output_type -> xce.v1.TakeSnapshotResponse
-	44, // [44:64] is the sub-list for method output_type
-	24, // [24:44] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	55, // 13: xce.v1.WorkerInfo.lags:type_name -> xce.v1.WorkerInfo.LagsEntry
+	56, // 14: xce.v1.WorkerInfo.labels:type_name -> xce.v1.WorkerInfo.LabelsEntry
+	22, // 15: xce.v1.ListWorkersResponse.workers:type_name -> xce.v1.WorkerInfo
+	2,  // 16: xce.v1.Fact.kind:type_name -> xce.v1.FactKind
+	57, // 17: xce.v1.RegisterRequest.labels:type_name -> xce.v1.RegisterRequest.LabelsEntry
+	58, // 18: xce.v1.HeartbeatRequest.lags:type_name -> xce.v1.HeartbeatRequest.LagsEntry
+	32, // 19: xce.v1.HeartbeatRequest.facts:type_name -> xce.v1.Fact
+	59, // 20: xce.v1.HeartbeatRequest.loads:type_name -> xce.v1.HeartbeatRequest.LoadsEntry
+	60, // 21: xce.v1.HeartbeatResponse.epochs:type_name -> xce.v1.HeartbeatResponse.EpochsEntry
+	1,  // 22: xce.v1.ListMembersRequest.consistency:type_name -> xce.v1.Consistency
+	37, // 23: xce.v1.ListMembersResponse.members:type_name -> xce.v1.Member
+	37, // 24: xce.v1.AddMemberResponse.member:type_name -> xce.v1.Member
+	37, // 25: xce.v1.PromoteMemberResponse.member:type_name -> xce.v1.Member
+	37, // 26: xce.v1.JoinResponse.member:type_name -> xce.v1.Member
+	13, // 27: xce.v1.ControllerService.Status:input_type -> xce.v1.StatusRequest
+	16, // 28: xce.v1.ControllerService.WatchStatus:input_type -> xce.v1.WatchStatusRequest
+	5,  // 29: xce.v1.ControllerService.SubmitTask:input_type -> xce.v1.SubmitTaskRequest
+	7,  // 30: xce.v1.ControllerService.GetTask:input_type -> xce.v1.GetTaskRequest
+	9,  // 31: xce.v1.ControllerService.ListTasks:input_type -> xce.v1.ListTasksRequest
+	11, // 32: xce.v1.ControllerService.DeleteTask:input_type -> xce.v1.DeleteTaskRequest
+	18, // 33: xce.v1.ControllerService.GetAssignment:input_type -> xce.v1.GetAssignmentRequest
+	21, // 34: xce.v1.ControllerService.ListWorkers:input_type -> xce.v1.ListWorkersRequest
+	24, // 35: xce.v1.ControllerService.DrainWorker:input_type -> xce.v1.DrainWorkerRequest
+	26, // 36: xce.v1.ControllerService.UndrainWorker:input_type -> xce.v1.UndrainWorkerRequest
+	28, // 37: xce.v1.ControllerService.FreezePlacement:input_type -> xce.v1.FreezePlacementRequest
+	30, // 38: xce.v1.ControllerService.UnfreezePlacement:input_type -> xce.v1.UnfreezePlacementRequest
+	33, // 39: xce.v1.WorkerService.Register:input_type -> xce.v1.RegisterRequest
+	35, // 40: xce.v1.WorkerService.Heartbeat:input_type -> xce.v1.HeartbeatRequest
+	38, // 41: xce.v1.ClusterService.ListMembers:input_type -> xce.v1.ListMembersRequest
+	40, // 42: xce.v1.ClusterService.AddMember:input_type -> xce.v1.AddMemberRequest
+	42, // 43: xce.v1.ClusterService.PromoteMember:input_type -> xce.v1.PromoteMemberRequest
+	44, // 44: xce.v1.ClusterService.RemoveMember:input_type -> xce.v1.RemoveMemberRequest
+	46, // 45: xce.v1.ClusterService.TransferLeader:input_type -> xce.v1.TransferLeaderRequest
+	48, // 46: xce.v1.ClusterService.Join:input_type -> xce.v1.JoinRequest
+	50, // 47: xce.v1.ClusterService.SaveSnapshot:input_type -> xce.v1.SaveSnapshotRequest
+	52, // 48: xce.v1.ClusterService.TakeSnapshot:input_type -> xce.v1.TakeSnapshotRequest
+	14, // 49: xce.v1.ControllerService.Status:output_type -> xce.v1.StatusResponse
+	14, // 50: xce.v1.ControllerService.WatchStatus:output_type -> xce.v1.StatusResponse
+	6,  // 51: xce.v1.ControllerService.SubmitTask:output_type -> xce.v1.SubmitTaskResponse
+	8,  // 52: xce.v1.ControllerService.GetTask:output_type -> xce.v1.GetTaskResponse
+	10, // 53: xce.v1.ControllerService.ListTasks:output_type -> xce.v1.ListTasksResponse
+	12, // 54: xce.v1.ControllerService.DeleteTask:output_type -> xce.v1.DeleteTaskResponse
+	20, // 55: xce.v1.ControllerService.GetAssignment:output_type -> xce.v1.GetAssignmentResponse
+	23, // 56: xce.v1.ControllerService.ListWorkers:output_type -> xce.v1.ListWorkersResponse
+	25, // 57: xce.v1.ControllerService.DrainWorker:output_type -> xce.v1.DrainWorkerResponse
+	27, // 58: xce.v1.ControllerService.UndrainWorker:output_type -> xce.v1.UndrainWorkerResponse
+	29, // 59: xce.v1.ControllerService.FreezePlacement:output_type -> xce.v1.FreezePlacementResponse
+	31, // 60: xce.v1.ControllerService.UnfreezePlacement:output_type -> xce.v1.UnfreezePlacementResponse
+	34, // 61: xce.v1.WorkerService.Register:output_type -> xce.v1.RegisterResponse
+	36, // 62: xce.v1.WorkerService.Heartbeat:output_type -> xce.v1.HeartbeatResponse
+	39, // 63: xce.v1.ClusterService.ListMembers:output_type -> xce.v1.ListMembersResponse
+	41, // 64: xce.v1.ClusterService.AddMember:output_type -> xce.v1.AddMemberResponse
+	43, // 65: xce.v1.ClusterService.PromoteMember:output_type -> xce.v1.PromoteMemberResponse
+	45, // 66: xce.v1.ClusterService.RemoveMember:output_type -> xce.v1.RemoveMemberResponse
+	47, // 67: xce.v1.ClusterService.TransferLeader:output_type -> xce.v1.TransferLeaderResponse
+	49, // 68: xce.v1.ClusterService.Join:output_type -> xce.v1.JoinResponse
+	51, // 69: xce.v1.ClusterService.SaveSnapshot:output_type -> xce.v1.SnapshotChunk
+	53, // 70: xce.v1.ClusterService.TakeSnapshot:output_type -> xce.v1.TakeSnapshotResponse
+	49, // [49:71] is the sub-list for method output_type
+	27, // [27:49] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_xce_v1_xce_proto_init() }
@@ -3788,7 +4061,7 @@ func file_xce_v1_xce_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_xce_v1_xce_proto_rawDesc), len(file_xce_v1_xce_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   51,
+			NumMessages:   58,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -67,6 +67,12 @@ const (
 	// ControllerServiceUndrainWorkerProcedure is the fully-qualified name of the ControllerService's
 	// UndrainWorker RPC.
 	ControllerServiceUndrainWorkerProcedure = "/xce.v1.ControllerService/UndrainWorker"
+	// ControllerServiceFreezePlacementProcedure is the fully-qualified name of the ControllerService's
+	// FreezePlacement RPC.
+	ControllerServiceFreezePlacementProcedure = "/xce.v1.ControllerService/FreezePlacement"
+	// ControllerServiceUnfreezePlacementProcedure is the fully-qualified name of the
+	// ControllerService's UnfreezePlacement RPC.
+	ControllerServiceUnfreezePlacementProcedure = "/xce.v1.ControllerService/UnfreezePlacement"
 	// WorkerServiceRegisterProcedure is the fully-qualified name of the WorkerService's Register RPC.
 	WorkerServiceRegisterProcedure = "/xce.v1.WorkerService/Register"
 	// WorkerServiceHeartbeatProcedure is the fully-qualified name of the WorkerService's Heartbeat RPC.
@@ -118,6 +124,13 @@ type ControllerServiceClient interface {
 	// UndrainWorker ends a drain; the assignor may give the worker actives
 	// again. Idempotent.
 	UndrainWorker(context.Context, *connect.Request[v1.UndrainWorkerRequest]) (*connect.Response[v1.UndrainWorkerResponse], error)
+	// FreezePlacement holds the placement still: the assignor handles
+	// failures only (an active whose worker is gone or drained moves, new
+	// tasks are placed, missing standbys are created) and moves nothing for
+	// balance. Replicated, like a drain, until UnfreezePlacement. Idempotent.
+	FreezePlacement(context.Context, *connect.Request[v1.FreezePlacementRequest]) (*connect.Response[v1.FreezePlacementResponse], error)
+	// UnfreezePlacement ends a freeze. Idempotent.
+	UnfreezePlacement(context.Context, *connect.Request[v1.UnfreezePlacementRequest]) (*connect.Response[v1.UnfreezePlacementResponse], error)
 }
 
 // NewControllerServiceClient constructs a client for the xce.v1.ControllerService service. By
@@ -192,21 +205,35 @@ func NewControllerServiceClient(httpClient connect.HTTPClient, baseURL string, o
 			connect.WithSchema(controllerServiceMethods.ByName("UndrainWorker")),
 			connect.WithClientOptions(opts...),
 		),
+		freezePlacement: connect.NewClient[v1.FreezePlacementRequest, v1.FreezePlacementResponse](
+			httpClient,
+			baseURL+ControllerServiceFreezePlacementProcedure,
+			connect.WithSchema(controllerServiceMethods.ByName("FreezePlacement")),
+			connect.WithClientOptions(opts...),
+		),
+		unfreezePlacement: connect.NewClient[v1.UnfreezePlacementRequest, v1.UnfreezePlacementResponse](
+			httpClient,
+			baseURL+ControllerServiceUnfreezePlacementProcedure,
+			connect.WithSchema(controllerServiceMethods.ByName("UnfreezePlacement")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // controllerServiceClient implements ControllerServiceClient.
 type controllerServiceClient struct {
-	status        *connect.Client[v1.StatusRequest, v1.StatusResponse]
-	watchStatus   *connect.Client[v1.WatchStatusRequest, v1.StatusResponse]
-	submitTask    *connect.Client[v1.SubmitTaskRequest, v1.SubmitTaskResponse]
-	getTask       *connect.Client[v1.GetTaskRequest, v1.GetTaskResponse]
-	listTasks     *connect.Client[v1.ListTasksRequest, v1.ListTasksResponse]
-	deleteTask    *connect.Client[v1.DeleteTaskRequest, v1.DeleteTaskResponse]
-	getAssignment *connect.Client[v1.GetAssignmentRequest, v1.GetAssignmentResponse]
-	listWorkers   *connect.Client[v1.ListWorkersRequest, v1.ListWorkersResponse]
-	drainWorker   *connect.Client[v1.DrainWorkerRequest, v1.DrainWorkerResponse]
-	undrainWorker *connect.Client[v1.UndrainWorkerRequest, v1.UndrainWorkerResponse]
+	status            *connect.Client[v1.StatusRequest, v1.StatusResponse]
+	watchStatus       *connect.Client[v1.WatchStatusRequest, v1.StatusResponse]
+	submitTask        *connect.Client[v1.SubmitTaskRequest, v1.SubmitTaskResponse]
+	getTask           *connect.Client[v1.GetTaskRequest, v1.GetTaskResponse]
+	listTasks         *connect.Client[v1.ListTasksRequest, v1.ListTasksResponse]
+	deleteTask        *connect.Client[v1.DeleteTaskRequest, v1.DeleteTaskResponse]
+	getAssignment     *connect.Client[v1.GetAssignmentRequest, v1.GetAssignmentResponse]
+	listWorkers       *connect.Client[v1.ListWorkersRequest, v1.ListWorkersResponse]
+	drainWorker       *connect.Client[v1.DrainWorkerRequest, v1.DrainWorkerResponse]
+	undrainWorker     *connect.Client[v1.UndrainWorkerRequest, v1.UndrainWorkerResponse]
+	freezePlacement   *connect.Client[v1.FreezePlacementRequest, v1.FreezePlacementResponse]
+	unfreezePlacement *connect.Client[v1.UnfreezePlacementRequest, v1.UnfreezePlacementResponse]
 }
 
 // Status calls xce.v1.ControllerService.Status.
@@ -259,6 +286,16 @@ func (c *controllerServiceClient) UndrainWorker(ctx context.Context, req *connec
 	return c.undrainWorker.CallUnary(ctx, req)
 }
 
+// FreezePlacement calls xce.v1.ControllerService.FreezePlacement.
+func (c *controllerServiceClient) FreezePlacement(ctx context.Context, req *connect.Request[v1.FreezePlacementRequest]) (*connect.Response[v1.FreezePlacementResponse], error) {
+	return c.freezePlacement.CallUnary(ctx, req)
+}
+
+// UnfreezePlacement calls xce.v1.ControllerService.UnfreezePlacement.
+func (c *controllerServiceClient) UnfreezePlacement(ctx context.Context, req *connect.Request[v1.UnfreezePlacementRequest]) (*connect.Response[v1.UnfreezePlacementResponse], error) {
+	return c.unfreezePlacement.CallUnary(ctx, req)
+}
+
 // ControllerServiceHandler is an implementation of the xce.v1.ControllerService service.
 type ControllerServiceHandler interface {
 	Status(context.Context, *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error)
@@ -281,6 +318,13 @@ type ControllerServiceHandler interface {
 	// UndrainWorker ends a drain; the assignor may give the worker actives
 	// again. Idempotent.
 	UndrainWorker(context.Context, *connect.Request[v1.UndrainWorkerRequest]) (*connect.Response[v1.UndrainWorkerResponse], error)
+	// FreezePlacement holds the placement still: the assignor handles
+	// failures only (an active whose worker is gone or drained moves, new
+	// tasks are placed, missing standbys are created) and moves nothing for
+	// balance. Replicated, like a drain, until UnfreezePlacement. Idempotent.
+	FreezePlacement(context.Context, *connect.Request[v1.FreezePlacementRequest]) (*connect.Response[v1.FreezePlacementResponse], error)
+	// UnfreezePlacement ends a freeze. Idempotent.
+	UnfreezePlacement(context.Context, *connect.Request[v1.UnfreezePlacementRequest]) (*connect.Response[v1.UnfreezePlacementResponse], error)
 }
 
 // NewControllerServiceHandler builds an HTTP handler from the service implementation. It returns
@@ -351,6 +395,18 @@ func NewControllerServiceHandler(svc ControllerServiceHandler, opts ...connect.H
 		connect.WithSchema(controllerServiceMethods.ByName("UndrainWorker")),
 		connect.WithHandlerOptions(opts...),
 	)
+	controllerServiceFreezePlacementHandler := connect.NewUnaryHandler(
+		ControllerServiceFreezePlacementProcedure,
+		svc.FreezePlacement,
+		connect.WithSchema(controllerServiceMethods.ByName("FreezePlacement")),
+		connect.WithHandlerOptions(opts...),
+	)
+	controllerServiceUnfreezePlacementHandler := connect.NewUnaryHandler(
+		ControllerServiceUnfreezePlacementProcedure,
+		svc.UnfreezePlacement,
+		connect.WithSchema(controllerServiceMethods.ByName("UnfreezePlacement")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/xce.v1.ControllerService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ControllerServiceStatusProcedure:
@@ -373,6 +429,10 @@ func NewControllerServiceHandler(svc ControllerServiceHandler, opts ...connect.H
 			controllerServiceDrainWorkerHandler.ServeHTTP(w, r)
 		case ControllerServiceUndrainWorkerProcedure:
 			controllerServiceUndrainWorkerHandler.ServeHTTP(w, r)
+		case ControllerServiceFreezePlacementProcedure:
+			controllerServiceFreezePlacementHandler.ServeHTTP(w, r)
+		case ControllerServiceUnfreezePlacementProcedure:
+			controllerServiceUnfreezePlacementHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -420,6 +480,14 @@ func (UnimplementedControllerServiceHandler) DrainWorker(context.Context, *conne
 
 func (UnimplementedControllerServiceHandler) UndrainWorker(context.Context, *connect.Request[v1.UndrainWorkerRequest]) (*connect.Response[v1.UndrainWorkerResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("xce.v1.ControllerService.UndrainWorker is not implemented"))
+}
+
+func (UnimplementedControllerServiceHandler) FreezePlacement(context.Context, *connect.Request[v1.FreezePlacementRequest]) (*connect.Response[v1.FreezePlacementResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("xce.v1.ControllerService.FreezePlacement is not implemented"))
+}
+
+func (UnimplementedControllerServiceHandler) UnfreezePlacement(context.Context, *connect.Request[v1.UnfreezePlacementRequest]) (*connect.Response[v1.UnfreezePlacementResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("xce.v1.ControllerService.UnfreezePlacement is not implemented"))
 }
 
 // WorkerServiceClient is a client for the xce.v1.WorkerService service.
