@@ -51,13 +51,13 @@ func CheckLabels(labels map[string]string) error {
 	if len(labels) > MaxLabels {
 		return fmt.Errorf("%d labels exceed the maximum %d", len(labels), MaxLabels)
 	}
-	bad := ""
+	bad, found := "", false
 	for k, v := range labels {
-		if (!ValidLabelKey(k) || !ValidLabelValue(v)) && (bad == "" || k < bad) {
-			bad = k
+		if (!ValidLabelKey(k) || !ValidLabelValue(v)) && (!found || k < bad) {
+			bad, found = k, true
 		}
 	}
-	if bad != "" {
+	if found {
 		if !ValidLabelKey(bad) {
 			return fmt.Errorf("label key %q: want 1 to %d bytes of letters, digits, '.', '-', '_', '/'", bad, MaxLabelBytes)
 		}

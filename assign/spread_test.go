@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -197,5 +198,22 @@ func TestSpreadFallsBackAndSays(t *testing.T) {
 	want := []Shortfall{{Task: "T1", Key: "zone", Have: 1, Want: 2, Reason: "frozen"}}
 	if !slices.Equal(res.Unspread, want) || len(res.Moves) != 0 {
 		t.Fatalf("frozen: unspread %v, moves %v; want %v and no move", res.Unspread, res.Moves, want)
+	}
+}
+
+func TestCheckLabels(t *testing.T) {
+	for _, tc := range []struct {
+		labels map[string]string
+		want   string
+	}{
+		{map[string]string{"zone": "a", "topology.kubernetes.io/zone": "eu-west-1a", "rack": ""}, ""},
+		{map[string]string{"": "a"}, `label key ""`},
+		{map[string]string{"zone": "a b"}, `label "zone": value "a b"`},
+		{map[string]string{"zo ne": "a", "z": "b c"}, `label "z": value "b c"`},
+	} {
+		err := CheckLabels(tc.labels)
+		if (tc.want == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want %q", tc.labels, err, tc.want)
+		}
 	}
 }

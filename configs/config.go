@@ -276,7 +276,8 @@ type Assignor struct {
 	// copies at once, but its standbys are kept for it and not re-created
 	// elsewhere (unless fewer than min_copies copies of a task would be
 	// left), so a worker that restarts finds its state still in use. 0s
-	// (off) to 24h. A worker that leaves gracefully is replaced at once.
+	// (off) to 24h. A worker that stops gracefully (its actives handed
+	// over first, as in a planned restart) is away too.
 	ReplaceDelay Duration `yaml:"replace_delay"`
 	// MinCopies is the fewest copies of a stateful task (its active
 	// included) kept on live workers while a worker is away

@@ -142,6 +142,13 @@ func (m placementOf) String() string {
 // balanced over the given workers (each holds total/len ± 1).
 func settledPlacement(t *testing.T, c *Cluster, tasks int, workers []string, timeout time.Duration) *xcev1.GetAssignmentResponse {
 	t.Helper()
+	return settledCopies(t, c, tasks, workers, 1, timeout)
+}
+
+// settledCopies is settledPlacement with the given number of standbys per
+// task, each caught up, and every copy on one of workers.
+func settledCopies(t *testing.T, c *Cluster, tasks int, workers []string, standbys int, timeout time.Duration) *xcev1.GetAssignmentResponse {
+	t.Helper()
 	var last *xcev1.GetAssignmentResponse
 	err := testutil.Poll(timeout, 100*time.Millisecond, func() error {
 		a, err := c.assignment()
@@ -155,11 +162,18 @@ func settledPlacement(t *testing.T, c *Cluster, tasks int, workers []string, tim
 		per := map[string]int{}
 		for _, ta := range a.Tasks {
 			p := ta.Placement
-			if p.Active == "" || len(p.Standbys) != 1 || len(p.Warmups) != 0 {
+			if p.Active == "" || len(p.Standbys) != standbys || len(p.Warmups) != 0 {
 				return fmt.Errorf("task %s placed %v|%v|%v", p.TaskId, p.Active, p.Standbys, p.Warmups)
 			}
-			if lag, ok := ta.Lags[p.Standbys[0]]; !ok || lag > 10000 {
-				return fmt.Errorf("task %s: standby %s not caught up (lag %d, reported %v)", p.TaskId, p.Standbys[0], lag, ok)
+			for _, w := range append([]string{p.Active}, p.Standbys...) {
+				if !slices.Contains(workers, w) {
+					return fmt.Errorf("task %s: a copy on %s, not one of %v", p.TaskId, w, workers)
+				}
+			}
+			for _, s := range p.Standbys {
+				if lag, ok := ta.Lags[s]; !ok || lag > 10000 {
+					return fmt.Errorf("task %s: standby %s not caught up (lag %d, reported %v)", p.TaskId, s, lag, ok)
+				}
 			}
 			per[p.Active]++
 		}

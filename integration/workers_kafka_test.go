@@ -21,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/xce/xce/client"
+	"github.com/xce/xce/configs"
 	"github.com/xce/xce/integration/faultnet"
 	"github.com/xce/xce/internal/localcluster"
 	"github.com/xce/xce/internal/testutil"
@@ -61,21 +62,50 @@ type kvRig struct {
 	genStop context.CancelFunc
 	genDone chan struct{}
 	sent    atomic.Int64
+
+	opts kvOpts
+}
+
+// kvOpts varies a kvRig; the zero value is the rig described above.
+type kvOpts struct {
+	// controllersOf, when set, gives a worker's --controllers (default:
+	// every node's client address).
+	controllersOf func(c *Cluster, id string) []string
+	// workers replaces kvWorkerIDs; args adds to a worker's command line.
+	workers []string
+	args    func(id string) []string
+	// standbys per task (0: 1), and config adds to the servers' config.
+	standbys int
+	config   func(*configs.Config)
 }
 
 // newKVRig starts everything; controllersOf, when set, gives a worker's
 // --controllers (default: every node's client address).
 func newKVRig(t *testing.T, controllersOf func(c *Cluster, id string) []string) *kvRig {
+	return newKVRigWith(t, kvOpts{controllersOf: controllersOf})
+}
+
+// newKVRigWith starts a rig varied by o.
+func newKVRigWith(t *testing.T, o kvOpts) *kvRig {
 	t.Helper()
+	if o.workers == nil {
+		o.workers = kvWorkerIDs
+	}
+	o.standbys = max(o.standbys, 1)
 	k := startKafkaDev(t, false)
-	r := &kvRig{t: t, k: k, brokers: []string{k.Addr}, procs: map[string]*localcluster.Process{}, logs: map[string]string{}}
+	r := &kvRig{t: t, k: k, brokers: []string{k.Addr}, procs: map[string]*localcluster.Process{}, logs: map[string]string{}, opts: o}
 	ctx, cancel := context.WithTimeout(context.Background(), raceSlack(10*time.Second))
 	err := kvworker.EnsureTopics(ctx, kvworker.Config{Brokers: r.brokers, StoreDir: "-"}, kvTasks)
 	cancel()
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.c = newCluster(t, 3, WithLogLevel("info"), WithConfig(itAssignor))
+	r.c = newCluster(t, 3, WithLogLevel("info"), WithConfig(func(cfg *configs.Config) {
+		itAssignor(cfg)
+		if o.config != nil {
+			o.config(cfg)
+		}
+	}))
 	r.c.StartAll()
 	r.c.WaitRoles(raceSlack(15 * time.Second))
 	t.Cleanup(func() {
@@ -92,10 +122,10 @@ func newKVRig(t *testing.T, controllersOf func(c *Cluster, id string) []string) 
 			}
 		}
 	})
-	for _, id := range kvWorkerIDs {
+	for _, id := range o.workers {
 		ctl := r.c.Addrs()
-		if controllersOf != nil {
-			ctl = controllersOf(r.c, id)
+		if o.controllersOf != nil {
+			ctl = o.controllersOf(r.c, id)
 		}
 		r.startWorker(id, ctl)
 	}
@@ -103,7 +133,7 @@ func newKVRig(t *testing.T, controllersOf func(c *Cluster, id string) []string) 
 	defer cl.Close()
 	for p := range kvTasks {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_, err := cl.Submit(ctx, client.Task{ID: kvTask(p), Stateful: true, StandbyReplicas: 1})
+		_, err := cl.Submit(ctx, client.Task{ID: kvTask(p), Stateful: true, StandbyReplicas: uint32(o.standbys)})
 		cancel()
 		if err != nil {
 			t.Fatalf("submit: %v", err)
@@ -135,6 +165,9 @@ func (r *kvRig) startWorker(id string, controllers []string) {
 	if !slices.Equal(controllers, r.c.Addrs()) {
 		// Proxies: the worker must stay on them.
 		args = append(args, "--pin-controllers")
+	}
+	if r.opts.args != nil {
+		args = append(args, r.opts.args(id)...)
 	}
 	p, err := localcluster.StartProcess(xceBin, log, true, args...)
 	if err != nil {
@@ -181,7 +214,7 @@ func (r *kvRig) stopInput() {
 // balanced over the three workers, and every task has committed input.
 func (r *kvRig) settle() placementOf {
 	r.t.Helper()
-	settledPlacement(r.t, r.c, kvTasks, kvWorkerIDs, raceSlack(40*time.Second))
+	settledCopies(r.t, r.c, kvTasks, r.opts.workers, r.opts.standbys, raceSlack(40*time.Second))
 	testutil.Eventually(r.t, raceSlack(20*time.Second), "every task commits input", func() bool {
 		for p := range kvTasks {
 			if committedOffset(r.adm, kvTask(p), int32(p)) < 5 {
@@ -192,7 +225,7 @@ func (r *kvRig) settle() placementOf {
 	})
 	// The assignor may have moved copies meanwhile (a lag that crossed
 	// the recovery lag): the placement returned is the one after that.
-	return placements(settledPlacement(r.t, r.c, kvTasks, kvWorkerIDs, raceSlack(40*time.Second)))
+	return placements(settledCopies(r.t, r.c, kvTasks, r.opts.workers, r.opts.standbys, raceSlack(40*time.Second)))
 }
 
 // assignmentCLI runs `xce assignment --json` and returns each task's

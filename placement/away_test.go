@@ -99,8 +99,8 @@ func TestAwayWorker(t *testing.T) {
 	})
 }
 
-// TestNotAway: a worker that leaves gracefully is not away, nor is one
-// that never reported, nor any without a replace delay.
+// TestNotAway: a worker that never reported is not away, nor any without
+// a replace delay; one that leaves gracefully (a planned restart) is.
 func TestNotAway(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRig(t, 1, func(c *Config) { c.ReplaceDelay = replaceDelay })
@@ -117,8 +117,8 @@ func TestNotAway(t *testing.T) {
 		}
 		r.keepBeating(sessionTimeout+time.Second, "w2")
 		ws := r.plannedWorkers()
-		if _, ok := ws["w1"]; ok {
-			t.Fatalf("w1 left gracefully and is planned: %+v", ws["w1"])
+		if w1, ok := ws["w1"]; !ok || !w1.Away {
+			t.Fatalf("w1 left gracefully and is planned as %+v (planned: %v), want away", w1, ok)
 		}
 		if _, ok := ws["silent"]; ok {
 			t.Fatal("a worker that never reported is away")

@@ -223,6 +223,10 @@ func (s *Service) leave(ts *termState, w *session, now time.Time, early bool, c 
 	delete(ts.workers, w.id)
 	signal(ts)
 	ev := s.log.Info().Str("worker", w.id).Int("workers", len(ts.workers))
+	if s.away(ts, w, now) {
+		// A planned restart: its standbys are kept for it.
+		ev = ev.Time("away_until", now.Add(s.cfg.ReplaceDelay))
+	}
 	if early && len(c.Actives) > 0 {
 		// Its drain deadline passed first: the tasks it still had go to
 		// the best candidates the next plan finds, from where they are.

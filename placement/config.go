@@ -40,7 +40,8 @@ type Config struct {
 	MaxHold time.Duration
 	// ReplaceDelay is how long a worker whose session expired stays away
 	// (assign.Worker.Away) before its copies are replaced; 0: at once. A
-	// worker that leaves gracefully is never away.
+	// worker that leaves gracefully (its actives handed over: a planned
+	// restart) is away too.
 	ReplaceDelay time.Duration
 }
 

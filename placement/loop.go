@@ -227,7 +227,8 @@ func (s *Service) expire(ts *termState) bool {
 	return len(gone) > 0 || len(replaced) > 0
 }
 
-// away records worker w, whose session has just expired, as away until
+// away records worker w, whose session has just ended (it expired, or
+// the worker left), as away until
 // ReplaceDelay has passed, and reports whether it did: not without a
 // delay, not for a worker the assignor never planned for (it holds
 // nothing), and not beyond MaxWorkers away workers (the worker's copies
@@ -266,6 +267,7 @@ func (s *Service) plan(ctx context.Context, ts *termState) (followup, retry bool
 	ts.followup = res.Followup
 	s.mu.Unlock()
 	s.noteWaits(ts, in, res)
+	s.noteUnspread(ts, res.Unspread)
 
 	delta := state.AssignmentDelta{Base: gen, Generation: gen + 1}
 	for _, id := range slices.Sorted(maps.Keys(res.Assignment)) {

@@ -235,6 +235,9 @@ type session struct {
 type termState struct {
 	term    uint64
 	started time.Time
+	// unspread is the last plan's count of Result.Unspread, so that a
+	// change is logged once rather than every plan.
+	unspread int
 	// settleUntil is when planning may start.
 	settleUntil time.Time
 	workers     map[string]*session

@@ -77,3 +77,25 @@ func (s *Service) noteWaits(ts *termState, in assign.Input, res assign.Result) {
 	}
 	ts.waits = waits
 }
+
+// noteUnspread logs, when their number changes, the tasks whose copies
+// span fewer values of a spread key than the workers offer (a few of
+// them, with why: assign.Shortfall), and when there are none any more.
+func (s *Service) noteUnspread(ts *termState, sf []assign.Shortfall) {
+	s.mu.Lock()
+	was := ts.unspread
+	ts.unspread = len(sf)
+	s.mu.Unlock()
+	switch {
+	case len(sf) == was:
+	case len(sf) == 0:
+		s.log.Info().Msg("every task's copies are spread as far as the workers allow")
+	default:
+		ex := make([]string, 0, 5)
+		for _, x := range sf[:min(len(sf), cap(ex))] {
+			ex = append(ex, fmt.Sprintf("%s: %d of %d values of %s (%s)", x.Task, x.Have, x.Want, x.Key, x.Reason))
+		}
+		s.log.Warn().Int("shortfalls", len(sf)).Strs("examples", ex).
+			Msg("copies not spread as far as the workers allow (xce assign plan shows why)")
+	}
+}
