@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -191,4 +192,60 @@ func TestReplaceDelayKeepsARestartedWorkersCopies(t *testing.T) {
 	}
 	t.Logf("w1 back %v after the kill; holds %v as before", restarted.Sub(killed).Round(time.Millisecond), held)
 	r.checkExactlyOnce()
+}
+
+// TestPlacementFreezeThroughTheCLI: `xce placement freeze` holds the
+// placement still: a worker that joins gets nothing, while a killed
+// worker's actives still go to their standbys; `xce status` and `xce
+// assignment` say it is frozen. Unfrozen, the new worker gets its share.
+func TestPlacementFreezeThroughTheCLI(t *testing.T) {
+	const tasks = 6
+	c, ws := placementCluster(t, tasks)
+	settledPlacement(t, c, tasks, []string{"w1", "w2", "w3"}, raceSlack(30*time.Second))
+	addrs := strings.Join(c.Addrs(), ",")
+	cli := func(args ...string) string {
+		t.Helper()
+		res := runXCE(t, 20*time.Second, append(args, "--addr", addrs, "--timeout", "10s")...)
+		if res.Code != 0 {
+			t.Fatalf("xce %s: exit %d: %s", strings.Join(args, " "), res.Code, res.Stderr)
+		}
+		return res.Stdout
+	}
+	cli("placement", "freeze")
+	var st struct {
+		Frozen bool `json:"placement_frozen"`
+	}
+	var asg struct {
+		Frozen bool `json:"frozen"`
+	}
+	if err := json.Unmarshal([]byte(cli("status", "--json")), &st); err != nil || !st.Frozen {
+		t.Fatalf("xce status --json: frozen %v (%v)", st.Frozen, err)
+	}
+	if err := json.Unmarshal([]byte(cli("assignment", "--json")), &asg); err != nil || !asg.Frozen {
+		t.Fatalf("xce assignment --json: frozen %v (%v)", asg.Frozen, err)
+	}
+
+	ws.start("w4")
+	ws.kill("w1")
+	// w1's actives go to their standbys; w4 gets nothing but the standbys
+	// w1's loss leaves missing (failures are handled): no active, and no
+	// warm-up (unfrozen, a joining worker starts warm-ups at once).
+	testutil.Eventually(t, itSessionTimeout+raceSlack(10*time.Second), "w1's actives move while frozen", func() bool {
+		a, err := c.assignment()
+		return err == nil && len(activesOf(placements(a), "w1")) == 0 && len(activesOf(placements(a), "")) == 0
+	})
+	a, err := c.assignment()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := activesOf(placements(a), "w4"); len(got) != 0 {
+		t.Fatalf("frozen, w4 was given actives %v", got)
+	}
+	for id, p := range placements(a) {
+		if len(p.Warmups) != 0 {
+			t.Fatalf("frozen, %s has warm-ups %v: no warm-up starts while frozen", id, p.Warmups)
+		}
+	}
+	cli("placement", "unfreeze")
+	settledPlacement(t, c, tasks, []string{"w2", "w3", "w4"}, raceSlack(30*time.Second))
 }
