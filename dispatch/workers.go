@@ -21,6 +21,7 @@ type Workers interface {
 	RegisterWith(r placement.Registration) (placement.RegisterInfo, error)
 	Beat(ctx context.Context, b placement.Beat) (placement.Answer, error)
 	Workers() ([]placement.WorkerInfo, bool, error)
+	Away() []placement.AwayInfo
 	Soft() (tasks map[string]placement.TaskSoft, settling, followup, ok bool)
 }
 
@@ -130,6 +131,10 @@ func (s *Service) ListWorkers(ctx context.Context, _ *connect.Request[xcev1.List
 			Actives:            w.Copies.Actives, Standbys: w.Copies.Standbys, Warmups: w.Copies.Warmups,
 			Lags: w.Lags, Notice: w.Notice, DrainState: w.DrainState, Labels: w.Labels,
 		}
+	}
+	for _, a := range s.workers.Away() {
+		resp.Away = append(resp.Away, &xcev1.AwayWorker{WorkerId: a.ID, ReplacedInMs: a.ReplacedIn.Milliseconds(),
+			Labels: a.Labels, Standbys: a.Standbys})
 	}
 	return connect.NewResponse(resp), nil
 }

@@ -167,6 +167,16 @@ func TestReplaceDelayKeepsARestartedWorkersCopies(t *testing.T) {
 		return err == nil && len(activesOf(placements(a), "w1")) == 0 && keeps(placements(a)) == nil
 	})
 	r.waitForInput("with w1 gone")
+	res := runXCE(t, 20*time.Second, "workers", "--json", "--addr", strings.Join(r.c.Addrs(), ","), "--timeout", "5s")
+	var ws struct {
+		Away []struct {
+			WorkerID string   `json:"worker_id"`
+			Standbys []string `json:"standbys"`
+		} `json:"away"`
+	}
+	if err := json.Unmarshal([]byte(res.Stdout), &ws); err != nil || len(ws.Away) != 1 || ws.Away[0].WorkerID != "w1" || len(ws.Away[0].Standbys) != len(held) {
+		t.Fatalf("xce workers --json while w1 is away: %v (%v): %s", ws.Away, err, res.Stdout)
+	}
 	a, err := r.c.assignment()
 	if err != nil {
 		t.Fatal(err)

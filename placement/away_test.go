@@ -68,6 +68,10 @@ func TestAwayWorker(t *testing.T) {
 		if got, _, _ := r.svc.Workers(); len(got) != 1 || got[0].ID != "w2" {
 			t.Fatalf("sessions %+v", got)
 		}
+		if away := r.svc.Away(); len(away) != 1 || away[0].ID != "w1" || away[0].Labels["zone"] != "a" ||
+			away[0].ReplacedIn <= 0 || away[0].ReplacedIn > replaceDelay {
+			t.Fatalf("away %+v", away)
+		}
 
 		// It registers again: planned as away until it reports, then live.
 		if _, err := r.svc.RegisterWith(Registration{Worker: "w1", Capacity: 2, Labels: map[string]string{"zone": "a"}}); err != nil {

@@ -471,6 +471,37 @@ func (s *Service) Workers() ([]WorkerInfo, bool, error) {
 	return out, settling, nil
 }
 
+// AwayInfo is a worker whose session ended within the replacement delay.
+type AwayInfo struct {
+	ID     string
+	Labels map[string]string
+	// ReplacedIn is how long until its copies are replaced.
+	ReplacedIn time.Duration
+	// Standbys are the tasks the committed assignment keeps for it.
+	Standbys []string
+}
+
+// Away lists the away workers by id; none off the primary.
+func (s *Service) Away() []AwayInfo {
+	now := time.Now()
+	s.mu.Lock()
+	ts, err := s.current()
+	if err != nil {
+		s.mu.Unlock()
+		return nil
+	}
+	out := make([]AwayInfo, 0, len(ts.away))
+	for id, a := range ts.away {
+		out = append(out, AwayInfo{ID: id, Labels: maps.Clone(a.labels), ReplacedIn: max(a.until.Sub(now), 0)})
+	}
+	s.mu.Unlock()
+	slices.SortFunc(out, func(a, b AwayInfo) int { return strings.Compare(a.ID, b.ID) })
+	for i := range out {
+		out[i].Standbys = s.copiesOf(out[i].ID).Standbys
+	}
+	return out
+}
+
 // Soft returns the primary's soft facts per task (lags by worker, the
 // active worker's pending reason and update), whether it is settling and
 // whether moves wait for warm-ups. ok is false off the primary.

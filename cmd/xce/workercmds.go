@@ -207,6 +207,16 @@ type workersJSON struct {
 	Settling   bool         `json:"settling"`
 	// Drained lists every drained worker, with a session or not.
 	Drained []string `json:"drained"`
+	// Away lists the workers whose session ended within
+	// assignor.replace_delay: their standbys are kept for them.
+	Away []awayJSON `json:"away"`
+}
+
+type awayJSON struct {
+	WorkerID     string            `json:"worker_id"`
+	ReplacedInMs int64             `json:"replaced_in_ms"`
+	Labels       map[string]string `json:"labels"`
+	Standbys     []string          `json:"standbys"`
 }
 
 func workersOut(r *xcev1.ListWorkersResponse) workersJSON {
@@ -218,6 +228,10 @@ func workersOut(r *xcev1.ListWorkersResponse) workersJSON {
 			Actives: nonNil(w.Actives), Standbys: nonNil(w.Standbys), Warmups: nonNil(w.Warmups),
 			Lags: nonNilLags(w.Lags), Notice: w.Notice, DrainState: w.DrainState, Labels: nonNilLabels(w.Labels),
 		}
+	}
+	out.Away = make([]awayJSON, len(r.Away))
+	for i, a := range r.Away {
+		out.Away[i] = awayJSON{WorkerID: a.WorkerId, ReplacedInMs: a.ReplacedInMs, Labels: nonNilLabels(a.Labels), Standbys: nonNil(a.Standbys)}
 	}
 	return out
 }
@@ -310,6 +324,10 @@ func printWorkers(w io.Writer, r *xcev1.ListWorkersResponse) error {
 	}
 	if len(absent) > 0 {
 		fmt.Fprintf(w, "drained, with no session: %s\n", strings.Join(absent, ", "))
+	}
+	for _, a := range r.Away {
+		fmt.Fprintf(w, "away: %s (%s), its %d standbys kept for it; replaced in %v unless it reports again\n", a.WorkerId,
+			labelsCell(a.Labels), len(a.Standbys), (time.Duration(a.ReplacedInMs) * time.Millisecond).Round(time.Second))
 	}
 	return nil
 }

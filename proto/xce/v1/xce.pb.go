@@ -1724,7 +1724,10 @@ type ListWorkersResponse struct {
 	Generation uint64                 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
 	Settling   bool                   `protobuf:"varint,3,opt,name=settling,proto3" json:"settling,omitempty"`
 	// Every drained worker (xce workers drain), with a session or not.
-	Drained       []string `protobuf:"bytes,4,rep,name=drained,proto3" json:"drained,omitempty"`
+	Drained []string `protobuf:"bytes,4,rep,name=drained,proto3" json:"drained,omitempty"`
+	// Workers whose session ended within assignor.replace_delay: their
+	// standbys are kept for them until they report again or the delay ends.
+	Away          []*AwayWorker `protobuf:"bytes,5,rep,name=away,proto3" json:"away,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1787,6 +1790,85 @@ func (x *ListWorkersResponse) GetDrained() []string {
 	return nil
 }
 
+func (x *ListWorkersResponse) GetAway() []*AwayWorker {
+	if x != nil {
+		return x.Away
+	}
+	return nil
+}
+
+// AwayWorker is a worker whose session ended (it expired, or the worker
+// left) less than assignor.replace_delay ago.
+type AwayWorker struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	WorkerId string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	// Milliseconds until its copies are replaced unless it reports again.
+	ReplacedInMs int64             `protobuf:"varint,2,opt,name=replaced_in_ms,json=replacedInMs,proto3" json:"replaced_in_ms,omitempty"`
+	Labels       map[string]string `protobuf:"bytes,3,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The tasks of which the committed assignment keeps a standby for it.
+	Standbys      []string `protobuf:"bytes,4,rep,name=standbys,proto3" json:"standbys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AwayWorker) Reset() {
+	*x = AwayWorker{}
+	mi := &file_xce_v1_xce_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AwayWorker) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AwayWorker) ProtoMessage() {}
+
+func (x *AwayWorker) ProtoReflect() protoreflect.Message {
+	mi := &file_xce_v1_xce_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AwayWorker.ProtoReflect.Descriptor instead.
+func (*AwayWorker) Descriptor() ([]byte, []int) {
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *AwayWorker) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+func (x *AwayWorker) GetReplacedInMs() int64 {
+	if x != nil {
+		return x.ReplacedInMs
+	}
+	return 0
+}
+
+func (x *AwayWorker) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *AwayWorker) GetStandbys() []string {
+	if x != nil {
+		return x.Standbys
+	}
+	return nil
+}
+
 type DrainWorkerRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	WorkerId      string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
@@ -1796,7 +1878,7 @@ type DrainWorkerRequest struct {
 
 func (x *DrainWorkerRequest) Reset() {
 	*x = DrainWorkerRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[21]
+	mi := &file_xce_v1_xce_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1808,7 +1890,7 @@ func (x *DrainWorkerRequest) String() string {
 func (*DrainWorkerRequest) ProtoMessage() {}
 
 func (x *DrainWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[21]
+	mi := &file_xce_v1_xce_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1821,7 +1903,7 @@ func (x *DrainWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainWorkerRequest.ProtoReflect.Descriptor instead.
 func (*DrainWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{21}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DrainWorkerRequest) GetWorkerId() string {
@@ -1847,7 +1929,7 @@ type DrainWorkerResponse struct {
 
 func (x *DrainWorkerResponse) Reset() {
 	*x = DrainWorkerResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[22]
+	mi := &file_xce_v1_xce_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1859,7 +1941,7 @@ func (x *DrainWorkerResponse) String() string {
 func (*DrainWorkerResponse) ProtoMessage() {}
 
 func (x *DrainWorkerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[22]
+	mi := &file_xce_v1_xce_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1872,7 +1954,7 @@ func (x *DrainWorkerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainWorkerResponse.ProtoReflect.Descriptor instead.
 func (*DrainWorkerResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{22}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DrainWorkerResponse) GetIndex() uint64 {
@@ -1905,7 +1987,7 @@ type UndrainWorkerRequest struct {
 
 func (x *UndrainWorkerRequest) Reset() {
 	*x = UndrainWorkerRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[23]
+	mi := &file_xce_v1_xce_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1917,7 +1999,7 @@ func (x *UndrainWorkerRequest) String() string {
 func (*UndrainWorkerRequest) ProtoMessage() {}
 
 func (x *UndrainWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[23]
+	mi := &file_xce_v1_xce_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1930,7 +2012,7 @@ func (x *UndrainWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UndrainWorkerRequest.ProtoReflect.Descriptor instead.
 func (*UndrainWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{23}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *UndrainWorkerRequest) GetWorkerId() string {
@@ -1950,7 +2032,7 @@ type UndrainWorkerResponse struct {
 
 func (x *UndrainWorkerResponse) Reset() {
 	*x = UndrainWorkerResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[24]
+	mi := &file_xce_v1_xce_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1962,7 +2044,7 @@ func (x *UndrainWorkerResponse) String() string {
 func (*UndrainWorkerResponse) ProtoMessage() {}
 
 func (x *UndrainWorkerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[24]
+	mi := &file_xce_v1_xce_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1975,7 +2057,7 @@ func (x *UndrainWorkerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UndrainWorkerResponse.ProtoReflect.Descriptor instead.
 func (*UndrainWorkerResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{24}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *UndrainWorkerResponse) GetIndex() uint64 {
@@ -1993,7 +2075,7 @@ type FreezePlacementRequest struct {
 
 func (x *FreezePlacementRequest) Reset() {
 	*x = FreezePlacementRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[25]
+	mi := &file_xce_v1_xce_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2005,7 +2087,7 @@ func (x *FreezePlacementRequest) String() string {
 func (*FreezePlacementRequest) ProtoMessage() {}
 
 func (x *FreezePlacementRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[25]
+	mi := &file_xce_v1_xce_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2018,7 +2100,7 @@ func (x *FreezePlacementRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreezePlacementRequest.ProtoReflect.Descriptor instead.
 func (*FreezePlacementRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{25}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{26}
 }
 
 type FreezePlacementResponse struct {
@@ -2031,7 +2113,7 @@ type FreezePlacementResponse struct {
 
 func (x *FreezePlacementResponse) Reset() {
 	*x = FreezePlacementResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[26]
+	mi := &file_xce_v1_xce_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2043,7 +2125,7 @@ func (x *FreezePlacementResponse) String() string {
 func (*FreezePlacementResponse) ProtoMessage() {}
 
 func (x *FreezePlacementResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[26]
+	mi := &file_xce_v1_xce_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2056,7 +2138,7 @@ func (x *FreezePlacementResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreezePlacementResponse.ProtoReflect.Descriptor instead.
 func (*FreezePlacementResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{26}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *FreezePlacementResponse) GetIndex() uint64 {
@@ -2074,7 +2156,7 @@ type UnfreezePlacementRequest struct {
 
 func (x *UnfreezePlacementRequest) Reset() {
 	*x = UnfreezePlacementRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[27]
+	mi := &file_xce_v1_xce_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2086,7 +2168,7 @@ func (x *UnfreezePlacementRequest) String() string {
 func (*UnfreezePlacementRequest) ProtoMessage() {}
 
 func (x *UnfreezePlacementRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[27]
+	mi := &file_xce_v1_xce_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2099,7 +2181,7 @@ func (x *UnfreezePlacementRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnfreezePlacementRequest.ProtoReflect.Descriptor instead.
 func (*UnfreezePlacementRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{27}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{28}
 }
 
 type UnfreezePlacementResponse struct {
@@ -2112,7 +2194,7 @@ type UnfreezePlacementResponse struct {
 
 func (x *UnfreezePlacementResponse) Reset() {
 	*x = UnfreezePlacementResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[28]
+	mi := &file_xce_v1_xce_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2124,7 +2206,7 @@ func (x *UnfreezePlacementResponse) String() string {
 func (*UnfreezePlacementResponse) ProtoMessage() {}
 
 func (x *UnfreezePlacementResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[28]
+	mi := &file_xce_v1_xce_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2137,7 +2219,7 @@ func (x *UnfreezePlacementResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnfreezePlacementResponse.ProtoReflect.Descriptor instead.
 func (*UnfreezePlacementResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{28}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *UnfreezePlacementResponse) GetIndex() uint64 {
@@ -2158,7 +2240,7 @@ type Fact struct {
 
 func (x *Fact) Reset() {
 	*x = Fact{}
-	mi := &file_xce_v1_xce_proto_msgTypes[29]
+	mi := &file_xce_v1_xce_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2170,7 +2252,7 @@ func (x *Fact) String() string {
 func (*Fact) ProtoMessage() {}
 
 func (x *Fact) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[29]
+	mi := &file_xce_v1_xce_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2183,7 +2265,7 @@ func (x *Fact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Fact.ProtoReflect.Descriptor instead.
 func (*Fact) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{29}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Fact) GetKind() FactKind {
@@ -2225,7 +2307,7 @@ type RegisterRequest struct {
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[30]
+	mi := &file_xce_v1_xce_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2237,7 +2319,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[30]
+	mi := &file_xce_v1_xce_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2250,7 +2332,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{30}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RegisterRequest) GetWorkerId() string {
@@ -2299,7 +2381,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[31]
+	mi := &file_xce_v1_xce_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2311,7 +2393,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[31]
+	mi := &file_xce_v1_xce_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2324,7 +2406,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{31}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RegisterResponse) GetGeneration() uint64 {
@@ -2402,7 +2484,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[32]
+	mi := &file_xce_v1_xce_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2414,7 +2496,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[32]
+	mi := &file_xce_v1_xce_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2427,7 +2509,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{32}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *HeartbeatRequest) GetWorkerId() string {
@@ -2535,7 +2617,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[33]
+	mi := &file_xce_v1_xce_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2547,7 +2629,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[33]
+	mi := &file_xce_v1_xce_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2560,7 +2642,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{33}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *HeartbeatResponse) GetGeneration() uint64 {
@@ -2661,7 +2743,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_xce_v1_xce_proto_msgTypes[34]
+	mi := &file_xce_v1_xce_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2673,7 +2755,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[34]
+	mi := &file_xce_v1_xce_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2686,7 +2768,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{34}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Member) GetId() string {
@@ -2761,7 +2843,7 @@ type ListMembersRequest struct {
 
 func (x *ListMembersRequest) Reset() {
 	*x = ListMembersRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[35]
+	mi := &file_xce_v1_xce_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2773,7 +2855,7 @@ func (x *ListMembersRequest) String() string {
 func (*ListMembersRequest) ProtoMessage() {}
 
 func (x *ListMembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[35]
+	mi := &file_xce_v1_xce_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2786,7 +2868,7 @@ func (x *ListMembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMembersRequest.ProtoReflect.Descriptor instead.
 func (*ListMembersRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{35}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListMembersRequest) GetConsistency() Consistency {
@@ -2807,7 +2889,7 @@ type ListMembersResponse struct {
 
 func (x *ListMembersResponse) Reset() {
 	*x = ListMembersResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[36]
+	mi := &file_xce_v1_xce_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2819,7 +2901,7 @@ func (x *ListMembersResponse) String() string {
 func (*ListMembersResponse) ProtoMessage() {}
 
 func (x *ListMembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[36]
+	mi := &file_xce_v1_xce_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2832,7 +2914,7 @@ func (x *ListMembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMembersResponse.ProtoReflect.Descriptor instead.
 func (*ListMembersResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{36}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListMembersResponse) GetMembers() []*Member {
@@ -2860,7 +2942,7 @@ type AddMemberRequest struct {
 
 func (x *AddMemberRequest) Reset() {
 	*x = AddMemberRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[37]
+	mi := &file_xce_v1_xce_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2872,7 +2954,7 @@ func (x *AddMemberRequest) String() string {
 func (*AddMemberRequest) ProtoMessage() {}
 
 func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[37]
+	mi := &file_xce_v1_xce_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2885,7 +2967,7 @@ func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberRequest.ProtoReflect.Descriptor instead.
 func (*AddMemberRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{37}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *AddMemberRequest) GetId() string {
@@ -2918,7 +3000,7 @@ type AddMemberResponse struct {
 
 func (x *AddMemberResponse) Reset() {
 	*x = AddMemberResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[38]
+	mi := &file_xce_v1_xce_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2930,7 +3012,7 @@ func (x *AddMemberResponse) String() string {
 func (*AddMemberResponse) ProtoMessage() {}
 
 func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[38]
+	mi := &file_xce_v1_xce_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2943,7 +3025,7 @@ func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberResponse.ProtoReflect.Descriptor instead.
 func (*AddMemberResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{38}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *AddMemberResponse) GetMember() *Member {
@@ -2962,7 +3044,7 @@ type PromoteMemberRequest struct {
 
 func (x *PromoteMemberRequest) Reset() {
 	*x = PromoteMemberRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[39]
+	mi := &file_xce_v1_xce_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2974,7 +3056,7 @@ func (x *PromoteMemberRequest) String() string {
 func (*PromoteMemberRequest) ProtoMessage() {}
 
 func (x *PromoteMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[39]
+	mi := &file_xce_v1_xce_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2987,7 +3069,7 @@ func (x *PromoteMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteMemberRequest.ProtoReflect.Descriptor instead.
 func (*PromoteMemberRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{39}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *PromoteMemberRequest) GetId() string {
@@ -3006,7 +3088,7 @@ type PromoteMemberResponse struct {
 
 func (x *PromoteMemberResponse) Reset() {
 	*x = PromoteMemberResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[40]
+	mi := &file_xce_v1_xce_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3018,7 +3100,7 @@ func (x *PromoteMemberResponse) String() string {
 func (*PromoteMemberResponse) ProtoMessage() {}
 
 func (x *PromoteMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[40]
+	mi := &file_xce_v1_xce_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3031,7 +3113,7 @@ func (x *PromoteMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteMemberResponse.ProtoReflect.Descriptor instead.
 func (*PromoteMemberResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{40}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *PromoteMemberResponse) GetMember() *Member {
@@ -3052,7 +3134,7 @@ type RemoveMemberRequest struct {
 
 func (x *RemoveMemberRequest) Reset() {
 	*x = RemoveMemberRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[41]
+	mi := &file_xce_v1_xce_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3064,7 +3146,7 @@ func (x *RemoveMemberRequest) String() string {
 func (*RemoveMemberRequest) ProtoMessage() {}
 
 func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[41]
+	mi := &file_xce_v1_xce_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3077,7 +3159,7 @@ func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{41}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RemoveMemberRequest) GetId() string {
@@ -3102,7 +3184,7 @@ type RemoveMemberResponse struct {
 
 func (x *RemoveMemberResponse) Reset() {
 	*x = RemoveMemberResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[42]
+	mi := &file_xce_v1_xce_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3114,7 +3196,7 @@ func (x *RemoveMemberResponse) String() string {
 func (*RemoveMemberResponse) ProtoMessage() {}
 
 func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[42]
+	mi := &file_xce_v1_xce_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3127,7 +3209,7 @@ func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMemberResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{42}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{43}
 }
 
 type TransferLeaderRequest struct {
@@ -3140,7 +3222,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[43]
+	mi := &file_xce_v1_xce_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3152,7 +3234,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[43]
+	mi := &file_xce_v1_xce_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3165,7 +3247,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{43}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *TransferLeaderRequest) GetTo() string {
@@ -3185,7 +3267,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[44]
+	mi := &file_xce_v1_xce_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3197,7 +3279,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[44]
+	mi := &file_xce_v1_xce_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3210,7 +3292,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{44}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *TransferLeaderResponse) GetLeaderId() string {
@@ -3234,7 +3316,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[45]
+	mi := &file_xce_v1_xce_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3246,7 +3328,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[45]
+	mi := &file_xce_v1_xce_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3259,7 +3341,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{45}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *JoinRequest) GetId() string {
@@ -3300,7 +3382,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[46]
+	mi := &file_xce_v1_xce_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3312,7 +3394,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[46]
+	mi := &file_xce_v1_xce_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3325,7 +3407,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{46}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *JoinResponse) GetMember() *Member {
@@ -3343,7 +3425,7 @@ type SaveSnapshotRequest struct {
 
 func (x *SaveSnapshotRequest) Reset() {
 	*x = SaveSnapshotRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[47]
+	mi := &file_xce_v1_xce_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3355,7 +3437,7 @@ func (x *SaveSnapshotRequest) String() string {
 func (*SaveSnapshotRequest) ProtoMessage() {}
 
 func (x *SaveSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[47]
+	mi := &file_xce_v1_xce_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3368,7 +3450,7 @@ func (x *SaveSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SaveSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SaveSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{47}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{48}
 }
 
 // SnapshotChunk is one piece of a snapshot stream: the first carries the
@@ -3391,7 +3473,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_xce_v1_xce_proto_msgTypes[48]
+	mi := &file_xce_v1_xce_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3403,7 +3485,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[48]
+	mi := &file_xce_v1_xce_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3416,7 +3498,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{48}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *SnapshotChunk) GetFormat() uint32 {
@@ -3476,7 +3558,7 @@ type TakeSnapshotRequest struct {
 
 func (x *TakeSnapshotRequest) Reset() {
 	*x = TakeSnapshotRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[49]
+	mi := &file_xce_v1_xce_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3488,7 +3570,7 @@ func (x *TakeSnapshotRequest) String() string {
 func (*TakeSnapshotRequest) ProtoMessage() {}
 
 func (x *TakeSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[49]
+	mi := &file_xce_v1_xce_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3501,7 +3583,7 @@ func (x *TakeSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*TakeSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{49}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{50}
 }
 
 type TakeSnapshotResponse struct {
@@ -3518,7 +3600,7 @@ type TakeSnapshotResponse struct {
 
 func (x *TakeSnapshotResponse) Reset() {
 	*x = TakeSnapshotResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[50]
+	mi := &file_xce_v1_xce_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3530,7 +3612,7 @@ func (x *TakeSnapshotResponse) String() string {
 func (*TakeSnapshotResponse) ProtoMessage() {}
 
 func (x *TakeSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[50]
+	mi := &file_xce_v1_xce_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3543,7 +3625,7 @@ func (x *TakeSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*TakeSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{50}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *TakeSnapshotResponse) GetIndex() uint64 {
@@ -3711,14 +3793,24 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x99\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc1\x01\n" +
 	"\x13ListWorkersResponse\x12,\n" +
 	"\aworkers\x18\x01 \x03(\v2\x12.xce.v1.WorkerInfoR\aworkers\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x02 \x01(\x04R\n" +
 	"generation\x12\x1a\n" +
 	"\bsettling\x18\x03 \x01(\bR\bsettling\x12\x18\n" +
-	"\adrained\x18\x04 \x03(\tR\adrained\"1\n" +
+	"\adrained\x18\x04 \x03(\tR\adrained\x12&\n" +
+	"\x04away\x18\x05 \x03(\v2\x12.xce.v1.AwayWorkerR\x04away\"\xde\x01\n" +
+	"\n" +
+	"AwayWorker\x12\x1b\n" +
+	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12$\n" +
+	"\x0ereplaced_in_ms\x18\x02 \x01(\x03R\freplacedInMs\x126\n" +
+	"\x06labels\x18\x03 \x03(\v2\x1e.xce.v1.AwayWorker.LabelsEntryR\x06labels\x12\x1a\n" +
+	"\bstandbys\x18\x04 \x03(\tR\bstandbys\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"1\n" +
 	"\x12DrainWorkerRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\"f\n" +
 	"\x13DrainWorkerResponse\x12\x14\n" +
@@ -3907,7 +3999,7 @@ func file_xce_v1_xce_proto_rawDescGZIP() []byte {
 }
 
 var file_xce_v1_xce_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_xce_v1_xce_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
+var file_xce_v1_xce_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
 var file_xce_v1_xce_proto_goTypes = []any{
 	(Role)(0),                         // 0: xce.v1.Role
 	(Consistency)(0),                  // 1: xce.v1.Consistency
@@ -3933,43 +4025,45 @@ var file_xce_v1_xce_proto_goTypes = []any{
 	(*ListWorkersRequest)(nil),        // 21: xce.v1.ListWorkersRequest
 	(*WorkerInfo)(nil),                // 22: xce.v1.WorkerInfo
 	(*ListWorkersResponse)(nil),       // 23: xce.v1.ListWorkersResponse
-	(*DrainWorkerRequest)(nil),        // 24: xce.v1.DrainWorkerRequest
-	(*DrainWorkerResponse)(nil),       // 25: xce.v1.DrainWorkerResponse
-	(*UndrainWorkerRequest)(nil),      // 26: xce.v1.UndrainWorkerRequest
-	(*UndrainWorkerResponse)(nil),     // 27: xce.v1.UndrainWorkerResponse
-	(*FreezePlacementRequest)(nil),    // 28: xce.v1.FreezePlacementRequest
-	(*FreezePlacementResponse)(nil),   // 29: xce.v1.FreezePlacementResponse
-	(*UnfreezePlacementRequest)(nil),  // 30: xce.v1.UnfreezePlacementRequest
-	(*UnfreezePlacementResponse)(nil), // 31: xce.v1.UnfreezePlacementResponse
-	(*Fact)(nil),                      // 32: xce.v1.Fact
-	(*RegisterRequest)(nil),           // 33: xce.v1.RegisterRequest
-	(*RegisterResponse)(nil),          // 34: xce.v1.RegisterResponse
-	(*HeartbeatRequest)(nil),          // 35: xce.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),         // 36: xce.v1.HeartbeatResponse
-	(*Member)(nil),                    // 37: xce.v1.Member
-	(*ListMembersRequest)(nil),        // 38: xce.v1.ListMembersRequest
-	(*ListMembersResponse)(nil),       // 39: xce.v1.ListMembersResponse
-	(*AddMemberRequest)(nil),          // 40: xce.v1.AddMemberRequest
-	(*AddMemberResponse)(nil),         // 41: xce.v1.AddMemberResponse
-	(*PromoteMemberRequest)(nil),      // 42: xce.v1.PromoteMemberRequest
-	(*PromoteMemberResponse)(nil),     // 43: xce.v1.PromoteMemberResponse
-	(*RemoveMemberRequest)(nil),       // 44: xce.v1.RemoveMemberRequest
-	(*RemoveMemberResponse)(nil),      // 45: xce.v1.RemoveMemberResponse
-	(*TransferLeaderRequest)(nil),     // 46: xce.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil),    // 47: xce.v1.TransferLeaderResponse
-	(*JoinRequest)(nil),               // 48: xce.v1.JoinRequest
-	(*JoinResponse)(nil),              // 49: xce.v1.JoinResponse
-	(*SaveSnapshotRequest)(nil),       // 50: xce.v1.SaveSnapshotRequest
-	(*SnapshotChunk)(nil),             // 51: xce.v1.SnapshotChunk
-	(*TakeSnapshotRequest)(nil),       // 52: xce.v1.TakeSnapshotRequest
-	(*TakeSnapshotResponse)(nil),      // 53: xce.v1.TakeSnapshotResponse
-	nil,                               // 54: xce.v1.TaskAssignment.LagsEntry
-	nil,                               // 55: xce.v1.WorkerInfo.LagsEntry
-	nil,                               // 56: xce.v1.WorkerInfo.LabelsEntry
-	nil,                               // 57: xce.v1.RegisterRequest.LabelsEntry
-	nil,                               // 58: xce.v1.HeartbeatRequest.LagsEntry
-	nil,                               // 59: xce.v1.HeartbeatRequest.LoadsEntry
-	nil,                               // 60: xce.v1.HeartbeatResponse.EpochsEntry
+	(*AwayWorker)(nil),                // 24: xce.v1.AwayWorker
+	(*DrainWorkerRequest)(nil),        // 25: xce.v1.DrainWorkerRequest
+	(*DrainWorkerResponse)(nil),       // 26: xce.v1.DrainWorkerResponse
+	(*UndrainWorkerRequest)(nil),      // 27: xce.v1.UndrainWorkerRequest
+	(*UndrainWorkerResponse)(nil),     // 28: xce.v1.UndrainWorkerResponse
+	(*FreezePlacementRequest)(nil),    // 29: xce.v1.FreezePlacementRequest
+	(*FreezePlacementResponse)(nil),   // 30: xce.v1.FreezePlacementResponse
+	(*UnfreezePlacementRequest)(nil),  // 31: xce.v1.UnfreezePlacementRequest
+	(*UnfreezePlacementResponse)(nil), // 32: xce.v1.UnfreezePlacementResponse
+	(*Fact)(nil),                      // 33: xce.v1.Fact
+	(*RegisterRequest)(nil),           // 34: xce.v1.RegisterRequest
+	(*RegisterResponse)(nil),          // 35: xce.v1.RegisterResponse
+	(*HeartbeatRequest)(nil),          // 36: xce.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),         // 37: xce.v1.HeartbeatResponse
+	(*Member)(nil),                    // 38: xce.v1.Member
+	(*ListMembersRequest)(nil),        // 39: xce.v1.ListMembersRequest
+	(*ListMembersResponse)(nil),       // 40: xce.v1.ListMembersResponse
+	(*AddMemberRequest)(nil),          // 41: xce.v1.AddMemberRequest
+	(*AddMemberResponse)(nil),         // 42: xce.v1.AddMemberResponse
+	(*PromoteMemberRequest)(nil),      // 43: xce.v1.PromoteMemberRequest
+	(*PromoteMemberResponse)(nil),     // 44: xce.v1.PromoteMemberResponse
+	(*RemoveMemberRequest)(nil),       // 45: xce.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil),      // 46: xce.v1.RemoveMemberResponse
+	(*TransferLeaderRequest)(nil),     // 47: xce.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil),    // 48: xce.v1.TransferLeaderResponse
+	(*JoinRequest)(nil),               // 49: xce.v1.JoinRequest
+	(*JoinResponse)(nil),              // 50: xce.v1.JoinResponse
+	(*SaveSnapshotRequest)(nil),       // 51: xce.v1.SaveSnapshotRequest
+	(*SnapshotChunk)(nil),             // 52: xce.v1.SnapshotChunk
+	(*TakeSnapshotRequest)(nil),       // 53: xce.v1.TakeSnapshotRequest
+	(*TakeSnapshotResponse)(nil),      // 54: xce.v1.TakeSnapshotResponse
+	nil,                               // 55: xce.v1.TaskAssignment.LagsEntry
+	nil,                               // 56: xce.v1.WorkerInfo.LagsEntry
+	nil,                               // 57: xce.v1.WorkerInfo.LabelsEntry
+	nil,                               // 58: xce.v1.AwayWorker.LabelsEntry
+	nil,                               // 59: xce.v1.RegisterRequest.LabelsEntry
+	nil,                               // 60: xce.v1.HeartbeatRequest.LagsEntry
+	nil,                               // 61: xce.v1.HeartbeatRequest.LoadsEntry
+	nil,                               // 62: xce.v1.HeartbeatResponse.EpochsEntry
 }
 var file_xce_v1_xce_proto_depIdxs = []int32{
 	0,  // 0: xce.v1.NotReady.role:type_name -> xce.v1.Role
@@ -3980,74 +4074,76 @@ var file_xce_v1_xce_proto_depIdxs = []int32{
 	4,  // 5: xce.v1.ListTasksResponse.tasks:type_name -> xce.v1.Task
 	0,  // 6: xce.v1.StatusResponse.role:type_name -> xce.v1.Role
 	15, // 7: xce.v1.StatusResponse.roster:type_name -> xce.v1.RosterMember
-	37, // 8: xce.v1.StatusResponse.members:type_name -> xce.v1.Member
+	38, // 8: xce.v1.StatusResponse.members:type_name -> xce.v1.Member
 	1,  // 9: xce.v1.GetAssignmentRequest.consistency:type_name -> xce.v1.Consistency
 	17, // 10: xce.v1.TaskAssignment.placement:type_name -> xce.v1.TaskPlacement
-	54, // 11: xce.v1.TaskAssignment.lags:type_name -> xce.v1.TaskAssignment.LagsEntry
+	55, // 11: xce.v1.TaskAssignment.lags:type_name -> xce.v1.TaskAssignment.LagsEntry
 	19, // 12: xce.v1.GetAssignmentResponse.tasks:type_name -> xce.v1.TaskAssignment
-	55, // 13: xce.v1.WorkerInfo.lags:type_name -> xce.v1.WorkerInfo.LagsEntry
-	56, // 14: xce.v1.WorkerInfo.labels:type_name -> xce.v1.WorkerInfo.LabelsEntry
+	56, // 13: xce.v1.WorkerInfo.lags:type_name -> xce.v1.WorkerInfo.LagsEntry
+	57, // 14: xce.v1.WorkerInfo.labels:type_name -> xce.v1.WorkerInfo.LabelsEntry
 	22, // 15: xce.v1.ListWorkersResponse.workers:type_name -> xce.v1.WorkerInfo
-	2,  // 16: xce.v1.Fact.kind:type_name -> xce.v1.FactKind
-	57, // 17: xce.v1.RegisterRequest.labels:type_name -> xce.v1.RegisterRequest.LabelsEntry
-	58, // 18: xce.v1.HeartbeatRequest.lags:type_name -> xce.v1.HeartbeatRequest.LagsEntry
-	32, // 19: xce.v1.HeartbeatRequest.facts:type_name -> xce.v1.Fact
-	59, // 20: xce.v1.HeartbeatRequest.loads:type_name -> xce.v1.HeartbeatRequest.LoadsEntry
-	60, // 21: xce.v1.HeartbeatResponse.epochs:type_name -> xce.v1.HeartbeatResponse.EpochsEntry
-	1,  // 22: xce.v1.ListMembersRequest.consistency:type_name -> xce.v1.Consistency
-	37, // 23: xce.v1.ListMembersResponse.members:type_name -> xce.v1.Member
-	37, // 24: xce.v1.AddMemberResponse.member:type_name -> xce.v1.Member
-	37, // 25: xce.v1.PromoteMemberResponse.member:type_name -> xce.v1.Member
-	37, // 26: xce.v1.JoinResponse.member:type_name -> xce.v1.Member
-	13, // 27: xce.v1.ControllerService.Status:input_type -> xce.v1.StatusRequest
-	16, // 28: xce.v1.ControllerService.WatchStatus:input_type -> xce.v1.WatchStatusRequest
-	5,  // 29: xce.v1.ControllerService.SubmitTask:input_type -> xce.v1.SubmitTaskRequest
-	7,  // 30: xce.v1.ControllerService.GetTask:input_type -> xce.v1.GetTaskRequest
-	9,  // 31: xce.v1.ControllerService.ListTasks:input_type -> xce.v1.ListTasksRequest
-	11, // 32: xce.v1.ControllerService.DeleteTask:input_type -> xce.v1.DeleteTaskRequest
-	18, // 33: xce.v1.ControllerService.GetAssignment:input_type -> xce.v1.GetAssignmentRequest
-	21, // 34: xce.v1.ControllerService.ListWorkers:input_type -> xce.v1.ListWorkersRequest
-	24, // 35: xce.v1.ControllerService.DrainWorker:input_type -> xce.v1.DrainWorkerRequest
-	26, // 36: xce.v1.ControllerService.UndrainWorker:input_type -> xce.v1.UndrainWorkerRequest
-	28, // 37: xce.v1.ControllerService.FreezePlacement:input_type -> xce.v1.FreezePlacementRequest
-	30, // 38: xce.v1.ControllerService.UnfreezePlacement:input_type -> xce.v1.UnfreezePlacementRequest
-	33, // 39: xce.v1.WorkerService.Register:input_type -> xce.v1.RegisterRequest
-	35, // 40: xce.v1.WorkerService.Heartbeat:input_type -> xce.v1.HeartbeatRequest
-	38, // 41: xce.v1.ClusterService.ListMembers:input_type -> xce.v1.ListMembersRequest
-	40, // 42: xce.v1.ClusterService.AddMember:input_type -> xce.v1.AddMemberRequest
-	42, // 43: xce.v1.ClusterService.PromoteMember:input_type -> xce.v1.PromoteMemberRequest
-	44, // 44: xce.v1.ClusterService.RemoveMember:input_type -> xce.v1.RemoveMemberRequest
-	46, // 45: xce.v1.ClusterService.TransferLeader:input_type -> xce.v1.TransferLeaderRequest
-	48, // 46: xce.v1.ClusterService.Join:input_type -> xce.v1.JoinRequest
-	50, // 47: xce.v1.ClusterService.SaveSnapshot:input_type -> xce.v1.SaveSnapshotRequest
-	52, // 48: xce.v1.ClusterService.TakeSnapshot:input_type -> xce.v1.TakeSnapshotRequest
-	14, // 49: xce.v1.ControllerService.Status:output_type -> xce.v1.StatusResponse
-	14, // 50: xce.v1.ControllerService.WatchStatus:output_type -> xce.v1.StatusResponse
-	6,  // 51: xce.v1.ControllerService.SubmitTask:output_type -> xce.v1.SubmitTaskResponse
-	8,  // 52: xce.v1.ControllerService.GetTask:output_type -> xce.v1.GetTaskResponse
-	10, // 53: xce.v1.ControllerService.ListTasks:output_type -> xce.v1.ListTasksResponse
-	12, // 54: xce.v1.ControllerService.DeleteTask:output_type -> xce.v1.DeleteTaskResponse
-	20, // 55: xce.v1.ControllerService.GetAssignment:output_type -> xce.v1.GetAssignmentResponse
-	23, // 56: xce.v1.ControllerService.ListWorkers:output_type -> xce.v1.ListWorkersResponse
-	25, // 57: xce.v1.ControllerService.DrainWorker:output_type -> xce.v1.DrainWorkerResponse
-	27, // 58: xce.v1.ControllerService.UndrainWorker:output_type -> xce.v1.UndrainWorkerResponse
-	29, // 59: xce.v1.ControllerService.FreezePlacement:output_type -> xce.v1.FreezePlacementResponse
-	31, // 60: xce.v1.ControllerService.UnfreezePlacement:output_type -> xce.v1.UnfreezePlacementResponse
-	34, // 61: xce.v1.WorkerService.Register:output_type -> xce.v1.RegisterResponse
-	36, // 62: xce.v1.WorkerService.Heartbeat:output_type -> xce.v1.HeartbeatResponse
-	39, // 63: xce.v1.ClusterService.ListMembers:output_type -> xce.v1.ListMembersResponse
-	41, // 64: xce.v1.ClusterService.AddMember:output_type -> xce.v1.AddMemberResponse
-	43, // 65: xce.v1.ClusterService.PromoteMember:output_type -> xce.v1.PromoteMemberResponse
-	45, // 66: xce.v1.ClusterService.RemoveMember:output_type -> xce.v1.RemoveMemberResponse
-	47, // 67: xce.v1.ClusterService.TransferLeader:output_type -> xce.v1.TransferLeaderResponse
-	49, // 68: xce.v1.ClusterService.Join:output_type -> xce.v1.JoinResponse
-	51, // 69: xce.v1.ClusterService.SaveSnapshot:output_type -> xce.v1.SnapshotChunk
-	53, // 70: xce.v1.ClusterService.TakeSnapshot:output_type -> xce.v1.TakeSnapshotResponse
-	49, // [49:71] is the sub-list for method output_type
-	27, // [27:49] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	24, // 16: xce.v1.ListWorkersResponse.away:type_name -> xce.v1.AwayWorker
+	58, // 17: xce.v1.AwayWorker.labels:type_name -> xce.v1.AwayWorker.LabelsEntry
+	2,  // 18: xce.v1.Fact.kind:type_name -> xce.v1.FactKind
+	59, // 19: xce.v1.RegisterRequest.labels:type_name -> xce.v1.RegisterRequest.LabelsEntry
+	60, // 20: xce.v1.HeartbeatRequest.lags:type_name -> xce.v1.HeartbeatRequest.LagsEntry
+	33, // 21: xce.v1.HeartbeatRequest.facts:type_name -> xce.v1.Fact
+	61, // 22: xce.v1.HeartbeatRequest.loads:type_name -> xce.v1.HeartbeatRequest.LoadsEntry
+	62, // 23: xce.v1.HeartbeatResponse.epochs:type_name -> xce.v1.HeartbeatResponse.EpochsEntry
+	1,  // 24: xce.v1.ListMembersRequest.consistency:type_name -> xce.v1.Consistency
+	38, // 25: xce.v1.ListMembersResponse.members:type_name -> xce.v1.Member
+	38, // 26: xce.v1.AddMemberResponse.member:type_name -> xce.v1.Member
+	38, // 27: xce.v1.PromoteMemberResponse.member:type_name -> xce.v1.Member
+	38, // 28: xce.v1.JoinResponse.member:type_name -> xce.v1.Member
+	13, // 29: xce.v1.ControllerService.Status:input_type -> xce.v1.StatusRequest
+	16, // 30: xce.v1.ControllerService.WatchStatus:input_type -> xce.v1.WatchStatusRequest
+	5,  // 31: xce.v1.ControllerService.SubmitTask:input_type -> xce.v1.SubmitTaskRequest
+	7,  // 32: xce.v1.ControllerService.GetTask:input_type -> xce.v1.GetTaskRequest
+	9,  // 33: xce.v1.ControllerService.ListTasks:input_type -> xce.v1.ListTasksRequest
+	11, // 34: xce.v1.ControllerService.DeleteTask:input_type -> xce.v1.DeleteTaskRequest
+	18, // 35: xce.v1.ControllerService.GetAssignment:input_type -> xce.v1.GetAssignmentRequest
+	21, // 36: xce.v1.ControllerService.ListWorkers:input_type -> xce.v1.ListWorkersRequest
+	25, // 37: xce.v1.ControllerService.DrainWorker:input_type -> xce.v1.DrainWorkerRequest
+	27, // 38: xce.v1.ControllerService.UndrainWorker:input_type -> xce.v1.UndrainWorkerRequest
+	29, // 39: xce.v1.ControllerService.FreezePlacement:input_type -> xce.v1.FreezePlacementRequest
+	31, // 40: xce.v1.ControllerService.UnfreezePlacement:input_type -> xce.v1.UnfreezePlacementRequest
+	34, // 41: xce.v1.WorkerService.Register:input_type -> xce.v1.RegisterRequest
+	36, // 42: xce.v1.WorkerService.Heartbeat:input_type -> xce.v1.HeartbeatRequest
+	39, // 43: xce.v1.ClusterService.ListMembers:input_type -> xce.v1.ListMembersRequest
+	41, // 44: xce.v1.ClusterService.AddMember:input_type -> xce.v1.AddMemberRequest
+	43, // 45: xce.v1.ClusterService.PromoteMember:input_type -> xce.v1.PromoteMemberRequest
+	45, // 46: xce.v1.ClusterService.RemoveMember:input_type -> xce.v1.RemoveMemberRequest
+	47, // 47: xce.v1.ClusterService.TransferLeader:input_type -> xce.v1.TransferLeaderRequest
+	49, // 48: xce.v1.ClusterService.Join:input_type -> xce.v1.JoinRequest
+	51, // 49: xce.v1.ClusterService.SaveSnapshot:input_type -> xce.v1.SaveSnapshotRequest
+	53, // 50: xce.v1.ClusterService.TakeSnapshot:input_type -> xce.v1.TakeSnapshotRequest
+	14, // 51: xce.v1.ControllerService.Status:output_type -> xce.v1.StatusResponse
+	14, // 52: xce.v1.ControllerService.WatchStatus:output_type -> xce.v1.StatusResponse
+	6,  // 53: xce.v1.ControllerService.SubmitTask:output_type -> xce.v1.SubmitTaskResponse
+	8,  // 54: xce.v1.ControllerService.GetTask:output_type -> xce.v1.GetTaskResponse
+	10, // 55: xce.v1.ControllerService.ListTasks:output_type -> xce.v1.ListTasksResponse
+	12, // 56: xce.v1.ControllerService.DeleteTask:output_type -> xce.v1.DeleteTaskResponse
+	20, // 57: xce.v1.ControllerService.GetAssignment:output_type -> xce.v1.GetAssignmentResponse
+	23, // 58: xce.v1.ControllerService.ListWorkers:output_type -> xce.v1.ListWorkersResponse
+	26, // 59: xce.v1.ControllerService.DrainWorker:output_type -> xce.v1.DrainWorkerResponse
+	28, // 60: xce.v1.ControllerService.UndrainWorker:output_type -> xce.v1.UndrainWorkerResponse
+	30, // 61: xce.v1.ControllerService.FreezePlacement:output_type -> xce.v1.FreezePlacementResponse
+	32, // 62: xce.v1.ControllerService.UnfreezePlacement:output_type -> xce.v1.UnfreezePlacementResponse
+	35, // 63: xce.v1.WorkerService.Register:output_type -> xce.v1.RegisterResponse
+	37, // 64: xce.v1.WorkerService.Heartbeat:output_type -> xce.v1.HeartbeatResponse
+	40, // 65: xce.v1.ClusterService.ListMembers:output_type -> xce.v1.ListMembersResponse
+	42, // 66: xce.v1.ClusterService.AddMember:output_type -> xce.v1.AddMemberResponse
+	44, // 67: xce.v1.ClusterService.PromoteMember:output_type -> xce.v1.PromoteMemberResponse
+	46, // 68: xce.v1.ClusterService.RemoveMember:output_type -> xce.v1.RemoveMemberResponse
+	48, // 69: xce.v1.ClusterService.TransferLeader:output_type -> xce.v1.TransferLeaderResponse
+	50, // 70: xce.v1.ClusterService.Join:output_type -> xce.v1.JoinResponse
+	52, // 71: xce.v1.ClusterService.SaveSnapshot:output_type -> xce.v1.SnapshotChunk
+	54, // 72: xce.v1.ClusterService.TakeSnapshot:output_type -> xce.v1.TakeSnapshotResponse
+	51, // [51:73] is the sub-list for method output_type
+	29, // [29:51] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_xce_v1_xce_proto_init() }
@@ -4061,7 +4157,7 @@ func file_xce_v1_xce_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_xce_v1_xce_proto_rawDesc), len(file_xce_v1_xce_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   58,
+			NumMessages:   60,
 			NumExtensions: 0,
 			NumServices:   3,
 		},
