@@ -1,6 +1,11 @@
 package assign
 
-import "fmt"
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+)
 
 // Bounds of worker labels, so that a worker cannot grow the primary's
 // memory or a plan's cost with its labels.
@@ -64,4 +69,18 @@ func CheckLabels(labels map[string]string) error {
 		return fmt.Errorf("label %q: value %q: want at most %d bytes of letters, digits, '.', '-', '_'", bad, labels[bad], MaxLabelBytes)
 	}
 	return nil
+}
+
+// FormatLabels writes labels as k=v pairs sorted by key and joined by
+// commas ("" for none), as xce workers shows them and xce worker --label
+// takes them.
+func FormatLabels(labels map[string]string) string {
+	var b strings.Builder
+	for i, k := range slices.Sorted(maps.Keys(labels)) {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(k + "=" + labels[k])
+	}
+	return b.String()
 }

@@ -35,31 +35,32 @@ type Beat struct {
 }
 
 // validate checks a heartbeat's fields, each error wrapping ErrInvalid.
+// checkPerTask checks a heartbeat's per-task numbers (lags, loads): at
+// most MaxLags, valid task ids, nothing negative.
+func checkPerTask(field, what string, m map[string]int64) error {
+	if len(m) > MaxLags {
+		return fmt.Errorf("%w: %d %s (at most %d)", ErrInvalid, len(m), field, MaxLags)
+	}
+	for _, t := range slices.Sorted(maps.Keys(m)) {
+		if !validID(t) {
+			return fmt.Errorf("%w: %s: task id %q", ErrInvalid, field, t)
+		}
+		if m[t] < 0 {
+			return fmt.Errorf("%w: %s: negative %s %d for task %q", ErrInvalid, field, what, m[t], t)
+		}
+	}
+	return nil
+}
+
 func (b *Beat) validate() error {
 	if !validID(b.Worker) {
 		return fmt.Errorf("%w: worker_id %q: must be 1-128 characters of [A-Za-z0-9._-]", ErrInvalid, b.Worker)
 	}
-	if len(b.Lags) > MaxLags {
-		return fmt.Errorf("%w: %d lags (at most %d)", ErrInvalid, len(b.Lags), MaxLags)
+	if err := checkPerTask("lags", "lag", b.Lags); err != nil {
+		return err
 	}
-	for _, t := range slices.Sorted(maps.Keys(b.Lags)) {
-		if !validID(t) {
-			return fmt.Errorf("%w: lags: task id %q", ErrInvalid, t)
-		}
-		if b.Lags[t] < 0 {
-			return fmt.Errorf("%w: lags: negative lag %d for task %q", ErrInvalid, b.Lags[t], t)
-		}
-	}
-	if len(b.Loads) > MaxLags {
-		return fmt.Errorf("%w: %d loads (at most %d)", ErrInvalid, len(b.Loads), MaxLags)
-	}
-	for _, t := range slices.Sorted(maps.Keys(b.Loads)) {
-		if !validID(t) {
-			return fmt.Errorf("%w: loads: task id %q", ErrInvalid, t)
-		}
-		if b.Loads[t] < 0 {
-			return fmt.Errorf("%w: loads: negative load %d for task %q", ErrInvalid, b.Loads[t], t)
-		}
+	if err := checkPerTask("loads", "load", b.Loads); err != nil {
+		return err
 	}
 	if len(b.Running) > MaxLags {
 		return fmt.Errorf("%w: %d running tasks (at most %d)", ErrInvalid, len(b.Running), MaxLags)

@@ -359,7 +359,7 @@ func (s *Service) RegisterWith(r Registration) (RegisterInfo, error) {
 	n := len(ts.workers)
 	s.mu.Unlock()
 	if changed {
-		s.log.Info().Str("worker", id).Uint32("capacity", capacity).Str("addr", addr).Str("labels", FormatLabels(labels)).
+		s.log.Info().Str("worker", id).Uint32("capacity", capacity).Str("addr", addr).Str("labels", assign.FormatLabels(labels)).
 			Bool("new", !known).Int("workers", n).Msg("worker registered")
 		if known {
 			kick(ts) // a new one is planned for once it reports (Beat)
@@ -543,20 +543,6 @@ func checkLabels(labels map[string]string) error {
 		return fmt.Errorf("label key \"\": want 1 to %d bytes of letters, digits, '.', '-', '_', '/'", assign.MaxLabelBytes)
 	}
 	return assign.CheckLabels(labels)
-}
-
-// FormatLabels writes labels as k=v pairs sorted by key and joined by
-// commas ("" for none), as xce workers shows them and xce worker --label
-// takes them.
-func FormatLabels(labels map[string]string) string {
-	var b strings.Builder
-	for i, k := range slices.Sorted(maps.Keys(labels)) {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(k + "=" + labels[k])
-	}
-	return b.String()
 }
 
 func validID(s string) bool {

@@ -698,7 +698,7 @@ func TestRegisterLabels(t *testing.T) {
 			t.Fatal(err)
 		}
 		ws, _, _ := r.svc.Workers()
-		if len(ws) != 1 || ws[0].ID != "w1" || FormatLabels(ws[0].Labels) != "rack=r1,zone=a" {
+		if len(ws) != 1 || ws[0].ID != "w1" || assign.FormatLabels(ws[0].Labels) != "rack=r1,zone=a" {
 			t.Fatalf("workers %+v", ws)
 		}
 		_, prev := r.fsm.Assignment()
@@ -718,7 +718,7 @@ func TestRegisterLabels(t *testing.T) {
 		if _, err := r.svc.RegisterWith(Registration{Worker: "w1", Capacity: 1, Labels: map[string]string{"zone": "b"}}); err != nil {
 			t.Fatal(err)
 		}
-		if ws, _, _ := r.svc.Workers(); FormatLabels(ws[0].Labels) != "zone=b" {
+		if ws, _, _ := r.svc.Workers(); assign.FormatLabels(ws[0].Labels) != "zone=b" {
 			t.Fatalf("labels after a new registration %v", ws[0].Labels)
 		}
 	})

@@ -248,14 +248,7 @@ func labelsCell(m map[string]string) string {
 	if len(m) == 0 {
 		return "-"
 	}
-	var b strings.Builder
-	for i, k := range slices.Sorted(maps.Keys(m)) {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(k + "=" + m[k])
-	}
-	return b.String()
+	return assign.FormatLabels(m)
 }
 
 func nonNilLags(m map[string]int64) map[string]int64 {
