@@ -13,24 +13,26 @@ import (
 )
 
 func (f *fakeAPI) FreezePlacement(context.Context, *connect.Request[xcev1.FreezePlacementRequest]) (*connect.Response[xcev1.FreezePlacementResponse], error) {
-	if f.freezeOld {
+	if f.freezeOld.Load() {
 		return nil, connect.NewError(connect.CodeFailedPrecondition, errors.New("placement freezes and task weights wait until every voter applies them (log format 5): n2"))
 	}
-	f.frozen = true
+	f.frozen.Store(true)
 	return connect.NewResponse(&xcev1.FreezePlacementResponse{Index: 11}), nil
 }
 
 func (f *fakeAPI) UnfreezePlacement(context.Context, *connect.Request[xcev1.UnfreezePlacementRequest]) (*connect.Response[xcev1.UnfreezePlacementResponse], error) {
-	f.frozen = false
+	f.frozen.Store(false)
 	return connect.NewResponse(&xcev1.UnfreezePlacementResponse{Index: 12}), nil
 }
 
 func (f *fakeAPI) Status(context.Context, *connect.Request[xcev1.StatusRequest]) (*connect.Response[xcev1.StatusResponse], error) {
-	return connect.NewResponse(&xcev1.StatusResponse{NodeId: "n1", ClusterId: "c", Role: xcev1.Role_ROLE_PRIMARY, PlacementFrozen: f.frozen}), nil
+	return connect.NewResponse(&xcev1.StatusResponse{NodeId: "n1", ClusterId: "c", Role: xcev1.Role_ROLE_PRIMARY, PlacementFrozen: f.frozen.Load()}), nil
 }
 
 func (f *fakeAPI) SubmitTask(_ context.Context, req *connect.Request[xcev1.SubmitTaskRequest]) (*connect.Response[xcev1.SubmitTaskResponse], error) {
+	f.mu.Lock()
 	f.submitted = append(f.submitted, req.Msg)
+	f.mu.Unlock()
 	m := req.Msg
 	return connect.NewResponse(&xcev1.SubmitTaskResponse{Index: 3, Task: &xcev1.Task{TaskId: m.TaskId, Stateful: m.Stateful, Weight: max(m.Weight, 1)}}), nil
 }
@@ -46,7 +48,7 @@ func TestPlacementFreezeCommand(t *testing.T) {
 		t.Fatalf("status before a freeze: exit %d\n%s", code, out)
 	}
 	out, code = runCmd(t, placementCmd(), "freeze", "--addr", addr)
-	if code != exitOK || !strings.Contains(out, "placement frozen at index 11") || !f.frozen {
+	if code != exitOK || !strings.Contains(out, "placement frozen at index 11") || !f.frozen.Load() {
 		t.Fatalf("freeze: exit %d\n%s", code, out)
 	}
 	out, code = runCmd(t, statusCmd(), "--addr", addr)
@@ -69,7 +71,7 @@ func TestPlacementFreezeCommand(t *testing.T) {
 	}
 	out, code = runCmd(t, placementCmd(), "unfreeze", "--addr", addr, "--json")
 	var fj freezeJSON
-	if err := json.Unmarshal([]byte(out), &fj); code != exitOK || err != nil || fj.Frozen || fj.Index != 12 || f.frozen {
+	if err := json.Unmarshal([]byte(out), &fj); code != exitOK || err != nil || fj.Frozen || fj.Index != 12 || f.frozen.Load() {
 		t.Fatalf("unfreeze --json: exit %d %v\n%s", code, err, out)
 	}
 	out, _ = runCmd(t, statusCmd(), "--addr", addr, "--json")
@@ -80,7 +82,7 @@ func TestPlacementFreezeCommand(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &a); err != nil || a["frozen"] != false || strings.Contains(out, "is frozen") {
 		t.Fatalf("assignment --json after unfreeze: %v\n%s", err, out)
 	}
-	f.freezeOld = true
+	f.freezeOld.Store(true)
 	if _, code := runCmd(t, placementCmd(), "freeze", "--addr", addr); code != 1 {
 		t.Fatalf("freeze refused by the cluster's state: exit %d, want 1", code)
 	}
@@ -110,6 +112,8 @@ func TestSubmitWeightFlag(t *testing.T) {
 			t.Errorf("submit --weight %s: exit %d, want %d", w, code, exitUsage)
 		}
 	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if len(f.submitted) != 2 || f.submitted[0].Weight != 40 || f.submitted[1].Weight != 1 {
 		t.Fatalf("submitted %v", f.submitted)
 	}

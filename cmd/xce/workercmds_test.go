@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -38,8 +39,9 @@ type fakeAPI struct {
 	// frozen is the placement freeze, set by FreezePlacement and
 	// UnfreezePlacement and shown by Status and GetAssignment; freezeOld
 	// refuses a freeze as a cluster with an old voter does.
-	frozen, freezeOld bool
-	// submitted records the submits, with their weights.
+	frozen, freezeOld atomic.Bool
+	// submitted records the submits, with their weights (under mu).
+	mu        sync.Mutex
 	submitted []*xcev1.SubmitTaskRequest
 }
 
@@ -86,7 +88,7 @@ func (f *fakeAPI) GetAssignment(_ context.Context, req *connect.Request[xcev1.Ge
 		return nil, err
 	}
 	f.stale.Store(req.Msg.Consistency == xcev1.Consistency_CONSISTENCY_STALE)
-	return connect.NewResponse(&xcev1.GetAssignmentResponse{Generation: 4, AppliedIndex: 17, Followup: true, Frozen: f.frozen, Tasks: []*xcev1.TaskAssignment{
+	return connect.NewResponse(&xcev1.GetAssignmentResponse{Generation: 4, AppliedIndex: 17, Followup: true, Frozen: f.frozen.Load(), Tasks: []*xcev1.TaskAssignment{
 		{Placement: &xcev1.TaskPlacement{TaskId: "t1", Active: "w1", Standbys: []string{"w2"}, Warmups: []string{"w3"}, Epoch: 3}, Stateful: true,
 			Lags: map[string]int64{"w1": 0, "w2": 40, "w3": 30000}, Update: "running"},
 		{Placement: &xcev1.TaskPlacement{TaskId: "t2"}, PendingReason: "no worker"},
