@@ -316,7 +316,7 @@ func (s *Service) RegisterWith(r Registration) (RegisterInfo, error) {
 	if len(addr) > 256 {
 		return RegisterInfo{}, fmt.Errorf("%w: client_addr: longer than 256 bytes", ErrInvalid)
 	}
-	if err := checkLabels(r.Labels); err != nil {
+	if err := assign.CheckLabels(r.Labels); err != nil {
 		return RegisterInfo{}, fmt.Errorf("%w: labels: %v", ErrInvalid, err)
 	}
 	labels := maps.Clone(r.Labels)
@@ -534,15 +534,6 @@ func (s *Service) Soft() (tasks map[string]TaskSoft, settling, followup, ok bool
 		tasks[t] = ti
 	}
 	return tasks, time.Now().Before(ts.settleUntil), ts.followup, true
-}
-
-// checkLabels is assign.CheckLabels, which lets an empty key pass (it
-// looks for the first bad key with "" as "none found").
-func checkLabels(labels map[string]string) error {
-	if _, ok := labels[""]; ok {
-		return fmt.Errorf("label key \"\": want 1 to %d bytes of letters, digits, '.', '-', '_', '/'", assign.MaxLabelBytes)
-	}
-	return assign.CheckLabels(labels)
 }
 
 func validID(s string) bool {

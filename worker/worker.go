@@ -116,10 +116,6 @@ func (cfg Config) validate() (Config, error) {
 		return cfg, fmt.Errorf("%w: no controller address", ErrConfig)
 	}
 	cfg.Controllers = eps
-	if _, ok := cfg.Labels[""]; ok {
-		// assign.CheckLabels lets an empty key pass.
-		return cfg, fmt.Errorf("%w: labels: an empty key", ErrConfig)
-	}
 	if err := assign.CheckLabels(cfg.Labels); err != nil {
 		return cfg, fmt.Errorf("%w: labels: %v", ErrConfig, err)
 	}
