@@ -228,24 +228,57 @@ func (h *Handler) changelogEnd(ctx context.Context, adm *kadm.Client, p int32) (
 }
 
 // position returns the store's changelog position and the changelog's
-// end. A store ahead of the end was read from a changelog that is gone (a
-// broker whose log was reset): it is emptied and restored from the start.
+// end (its last stable offset). A store can be ahead of that end only in
+// two ways. A transaction the store already reflects is still settling
+// (its commit markers are not written yet, so the stable offset lags):
+// the end catches up, and position waits for it. Or the store was read
+// from a changelog that is gone (a broker whose log was reset): it is
+// ahead of the log's high watermark too, and it is emptied and restored
+// from the start. Only the second may empty a store: a stable offset read
+// while a transaction settles must never cost a store its state.
 func (h *Handler) position(ctx context.Context, adm *kadm.Client, st *store, p int32) (next, end int64, err error) {
 	if next, err = st.next(); err != nil {
 		return 0, 0, err
 	}
-	if end, err = h.changelogEnd(ctx, adm, p); err != nil {
-		return 0, 0, err
-	}
-	if next > end {
-		h.log.Warn().Int32("partition", p).Int64("store_offset", next).Int64("changelog_end", end).
-			Msg("the store is ahead of its changelog (was the broker's log reset?): restoring it from the start")
-		if err := st.reset(); err != nil {
+	bo := backoff.Backoff{Min: 20 * time.Millisecond, Max: 500 * time.Millisecond}
+	for waited := false; ; waited = true {
+		if end, err = h.changelogEnd(ctx, adm, p); err != nil || next <= end {
+			return next, end, err
+		}
+		hwm, err := h.changelogHWM(ctx, adm, p)
+		if err != nil {
 			return 0, 0, err
 		}
-		next = 0
+		if next > hwm {
+			h.log.Warn().Int32("partition", p).Int64("store_offset", next).Int64("changelog_end", hwm).
+				Msg("the store is ahead of its changelog (was the broker's log reset?): restoring it from the start")
+			if err := st.reset(); err != nil {
+				return 0, 0, err
+			}
+			return 0, end, nil
+		}
+		if !waited {
+			h.log.Info().Int32("partition", p).Int64("store_offset", next).Int64("stable_offset", end).
+				Msg("waiting for a changelog transaction to settle before reading on")
+		}
+		if !bo.Wait(ctx) {
+			return 0, 0, ctx.Err()
+		}
 	}
-	return next, end, nil
+}
+
+// changelogHWM is the changelog partition's high watermark: the end of its
+// log, open transactions included.
+func (h *Handler) changelogHWM(ctx context.Context, adm *kadm.Client, p int32) (int64, error) {
+	offs, err := adm.ListEndOffsets(ctx, h.cfg.ChangelogTopic)
+	if err != nil {
+		return 0, err
+	}
+	o, ok := offs.Lookup(h.cfg.ChangelogTopic, p)
+	if !ok {
+		return 0, fmt.Errorf("changelog %s has no partition %d", h.cfg.ChangelogTopic, p)
+	}
+	return o.Offset, o.Err
 }
 
 // applyChangelog applies changelog records to the store and returns its

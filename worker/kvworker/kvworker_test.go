@@ -2,6 +2,7 @@ package kvworker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync/atomic"
@@ -426,5 +427,61 @@ func TestStoreAheadOfChangelog(t *testing.T) {
 		if got := counts[fmt.Sprintf("k%d", k)]; got != 3 {
 			t.Errorf("count of k%d = %d, want 3", k, got)
 		}
+	}
+}
+
+// TestStoreAheadOfASettlingTransaction: a store whose position is past the
+// changelog's stable offset but within its log (a transaction it reflects
+// has not settled yet) keeps its state: position waits for the stable
+// offset instead of emptying the store as if the log were gone.
+func TestStoreAheadOfASettlingTransaction(t *testing.T) {
+	brokers := broker(t)
+	h := handler(t, brokers, 10)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.TransactionalID("settling"),
+		kgo.DefaultProduceTopic(DefaultChangelogTopic), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Partition: 0, Key: fmt.Appendf(nil, "k%d", i), Value: []byte("1")}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := openStore(ctx, h.cfg.StoreDir, "input-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.close()
+	// The store already holds what the open transaction wrote, as an
+	// active's store does right after its commit returned.
+	if err := st.apply([]kv{{key: []byte("k0"), value: []byte("1")}}, 3); err != nil {
+		t.Fatal(err)
+	}
+	adm := kadm.NewClient(cl)
+	if end, err := h.changelogEnd(ctx, adm, 0); err != nil || end != 0 {
+		t.Fatalf("stable offset with the transaction open: %d, %v; want 0", end, err)
+	}
+	// While the transaction is open, position waits (here until its
+	// context ends) rather than empty the store.
+	wctx, wcancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	_, _, err = h.position(wctx, adm, st, 0)
+	wcancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("position with the transaction open: %v, want it to wait", err)
+	}
+	if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		t.Fatal(err)
+	}
+	if next, _, err := h.position(ctx, adm, st, 0); err != nil || next != 3 {
+		t.Fatalf("position once committed: %d, %v; want 3 (the store kept)", next, err)
+	}
+	if n, err := st.count([]byte("k0")); err != nil || n != 1 {
+		t.Fatalf("count of k0 = %d (%v), want 1: the store was emptied", n, err)
 	}
 }
