@@ -309,6 +309,9 @@ func (h *Handler) follow(ctx context.Context, log zerolog.Logger, st *store, p i
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
 	next, end, err := h.position(ctx, adm, st, p)
+	if ctx.Err() != nil {
+		return nil // stopped while it waited for a transaction to settle
+	}
 	if err != nil {
 		return err
 	}
@@ -421,6 +424,9 @@ func (h *Handler) active(ctx context.Context, log zerolog.Logger, c worker.Copy,
 	// 2. Where the store and the input stand (stable now: no transaction
 	// of an older active is open any more).
 	next, end, err := h.position(ctx, adm, st, p)
+	if ctx.Err() != nil {
+		return nil // stopped while it waited for a transaction to settle
+	}
 	if err != nil {
 		return err
 	}
