@@ -283,7 +283,7 @@ func (s *Service) plan(ctx context.Context, ts *termState) (followup, retry bool
 			delta.Removed = append(delta.Removed, id)
 		}
 	}
-	if len(delta.Set) == 0 && len(delta.Removed) == 0 {
+	if len(delta.Set) == 0 && len(delta.Removed) == 0 && s.fsm.DeletedSinceGeneration() == 0 {
 		return res.Followup, false
 	}
 	cmd := state.Command{Type: state.CmdSetAssignment, Assign: delta}

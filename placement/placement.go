@@ -78,6 +78,10 @@ type FSM interface {
 	// drain); the version changes with the set.
 	IsDrained(id string) bool
 	DrainVersion() uint64
+	// DeletedSinceGeneration counts the tasks deleted with a placement
+	// since the last generation: the loop writes a generation for them
+	// even when nothing else changed, so that watchers see them go.
+	DeletedSinceGeneration() int
 	// PlacementFrozen reports whether an operator froze the placement
 	// (xce placement freeze): the assignor then handles failures only.
 	PlacementFrozen() bool

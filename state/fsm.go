@@ -162,6 +162,8 @@ type FSM struct {
 	// assignVer counts changes of the assignment map (a new generation, or a
 	// deleted task dropping its placement), so readers can cache indexes.
 	assignVer uint64
+	// hist is the recent generations, for watchers (watch.go).
+	hist history
 	// epochs maps task id to its epoch (see TaskEpoch), for tasks that
 	// exist and ever had an active worker; every stored placement carries
 	// its task's epoch as well.
@@ -203,6 +205,7 @@ func NewFSM(clusterID string) *FSM {
 		members:    make(map[string]MemberRecord),
 		drained:    make(map[string]struct{}),
 	}
+	f.hist.notify()
 	ch := make(chan struct{})
 	f.appliedCh.Store(&ch)
 	return f
@@ -397,6 +400,7 @@ func (f *FSM) deleteLocked(index uint64, id string) Result {
 	if _, ok := f.assignment[id]; ok {
 		delete(f.assignment, id)
 		f.assignVer++
+		f.hist.deletedTask(id)
 	}
 	f.taskVer++
 	return Result{Index: index, Task: old}
@@ -414,6 +418,7 @@ func (f *FSM) assignLocked(l Entry, d *AssignmentDelta) Result {
 	f.assignGen = d.Generation
 	f.assignVer++
 	ev := Event{Index: l.Index, Term: l.Term, Kind: EventAssignment, Key: f.clusterID, Generation: d.Generation}
+	gc := GenerationChange{Generation: d.Generation, Index: l.Index}
 	for _, p := range d.Set {
 		old, ok := f.tasks.get(p.Task)
 		if !ok {
@@ -425,6 +430,7 @@ func (f *FSM) assignLocked(l Entry, d *AssignmentDelta) Result {
 		}
 		p.Epoch = f.epochs[p.Task]
 		f.assignment[p.Task] = p
+		gc.Set = append(gc.Set, p)
 		if p.Active != "" {
 			f.tasks.set(old.withState(stateAssigned))
 		} else {
@@ -442,6 +448,8 @@ func (f *FSM) assignLocked(l Entry, d *AssignmentDelta) Result {
 		ev.Removed = append(ev.Removed, id)
 	}
 	f.outbox = append(f.outbox, ev)
+	gc.Removed = slices.Clone(ev.Removed)
+	f.hist.add(gc)
 	return Result{Index: l.Index}
 }
 
@@ -980,6 +988,7 @@ func (f *FSM) Restore(r io.Reader) error {
 	f.outbox, f.published = s.Outbox, s.Published
 	f.assignGen, f.assignment, f.epochs = s.AssignmentGeneration, assignment, epochs
 	f.assignVer++
+	f.hist.reset()
 	f.members = members
 	f.drained = drained
 	f.drainVer++
