@@ -130,11 +130,12 @@ func TestJSONClientRoundTrip(t *testing.T) {
 	}
 }
 
-// The proto's streams are WatchStatus and SaveSnapshot, and they are
+// The proto's streams are WatchStatus, WatchAssignment and SaveSnapshot, and they are
 // served as long streams: WatchStatus outlives the write timeout while each
 // message goes out in time.
 func TestWatchStatusIsALongStream(t *testing.T) {
-	if got, want := dispatch.StreamingProcedures(), []string{xcev1connect.ControllerServiceWatchStatusProcedure, xcev1connect.ClusterServiceSaveSnapshotProcedure}; !reflect.DeepEqual(got, want) {
+	if got, want := dispatch.StreamingProcedures(), []string{xcev1connect.ControllerServiceWatchStatusProcedure,
+		xcev1connect.ControllerServiceWatchAssignmentProcedure, xcev1connect.ClusterServiceSaveSnapshotProcedure}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("StreamingProcedures() = %v, want %v", got, want)
 	}
 	lim := netio.DefaultLimits()

@@ -61,6 +61,8 @@ var Methods = map[string]Class{
 	xcev1connect.ControllerServiceDeleteTaskProcedure:  ClassWrite,
 	// The assignment is replicated: a read like the tasks.
 	xcev1connect.ControllerServiceGetAssignmentProcedure: ClassRead,
+	// So is its watch (STALE: STANDBYs serve it too).
+	xcev1connect.ControllerServiceWatchAssignmentProcedure: ClassRead,
 	// Worker sessions are the primary's soft state: facts.
 	xcev1connect.ControllerServiceListWorkersProcedure: ClassFact,
 	xcev1connect.WorkerServiceRegisterProcedure:        ClassFact,
@@ -109,6 +111,7 @@ type Service struct {
 	workers Workers
 	timings RetryTimings
 	m       *apiMetrics
+	wm      *watchMetrics
 	authn   *auth.Authenticator
 	sec     Security
 	// AuthRefused counts the calls the permissions refused; the node's
@@ -139,6 +142,7 @@ func NewService(node Node, reg prometheus.Registerer, workers Workers, options .
 		workers: workers,
 		timings: retryTimings(node),
 		m:       newAPIMetrics(reg, node),
+		wm:      newWatchMetrics(reg),
 	}
 	for _, o := range options {
 		o(s)
@@ -232,13 +236,36 @@ func (g *gate) WrapStreamingClient(next connect.StreamingClientFunc) connect.Str
 func (g *gate) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
 		proc := conn.Spec().Procedure
-		if err := g.check(proc, nil); err != nil {
+		if Methods[proc] == ClassRead && conn.Spec().StreamType == connect.StreamTypeServer {
+			// A read's consistency is in its request: check once it
+			// has been received (the handler receives it first).
+			conn = &gatedConn{StreamingHandlerConn: conn, g: g}
+		} else if err := g.check(proc, nil); err != nil {
 			return err
 		}
 		err := next(ctx, conn)
 		g.s.m.requests.WithLabelValues(proc, Methods[proc].String(), outcome(err)).Inc()
 		return err
 	}
+}
+
+// gatedConn applies the gate to a server stream's request as it is
+// received.
+type gatedConn struct {
+	connect.StreamingHandlerConn
+	g       *gate
+	checked bool
+}
+
+func (c *gatedConn) Receive(m any) error {
+	if err := c.StreamingHandlerConn.Receive(m); err != nil {
+		return err
+	}
+	if c.checked {
+		return nil
+	}
+	c.checked = true
+	return c.g.check(c.Spec().Procedure, m)
 }
 
 func outcome(err error) string {

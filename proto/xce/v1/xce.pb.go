@@ -2229,6 +2229,184 @@ func (x *UnfreezePlacementResponse) GetIndex() uint64 {
 	return 0
 }
 
+type WatchAssignmentRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The last generation the watcher has applied (0: none; start with a
+	// full copy).
+	FromGeneration uint64 `protobuf:"varint,1,opt,name=from_generation,json=fromGeneration,proto3" json:"from_generation,omitempty"`
+	// LINEARIZABLE (the default): the first message is at least as recent
+	// as every write acknowledged before the call; only the PRIMARY serves
+	// it. STALE: any PRIMARY or STANDBY serves it from what it has applied.
+	Consistency   Consistency `protobuf:"varint,2,opt,name=consistency,proto3,enum=xce.v1.Consistency" json:"consistency,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchAssignmentRequest) Reset() {
+	*x = WatchAssignmentRequest{}
+	mi := &file_xce_v1_xce_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchAssignmentRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchAssignmentRequest) ProtoMessage() {}
+
+func (x *WatchAssignmentRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_xce_v1_xce_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchAssignmentRequest.ProtoReflect.Descriptor instead.
+func (*WatchAssignmentRequest) Descriptor() ([]byte, []int) {
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *WatchAssignmentRequest) GetFromGeneration() uint64 {
+	if x != nil {
+		return x.FromGeneration
+	}
+	return 0
+}
+
+func (x *WatchAssignmentRequest) GetConsistency() Consistency {
+	if x != nil {
+		return x.Consistency
+	}
+	return Consistency_CONSISTENCY_UNSPECIFIED
+}
+
+type WatchAssignmentResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The generation this message brings the watcher to, once applied.
+	Generation uint64 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	// The message starts a full copy: forget every placement held before
+	// and apply tasks (and the messages that continue it) as the whole
+	// assignment.
+	Full bool `protobuf:"varint,2,opt,name=full,proto3" json:"full,omitempty"`
+	// The placements this generation set (every placement, in a full copy),
+	// each with its task's epoch.
+	Tasks []*TaskPlacement `protobuf:"bytes,3,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	// Tasks that no longer have a placement (removed by the assignor, or
+	// deleted since the previous generation).
+	Removed []string `protobuf:"bytes,4,rep,name=removed,proto3" json:"removed,omitempty"`
+	// The generation continues in the next message (a full copy of a large
+	// assignment is sent in parts): apply it once more is false.
+	More bool `protobuf:"varint,5,opt,name=more,proto3" json:"more,omitempty"`
+	// The log index of the entry that made the generation (0 in a full copy).
+	Index uint64 `protobuf:"varint,6,opt,name=index,proto3" json:"index,omitempty"`
+	// This node's applied index and the commit index it knows: a STANDBY
+	// may be behind the PRIMARY by commit_index - applied_index and more.
+	AppliedIndex  uint64 `protobuf:"varint,7,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	CommitIndex   uint64 `protobuf:"varint,8,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
+	Role          Role   `protobuf:"varint,9,opt,name=role,proto3,enum=xce.v1.Role" json:"role,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchAssignmentResponse) Reset() {
+	*x = WatchAssignmentResponse{}
+	mi := &file_xce_v1_xce_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchAssignmentResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchAssignmentResponse) ProtoMessage() {}
+
+func (x *WatchAssignmentResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_xce_v1_xce_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchAssignmentResponse.ProtoReflect.Descriptor instead.
+func (*WatchAssignmentResponse) Descriptor() ([]byte, []int) {
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *WatchAssignmentResponse) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *WatchAssignmentResponse) GetFull() bool {
+	if x != nil {
+		return x.Full
+	}
+	return false
+}
+
+func (x *WatchAssignmentResponse) GetTasks() []*TaskPlacement {
+	if x != nil {
+		return x.Tasks
+	}
+	return nil
+}
+
+func (x *WatchAssignmentResponse) GetRemoved() []string {
+	if x != nil {
+		return x.Removed
+	}
+	return nil
+}
+
+func (x *WatchAssignmentResponse) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
+
+func (x *WatchAssignmentResponse) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *WatchAssignmentResponse) GetAppliedIndex() uint64 {
+	if x != nil {
+		return x.AppliedIndex
+	}
+	return 0
+}
+
+func (x *WatchAssignmentResponse) GetCommitIndex() uint64 {
+	if x != nil {
+		return x.CommitIndex
+	}
+	return 0
+}
+
+func (x *WatchAssignmentResponse) GetRole() Role {
+	if x != nil {
+		return x.Role
+	}
+	return Role_ROLE_UNSPECIFIED
+}
+
 type Fact struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Kind          FactKind               `protobuf:"varint,1,opt,name=kind,proto3,enum=xce.v1.FactKind" json:"kind,omitempty"`
@@ -2240,7 +2418,7 @@ type Fact struct {
 
 func (x *Fact) Reset() {
 	*x = Fact{}
-	mi := &file_xce_v1_xce_proto_msgTypes[30]
+	mi := &file_xce_v1_xce_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2252,7 +2430,7 @@ func (x *Fact) String() string {
 func (*Fact) ProtoMessage() {}
 
 func (x *Fact) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[30]
+	mi := &file_xce_v1_xce_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2265,7 +2443,7 @@ func (x *Fact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Fact.ProtoReflect.Descriptor instead.
 func (*Fact) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{30}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Fact) GetKind() FactKind {
@@ -2307,7 +2485,7 @@ type RegisterRequest struct {
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[31]
+	mi := &file_xce_v1_xce_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2319,7 +2497,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[31]
+	mi := &file_xce_v1_xce_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2332,7 +2510,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{31}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RegisterRequest) GetWorkerId() string {
@@ -2381,7 +2559,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[32]
+	mi := &file_xce_v1_xce_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2393,7 +2571,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[32]
+	mi := &file_xce_v1_xce_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2406,7 +2584,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{32}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RegisterResponse) GetGeneration() uint64 {
@@ -2484,7 +2662,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[33]
+	mi := &file_xce_v1_xce_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2496,7 +2674,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[33]
+	mi := &file_xce_v1_xce_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2509,7 +2687,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{33}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *HeartbeatRequest) GetWorkerId() string {
@@ -2617,7 +2795,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[34]
+	mi := &file_xce_v1_xce_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2629,7 +2807,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[34]
+	mi := &file_xce_v1_xce_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2642,7 +2820,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{34}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *HeartbeatResponse) GetGeneration() uint64 {
@@ -2743,7 +2921,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_xce_v1_xce_proto_msgTypes[35]
+	mi := &file_xce_v1_xce_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2755,7 +2933,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[35]
+	mi := &file_xce_v1_xce_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2768,7 +2946,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{35}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Member) GetId() string {
@@ -2843,7 +3021,7 @@ type ListMembersRequest struct {
 
 func (x *ListMembersRequest) Reset() {
 	*x = ListMembersRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[36]
+	mi := &file_xce_v1_xce_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2855,7 +3033,7 @@ func (x *ListMembersRequest) String() string {
 func (*ListMembersRequest) ProtoMessage() {}
 
 func (x *ListMembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[36]
+	mi := &file_xce_v1_xce_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2868,7 +3046,7 @@ func (x *ListMembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMembersRequest.ProtoReflect.Descriptor instead.
 func (*ListMembersRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{36}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListMembersRequest) GetConsistency() Consistency {
@@ -2889,7 +3067,7 @@ type ListMembersResponse struct {
 
 func (x *ListMembersResponse) Reset() {
 	*x = ListMembersResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[37]
+	mi := &file_xce_v1_xce_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2901,7 +3079,7 @@ func (x *ListMembersResponse) String() string {
 func (*ListMembersResponse) ProtoMessage() {}
 
 func (x *ListMembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[37]
+	mi := &file_xce_v1_xce_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2914,7 +3092,7 @@ func (x *ListMembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMembersResponse.ProtoReflect.Descriptor instead.
 func (*ListMembersResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{37}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListMembersResponse) GetMembers() []*Member {
@@ -2942,7 +3120,7 @@ type AddMemberRequest struct {
 
 func (x *AddMemberRequest) Reset() {
 	*x = AddMemberRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[38]
+	mi := &file_xce_v1_xce_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2954,7 +3132,7 @@ func (x *AddMemberRequest) String() string {
 func (*AddMemberRequest) ProtoMessage() {}
 
 func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[38]
+	mi := &file_xce_v1_xce_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2967,7 +3145,7 @@ func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberRequest.ProtoReflect.Descriptor instead.
 func (*AddMemberRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{38}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *AddMemberRequest) GetId() string {
@@ -3000,7 +3178,7 @@ type AddMemberResponse struct {
 
 func (x *AddMemberResponse) Reset() {
 	*x = AddMemberResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[39]
+	mi := &file_xce_v1_xce_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3012,7 +3190,7 @@ func (x *AddMemberResponse) String() string {
 func (*AddMemberResponse) ProtoMessage() {}
 
 func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[39]
+	mi := &file_xce_v1_xce_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3025,7 +3203,7 @@ func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberResponse.ProtoReflect.Descriptor instead.
 func (*AddMemberResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{39}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *AddMemberResponse) GetMember() *Member {
@@ -3044,7 +3222,7 @@ type PromoteMemberRequest struct {
 
 func (x *PromoteMemberRequest) Reset() {
 	*x = PromoteMemberRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[40]
+	mi := &file_xce_v1_xce_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3056,7 +3234,7 @@ func (x *PromoteMemberRequest) String() string {
 func (*PromoteMemberRequest) ProtoMessage() {}
 
 func (x *PromoteMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[40]
+	mi := &file_xce_v1_xce_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3069,7 +3247,7 @@ func (x *PromoteMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteMemberRequest.ProtoReflect.Descriptor instead.
 func (*PromoteMemberRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{40}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PromoteMemberRequest) GetId() string {
@@ -3088,7 +3266,7 @@ type PromoteMemberResponse struct {
 
 func (x *PromoteMemberResponse) Reset() {
 	*x = PromoteMemberResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[41]
+	mi := &file_xce_v1_xce_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3100,7 +3278,7 @@ func (x *PromoteMemberResponse) String() string {
 func (*PromoteMemberResponse) ProtoMessage() {}
 
 func (x *PromoteMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[41]
+	mi := &file_xce_v1_xce_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3113,7 +3291,7 @@ func (x *PromoteMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteMemberResponse.ProtoReflect.Descriptor instead.
 func (*PromoteMemberResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{41}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PromoteMemberResponse) GetMember() *Member {
@@ -3134,7 +3312,7 @@ type RemoveMemberRequest struct {
 
 func (x *RemoveMemberRequest) Reset() {
 	*x = RemoveMemberRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[42]
+	mi := &file_xce_v1_xce_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3146,7 +3324,7 @@ func (x *RemoveMemberRequest) String() string {
 func (*RemoveMemberRequest) ProtoMessage() {}
 
 func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[42]
+	mi := &file_xce_v1_xce_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3159,7 +3337,7 @@ func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{42}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *RemoveMemberRequest) GetId() string {
@@ -3184,7 +3362,7 @@ type RemoveMemberResponse struct {
 
 func (x *RemoveMemberResponse) Reset() {
 	*x = RemoveMemberResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[43]
+	mi := &file_xce_v1_xce_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3196,7 +3374,7 @@ func (x *RemoveMemberResponse) String() string {
 func (*RemoveMemberResponse) ProtoMessage() {}
 
 func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[43]
+	mi := &file_xce_v1_xce_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3209,7 +3387,7 @@ func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMemberResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{43}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{45}
 }
 
 type TransferLeaderRequest struct {
@@ -3222,7 +3400,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[44]
+	mi := &file_xce_v1_xce_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3234,7 +3412,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[44]
+	mi := &file_xce_v1_xce_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3247,7 +3425,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{44}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *TransferLeaderRequest) GetTo() string {
@@ -3267,7 +3445,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[45]
+	mi := &file_xce_v1_xce_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3279,7 +3457,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[45]
+	mi := &file_xce_v1_xce_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3292,7 +3470,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{45}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *TransferLeaderResponse) GetLeaderId() string {
@@ -3316,7 +3494,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[46]
+	mi := &file_xce_v1_xce_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3328,7 +3506,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[46]
+	mi := &file_xce_v1_xce_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3341,7 +3519,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{46}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *JoinRequest) GetId() string {
@@ -3382,7 +3560,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[47]
+	mi := &file_xce_v1_xce_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3394,7 +3572,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[47]
+	mi := &file_xce_v1_xce_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3407,7 +3585,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{47}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *JoinResponse) GetMember() *Member {
@@ -3425,7 +3603,7 @@ type SaveSnapshotRequest struct {
 
 func (x *SaveSnapshotRequest) Reset() {
 	*x = SaveSnapshotRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[48]
+	mi := &file_xce_v1_xce_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3437,7 +3615,7 @@ func (x *SaveSnapshotRequest) String() string {
 func (*SaveSnapshotRequest) ProtoMessage() {}
 
 func (x *SaveSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[48]
+	mi := &file_xce_v1_xce_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3450,7 +3628,7 @@ func (x *SaveSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SaveSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SaveSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{48}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{50}
 }
 
 // SnapshotChunk is one piece of a snapshot stream: the first carries the
@@ -3473,7 +3651,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_xce_v1_xce_proto_msgTypes[49]
+	mi := &file_xce_v1_xce_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3485,7 +3663,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[49]
+	mi := &file_xce_v1_xce_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3498,7 +3676,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{49}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *SnapshotChunk) GetFormat() uint32 {
@@ -3558,7 +3736,7 @@ type TakeSnapshotRequest struct {
 
 func (x *TakeSnapshotRequest) Reset() {
 	*x = TakeSnapshotRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[50]
+	mi := &file_xce_v1_xce_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3570,7 +3748,7 @@ func (x *TakeSnapshotRequest) String() string {
 func (*TakeSnapshotRequest) ProtoMessage() {}
 
 func (x *TakeSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[50]
+	mi := &file_xce_v1_xce_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3583,7 +3761,7 @@ func (x *TakeSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*TakeSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{50}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{52}
 }
 
 type TakeSnapshotResponse struct {
@@ -3600,7 +3778,7 @@ type TakeSnapshotResponse struct {
 
 func (x *TakeSnapshotResponse) Reset() {
 	*x = TakeSnapshotResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[51]
+	mi := &file_xce_v1_xce_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3612,7 +3790,7 @@ func (x *TakeSnapshotResponse) String() string {
 func (*TakeSnapshotResponse) ProtoMessage() {}
 
 func (x *TakeSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[51]
+	mi := &file_xce_v1_xce_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3625,7 +3803,7 @@ func (x *TakeSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*TakeSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{51}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *TakeSnapshotResponse) GetIndex() uint64 {
@@ -3826,7 +4004,22 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\"\x1a\n" +
 	"\x18UnfreezePlacementRequest\"1\n" +
 	"\x19UnfreezePlacementResponse\x12\x14\n" +
-	"\x05index\x18\x01 \x01(\x04R\x05index\"Y\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\"x\n" +
+	"\x16WatchAssignmentRequest\x12'\n" +
+	"\x0ffrom_generation\x18\x01 \x01(\x04R\x0efromGeneration\x125\n" +
+	"\vconsistency\x18\x02 \x01(\x0e2\x13.xce.v1.ConsistencyR\vconsistency\"\xa8\x02\n" +
+	"\x17WatchAssignmentResponse\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x01 \x01(\x04R\n" +
+	"generation\x12\x12\n" +
+	"\x04full\x18\x02 \x01(\bR\x04full\x12+\n" +
+	"\x05tasks\x18\x03 \x03(\v2\x15.xce.v1.TaskPlacementR\x05tasks\x12\x18\n" +
+	"\aremoved\x18\x04 \x03(\tR\aremoved\x12\x12\n" +
+	"\x04more\x18\x05 \x01(\bR\x04more\x12\x14\n" +
+	"\x05index\x18\x06 \x01(\x04R\x05index\x12#\n" +
+	"\rapplied_index\x18\a \x01(\x04R\fappliedIndex\x12!\n" +
+	"\fcommit_index\x18\b \x01(\x04R\vcommitIndex\x12 \n" +
+	"\x04role\x18\t \x01(\x0e2\f.xce.v1.RoleR\x04role\"Y\n" +
 	"\x04Fact\x12$\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x10.xce.v1.FactKindR\x04kind\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x12\n" +
@@ -3957,7 +4150,7 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"\x10FACT_KIND_NOTIFY\x10\x01\x12\x14\n" +
 	"\x10FACT_KIND_UPDATE\x10\x02\x12 \n" +
 	"\x1cFACT_KIND_SET_PENDING_REASON\x10\x03\x12\"\n" +
-	"\x1eFACT_KIND_CLEAR_PENDING_REASON\x10\x042\xf8\x06\n" +
+	"\x1eFACT_KIND_CLEAR_PENDING_REASON\x10\x042\xce\a\n" +
 	"\x11ControllerService\x12<\n" +
 	"\x06Status\x12\x15.xce.v1.StatusRequest\x1a\x16.xce.v1.StatusResponse\"\x03\x90\x02\x01\x12C\n" +
 	"\vWatchStatus\x12\x1a.xce.v1.WatchStatusRequest\x1a\x16.xce.v1.StatusResponse0\x01\x12C\n" +
@@ -3972,7 +4165,8 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"\vDrainWorker\x12\x1a.xce.v1.DrainWorkerRequest\x1a\x1b.xce.v1.DrainWorkerResponse\x12L\n" +
 	"\rUndrainWorker\x12\x1c.xce.v1.UndrainWorkerRequest\x1a\x1d.xce.v1.UndrainWorkerResponse\x12R\n" +
 	"\x0fFreezePlacement\x12\x1e.xce.v1.FreezePlacementRequest\x1a\x1f.xce.v1.FreezePlacementResponse\x12X\n" +
-	"\x11UnfreezePlacement\x12 .xce.v1.UnfreezePlacementRequest\x1a!.xce.v1.UnfreezePlacementResponse2\x90\x01\n" +
+	"\x11UnfreezePlacement\x12 .xce.v1.UnfreezePlacementRequest\x1a!.xce.v1.UnfreezePlacementResponse\x12T\n" +
+	"\x0fWatchAssignment\x12\x1e.xce.v1.WatchAssignmentRequest\x1a\x1f.xce.v1.WatchAssignmentResponse0\x012\x90\x01\n" +
 	"\rWorkerService\x12=\n" +
 	"\bRegister\x12\x17.xce.v1.RegisterRequest\x1a\x18.xce.v1.RegisterResponse\x12@\n" +
 	"\tHeartbeat\x12\x18.xce.v1.HeartbeatRequest\x1a\x19.xce.v1.HeartbeatResponse2\xcd\x04\n" +
@@ -3999,7 +4193,7 @@ func file_xce_v1_xce_proto_rawDescGZIP() []byte {
 }
 
 var file_xce_v1_xce_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_xce_v1_xce_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
+var file_xce_v1_xce_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
 var file_xce_v1_xce_proto_goTypes = []any{
 	(Role)(0),                         // 0: xce.v1.Role
 	(Consistency)(0),                  // 1: xce.v1.Consistency
@@ -4034,36 +4228,38 @@ var file_xce_v1_xce_proto_goTypes = []any{
 	(*FreezePlacementResponse)(nil),   // 30: xce.v1.FreezePlacementResponse
 	(*UnfreezePlacementRequest)(nil),  // 31: xce.v1.UnfreezePlacementRequest
 	(*UnfreezePlacementResponse)(nil), // 32: xce.v1.UnfreezePlacementResponse
-	(*Fact)(nil),                      // 33: xce.v1.Fact
-	(*RegisterRequest)(nil),           // 34: xce.v1.RegisterRequest
-	(*RegisterResponse)(nil),          // 35: xce.v1.RegisterResponse
-	(*HeartbeatRequest)(nil),          // 36: xce.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),         // 37: xce.v1.HeartbeatResponse
-	(*Member)(nil),                    // 38: xce.v1.Member
-	(*ListMembersRequest)(nil),        // 39: xce.v1.ListMembersRequest
-	(*ListMembersResponse)(nil),       // 40: xce.v1.ListMembersResponse
-	(*AddMemberRequest)(nil),          // 41: xce.v1.AddMemberRequest
-	(*AddMemberResponse)(nil),         // 42: xce.v1.AddMemberResponse
-	(*PromoteMemberRequest)(nil),      // 43: xce.v1.PromoteMemberRequest
-	(*PromoteMemberResponse)(nil),     // 44: xce.v1.PromoteMemberResponse
-	(*RemoveMemberRequest)(nil),       // 45: xce.v1.RemoveMemberRequest
-	(*RemoveMemberResponse)(nil),      // 46: xce.v1.RemoveMemberResponse
-	(*TransferLeaderRequest)(nil),     // 47: xce.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil),    // 48: xce.v1.TransferLeaderResponse
-	(*JoinRequest)(nil),               // 49: xce.v1.JoinRequest
-	(*JoinResponse)(nil),              // 50: xce.v1.JoinResponse
-	(*SaveSnapshotRequest)(nil),       // 51: xce.v1.SaveSnapshotRequest
-	(*SnapshotChunk)(nil),             // 52: xce.v1.SnapshotChunk
-	(*TakeSnapshotRequest)(nil),       // 53: xce.v1.TakeSnapshotRequest
-	(*TakeSnapshotResponse)(nil),      // 54: xce.v1.TakeSnapshotResponse
-	nil,                               // 55: xce.v1.TaskAssignment.LagsEntry
-	nil,                               // 56: xce.v1.WorkerInfo.LagsEntry
-	nil,                               // 57: xce.v1.WorkerInfo.LabelsEntry
-	nil,                               // 58: xce.v1.AwayWorker.LabelsEntry
-	nil,                               // 59: xce.v1.RegisterRequest.LabelsEntry
-	nil,                               // 60: xce.v1.HeartbeatRequest.LagsEntry
-	nil,                               // 61: xce.v1.HeartbeatRequest.LoadsEntry
-	nil,                               // 62: xce.v1.HeartbeatResponse.EpochsEntry
+	(*WatchAssignmentRequest)(nil),    // 33: xce.v1.WatchAssignmentRequest
+	(*WatchAssignmentResponse)(nil),   // 34: xce.v1.WatchAssignmentResponse
+	(*Fact)(nil),                      // 35: xce.v1.Fact
+	(*RegisterRequest)(nil),           // 36: xce.v1.RegisterRequest
+	(*RegisterResponse)(nil),          // 37: xce.v1.RegisterResponse
+	(*HeartbeatRequest)(nil),          // 38: xce.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),         // 39: xce.v1.HeartbeatResponse
+	(*Member)(nil),                    // 40: xce.v1.Member
+	(*ListMembersRequest)(nil),        // 41: xce.v1.ListMembersRequest
+	(*ListMembersResponse)(nil),       // 42: xce.v1.ListMembersResponse
+	(*AddMemberRequest)(nil),          // 43: xce.v1.AddMemberRequest
+	(*AddMemberResponse)(nil),         // 44: xce.v1.AddMemberResponse
+	(*PromoteMemberRequest)(nil),      // 45: xce.v1.PromoteMemberRequest
+	(*PromoteMemberResponse)(nil),     // 46: xce.v1.PromoteMemberResponse
+	(*RemoveMemberRequest)(nil),       // 47: xce.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil),      // 48: xce.v1.RemoveMemberResponse
+	(*TransferLeaderRequest)(nil),     // 49: xce.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil),    // 50: xce.v1.TransferLeaderResponse
+	(*JoinRequest)(nil),               // 51: xce.v1.JoinRequest
+	(*JoinResponse)(nil),              // 52: xce.v1.JoinResponse
+	(*SaveSnapshotRequest)(nil),       // 53: xce.v1.SaveSnapshotRequest
+	(*SnapshotChunk)(nil),             // 54: xce.v1.SnapshotChunk
+	(*TakeSnapshotRequest)(nil),       // 55: xce.v1.TakeSnapshotRequest
+	(*TakeSnapshotResponse)(nil),      // 56: xce.v1.TakeSnapshotResponse
+	nil,                               // 57: xce.v1.TaskAssignment.LagsEntry
+	nil,                               // 58: xce.v1.WorkerInfo.LagsEntry
+	nil,                               // 59: xce.v1.WorkerInfo.LabelsEntry
+	nil,                               // 60: xce.v1.AwayWorker.LabelsEntry
+	nil,                               // 61: xce.v1.RegisterRequest.LabelsEntry
+	nil,                               // 62: xce.v1.HeartbeatRequest.LagsEntry
+	nil,                               // 63: xce.v1.HeartbeatRequest.LoadsEntry
+	nil,                               // 64: xce.v1.HeartbeatResponse.EpochsEntry
 }
 var file_xce_v1_xce_proto_depIdxs = []int32{
 	0,  // 0: xce.v1.NotReady.role:type_name -> xce.v1.Role
@@ -4074,76 +4270,81 @@ var file_xce_v1_xce_proto_depIdxs = []int32{
 	4,  // 5: xce.v1.ListTasksResponse.tasks:type_name -> xce.v1.Task
 	0,  // 6: xce.v1.StatusResponse.role:type_name -> xce.v1.Role
 	15, // 7: xce.v1.StatusResponse.roster:type_name -> xce.v1.RosterMember
-	38, // 8: xce.v1.StatusResponse.members:type_name -> xce.v1.Member
+	40, // 8: xce.v1.StatusResponse.members:type_name -> xce.v1.Member
 	1,  // 9: xce.v1.GetAssignmentRequest.consistency:type_name -> xce.v1.Consistency
 	17, // 10: xce.v1.TaskAssignment.placement:type_name -> xce.v1.TaskPlacement
-	55, // 11: xce.v1.TaskAssignment.lags:type_name -> xce.v1.TaskAssignment.LagsEntry
+	57, // 11: xce.v1.TaskAssignment.lags:type_name -> xce.v1.TaskAssignment.LagsEntry
 	19, // 12: xce.v1.GetAssignmentResponse.tasks:type_name -> xce.v1.TaskAssignment
-	56, // 13: xce.v1.WorkerInfo.lags:type_name -> xce.v1.WorkerInfo.LagsEntry
-	57, // 14: xce.v1.WorkerInfo.labels:type_name -> xce.v1.WorkerInfo.LabelsEntry
+	58, // 13: xce.v1.WorkerInfo.lags:type_name -> xce.v1.WorkerInfo.LagsEntry
+	59, // 14: xce.v1.WorkerInfo.labels:type_name -> xce.v1.WorkerInfo.LabelsEntry
 	22, // 15: xce.v1.ListWorkersResponse.workers:type_name -> xce.v1.WorkerInfo
 	24, // 16: xce.v1.ListWorkersResponse.away:type_name -> xce.v1.AwayWorker
-	58, // 17: xce.v1.AwayWorker.labels:type_name -> xce.v1.AwayWorker.LabelsEntry
-	2,  // 18: xce.v1.Fact.kind:type_name -> xce.v1.FactKind
-	59, // 19: xce.v1.RegisterRequest.labels:type_name -> xce.v1.RegisterRequest.LabelsEntry
-	60, // 20: xce.v1.HeartbeatRequest.lags:type_name -> xce.v1.HeartbeatRequest.LagsEntry
-	33, // 21: xce.v1.HeartbeatRequest.facts:type_name -> xce.v1.Fact
-	61, // 22: xce.v1.HeartbeatRequest.loads:type_name -> xce.v1.HeartbeatRequest.LoadsEntry
-	62, // 23: xce.v1.HeartbeatResponse.epochs:type_name -> xce.v1.HeartbeatResponse.EpochsEntry
-	1,  // 24: xce.v1.ListMembersRequest.consistency:type_name -> xce.v1.Consistency
-	38, // 25: xce.v1.ListMembersResponse.members:type_name -> xce.v1.Member
-	38, // 26: xce.v1.AddMemberResponse.member:type_name -> xce.v1.Member
-	38, // 27: xce.v1.PromoteMemberResponse.member:type_name -> xce.v1.Member
-	38, // 28: xce.v1.JoinResponse.member:type_name -> xce.v1.Member
-	13, // 29: xce.v1.ControllerService.Status:input_type -> xce.v1.StatusRequest
-	16, // 30: xce.v1.ControllerService.WatchStatus:input_type -> xce.v1.WatchStatusRequest
-	5,  // 31: xce.v1.ControllerService.SubmitTask:input_type -> xce.v1.SubmitTaskRequest
-	7,  // 32: xce.v1.ControllerService.GetTask:input_type -> xce.v1.GetTaskRequest
-	9,  // 33: xce.v1.ControllerService.ListTasks:input_type -> xce.v1.ListTasksRequest
-	11, // 34: xce.v1.ControllerService.DeleteTask:input_type -> xce.v1.DeleteTaskRequest
-	18, // 35: xce.v1.ControllerService.GetAssignment:input_type -> xce.v1.GetAssignmentRequest
-	21, // 36: xce.v1.ControllerService.ListWorkers:input_type -> xce.v1.ListWorkersRequest
-	25, // 37: xce.v1.ControllerService.DrainWorker:input_type -> xce.v1.DrainWorkerRequest
-	27, // 38: xce.v1.ControllerService.UndrainWorker:input_type -> xce.v1.UndrainWorkerRequest
-	29, // 39: xce.v1.ControllerService.FreezePlacement:input_type -> xce.v1.FreezePlacementRequest
-	31, // 40: xce.v1.ControllerService.UnfreezePlacement:input_type -> xce.v1.UnfreezePlacementRequest
-	34, // 41: xce.v1.WorkerService.Register:input_type -> xce.v1.RegisterRequest
-	36, // 42: xce.v1.WorkerService.Heartbeat:input_type -> xce.v1.HeartbeatRequest
-	39, // 43: xce.v1.ClusterService.ListMembers:input_type -> xce.v1.ListMembersRequest
-	41, // 44: xce.v1.ClusterService.AddMember:input_type -> xce.v1.AddMemberRequest
-	43, // 45: xce.v1.ClusterService.PromoteMember:input_type -> xce.v1.PromoteMemberRequest
-	45, // 46: xce.v1.ClusterService.RemoveMember:input_type -> xce.v1.RemoveMemberRequest
-	47, // 47: xce.v1.ClusterService.TransferLeader:input_type -> xce.v1.TransferLeaderRequest
-	49, // 48: xce.v1.ClusterService.Join:input_type -> xce.v1.JoinRequest
-	51, // 49: xce.v1.ClusterService.SaveSnapshot:input_type -> xce.v1.SaveSnapshotRequest
-	53, // 50: xce.v1.ClusterService.TakeSnapshot:input_type -> xce.v1.TakeSnapshotRequest
-	14, // 51: xce.v1.ControllerService.Status:output_type -> xce.v1.StatusResponse
-	14, // 52: xce.v1.ControllerService.WatchStatus:output_type -> xce.v1.StatusResponse
-	6,  // 53: xce.v1.ControllerService.SubmitTask:output_type -> xce.v1.SubmitTaskResponse
-	8,  // 54: xce.v1.ControllerService.GetTask:output_type -> xce.v1.GetTaskResponse
-	10, // 55: xce.v1.ControllerService.ListTasks:output_type -> xce.v1.ListTasksResponse
-	12, // 56: xce.v1.ControllerService.DeleteTask:output_type -> xce.v1.DeleteTaskResponse
-	20, // 57: xce.v1.ControllerService.GetAssignment:output_type -> xce.v1.GetAssignmentResponse
-	23, // 58: xce.v1.ControllerService.ListWorkers:output_type -> xce.v1.ListWorkersResponse
-	26, // 59: xce.v1.ControllerService.DrainWorker:output_type -> xce.v1.DrainWorkerResponse
-	28, // 60: xce.v1.ControllerService.UndrainWorker:output_type -> xce.v1.UndrainWorkerResponse
-	30, // 61: xce.v1.ControllerService.FreezePlacement:output_type -> xce.v1.FreezePlacementResponse
-	32, // 62: xce.v1.ControllerService.UnfreezePlacement:output_type -> xce.v1.UnfreezePlacementResponse
-	35, // 63: xce.v1.WorkerService.Register:output_type -> xce.v1.RegisterResponse
-	37, // 64: xce.v1.WorkerService.Heartbeat:output_type -> xce.v1.HeartbeatResponse
-	40, // 65: xce.v1.ClusterService.ListMembers:output_type -> xce.v1.ListMembersResponse
-	42, // 66: xce.v1.ClusterService.AddMember:output_type -> xce.v1.AddMemberResponse
-	44, // 67: xce.v1.ClusterService.PromoteMember:output_type -> xce.v1.PromoteMemberResponse
-	46, // 68: xce.v1.ClusterService.RemoveMember:output_type -> xce.v1.RemoveMemberResponse
-	48, // 69: xce.v1.ClusterService.TransferLeader:output_type -> xce.v1.TransferLeaderResponse
-	50, // 70: xce.v1.ClusterService.Join:output_type -> xce.v1.JoinResponse
-	52, // 71: xce.v1.ClusterService.SaveSnapshot:output_type -> xce.v1.SnapshotChunk
-	54, // 72: xce.v1.ClusterService.TakeSnapshot:output_type -> xce.v1.TakeSnapshotResponse
-	51, // [51:73] is the sub-list for method output_type
-	29, // [29:51] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	60, // 17: xce.v1.AwayWorker.labels:type_name -> xce.v1.AwayWorker.LabelsEntry
+	1,  // 18: xce.v1.WatchAssignmentRequest.consistency:type_name -> xce.v1.Consistency
+	17, // 19: xce.v1.WatchAssignmentResponse.tasks:type_name -> xce.v1.TaskPlacement
+	0,  // 20: xce.v1.WatchAssignmentResponse.role:type_name -> xce.v1.Role
+	2,  // 21: xce.v1.Fact.kind:type_name -> xce.v1.FactKind
+	61, // 22: xce.v1.RegisterRequest.labels:type_name -> xce.v1.RegisterRequest.LabelsEntry
+	62, // 23: xce.v1.HeartbeatRequest.lags:type_name -> xce.v1.HeartbeatRequest.LagsEntry
+	35, // 24: xce.v1.HeartbeatRequest.facts:type_name -> xce.v1.Fact
+	63, // 25: xce.v1.HeartbeatRequest.loads:type_name -> xce.v1.HeartbeatRequest.LoadsEntry
+	64, // 26: xce.v1.HeartbeatResponse.epochs:type_name -> xce.v1.HeartbeatResponse.EpochsEntry
+	1,  // 27: xce.v1.ListMembersRequest.consistency:type_name -> xce.v1.Consistency
+	40, // 28: xce.v1.ListMembersResponse.members:type_name -> xce.v1.Member
+	40, // 29: xce.v1.AddMemberResponse.member:type_name -> xce.v1.Member
+	40, // 30: xce.v1.PromoteMemberResponse.member:type_name -> xce.v1.Member
+	40, // 31: xce.v1.JoinResponse.member:type_name -> xce.v1.Member
+	13, // 32: xce.v1.ControllerService.Status:input_type -> xce.v1.StatusRequest
+	16, // 33: xce.v1.ControllerService.WatchStatus:input_type -> xce.v1.WatchStatusRequest
+	5,  // 34: xce.v1.ControllerService.SubmitTask:input_type -> xce.v1.SubmitTaskRequest
+	7,  // 35: xce.v1.ControllerService.GetTask:input_type -> xce.v1.GetTaskRequest
+	9,  // 36: xce.v1.ControllerService.ListTasks:input_type -> xce.v1.ListTasksRequest
+	11, // 37: xce.v1.ControllerService.DeleteTask:input_type -> xce.v1.DeleteTaskRequest
+	18, // 38: xce.v1.ControllerService.GetAssignment:input_type -> xce.v1.GetAssignmentRequest
+	21, // 39: xce.v1.ControllerService.ListWorkers:input_type -> xce.v1.ListWorkersRequest
+	25, // 40: xce.v1.ControllerService.DrainWorker:input_type -> xce.v1.DrainWorkerRequest
+	27, // 41: xce.v1.ControllerService.UndrainWorker:input_type -> xce.v1.UndrainWorkerRequest
+	29, // 42: xce.v1.ControllerService.FreezePlacement:input_type -> xce.v1.FreezePlacementRequest
+	31, // 43: xce.v1.ControllerService.UnfreezePlacement:input_type -> xce.v1.UnfreezePlacementRequest
+	33, // 44: xce.v1.ControllerService.WatchAssignment:input_type -> xce.v1.WatchAssignmentRequest
+	36, // 45: xce.v1.WorkerService.Register:input_type -> xce.v1.RegisterRequest
+	38, // 46: xce.v1.WorkerService.Heartbeat:input_type -> xce.v1.HeartbeatRequest
+	41, // 47: xce.v1.ClusterService.ListMembers:input_type -> xce.v1.ListMembersRequest
+	43, // 48: xce.v1.ClusterService.AddMember:input_type -> xce.v1.AddMemberRequest
+	45, // 49: xce.v1.ClusterService.PromoteMember:input_type -> xce.v1.PromoteMemberRequest
+	47, // 50: xce.v1.ClusterService.RemoveMember:input_type -> xce.v1.RemoveMemberRequest
+	49, // 51: xce.v1.ClusterService.TransferLeader:input_type -> xce.v1.TransferLeaderRequest
+	51, // 52: xce.v1.ClusterService.Join:input_type -> xce.v1.JoinRequest
+	53, // 53: xce.v1.ClusterService.SaveSnapshot:input_type -> xce.v1.SaveSnapshotRequest
+	55, // 54: xce.v1.ClusterService.TakeSnapshot:input_type -> xce.v1.TakeSnapshotRequest
+	14, // 55: xce.v1.ControllerService.Status:output_type -> xce.v1.StatusResponse
+	14, // 56: xce.v1.ControllerService.WatchStatus:output_type -> xce.v1.StatusResponse
+	6,  // 57: xce.v1.ControllerService.SubmitTask:output_type -> xce.v1.SubmitTaskResponse
+	8,  // 58: xce.v1.ControllerService.GetTask:output_type -> xce.v1.GetTaskResponse
+	10, // 59: xce.v1.ControllerService.ListTasks:output_type -> xce.v1.ListTasksResponse
+	12, // 60: xce.v1.ControllerService.DeleteTask:output_type -> xce.v1.DeleteTaskResponse
+	20, // 61: xce.v1.ControllerService.GetAssignment:output_type -> xce.v1.GetAssignmentResponse
+	23, // 62: xce.v1.ControllerService.ListWorkers:output_type -> xce.v1.ListWorkersResponse
+	26, // 63: xce.v1.ControllerService.DrainWorker:output_type -> xce.v1.DrainWorkerResponse
+	28, // 64: xce.v1.ControllerService.UndrainWorker:output_type -> xce.v1.UndrainWorkerResponse
+	30, // 65: xce.v1.ControllerService.FreezePlacement:output_type -> xce.v1.FreezePlacementResponse
+	32, // 66: xce.v1.ControllerService.UnfreezePlacement:output_type -> xce.v1.UnfreezePlacementResponse
+	34, // 67: xce.v1.ControllerService.WatchAssignment:output_type -> xce.v1.WatchAssignmentResponse
+	37, // 68: xce.v1.WorkerService.Register:output_type -> xce.v1.RegisterResponse
+	39, // 69: xce.v1.WorkerService.Heartbeat:output_type -> xce.v1.HeartbeatResponse
+	42, // 70: xce.v1.ClusterService.ListMembers:output_type -> xce.v1.ListMembersResponse
+	44, // 71: xce.v1.ClusterService.AddMember:output_type -> xce.v1.AddMemberResponse
+	46, // 72: xce.v1.ClusterService.PromoteMember:output_type -> xce.v1.PromoteMemberResponse
+	48, // 73: xce.v1.ClusterService.RemoveMember:output_type -> xce.v1.RemoveMemberResponse
+	50, // 74: xce.v1.ClusterService.TransferLeader:output_type -> xce.v1.TransferLeaderResponse
+	52, // 75: xce.v1.ClusterService.Join:output_type -> xce.v1.JoinResponse
+	54, // 76: xce.v1.ClusterService.SaveSnapshot:output_type -> xce.v1.SnapshotChunk
+	56, // 77: xce.v1.ClusterService.TakeSnapshot:output_type -> xce.v1.TakeSnapshotResponse
+	55, // [55:78] is the sub-list for method output_type
+	32, // [32:55] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_xce_v1_xce_proto_init() }
@@ -4157,7 +4358,7 @@ func file_xce_v1_xce_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_xce_v1_xce_proto_rawDesc), len(file_xce_v1_xce_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   60,
+			NumMessages:   62,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -73,6 +73,9 @@ const (
 	// ControllerServiceUnfreezePlacementProcedure is the fully-qualified name of the
 	// ControllerService's UnfreezePlacement RPC.
 	ControllerServiceUnfreezePlacementProcedure = "/xce.v1.ControllerService/UnfreezePlacement"
+	// ControllerServiceWatchAssignmentProcedure is the fully-qualified name of the ControllerService's
+	// WatchAssignment RPC.
+	ControllerServiceWatchAssignmentProcedure = "/xce.v1.ControllerService/WatchAssignment"
 	// WorkerServiceRegisterProcedure is the fully-qualified name of the WorkerService's Register RPC.
 	WorkerServiceRegisterProcedure = "/xce.v1.WorkerService/Register"
 	// WorkerServiceHeartbeatProcedure is the fully-qualified name of the WorkerService's Heartbeat RPC.
@@ -131,6 +134,12 @@ type ControllerServiceClient interface {
 	FreezePlacement(context.Context, *connect.Request[v1.FreezePlacementRequest]) (*connect.Response[v1.FreezePlacementResponse], error)
 	// UnfreezePlacement ends a freeze. Idempotent.
 	UnfreezePlacement(context.Context, *connect.Request[v1.UnfreezePlacementRequest]) (*connect.Response[v1.UnfreezePlacementResponse], error)
+	// WatchAssignment sends the assignment, then each new generation as it
+	// is applied on this node. Served by the PRIMARY and, with consistency
+	// STALE, by STANDBYs (each message says how far this node may be
+	// behind). Resumable: from_generation N sends exactly the generations
+	// after N, or a full copy when this node no longer has them.
+	WatchAssignment(context.Context, *connect.Request[v1.WatchAssignmentRequest]) (*connect.ServerStreamForClient[v1.WatchAssignmentResponse], error)
 }
 
 // NewControllerServiceClient constructs a client for the xce.v1.ControllerService service. By
@@ -217,6 +226,12 @@ func NewControllerServiceClient(httpClient connect.HTTPClient, baseURL string, o
 			connect.WithSchema(controllerServiceMethods.ByName("UnfreezePlacement")),
 			connect.WithClientOptions(opts...),
 		),
+		watchAssignment: connect.NewClient[v1.WatchAssignmentRequest, v1.WatchAssignmentResponse](
+			httpClient,
+			baseURL+ControllerServiceWatchAssignmentProcedure,
+			connect.WithSchema(controllerServiceMethods.ByName("WatchAssignment")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -234,6 +249,7 @@ type controllerServiceClient struct {
 	undrainWorker     *connect.Client[v1.UndrainWorkerRequest, v1.UndrainWorkerResponse]
 	freezePlacement   *connect.Client[v1.FreezePlacementRequest, v1.FreezePlacementResponse]
 	unfreezePlacement *connect.Client[v1.UnfreezePlacementRequest, v1.UnfreezePlacementResponse]
+	watchAssignment   *connect.Client[v1.WatchAssignmentRequest, v1.WatchAssignmentResponse]
 }
 
 // Status calls xce.v1.ControllerService.Status.
@@ -296,6 +312,11 @@ func (c *controllerServiceClient) UnfreezePlacement(ctx context.Context, req *co
 	return c.unfreezePlacement.CallUnary(ctx, req)
 }
 
+// WatchAssignment calls xce.v1.ControllerService.WatchAssignment.
+func (c *controllerServiceClient) WatchAssignment(ctx context.Context, req *connect.Request[v1.WatchAssignmentRequest]) (*connect.ServerStreamForClient[v1.WatchAssignmentResponse], error) {
+	return c.watchAssignment.CallServerStream(ctx, req)
+}
+
 // ControllerServiceHandler is an implementation of the xce.v1.ControllerService service.
 type ControllerServiceHandler interface {
 	Status(context.Context, *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error)
@@ -325,6 +346,12 @@ type ControllerServiceHandler interface {
 	FreezePlacement(context.Context, *connect.Request[v1.FreezePlacementRequest]) (*connect.Response[v1.FreezePlacementResponse], error)
 	// UnfreezePlacement ends a freeze. Idempotent.
 	UnfreezePlacement(context.Context, *connect.Request[v1.UnfreezePlacementRequest]) (*connect.Response[v1.UnfreezePlacementResponse], error)
+	// WatchAssignment sends the assignment, then each new generation as it
+	// is applied on this node. Served by the PRIMARY and, with consistency
+	// STALE, by STANDBYs (each message says how far this node may be
+	// behind). Resumable: from_generation N sends exactly the generations
+	// after N, or a full copy when this node no longer has them.
+	WatchAssignment(context.Context, *connect.Request[v1.WatchAssignmentRequest], *connect.ServerStream[v1.WatchAssignmentResponse]) error
 }
 
 // NewControllerServiceHandler builds an HTTP handler from the service implementation. It returns
@@ -407,6 +434,12 @@ func NewControllerServiceHandler(svc ControllerServiceHandler, opts ...connect.H
 		connect.WithSchema(controllerServiceMethods.ByName("UnfreezePlacement")),
 		connect.WithHandlerOptions(opts...),
 	)
+	controllerServiceWatchAssignmentHandler := connect.NewServerStreamHandler(
+		ControllerServiceWatchAssignmentProcedure,
+		svc.WatchAssignment,
+		connect.WithSchema(controllerServiceMethods.ByName("WatchAssignment")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/xce.v1.ControllerService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ControllerServiceStatusProcedure:
@@ -433,6 +466,8 @@ func NewControllerServiceHandler(svc ControllerServiceHandler, opts ...connect.H
 			controllerServiceFreezePlacementHandler.ServeHTTP(w, r)
 		case ControllerServiceUnfreezePlacementProcedure:
 			controllerServiceUnfreezePlacementHandler.ServeHTTP(w, r)
+		case ControllerServiceWatchAssignmentProcedure:
+			controllerServiceWatchAssignmentHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -488,6 +523,10 @@ func (UnimplementedControllerServiceHandler) FreezePlacement(context.Context, *c
 
 func (UnimplementedControllerServiceHandler) UnfreezePlacement(context.Context, *connect.Request[v1.UnfreezePlacementRequest]) (*connect.Response[v1.UnfreezePlacementResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("xce.v1.ControllerService.UnfreezePlacement is not implemented"))
+}
+
+func (UnimplementedControllerServiceHandler) WatchAssignment(context.Context, *connect.Request[v1.WatchAssignmentRequest], *connect.ServerStream[v1.WatchAssignmentResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("xce.v1.ControllerService.WatchAssignment is not implemented"))
 }
 
 // WorkerServiceClient is a client for the xce.v1.WorkerService service.

@@ -1,0 +1,173 @@
+package dispatch
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync/atomic"
+
+	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
+
+	xcev1 "github.com/xce/xce/proto/xce/v1"
+	"github.com/xce/xce/state"
+)
+
+// Bounds of the assignment watches, so that watchers cannot grow a node's
+// memory without bound: a watcher holds at most one message at a time
+// (the generations it still has to receive stay in the state machine's
+// shared, bounded history), and at most MaxWatchers watch at once.
+const (
+	// MaxWatchers bounds the concurrent WatchAssignment streams per node.
+	MaxWatchers = 10_000
+	// watchPage is the most placements one message carries; a full copy
+	// of a larger assignment is sent in parts (more).
+	watchPage = 5_000
+)
+
+// watchMetrics counts the assignment watches.
+type watchMetrics struct {
+	watchers atomic.Int64
+	messages prometheus.Counter
+	fullCopy prometheus.Counter
+	cutOff   prometheus.Counter
+	refused  prometheus.Counter
+}
+
+func newWatchMetrics(reg prometheus.Registerer) *watchMetrics {
+	m := &watchMetrics{
+		messages: prometheus.NewCounter(prometheus.CounterOpts{Name: "xce_watch_messages_total",
+			Help: "WatchAssignment messages sent."}),
+		fullCopy: prometheus.NewCounter(prometheus.CounterOpts{Name: "xce_watch_full_copies_total",
+			Help: "WatchAssignment full copies started (new watchers, and watchers whose generation this node no longer has)."}),
+		cutOff: prometheus.NewCounter(prometheus.CounterOpts{Name: "xce_watch_cut_off_total",
+			Help: "WatchAssignment streams ended because the watcher fell further behind than the history this node keeps; it resumes from its last generation."}),
+		refused: prometheus.NewCounter(prometheus.CounterOpts{Name: "xce_watch_refused_total",
+			Help: "WatchAssignment calls refused because MaxWatchers streams were open."}),
+	}
+	reg.MustRegister(m.messages, m.fullCopy, m.cutOff, m.refused,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "xce_watchers", Help: "Open WatchAssignment streams."},
+			func() float64 { return float64(m.watchers.Load()) }))
+	return m
+}
+
+// WatchAssignment streams the assignment: a full copy (or the generations
+// after from_generation), then each generation as this node applies it. A
+// node behind from_generation sends nothing until it has caught up, so a
+// watcher never goes back in time.
+func (s *Service) WatchAssignment(ctx context.Context, req *connect.Request[xcev1.WatchAssignmentRequest], stream *connect.ServerStream[xcev1.WatchAssignmentResponse]) error {
+	if n := s.wm.watchers.Add(1); n > MaxWatchers {
+		s.wm.watchers.Add(-1)
+		s.wm.refused.Inc()
+		return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("%d assignment watchers already: at most %d per node", n-1, MaxWatchers))
+	}
+	defer s.wm.watchers.Add(-1)
+	if err := s.readBarrier(ctx, req.Msg.Consistency); err != nil {
+		return err
+	}
+	w := &watcher{s: s, stream: stream, gen: req.Msg.FromGeneration}
+	fsm := s.node.FSM()
+	full := w.gen == 0
+	for {
+		var changed <-chan struct{}
+		if !full {
+			changes, cur, ok, ch := fsm.AssignmentSince(w.gen)
+			switch {
+			case w.gen > cur:
+				// This node is behind the watcher (a STANDBY that has
+				// not applied as much): nothing to send until it has
+				// caught up, rather than an older copy.
+				changed = ch
+			case ok:
+				if err := w.sendChanges(changes); err != nil {
+					return err
+				}
+				w.gen, changed = cur, ch
+			case w.sent:
+				// It fell behind the history while this stream served it:
+				// it resumes (from a full copy) rather than this node
+				// holding its generations.
+				s.wm.cutOff.Inc()
+				return connect.NewError(connect.CodeResourceExhausted,
+					fmt.Errorf("watcher fell behind this node's history: resume from generation %d", w.gen))
+			default:
+				full = true
+			}
+		}
+		if full {
+			gen, a, ch := fsm.AssignmentWatch()
+			if err := w.sendFull(gen, a); err != nil {
+				return err
+			}
+			w.gen, changed, full = gen, ch, false
+		}
+		v := s.node.View()
+		if v.Stopping {
+			return s.notReady(v, Decision{Kind: "shutting_down", Reason: "shutting down", RetryAfter: s.timings.Electing})
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+		case <-v.Changed():
+		}
+	}
+}
+
+// watcher is one WatchAssignment stream's state.
+type watcher struct {
+	s      *Service
+	stream *connect.ServerStream[xcev1.WatchAssignmentResponse]
+	gen    uint64
+	sent   bool
+}
+
+func (w *watcher) send(m *xcev1.WatchAssignmentResponse) error {
+	commit, applied := w.s.node.Indexes()
+	m.AppliedIndex, m.CommitIndex, m.Role = applied, commit, xcev1.Role(w.s.node.View().Role)
+	if err := w.stream.Send(m); err != nil {
+		return err
+	}
+	w.s.wm.messages.Inc()
+	w.sent = true
+	return nil
+}
+
+func (w *watcher) sendChanges(cs []state.GenerationChange) error {
+	for _, c := range cs {
+		m := &xcev1.WatchAssignmentResponse{Generation: c.Generation, Index: c.Index, Removed: c.Removed,
+			Tasks: make([]*xcev1.TaskPlacement, len(c.Set))}
+		for i, p := range c.Set {
+			m.Tasks[i] = placementProto(p)
+		}
+		if err := w.send(m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (w *watcher) sendFull(gen uint64, a map[string]state.Placement) error {
+	w.s.wm.fullCopy.Inc()
+	ids := make([]string, 0, len(a))
+	for id := range a {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for start := 0; start == 0 || start < len(ids); start += watchPage {
+		page := ids[start:min(start+watchPage, len(ids))]
+		m := &xcev1.WatchAssignmentResponse{Generation: gen, Full: start == 0, More: start+watchPage < len(ids),
+			Tasks: make([]*xcev1.TaskPlacement, len(page))}
+		for i, id := range page {
+			m.Tasks[i] = placementProto(a[id])
+		}
+		if err := w.send(m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func placementProto(p state.Placement) *xcev1.TaskPlacement {
+	return &xcev1.TaskPlacement{TaskId: p.Task, Active: p.Active, Standbys: p.Standbys, Warmups: p.Warmups, Epoch: p.Epoch}
+}

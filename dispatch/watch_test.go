@@ -1,0 +1,138 @@
+package dispatch_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/xce/xce/client/transport"
+	"github.com/xce/xce/ha"
+	"github.com/xce/xce/netio"
+	xcev1 "github.com/xce/xce/proto/xce/v1"
+	"github.com/xce/xce/proto/xce/v1/xcev1connect"
+	"github.com/xce/xce/state"
+)
+
+// assign writes an assignment generation through the node's log.
+func writeGeneration(t *testing.T, n interface {
+	Apply(context.Context, []byte) (state.Result, error)
+}, base uint64, set ...state.Placement) {
+	t.Helper()
+	c := state.Command{Type: state.CmdSetAssignment, Assign: state.AssignmentDelta{Base: base, Generation: base + 1, Set: set}}
+	if r, err := n.Apply(context.Background(), c.Encode()); err != nil || r.Code != state.CodeOK {
+		t.Fatalf("assignment %d: %v %v", base+1, r, err)
+	}
+}
+
+type watchClient struct {
+	t  *testing.T
+	cl xcev1connect.ControllerServiceClient
+}
+
+func (w watchClient) open(from uint64, c xcev1.Consistency) *connect.ServerStreamForClient[xcev1.WatchAssignmentResponse] {
+	w.t.Helper()
+	s, err := w.cl.WatchAssignment(ctxT(w.t), connect.NewRequest(&xcev1.WatchAssignmentRequest{FromGeneration: from, Consistency: c}))
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// next receives one message and renders it as "gen full|delta task:active@epoch… -removed…".
+func next(t *testing.T, s *connect.ServerStreamForClient[xcev1.WatchAssignmentResponse]) string {
+	t.Helper()
+	if !s.Receive() {
+		t.Fatalf("stream ended: %v", s.Err())
+	}
+	m := s.Msg()
+	kind := "delta"
+	if m.Full {
+		kind = "full"
+	}
+	out := fmt.Sprintf("%d %s", m.Generation, kind)
+	for _, p := range m.Tasks {
+		out += fmt.Sprintf(" %s:%s@%d", p.TaskId, p.Active, p.Epoch)
+	}
+	for _, id := range m.Removed {
+		out += " -" + id
+	}
+	return out
+}
+
+// TestWatchAssignment: a new watcher gets a full copy and then each
+// generation; one resuming from a kept generation gets exactly the later
+// ones; one ahead of the node gets nothing meanwhile; a STANDBY serves it
+// with STALE and refuses it without.
+func TestWatchAssignment(t *testing.T) {
+	node := newFakeNode("n1", primary)
+	ts := startServer(t, node, netio.DefaultLimits())
+	tr := transport.New()
+	defer tr.CloseIdleConnections()
+	w := watchClient{t, xcev1connect.NewControllerServiceClient(&http.Client{Transport: tr}, "http://"+ts.addr)}
+	for _, id := range []string{"a", "b", "c"} {
+		if _, err := w.cl.SubmitTask(ctxT(t), connect.NewRequest(&xcev1.SubmitTaskRequest{TaskId: id})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeGeneration(t, node, 0, state.Placement{Task: "a", Active: "w1"}, state.Placement{Task: "b", Active: "w2"})
+
+	s := w.open(0, xcev1.Consistency_CONSISTENCY_UNSPECIFIED)
+	if got := next(t, s); got != "1 full a:w1@1 b:w2@1" {
+		t.Fatalf("first message %q", got)
+	}
+	writeGeneration(t, node, 1, state.Placement{Task: "a", Active: "w2"}, state.Placement{Task: "c", Active: "w1"})
+	if got := next(t, s); got != "2 delta a:w2@2 c:w1@1" {
+		t.Fatalf("generation 2: %q", got)
+	}
+	if _, err := w.cl.DeleteTask(ctxT(t), connect.NewRequest(&xcev1.DeleteTaskRequest{TaskId: "b"})); err != nil {
+		t.Fatal(err)
+	}
+	writeGeneration(t, node, 2)
+	if got := next(t, s); got != "3 delta -b" {
+		t.Fatalf("generation 3 (a deletion): %q", got)
+	}
+
+	r := w.open(1, xcev1.Consistency_CONSISTENCY_UNSPECIFIED)
+	var got []string
+	for range 2 {
+		got = append(got, next(t, r))
+	}
+	if want := []string{"2 delta a:w2@2 c:w1@1", "3 delta -b"}; !slices.Equal(got, want) {
+		t.Fatalf("resumed from 1: %q, want %q", got, want)
+	}
+	// A watcher ahead of this node gets nothing until the node has caught
+	// up: never an older copy.
+	ahead, cancel := context.WithTimeout(ctxT(t), 300*time.Millisecond)
+	defer cancel()
+	s9, err := w.cl.WatchAssignment(ahead, connect.NewRequest(&xcev1.WatchAssignmentRequest{FromGeneration: 9}))
+	// Either the call or its first Receive waits out the deadline (the
+	// server ends the stream cleanly when the caller goes, or the client
+	// reports the deadline): no message either way.
+	if err == nil {
+		if s9.Receive() {
+			t.Fatalf("a watcher ahead of the node got %v", s9.Msg())
+		}
+		s9.Close()
+	} else if connect.CodeOf(err) != connect.CodeDeadlineExceeded {
+		t.Fatalf("a watcher ahead of the node: %v, want nothing until its deadline", err)
+	}
+
+	node.setView(ha.View{Role: ha.RoleStandby, Term: 5, LeaderID: "n2", LeaderAddr: "127.0.0.1:7102"})
+	if got := next(t, w.open(0, xcev1.Consistency_CONSISTENCY_STALE)); got != "3 full a:w2@2 c:w1@1" {
+		t.Fatalf("from a STANDBY, stale: %q", got)
+	}
+	lin, err := w.cl.WatchAssignment(ctxT(t), connect.NewRequest(&xcev1.WatchAssignmentRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lin.Close()
+	if lin.Receive() || connect.CodeOf(lin.Err()) != connect.CodeUnavailable {
+		t.Fatalf("from a STANDBY, linearizable: %v, want NOT_READY", lin.Err())
+	}
+}
