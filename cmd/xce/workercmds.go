@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -497,7 +498,7 @@ func printAssignment(w io.Writer, r *xcev1.GetAssignmentResponse) error {
 
 func assignmentCmd() *cobra.Command {
 	var f clientFlags
-	var stale bool
+	var stale, watch bool
 	cmd := &cobra.Command{
 		Use:   "assignment",
 		Short: "Print the committed assignment: each task's active, epoch, standbys and warm-ups",
@@ -505,9 +506,18 @@ func assignmentCmd() *cobra.Command {
 and warm-ups. A task's epoch grows by one each time the assignment gives it
 a new active worker (0: it never had one). The primary adds the lags its
 workers report and each active's status; a --stale read may be served by a
-STANDBY, without them.`,
+STANDBY, without them.
+
+With --watch it prints the assignment, then each new generation as it is
+committed (tasks whose placement changed, and those removed), until
+interrupted; across failovers it resumes where it was, missing no
+generation and printing none twice. With --json, one object per line per
+generation, the first the whole assignment ("full": true).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if watch {
+				return watchAssignment(cmd, &f, stale)
+			}
 			return f.call(func(ctx context.Context, c *client.Client) error {
 				r, err := c.GetAssignment(ctx, stale)
 				if err != nil {
@@ -522,5 +532,61 @@ STANDBY, without them.`,
 	}
 	f.register(cmd)
 	cmd.Flags().BoolVar(&stale, "stale", false, "accept a stale read from a STANDBY")
+	cmd.Flags().BoolVar(&watch, "watch", false, "print each new generation as it is committed, until interrupted")
 	return cmd
+}
+
+// watchJSON is one line of `xce assignment --watch --json`: a generation.
+type watchJSON struct {
+	Generation   uint64               `json:"generation"`
+	Full         bool                 `json:"full"`
+	Tasks        []watchPlacementJSON `json:"tasks"`
+	Removed      []string             `json:"removed"`
+	Role         string               `json:"role"`
+	AppliedIndex uint64               `json:"applied_index"`
+}
+
+type watchPlacementJSON struct {
+	TaskID   string   `json:"task_id"`
+	Active   string   `json:"active"`
+	Epoch    uint64   `json:"epoch"`
+	Standbys []string `json:"standbys"`
+	Warmups  []string `json:"warmups"`
+}
+
+// watchAssignment is `xce assignment --watch`: it runs until interrupted
+// (SIGINT or SIGTERM), not bounded by --timeout.
+func watchAssignment(cmd *cobra.Command, f *clientFlags, stale bool) error {
+	c, err := f.client()
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	w := cmd.OutOrStdout()
+	enc := json.NewEncoder(w)
+	return c.WatchAssignment(ctx, 0, stale, func(u client.AssignmentUpdate) error {
+		if f.json {
+			out := watchJSON{Generation: u.Generation, Full: u.Full, Tasks: make([]watchPlacementJSON, len(u.Tasks)),
+				Removed: nonNil(u.Removed), Role: roleString(u.Role), AppliedIndex: u.AppliedIndex}
+			for i, p := range u.Tasks {
+				out.Tasks[i] = watchPlacementJSON{TaskID: p.TaskId, Active: p.Active, Epoch: p.Epoch,
+					Standbys: nonNil(p.Standbys), Warmups: nonNil(p.Warmups)}
+			}
+			return enc.Encode(out)
+		}
+		kind := "changes"
+		if u.Full {
+			kind = "whole assignment"
+		}
+		fmt.Fprintf(w, "generation %d (%s, from %s, %s, applied index %d)\n", u.Generation, kind, u.Endpoint, roleString(u.Role), u.AppliedIndex)
+		for _, p := range u.Tasks {
+			fmt.Fprintf(w, "  %s  active %s  epoch %d  standbys %s  warmups %s\n", p.TaskId, orNone(p.Active), p.Epoch,
+				listCell(p.Standbys, 8), listCell(p.Warmups, 8))
+		}
+		for _, id := range u.Removed {
+			fmt.Fprintf(w, "  %s  removed\n", id)
+		}
+		return nil
+	})
 }

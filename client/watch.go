@@ -1,0 +1,130 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/xce/xce/internal/backoff"
+	xcev1 "github.com/xce/xce/proto/xce/v1"
+	"github.com/xce/xce/proto/xce/v1/xcev1connect"
+)
+
+// AssignmentUpdate is one generation of the assignment as a watcher
+// receives it (WatchAssignment).
+type AssignmentUpdate struct {
+	Generation uint64
+	// Full: Tasks is the whole assignment; forget what was held before.
+	Full bool
+	// Tasks are the placements the generation set (all of them when
+	// Full), each with its task's epoch.
+	Tasks []*xcev1.TaskPlacement
+	// Removed are the tasks that lost their placement.
+	Removed []string
+	// Where it came from: the node, its role, and its applied and known
+	// commit index (a STANDBY may be behind).
+	Endpoint                  string
+	Role                      xcev1.Role
+	AppliedIndex, CommitIndex uint64
+}
+
+// WatchAssignment calls fn with the assignment, then with each new
+// generation, until ctx ends (it returns nil) or fn returns an error (it
+// returns that error). from is the last generation the caller has (0:
+// none; the first update is then a full copy). Across failovers, node
+// restarts and cut-offs it reconnects, to any node when stale (STANDBYs
+// serve from what they have applied) or to the PRIMARY, and resumes from
+// the last generation fn received: fn gets exactly the generations it
+// missed, or a full copy when the node it reaches no longer has them, and
+// never one twice.
+func (c *Client) WatchAssignment(ctx context.Context, from uint64, stale bool, fn func(AssignmentUpdate) error) error {
+	consistency := xcev1.Consistency_CONSISTENCY_UNSPECIFIED
+	if stale {
+		consistency = xcev1.Consistency_CONSISTENCY_STALE
+	}
+	bo := backoff.Backoff{Min: 20 * time.Millisecond, Max: time.Second}
+	for {
+		var fnErr error
+		opened, err := c.watchOnce(ctx, from, consistency, func(u AssignmentUpdate) error {
+			if fnErr = fn(u); fnErr != nil {
+				return fnErr
+			}
+			from = u.Generation
+			bo.Reset()
+			return nil
+		})
+		switch {
+		case fnErr != nil:
+			return fnErr
+		case ctx.Err() != nil:
+			return nil
+		case !opened && err != nil:
+			// The call itself was refused (retry already went through
+			// elections and unreachable nodes): an answer, not a break.
+			return err
+		}
+		// An open stream that ends, however (a node killed mid-message,
+		// a cut-off, a restart), is resumed.
+		if !backoff.Sleep(ctx, bo.Next()) {
+			return nil
+		}
+	}
+}
+
+// watchOnce opens one stream (retried like any call until its first
+// message) and delivers its generations until it ends. opened reports
+// whether the stream was opened.
+func (c *Client) watchOnce(ctx context.Context, from uint64, consistency xcev1.Consistency, fn func(AssignmentUpdate) error) (opened bool, err error) {
+	var stream *connect.ServerStreamForClient[xcev1.WatchAssignmentResponse]
+	var ep string
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	err = retry(ctx, c, func(e string) xcev1connect.ControllerServiceClient { ep = e; return c.svc(e) },
+		func(actx context.Context, s xcev1connect.ControllerServiceClient) error {
+			st, err := s.WatchAssignment(sctx, connect.NewRequest(&xcev1.WatchAssignmentRequest{FromGeneration: from, Consistency: consistency}))
+			if err != nil {
+				return err
+			}
+			// The first message (or the stream's failure) must come
+			// within an attempt; from then on the stream lives as long
+			// as ctx.
+			stop := context.AfterFunc(actx, func() { st.Close() })
+			ok := st.Receive()
+			stopped := stop()
+			if !ok {
+				err := st.Err()
+				st.Close()
+				if err == nil || !stopped {
+					err = connect.NewError(connect.CodeUnavailable, errors.New("assignment watch ended before its first message"))
+				}
+				return err
+			}
+			stream = st
+			return nil
+		})
+	if err != nil {
+		return false, err
+	}
+	defer stream.Close()
+	var u AssignmentUpdate
+	pending := false
+	for m := stream.Msg(); ; m = stream.Msg() {
+		if !pending {
+			u, pending = AssignmentUpdate{Generation: m.Generation, Full: m.Full, Endpoint: ep}, true
+		}
+		u.Tasks = append(u.Tasks, m.Tasks...)
+		u.Removed = append(u.Removed, m.Removed...)
+		u.Role, u.AppliedIndex, u.CommitIndex = m.Role, m.AppliedIndex, m.CommitIndex
+		if !m.More {
+			if err := fn(u); err != nil {
+				return true, err
+			}
+			pending = false
+		}
+		if !stream.Receive() {
+			return true, stream.Err()
+		}
+	}
+}
