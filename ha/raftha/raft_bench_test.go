@@ -49,8 +49,11 @@ func startClusterFSM(tb testing.TB, n int, newFSM func() raft.FSM) (*Raft, func(
 		if err != nil {
 			tb.Fatal(err)
 		}
-		cfg := Config{NodeID: peers[i].ID, Peers: peers, HeartbeatTimeout: 200 * time.Millisecond,
-			ElectionTimeout: 200 * time.Millisecond, LeaderLeaseTimeout: 150 * time.Millisecond,
+		// Timeouts with room for a loaded machine under the race detector:
+		// these clusters test what a leader does, and an election in the
+		// middle (a 150 ms lease lost to a GC pause) only makes them flaky.
+		cfg := Config{NodeID: peers[i].ID, Peers: peers, HeartbeatTimeout: 500 * time.Millisecond,
+			ElectionTimeout: 500 * time.Millisecond, LeaderLeaseTimeout: 400 * time.Millisecond,
 			CommitTimeout: 10 * time.Millisecond, SnapshotInterval: time.Hour, SnapshotThreshold: 1 << 30, TrailingLogs: 10240}
 		r, err := startWith(cfg, newFSM(), store, stream, hclog.NewNullLogger())
 		if err != nil {
