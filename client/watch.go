@@ -23,6 +23,9 @@ type AssignmentUpdate struct {
 	Tasks []*xcev1.TaskPlacement
 	// Removed are the tasks that lost their placement.
 	Removed []string
+	// WorkerAddrs are worker client addresses the node knows (the
+	// PRIMARY): all of them with Full, else those new or changed.
+	WorkerAddrs map[string]string
 	// Where it came from: the node, its role, and its applied and known
 	// commit index (a STANDBY may be behind).
 	Endpoint                  string
@@ -40,6 +43,12 @@ type AssignmentUpdate struct {
 // missed, or a full copy when the node it reaches no longer has them, and
 // never one twice.
 func (c *Client) WatchAssignment(ctx context.Context, from uint64, stale bool, fn func(AssignmentUpdate) error) error {
+	return c.watchAssignment(ctx, from, stale, fn, nil)
+}
+
+// watchAssignment is WatchAssignment that also calls onBreak (when set)
+// each time an open stream ends and the watch goes on to reconnect.
+func (c *Client) watchAssignment(ctx context.Context, from uint64, stale bool, fn func(AssignmentUpdate) error, onBreak func(error)) error {
 	consistency := xcev1.Consistency_CONSISTENCY_UNSPECIFIED
 	if stale {
 		consistency = xcev1.Consistency_CONSISTENCY_STALE
@@ -67,6 +76,9 @@ func (c *Client) WatchAssignment(ctx context.Context, from uint64, stale bool, f
 		}
 		// An open stream that ends, however (a node killed mid-message,
 		// a cut-off, a restart), is resumed.
+		if onBreak != nil {
+			onBreak(err)
+		}
 		if !backoff.Sleep(ctx, bo.Next()) {
 			return nil
 		}
@@ -116,6 +128,12 @@ func (c *Client) watchOnce(ctx context.Context, from uint64, consistency xcev1.C
 		}
 		u.Tasks = append(u.Tasks, m.Tasks...)
 		u.Removed = append(u.Removed, m.Removed...)
+		for id, a := range m.WorkerAddrs {
+			if u.WorkerAddrs == nil {
+				u.WorkerAddrs = map[string]string{}
+			}
+			u.WorkerAddrs[id] = a
+		}
 		u.Role, u.AppliedIndex, u.CommitIndex = m.Role, m.AppliedIndex, m.CommitIndex
 		if !m.More {
 			if err := fn(u); err != nil {

@@ -37,6 +37,7 @@ func (acceptAll) Beat(context.Context, placement.Beat) (placement.Answer, error)
 }
 func (acceptAll) Workers() ([]placement.WorkerInfo, bool, error) { return nil, false, nil }
 func (acceptAll) Away() []placement.AwayInfo                     { return nil }
+func (acceptAll) Addrs() map[string]string                       { return nil }
 func (acceptAll) Soft() (map[string]placement.TaskSoft, bool, bool, bool) {
 	return nil, false, false, false
 }

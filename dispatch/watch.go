@@ -120,11 +120,37 @@ type watcher struct {
 	stream *connect.ServerStream[xcev1.WatchAssignmentResponse]
 	gen    uint64
 	sent   bool
+	// addrs are the worker addresses this stream has sent.
+	addrs map[string]string
+}
+
+// newAddrs returns the worker addresses this node knows that the stream
+// has not sent (all of them for a full copy), and notes them as sent.
+func (w *watcher) newAddrs(full bool) map[string]string {
+	if w.s.workers == nil {
+		return nil
+	}
+	if full || w.addrs == nil {
+		w.addrs = map[string]string{}
+	}
+	var out map[string]string
+	for id, a := range w.s.workers.Addrs() {
+		if w.addrs[id] != a {
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[id], w.addrs[id] = a, a
+		}
+	}
+	return out
 }
 
 func (w *watcher) send(m *xcev1.WatchAssignmentResponse) error {
 	commit, applied := w.s.node.Indexes()
 	m.AppliedIndex, m.CommitIndex, m.Role = applied, commit, xcev1.Role(w.s.node.View().Role)
+	if m.Full || !m.More {
+		m.WorkerAddrs = w.newAddrs(m.Full)
+	}
 	if err := w.stream.Send(m); err != nil {
 		return err
 	}

@@ -22,6 +22,7 @@ type Workers interface {
 	Beat(ctx context.Context, b placement.Beat) (placement.Answer, error)
 	Workers() ([]placement.WorkerInfo, bool, error)
 	Away() []placement.AwayInfo
+	Addrs() map[string]string
 	Soft() (tasks map[string]placement.TaskSoft, settling, followup, ok bool)
 }
 

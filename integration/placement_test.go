@@ -81,7 +81,7 @@ func (w *workers) start(id string) {
 	w.t.Helper()
 	log := filepath.Join(w.c.dir, "worker-"+id+".log")
 	proc, err := localcluster.StartProcess(xceBin, log, true, "worker", "--id", id, "--controllers", strings.Join(w.c.Addrs(), ","),
-		"--capacity", "1", "--restore-rate", "20000", "--initial-lag", "40000")
+		"--capacity", "1", "--restore-rate", "20000", "--initial-lag", "40000", "--client-addr", id+".workers.test:7000")
 	if err != nil {
 		w.t.Fatalf("start worker %s: %v", id, err)
 	}

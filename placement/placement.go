@@ -485,6 +485,24 @@ type AwayInfo struct {
 	Standbys []string
 }
 
+// Addrs returns the client address of every worker with a session that
+// gave one; none off the primary.
+func (s *Service) Addrs() map[string]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ts, err := s.current()
+	if err != nil {
+		return nil
+	}
+	out := make(map[string]string, len(ts.workers))
+	for id, w := range ts.workers {
+		if w.addr != "" {
+			out[id] = w.addr
+		}
+	}
+	return out
+}
+
 // Away lists the away workers by id; none off the primary.
 func (s *Service) Away() []AwayInfo {
 	now := time.Now()

@@ -2307,9 +2307,14 @@ type WatchAssignmentResponse struct {
 	Index uint64 `protobuf:"varint,6,opt,name=index,proto3" json:"index,omitempty"`
 	// This node's applied index and the commit index it knows: a STANDBY
 	// may be behind the PRIMARY by commit_index - applied_index and more.
-	AppliedIndex  uint64 `protobuf:"varint,7,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
-	CommitIndex   uint64 `protobuf:"varint,8,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
-	Role          Role   `protobuf:"varint,9,opt,name=role,proto3,enum=xce.v1.Role" json:"role,omitempty"`
+	AppliedIndex uint64 `protobuf:"varint,7,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	CommitIndex  uint64 `protobuf:"varint,8,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
+	Role         Role   `protobuf:"varint,9,opt,name=role,proto3,enum=xce.v1.Role" json:"role,omitempty"`
+	// Client addresses of workers (as they registered them), as far as this
+	// node knows: the PRIMARY from its worker sessions, a STANDBY none. A
+	// full copy carries every one; later messages those new or changed
+	// since the stream's previous message.
+	WorkerAddrs   map[string]string `protobuf:"bytes,10,rep,name=worker_addrs,json=workerAddrs,proto3" json:"worker_addrs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2405,6 +2410,13 @@ func (x *WatchAssignmentResponse) GetRole() Role {
 		return x.Role
 	}
 	return Role_ROLE_UNSPECIFIED
+}
+
+func (x *WatchAssignmentResponse) GetWorkerAddrs() map[string]string {
+	if x != nil {
+		return x.WorkerAddrs
+	}
+	return nil
 }
 
 type Fact struct {
@@ -4007,7 +4019,7 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\"x\n" +
 	"\x16WatchAssignmentRequest\x12'\n" +
 	"\x0ffrom_generation\x18\x01 \x01(\x04R\x0efromGeneration\x125\n" +
-	"\vconsistency\x18\x02 \x01(\x0e2\x13.xce.v1.ConsistencyR\vconsistency\"\xa8\x02\n" +
+	"\vconsistency\x18\x02 \x01(\x0e2\x13.xce.v1.ConsistencyR\vconsistency\"\xbd\x03\n" +
 	"\x17WatchAssignmentResponse\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
@@ -4019,7 +4031,12 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"\x05index\x18\x06 \x01(\x04R\x05index\x12#\n" +
 	"\rapplied_index\x18\a \x01(\x04R\fappliedIndex\x12!\n" +
 	"\fcommit_index\x18\b \x01(\x04R\vcommitIndex\x12 \n" +
-	"\x04role\x18\t \x01(\x0e2\f.xce.v1.RoleR\x04role\"Y\n" +
+	"\x04role\x18\t \x01(\x0e2\f.xce.v1.RoleR\x04role\x12S\n" +
+	"\fworker_addrs\x18\n" +
+	" \x03(\v20.xce.v1.WatchAssignmentResponse.WorkerAddrsEntryR\vworkerAddrs\x1a>\n" +
+	"\x10WorkerAddrsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"Y\n" +
 	"\x04Fact\x12$\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x10.xce.v1.FactKindR\x04kind\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x12\n" +
@@ -4193,7 +4210,7 @@ func file_xce_v1_xce_proto_rawDescGZIP() []byte {
 }
 
 var file_xce_v1_xce_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_xce_v1_xce_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
+var file_xce_v1_xce_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
 var file_xce_v1_xce_proto_goTypes = []any{
 	(Role)(0),                         // 0: xce.v1.Role
 	(Consistency)(0),                  // 1: xce.v1.Consistency
@@ -4256,10 +4273,11 @@ var file_xce_v1_xce_proto_goTypes = []any{
 	nil,                               // 58: xce.v1.WorkerInfo.LagsEntry
 	nil,                               // 59: xce.v1.WorkerInfo.LabelsEntry
 	nil,                               // 60: xce.v1.AwayWorker.LabelsEntry
-	nil,                               // 61: xce.v1.RegisterRequest.LabelsEntry
-	nil,                               // 62: xce.v1.HeartbeatRequest.LagsEntry
-	nil,                               // 63: xce.v1.HeartbeatRequest.LoadsEntry
-	nil,                               // 64: xce.v1.HeartbeatResponse.EpochsEntry
+	nil,                               // 61: xce.v1.WatchAssignmentResponse.WorkerAddrsEntry
+	nil,                               // 62: xce.v1.RegisterRequest.LabelsEntry
+	nil,                               // 63: xce.v1.HeartbeatRequest.LagsEntry
+	nil,                               // 64: xce.v1.HeartbeatRequest.LoadsEntry
+	nil,                               // 65: xce.v1.HeartbeatResponse.EpochsEntry
 }
 var file_xce_v1_xce_proto_depIdxs = []int32{
 	0,  // 0: xce.v1.NotReady.role:type_name -> xce.v1.Role
@@ -4283,68 +4301,69 @@ var file_xce_v1_xce_proto_depIdxs = []int32{
 	1,  // 18: xce.v1.WatchAssignmentRequest.consistency:type_name -> xce.v1.Consistency
 	17, // 19: xce.v1.WatchAssignmentResponse.tasks:type_name -> xce.v1.TaskPlacement
 	0,  // 20: xce.v1.WatchAssignmentResponse.role:type_name -> xce.v1.Role
-	2,  // 21: xce.v1.Fact.kind:type_name -> xce.v1.FactKind
-	61, // 22: xce.v1.RegisterRequest.labels:type_name -> xce.v1.RegisterRequest.LabelsEntry
-	62, // 23: xce.v1.HeartbeatRequest.lags:type_name -> xce.v1.HeartbeatRequest.LagsEntry
-	35, // 24: xce.v1.HeartbeatRequest.facts:type_name -> xce.v1.Fact
-	63, // 25: xce.v1.HeartbeatRequest.loads:type_name -> xce.v1.HeartbeatRequest.LoadsEntry
-	64, // 26: xce.v1.HeartbeatResponse.epochs:type_name -> xce.v1.HeartbeatResponse.EpochsEntry
-	1,  // 27: xce.v1.ListMembersRequest.consistency:type_name -> xce.v1.Consistency
-	40, // 28: xce.v1.ListMembersResponse.members:type_name -> xce.v1.Member
-	40, // 29: xce.v1.AddMemberResponse.member:type_name -> xce.v1.Member
-	40, // 30: xce.v1.PromoteMemberResponse.member:type_name -> xce.v1.Member
-	40, // 31: xce.v1.JoinResponse.member:type_name -> xce.v1.Member
-	13, // 32: xce.v1.ControllerService.Status:input_type -> xce.v1.StatusRequest
-	16, // 33: xce.v1.ControllerService.WatchStatus:input_type -> xce.v1.WatchStatusRequest
-	5,  // 34: xce.v1.ControllerService.SubmitTask:input_type -> xce.v1.SubmitTaskRequest
-	7,  // 35: xce.v1.ControllerService.GetTask:input_type -> xce.v1.GetTaskRequest
-	9,  // 36: xce.v1.ControllerService.ListTasks:input_type -> xce.v1.ListTasksRequest
-	11, // 37: xce.v1.ControllerService.DeleteTask:input_type -> xce.v1.DeleteTaskRequest
-	18, // 38: xce.v1.ControllerService.GetAssignment:input_type -> xce.v1.GetAssignmentRequest
-	21, // 39: xce.v1.ControllerService.ListWorkers:input_type -> xce.v1.ListWorkersRequest
-	25, // 40: xce.v1.ControllerService.DrainWorker:input_type -> xce.v1.DrainWorkerRequest
-	27, // 41: xce.v1.ControllerService.UndrainWorker:input_type -> xce.v1.UndrainWorkerRequest
-	29, // 42: xce.v1.ControllerService.FreezePlacement:input_type -> xce.v1.FreezePlacementRequest
-	31, // 43: xce.v1.ControllerService.UnfreezePlacement:input_type -> xce.v1.UnfreezePlacementRequest
-	33, // 44: xce.v1.ControllerService.WatchAssignment:input_type -> xce.v1.WatchAssignmentRequest
-	36, // 45: xce.v1.WorkerService.Register:input_type -> xce.v1.RegisterRequest
-	38, // 46: xce.v1.WorkerService.Heartbeat:input_type -> xce.v1.HeartbeatRequest
-	41, // 47: xce.v1.ClusterService.ListMembers:input_type -> xce.v1.ListMembersRequest
-	43, // 48: xce.v1.ClusterService.AddMember:input_type -> xce.v1.AddMemberRequest
-	45, // 49: xce.v1.ClusterService.PromoteMember:input_type -> xce.v1.PromoteMemberRequest
-	47, // 50: xce.v1.ClusterService.RemoveMember:input_type -> xce.v1.RemoveMemberRequest
-	49, // 51: xce.v1.ClusterService.TransferLeader:input_type -> xce.v1.TransferLeaderRequest
-	51, // 52: xce.v1.ClusterService.Join:input_type -> xce.v1.JoinRequest
-	53, // 53: xce.v1.ClusterService.SaveSnapshot:input_type -> xce.v1.SaveSnapshotRequest
-	55, // 54: xce.v1.ClusterService.TakeSnapshot:input_type -> xce.v1.TakeSnapshotRequest
-	14, // 55: xce.v1.ControllerService.Status:output_type -> xce.v1.StatusResponse
-	14, // 56: xce.v1.ControllerService.WatchStatus:output_type -> xce.v1.StatusResponse
-	6,  // 57: xce.v1.ControllerService.SubmitTask:output_type -> xce.v1.SubmitTaskResponse
-	8,  // 58: xce.v1.ControllerService.GetTask:output_type -> xce.v1.GetTaskResponse
-	10, // 59: xce.v1.ControllerService.ListTasks:output_type -> xce.v1.ListTasksResponse
-	12, // 60: xce.v1.ControllerService.DeleteTask:output_type -> xce.v1.DeleteTaskResponse
-	20, // 61: xce.v1.ControllerService.GetAssignment:output_type -> xce.v1.GetAssignmentResponse
-	23, // 62: xce.v1.ControllerService.ListWorkers:output_type -> xce.v1.ListWorkersResponse
-	26, // 63: xce.v1.ControllerService.DrainWorker:output_type -> xce.v1.DrainWorkerResponse
-	28, // 64: xce.v1.ControllerService.UndrainWorker:output_type -> xce.v1.UndrainWorkerResponse
-	30, // 65: xce.v1.ControllerService.FreezePlacement:output_type -> xce.v1.FreezePlacementResponse
-	32, // 66: xce.v1.ControllerService.UnfreezePlacement:output_type -> xce.v1.UnfreezePlacementResponse
-	34, // 67: xce.v1.ControllerService.WatchAssignment:output_type -> xce.v1.WatchAssignmentResponse
-	37, // 68: xce.v1.WorkerService.Register:output_type -> xce.v1.RegisterResponse
-	39, // 69: xce.v1.WorkerService.Heartbeat:output_type -> xce.v1.HeartbeatResponse
-	42, // 70: xce.v1.ClusterService.ListMembers:output_type -> xce.v1.ListMembersResponse
-	44, // 71: xce.v1.ClusterService.AddMember:output_type -> xce.v1.AddMemberResponse
-	46, // 72: xce.v1.ClusterService.PromoteMember:output_type -> xce.v1.PromoteMemberResponse
-	48, // 73: xce.v1.ClusterService.RemoveMember:output_type -> xce.v1.RemoveMemberResponse
-	50, // 74: xce.v1.ClusterService.TransferLeader:output_type -> xce.v1.TransferLeaderResponse
-	52, // 75: xce.v1.ClusterService.Join:output_type -> xce.v1.JoinResponse
-	54, // 76: xce.v1.ClusterService.SaveSnapshot:output_type -> xce.v1.SnapshotChunk
-	56, // 77: xce.v1.ClusterService.TakeSnapshot:output_type -> xce.v1.TakeSnapshotResponse
-	55, // [55:78] is the sub-list for method output_type
-	32, // [32:55] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	61, // 21: xce.v1.WatchAssignmentResponse.worker_addrs:type_name -> xce.v1.WatchAssignmentResponse.WorkerAddrsEntry
+	2,  // 22: xce.v1.Fact.kind:type_name -> xce.v1.FactKind
+	62, // 23: xce.v1.RegisterRequest.labels:type_name -> xce.v1.RegisterRequest.LabelsEntry
+	63, // 24: xce.v1.HeartbeatRequest.lags:type_name -> xce.v1.HeartbeatRequest.LagsEntry
+	35, // 25: xce.v1.HeartbeatRequest.facts:type_name -> xce.v1.Fact
+	64, // 26: xce.v1.HeartbeatRequest.loads:type_name -> xce.v1.HeartbeatRequest.LoadsEntry
+	65, // 27: xce.v1.HeartbeatResponse.epochs:type_name -> xce.v1.HeartbeatResponse.EpochsEntry
+	1,  // 28: xce.v1.ListMembersRequest.consistency:type_name -> xce.v1.Consistency
+	40, // 29: xce.v1.ListMembersResponse.members:type_name -> xce.v1.Member
+	40, // 30: xce.v1.AddMemberResponse.member:type_name -> xce.v1.Member
+	40, // 31: xce.v1.PromoteMemberResponse.member:type_name -> xce.v1.Member
+	40, // 32: xce.v1.JoinResponse.member:type_name -> xce.v1.Member
+	13, // 33: xce.v1.ControllerService.Status:input_type -> xce.v1.StatusRequest
+	16, // 34: xce.v1.ControllerService.WatchStatus:input_type -> xce.v1.WatchStatusRequest
+	5,  // 35: xce.v1.ControllerService.SubmitTask:input_type -> xce.v1.SubmitTaskRequest
+	7,  // 36: xce.v1.ControllerService.GetTask:input_type -> xce.v1.GetTaskRequest
+	9,  // 37: xce.v1.ControllerService.ListTasks:input_type -> xce.v1.ListTasksRequest
+	11, // 38: xce.v1.ControllerService.DeleteTask:input_type -> xce.v1.DeleteTaskRequest
+	18, // 39: xce.v1.ControllerService.GetAssignment:input_type -> xce.v1.GetAssignmentRequest
+	21, // 40: xce.v1.ControllerService.ListWorkers:input_type -> xce.v1.ListWorkersRequest
+	25, // 41: xce.v1.ControllerService.DrainWorker:input_type -> xce.v1.DrainWorkerRequest
+	27, // 42: xce.v1.ControllerService.UndrainWorker:input_type -> xce.v1.UndrainWorkerRequest
+	29, // 43: xce.v1.ControllerService.FreezePlacement:input_type -> xce.v1.FreezePlacementRequest
+	31, // 44: xce.v1.ControllerService.UnfreezePlacement:input_type -> xce.v1.UnfreezePlacementRequest
+	33, // 45: xce.v1.ControllerService.WatchAssignment:input_type -> xce.v1.WatchAssignmentRequest
+	36, // 46: xce.v1.WorkerService.Register:input_type -> xce.v1.RegisterRequest
+	38, // 47: xce.v1.WorkerService.Heartbeat:input_type -> xce.v1.HeartbeatRequest
+	41, // 48: xce.v1.ClusterService.ListMembers:input_type -> xce.v1.ListMembersRequest
+	43, // 49: xce.v1.ClusterService.AddMember:input_type -> xce.v1.AddMemberRequest
+	45, // 50: xce.v1.ClusterService.PromoteMember:input_type -> xce.v1.PromoteMemberRequest
+	47, // 51: xce.v1.ClusterService.RemoveMember:input_type -> xce.v1.RemoveMemberRequest
+	49, // 52: xce.v1.ClusterService.TransferLeader:input_type -> xce.v1.TransferLeaderRequest
+	51, // 53: xce.v1.ClusterService.Join:input_type -> xce.v1.JoinRequest
+	53, // 54: xce.v1.ClusterService.SaveSnapshot:input_type -> xce.v1.SaveSnapshotRequest
+	55, // 55: xce.v1.ClusterService.TakeSnapshot:input_type -> xce.v1.TakeSnapshotRequest
+	14, // 56: xce.v1.ControllerService.Status:output_type -> xce.v1.StatusResponse
+	14, // 57: xce.v1.ControllerService.WatchStatus:output_type -> xce.v1.StatusResponse
+	6,  // 58: xce.v1.ControllerService.SubmitTask:output_type -> xce.v1.SubmitTaskResponse
+	8,  // 59: xce.v1.ControllerService.GetTask:output_type -> xce.v1.GetTaskResponse
+	10, // 60: xce.v1.ControllerService.ListTasks:output_type -> xce.v1.ListTasksResponse
+	12, // 61: xce.v1.ControllerService.DeleteTask:output_type -> xce.v1.DeleteTaskResponse
+	20, // 62: xce.v1.ControllerService.GetAssignment:output_type -> xce.v1.GetAssignmentResponse
+	23, // 63: xce.v1.ControllerService.ListWorkers:output_type -> xce.v1.ListWorkersResponse
+	26, // 64: xce.v1.ControllerService.DrainWorker:output_type -> xce.v1.DrainWorkerResponse
+	28, // 65: xce.v1.ControllerService.UndrainWorker:output_type -> xce.v1.UndrainWorkerResponse
+	30, // 66: xce.v1.ControllerService.FreezePlacement:output_type -> xce.v1.FreezePlacementResponse
+	32, // 67: xce.v1.ControllerService.UnfreezePlacement:output_type -> xce.v1.UnfreezePlacementResponse
+	34, // 68: xce.v1.ControllerService.WatchAssignment:output_type -> xce.v1.WatchAssignmentResponse
+	37, // 69: xce.v1.WorkerService.Register:output_type -> xce.v1.RegisterResponse
+	39, // 70: xce.v1.WorkerService.Heartbeat:output_type -> xce.v1.HeartbeatResponse
+	42, // 71: xce.v1.ClusterService.ListMembers:output_type -> xce.v1.ListMembersResponse
+	44, // 72: xce.v1.ClusterService.AddMember:output_type -> xce.v1.AddMemberResponse
+	46, // 73: xce.v1.ClusterService.PromoteMember:output_type -> xce.v1.PromoteMemberResponse
+	48, // 74: xce.v1.ClusterService.RemoveMember:output_type -> xce.v1.RemoveMemberResponse
+	50, // 75: xce.v1.ClusterService.TransferLeader:output_type -> xce.v1.TransferLeaderResponse
+	52, // 76: xce.v1.ClusterService.Join:output_type -> xce.v1.JoinResponse
+	54, // 77: xce.v1.ClusterService.SaveSnapshot:output_type -> xce.v1.SnapshotChunk
+	56, // 78: xce.v1.ClusterService.TakeSnapshot:output_type -> xce.v1.TakeSnapshotResponse
+	56, // [56:79] is the sub-list for method output_type
+	33, // [33:56] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_xce_v1_xce_proto_init() }
@@ -4358,7 +4377,7 @@ func file_xce_v1_xce_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_xce_v1_xce_proto_rawDesc), len(file_xce_v1_xce_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   62,
+			NumMessages:   63,
 			NumExtensions: 0,
 			NumServices:   3,
 		},
