@@ -57,7 +57,9 @@
 // move is made only when the donor stays at or above its floor and the
 // receiver at or below its ceiling. Config.SpreadBy keys come before
 // balance: new standbys go to workers adding the most values, a repair
-// pass moves standbys to spread, and no balancing move spreads worse
+// pass moves standbys to spread (after the actives' balancing, which may
+// put an active beside a standby of the same value), and no standby's
+// balancing move spreads worse
 // (see Shortfall for what cannot be met). Away workers keep their
 // standbys (Worker.Away, Config.MinCopies), Input.Frozen handles only
 // failures, and BalanceLoad balances the actives by reported load; each

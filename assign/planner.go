@@ -558,7 +558,7 @@ func (m *activeMoves) isUnstated(t int) bool { return m.p.minLag[t] == infLag &&
 // slot it moves nothing and reports false.
 func (m *activeMoves) try(t, v, u int) bool {
 	p := m.p
-	if !m.c.fits(v, u, p.wa[t]) || !p.activeKeepsSpread(t, v, u) {
+	if !m.c.fits(v, u, p.wa[t]) {
 		return false
 	}
 	if p.moveLeft == 0 && !p.moved[t] {

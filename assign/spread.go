@@ -64,40 +64,10 @@ func (p *planner) newValues(t, w, skip int) uint {
 	return mask
 }
 
-// newValuesAmong is newValues against the workers of set that may hold
-// a copy.
-func (p *planner) newValuesAmong(w int, set []int) uint {
-	var mask uint
-	K := len(p.sp.val)
-	for k, vals := range p.sp.val {
-		fresh := true
-		for _, x := range set {
-			if x != w && p.weight[x] > 0 && vals[x] == vals[w] {
-				fresh = false
-				break
-			}
-		}
-		if fresh {
-			mask |= 1 << (K - 1 - k)
-		}
-	}
-	return mask
-}
-
 // spreadKeeps reports whether moving a target copy of t from v to u
 // spreads the copies at least as well, key by key in order.
 func (p *planner) spreadKeeps(t, v, u int) bool {
 	return p.sp == nil || p.newValues(t, u, v) >= p.newValues(t, v, v)
-}
-
-// activeKeepsSpread is spreadKeeps for a move of the target active of t
-// before its standbys are planned: against the previous standbys on live
-// workers. A move onto one of them swaps roles and changes nothing.
-func (p *planner) activeKeepsSpread(t, v, u int) bool {
-	if p.sp == nil || slices.Contains(p.prevS[t], u) {
-		return true
-	}
-	return p.newValuesAmong(u, p.prevS[t]) >= p.newValuesAmong(v, p.prevS[t])
 }
 
 // bestNewValues is the best spread a new copy of t could add: the

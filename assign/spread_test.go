@@ -217,3 +217,34 @@ func TestCheckLabels(t *testing.T) {
 		}
 	}
 }
+
+// TestSpreadDoesNotBlockBalance: the state a zone outage test once ended
+// in: c2 runs two actives and b1 none, and moving either of c2's actives
+// to b1 puts two copies in zone b until a standby moves on. Spread is kept
+// by moving that standby, not by giving up the balance.
+func TestSpreadDoesNotBlockBalance(t *testing.T) {
+	in := Input{Config: haConfig(), Tasks: stateful("input-0", "input-1", "input-2", "input-3", "input-4", "input-5"),
+		Workers: []Worker{}}
+	in.Config.NumStandbyReplicas = 2
+	in.Config.SpreadBy = []string{"zone"}
+	for _, id := range []string{"a1", "a2", "b1", "b2", "c1", "c2"} {
+		in.Workers = append(in.Workers, Worker{ID: id, Capacity: 1, Labels: map[string]string{"zone": id[:1]}})
+	}
+	in = caughtUp(in, Assignment{
+		"input-0": pl("c2", "a1", "b2"), "input-1": pl("b2", "a1", "c1"), "input-2": pl("a2", "b1", "c2"),
+		"input-3": pl("c1", "a2", "b1"), "input-4": pl("c2", "a2", "b2"), "input-5": pl("a1", "b1", "c1"),
+	})
+	res := settle(t, in)
+	per := map[string]int{}
+	for id, p := range res.Assignment {
+		per[p.Active]++
+		if n := distinctOf(liveCopies(in, p), "zone"); n != 3 {
+			t.Errorf("%s: %v spans %d zones", id, p, n)
+		}
+	}
+	for _, w := range in.Workers {
+		if per[w.ID] != 1 {
+			t.Fatalf("actives %v, want one each", per)
+		}
+	}
+}
