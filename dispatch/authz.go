@@ -25,6 +25,7 @@ var Permissions = map[string]auth.Permission{
 	xcev1connect.ControllerServiceListTasksProcedure:       auth.PermRead,
 	xcev1connect.ControllerServiceGetAssignmentProcedure:   auth.PermRead,
 	xcev1connect.ControllerServiceWatchAssignmentProcedure: auth.PermRead,
+	xcev1connect.ControllerServiceWatchTasksProcedure:      auth.PermRead,
 	xcev1connect.ControllerServiceListWorkersProcedure:     auth.PermRead,
 	xcev1connect.ControllerServiceSubmitTaskProcedure:      auth.PermWrite,
 	xcev1connect.ControllerServiceDeleteTaskProcedure:      auth.PermDelete,

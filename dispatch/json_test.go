@@ -130,12 +130,13 @@ func TestJSONClientRoundTrip(t *testing.T) {
 	}
 }
 
-// The proto's streams are WatchStatus, WatchAssignment and SaveSnapshot, and they are
+// The proto's streams are WatchStatus, WatchAssignment, WatchTasks and SaveSnapshot, and they are
 // served as long streams: WatchStatus outlives the write timeout while each
 // message goes out in time.
 func TestWatchStatusIsALongStream(t *testing.T) {
 	if got, want := dispatch.StreamingProcedures(), []string{xcev1connect.ControllerServiceWatchStatusProcedure,
-		xcev1connect.ControllerServiceWatchAssignmentProcedure, xcev1connect.ClusterServiceSaveSnapshotProcedure}; !reflect.DeepEqual(got, want) {
+		xcev1connect.ControllerServiceWatchAssignmentProcedure, xcev1connect.ControllerServiceWatchTasksProcedure,
+		xcev1connect.ClusterServiceSaveSnapshotProcedure}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("StreamingProcedures() = %v, want %v", got, want)
 	}
 	lim := netio.DefaultLimits()

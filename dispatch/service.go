@@ -63,6 +63,7 @@ var Methods = map[string]Class{
 	xcev1connect.ControllerServiceGetAssignmentProcedure: ClassRead,
 	// So is its watch (STALE: STANDBYs serve it too).
 	xcev1connect.ControllerServiceWatchAssignmentProcedure: ClassRead,
+	xcev1connect.ControllerServiceWatchTasksProcedure:      ClassRead,
 	// Worker sessions are the primary's soft state: facts.
 	xcev1connect.ControllerServiceListWorkersProcedure: ClassFact,
 	xcev1connect.WorkerServiceRegisterProcedure:        ClassFact,

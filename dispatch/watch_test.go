@@ -1,6 +1,7 @@
 package dispatch_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -134,5 +135,90 @@ func TestWatchAssignment(t *testing.T) {
 	defer lin.Close()
 	if lin.Receive() || connect.CodeOf(lin.Err()) != connect.CodeUnavailable {
 		t.Fatalf("from a STANDBY, linearizable: %v, want NOT_READY", lin.Err())
+	}
+}
+
+// TestWatchTasks: creations and deletions in commit order from the index
+// a listing was read at, resumable from any index kept; from 0, only what
+// comes after the call; an index no longer kept is OUT_OF_RANGE.
+func TestWatchTasks(t *testing.T) {
+	node := newFakeNode("n1", primary)
+	ts := startServer(t, node, netio.DefaultLimits())
+	tr := transport.New()
+	defer tr.CloseIdleConnections()
+	cl := xcev1connect.NewControllerServiceClient(&http.Client{Transport: tr}, "http://"+ts.addr)
+	submit := func(id string) {
+		if _, err := cl.SubmitTask(ctxT(t), connect.NewRequest(&xcev1.SubmitTaskRequest{TaskId: id})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	submit("a")
+	l, err := cl.ListTasks(ctxT(t), connect.NewRequest(&xcev1.ListTasksRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := func(from uint64) *connect.ServerStreamForClient[xcev1.WatchTasksResponse] {
+		s, err := cl.WatchTasks(ctxT(t), connect.NewRequest(&xcev1.WatchTasksRequest{FromIndex: from}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	recv := func(s *connect.ServerStreamForClient[xcev1.WatchTasksResponse]) string {
+		t.Helper()
+		if !s.Receive() {
+			t.Fatalf("stream ended: %v", s.Err())
+		}
+		out := fmt.Sprintf("@%d", s.Msg().AppliedIndex)
+		for _, e := range s.Msg().Events {
+			kind := "+"
+			if e.Deleted {
+				kind = "-"
+			}
+			out += fmt.Sprintf(" %d%s%s", e.Index, kind, e.Task.TaskId)
+		}
+		return out
+	}
+	s := open(l.Msg.AppliedIndex)
+	if got := recv(s); got != "@1" {
+		t.Fatalf("first message %q", got)
+	}
+	submit("b")
+	if _, err := cl.DeleteTask(ctxT(t), connect.NewRequest(&xcev1.DeleteTaskRequest{TaskId: "a"})); err != nil {
+		t.Fatal(err)
+	}
+	got := recv(s)
+	if got == "@2 2+b" {
+		got += " |" + recv(s)
+	}
+	if got != "@3 2+b 3-a" && got != "@2 2+b |@3 3-a" {
+		t.Fatalf("events %q", got)
+	}
+	if got := recv(open(1)); got != "@3 2+b 3-a" {
+		t.Fatalf("resumed from 1: %q", got)
+	}
+	if got := recv(open(0)); got != "@3" {
+		t.Fatalf("from now on: %q", got)
+	}
+	var snap bytes.Buffer
+	sn := node.fsm.Snapshot()
+	if err := sn.Write(&snap); err != nil {
+		t.Fatal(err)
+	}
+	sn.Release()
+	if err := node.fsm.Restore(&snap); err != nil {
+		t.Fatal(err)
+	}
+	r, err := cl.WatchTasks(ctxT(t), connect.NewRequest(&xcev1.WatchTasksRequest{FromIndex: 1}))
+	if err == nil {
+		if r.Receive() {
+			t.Fatalf("from a compacted index: %v", r.Msg())
+		}
+		err = r.Err()
+		r.Close()
+	}
+	if connect.CodeOf(err) != connect.CodeOutOfRange {
+		t.Fatalf("from a compacted index: %v, want OUT_OF_RANGE", err)
 	}
 }

@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/xce/xce/client"
 	"github.com/xce/xce/internal/testutil"
+	xcev1 "github.com/xce/xce/proto/xce/v1"
 )
 
 type watchLine struct {
@@ -76,6 +78,48 @@ func TestAssignmentWatchAcrossFailover(t *testing.T) {
 		return strings.Contains(watch.stdout(), "\n")
 	})
 	cl := c.Client()
+	// A task watch, in this process, from the index the assignment (and
+	// so the task set) was read at.
+	at, err := c.assignment()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		evMu   sync.Mutex
+		events []string
+		lastAt uint64
+	)
+	wctx, wstop := context.WithCancel(context.Background())
+	watchDone := make(chan error, 1)
+	go func() {
+		watchDone <- cl.WatchTasks(wctx, at.AppliedIndex, false, func(es []*xcev1.TaskEvent, upTo uint64) error {
+			evMu.Lock()
+			defer evMu.Unlock()
+			for _, e := range es {
+				if e.Index <= lastAt {
+					return fmt.Errorf("event at index %d after index %d", e.Index, lastAt)
+				}
+				kind := "+"
+				if e.Deleted {
+					kind = "-"
+				}
+				events = append(events, kind+e.Task.TaskId)
+			}
+			lastAt = max(lastAt, upTo)
+			return nil
+		})
+	}()
+	defer func() {
+		wstop()
+		if err := <-watchDone; err != nil {
+			t.Errorf("task watch: %v", err)
+		}
+		evMu.Lock()
+		defer evMu.Unlock()
+		if got := strings.Join(events, " "); got != "+t06 -t00 +t07" {
+			t.Errorf("task events through the failover: %q, want +t06 -t00 +t07", got)
+		}
+	}()
 	submit := func(id string) {
 		ctx, cancel := context.WithTimeout(context.Background(), raceSlack(20*time.Second))
 		defer cancel()

@@ -164,6 +164,9 @@ type FSM struct {
 	assignVer uint64
 	// hist is the recent generations, for watchers (watch.go).
 	hist history
+	// taskHist is the recent task creations and deletions, for watchers
+	// (taskwatch.go).
+	taskHist taskHistory
 	// epochs maps task id to its epoch (see TaskEpoch), for tasks that
 	// exist and ever had an active worker; every stored placement carries
 	// its task's epoch as well.
@@ -206,6 +209,7 @@ func NewFSM(clusterID string) *FSM {
 		drained:    make(map[string]struct{}),
 	}
 	f.hist.notify()
+	f.taskHist.notify()
 	ch := make(chan struct{})
 	f.appliedCh.Store(&ch)
 	return f
@@ -386,6 +390,7 @@ func (f *FSM) submitLocked(index uint64, t Task) Result {
 	t.PendingReason = reasonUnassigned
 	f.tasks.insert(&t, stateUnassigned)
 	f.taskVer++
+	f.taskHist.created(t)
 	return Result{Index: index, Task: t}
 }
 
@@ -403,6 +408,7 @@ func (f *FSM) deleteLocked(index uint64, id string) Result {
 		f.hist.deletedTask(id)
 	}
 	f.taskVer++
+	f.taskHist.deleted(index, id)
 	return Result{Index: index, Task: old}
 }
 
@@ -1000,6 +1006,7 @@ func (f *FSM) Restore(r io.Reader) error {
 		f.maxEntries = s.DedupMax
 	}
 	f.applied.Store(s.AppliedIndex)
+	f.taskHist.reset(s.AppliedIndex)
 	f.signalApplied()
 	return nil
 }

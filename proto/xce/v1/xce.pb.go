@@ -2229,6 +2229,191 @@ func (x *UnfreezePlacementResponse) GetIndex() uint64 {
 	return 0
 }
 
+type WatchTasksRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	FromIndex     uint64                 `protobuf:"varint,1,opt,name=from_index,json=fromIndex,proto3" json:"from_index,omitempty"`
+	Consistency   Consistency            `protobuf:"varint,2,opt,name=consistency,proto3,enum=xce.v1.Consistency" json:"consistency,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchTasksRequest) Reset() {
+	*x = WatchTasksRequest{}
+	mi := &file_xce_v1_xce_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchTasksRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchTasksRequest) ProtoMessage() {}
+
+func (x *WatchTasksRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_xce_v1_xce_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchTasksRequest.ProtoReflect.Descriptor instead.
+func (*WatchTasksRequest) Descriptor() ([]byte, []int) {
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *WatchTasksRequest) GetFromIndex() uint64 {
+	if x != nil {
+		return x.FromIndex
+	}
+	return 0
+}
+
+func (x *WatchTasksRequest) GetConsistency() Consistency {
+	if x != nil {
+		return x.Consistency
+	}
+	return Consistency_CONSISTENCY_UNSPECIFIED
+}
+
+// TaskEvent is one task created or deleted, at the log index of its
+// command (a batch entry's events share its index).
+type TaskEvent struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Index   uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Deleted bool                   `protobuf:"varint,2,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	// The task as created; for a deletion, its id alone.
+	Task          *Task `protobuf:"bytes,3,opt,name=task,proto3" json:"task,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskEvent) Reset() {
+	*x = TaskEvent{}
+	mi := &file_xce_v1_xce_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskEvent) ProtoMessage() {}
+
+func (x *TaskEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_xce_v1_xce_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskEvent.ProtoReflect.Descriptor instead.
+func (*TaskEvent) Descriptor() ([]byte, []int) {
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *TaskEvent) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *TaskEvent) GetDeleted() bool {
+	if x != nil {
+		return x.Deleted
+	}
+	return false
+}
+
+func (x *TaskEvent) GetTask() *Task {
+	if x != nil {
+		return x.Task
+	}
+	return nil
+}
+
+type WatchTasksResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Events []*TaskEvent           `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	// Every event up to this log index has been sent: a watcher resumes
+	// from it. The first message of a stream may carry no event.
+	AppliedIndex  uint64 `protobuf:"varint,2,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	CommitIndex   uint64 `protobuf:"varint,3,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
+	Role          Role   `protobuf:"varint,4,opt,name=role,proto3,enum=xce.v1.Role" json:"role,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchTasksResponse) Reset() {
+	*x = WatchTasksResponse{}
+	mi := &file_xce_v1_xce_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchTasksResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchTasksResponse) ProtoMessage() {}
+
+func (x *WatchTasksResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_xce_v1_xce_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchTasksResponse.ProtoReflect.Descriptor instead.
+func (*WatchTasksResponse) Descriptor() ([]byte, []int) {
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *WatchTasksResponse) GetEvents() []*TaskEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *WatchTasksResponse) GetAppliedIndex() uint64 {
+	if x != nil {
+		return x.AppliedIndex
+	}
+	return 0
+}
+
+func (x *WatchTasksResponse) GetCommitIndex() uint64 {
+	if x != nil {
+		return x.CommitIndex
+	}
+	return 0
+}
+
+func (x *WatchTasksResponse) GetRole() Role {
+	if x != nil {
+		return x.Role
+	}
+	return Role_ROLE_UNSPECIFIED
+}
+
 type WatchAssignmentRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The last generation the watcher has applied (0: none; start with a
@@ -2244,7 +2429,7 @@ type WatchAssignmentRequest struct {
 
 func (x *WatchAssignmentRequest) Reset() {
 	*x = WatchAssignmentRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[30]
+	mi := &file_xce_v1_xce_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2256,7 +2441,7 @@ func (x *WatchAssignmentRequest) String() string {
 func (*WatchAssignmentRequest) ProtoMessage() {}
 
 func (x *WatchAssignmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[30]
+	mi := &file_xce_v1_xce_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2269,7 +2454,7 @@ func (x *WatchAssignmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchAssignmentRequest.ProtoReflect.Descriptor instead.
 func (*WatchAssignmentRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{30}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *WatchAssignmentRequest) GetFromGeneration() uint64 {
@@ -2321,7 +2506,7 @@ type WatchAssignmentResponse struct {
 
 func (x *WatchAssignmentResponse) Reset() {
 	*x = WatchAssignmentResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[31]
+	mi := &file_xce_v1_xce_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2333,7 +2518,7 @@ func (x *WatchAssignmentResponse) String() string {
 func (*WatchAssignmentResponse) ProtoMessage() {}
 
 func (x *WatchAssignmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[31]
+	mi := &file_xce_v1_xce_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2346,7 +2531,7 @@ func (x *WatchAssignmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchAssignmentResponse.ProtoReflect.Descriptor instead.
 func (*WatchAssignmentResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{31}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *WatchAssignmentResponse) GetGeneration() uint64 {
@@ -2430,7 +2615,7 @@ type Fact struct {
 
 func (x *Fact) Reset() {
 	*x = Fact{}
-	mi := &file_xce_v1_xce_proto_msgTypes[32]
+	mi := &file_xce_v1_xce_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2442,7 +2627,7 @@ func (x *Fact) String() string {
 func (*Fact) ProtoMessage() {}
 
 func (x *Fact) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[32]
+	mi := &file_xce_v1_xce_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2455,7 +2640,7 @@ func (x *Fact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Fact.ProtoReflect.Descriptor instead.
 func (*Fact) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{32}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Fact) GetKind() FactKind {
@@ -2497,7 +2682,7 @@ type RegisterRequest struct {
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[33]
+	mi := &file_xce_v1_xce_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2509,7 +2694,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[33]
+	mi := &file_xce_v1_xce_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2522,7 +2707,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{33}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RegisterRequest) GetWorkerId() string {
@@ -2571,7 +2756,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[34]
+	mi := &file_xce_v1_xce_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2583,7 +2768,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[34]
+	mi := &file_xce_v1_xce_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2596,7 +2781,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{34}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RegisterResponse) GetGeneration() uint64 {
@@ -2674,7 +2859,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[35]
+	mi := &file_xce_v1_xce_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2686,7 +2871,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[35]
+	mi := &file_xce_v1_xce_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2699,7 +2884,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{35}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *HeartbeatRequest) GetWorkerId() string {
@@ -2807,7 +2992,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[36]
+	mi := &file_xce_v1_xce_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2819,7 +3004,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[36]
+	mi := &file_xce_v1_xce_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2832,7 +3017,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{36}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *HeartbeatResponse) GetGeneration() uint64 {
@@ -2933,7 +3118,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_xce_v1_xce_proto_msgTypes[37]
+	mi := &file_xce_v1_xce_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2945,7 +3130,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[37]
+	mi := &file_xce_v1_xce_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2958,7 +3143,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{37}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Member) GetId() string {
@@ -3033,7 +3218,7 @@ type ListMembersRequest struct {
 
 func (x *ListMembersRequest) Reset() {
 	*x = ListMembersRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[38]
+	mi := &file_xce_v1_xce_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3045,7 +3230,7 @@ func (x *ListMembersRequest) String() string {
 func (*ListMembersRequest) ProtoMessage() {}
 
 func (x *ListMembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[38]
+	mi := &file_xce_v1_xce_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3058,7 +3243,7 @@ func (x *ListMembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMembersRequest.ProtoReflect.Descriptor instead.
 func (*ListMembersRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{38}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListMembersRequest) GetConsistency() Consistency {
@@ -3079,7 +3264,7 @@ type ListMembersResponse struct {
 
 func (x *ListMembersResponse) Reset() {
 	*x = ListMembersResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[39]
+	mi := &file_xce_v1_xce_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3091,7 +3276,7 @@ func (x *ListMembersResponse) String() string {
 func (*ListMembersResponse) ProtoMessage() {}
 
 func (x *ListMembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[39]
+	mi := &file_xce_v1_xce_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3104,7 +3289,7 @@ func (x *ListMembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMembersResponse.ProtoReflect.Descriptor instead.
 func (*ListMembersResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{39}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListMembersResponse) GetMembers() []*Member {
@@ -3132,7 +3317,7 @@ type AddMemberRequest struct {
 
 func (x *AddMemberRequest) Reset() {
 	*x = AddMemberRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[40]
+	mi := &file_xce_v1_xce_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3144,7 +3329,7 @@ func (x *AddMemberRequest) String() string {
 func (*AddMemberRequest) ProtoMessage() {}
 
 func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[40]
+	mi := &file_xce_v1_xce_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3157,7 +3342,7 @@ func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberRequest.ProtoReflect.Descriptor instead.
 func (*AddMemberRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{40}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *AddMemberRequest) GetId() string {
@@ -3190,7 +3375,7 @@ type AddMemberResponse struct {
 
 func (x *AddMemberResponse) Reset() {
 	*x = AddMemberResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[41]
+	mi := &file_xce_v1_xce_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3202,7 +3387,7 @@ func (x *AddMemberResponse) String() string {
 func (*AddMemberResponse) ProtoMessage() {}
 
 func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[41]
+	mi := &file_xce_v1_xce_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3215,7 +3400,7 @@ func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberResponse.ProtoReflect.Descriptor instead.
 func (*AddMemberResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{41}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *AddMemberResponse) GetMember() *Member {
@@ -3234,7 +3419,7 @@ type PromoteMemberRequest struct {
 
 func (x *PromoteMemberRequest) Reset() {
 	*x = PromoteMemberRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[42]
+	mi := &file_xce_v1_xce_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3246,7 +3431,7 @@ func (x *PromoteMemberRequest) String() string {
 func (*PromoteMemberRequest) ProtoMessage() {}
 
 func (x *PromoteMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[42]
+	mi := &file_xce_v1_xce_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3259,7 +3444,7 @@ func (x *PromoteMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteMemberRequest.ProtoReflect.Descriptor instead.
 func (*PromoteMemberRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{42}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *PromoteMemberRequest) GetId() string {
@@ -3278,7 +3463,7 @@ type PromoteMemberResponse struct {
 
 func (x *PromoteMemberResponse) Reset() {
 	*x = PromoteMemberResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[43]
+	mi := &file_xce_v1_xce_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3290,7 +3475,7 @@ func (x *PromoteMemberResponse) String() string {
 func (*PromoteMemberResponse) ProtoMessage() {}
 
 func (x *PromoteMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[43]
+	mi := &file_xce_v1_xce_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3303,7 +3488,7 @@ func (x *PromoteMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteMemberResponse.ProtoReflect.Descriptor instead.
 func (*PromoteMemberResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{43}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *PromoteMemberResponse) GetMember() *Member {
@@ -3324,7 +3509,7 @@ type RemoveMemberRequest struct {
 
 func (x *RemoveMemberRequest) Reset() {
 	*x = RemoveMemberRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[44]
+	mi := &file_xce_v1_xce_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3336,7 +3521,7 @@ func (x *RemoveMemberRequest) String() string {
 func (*RemoveMemberRequest) ProtoMessage() {}
 
 func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[44]
+	mi := &file_xce_v1_xce_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3349,7 +3534,7 @@ func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{44}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *RemoveMemberRequest) GetId() string {
@@ -3374,7 +3559,7 @@ type RemoveMemberResponse struct {
 
 func (x *RemoveMemberResponse) Reset() {
 	*x = RemoveMemberResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[45]
+	mi := &file_xce_v1_xce_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3386,7 +3571,7 @@ func (x *RemoveMemberResponse) String() string {
 func (*RemoveMemberResponse) ProtoMessage() {}
 
 func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[45]
+	mi := &file_xce_v1_xce_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3399,7 +3584,7 @@ func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMemberResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{45}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{48}
 }
 
 type TransferLeaderRequest struct {
@@ -3412,7 +3597,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[46]
+	mi := &file_xce_v1_xce_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3424,7 +3609,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[46]
+	mi := &file_xce_v1_xce_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3437,7 +3622,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{46}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *TransferLeaderRequest) GetTo() string {
@@ -3457,7 +3642,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[47]
+	mi := &file_xce_v1_xce_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3469,7 +3654,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[47]
+	mi := &file_xce_v1_xce_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3482,7 +3667,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{47}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *TransferLeaderResponse) GetLeaderId() string {
@@ -3506,7 +3691,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[48]
+	mi := &file_xce_v1_xce_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3518,7 +3703,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[48]
+	mi := &file_xce_v1_xce_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3531,7 +3716,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{48}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *JoinRequest) GetId() string {
@@ -3572,7 +3757,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[49]
+	mi := &file_xce_v1_xce_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3584,7 +3769,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[49]
+	mi := &file_xce_v1_xce_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3597,7 +3782,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{49}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *JoinResponse) GetMember() *Member {
@@ -3615,7 +3800,7 @@ type SaveSnapshotRequest struct {
 
 func (x *SaveSnapshotRequest) Reset() {
 	*x = SaveSnapshotRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[50]
+	mi := &file_xce_v1_xce_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3627,7 +3812,7 @@ func (x *SaveSnapshotRequest) String() string {
 func (*SaveSnapshotRequest) ProtoMessage() {}
 
 func (x *SaveSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[50]
+	mi := &file_xce_v1_xce_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3640,7 +3825,7 @@ func (x *SaveSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SaveSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SaveSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{50}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{53}
 }
 
 // SnapshotChunk is one piece of a snapshot stream: the first carries the
@@ -3663,7 +3848,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_xce_v1_xce_proto_msgTypes[51]
+	mi := &file_xce_v1_xce_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3675,7 +3860,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[51]
+	mi := &file_xce_v1_xce_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3688,7 +3873,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{51}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *SnapshotChunk) GetFormat() uint32 {
@@ -3748,7 +3933,7 @@ type TakeSnapshotRequest struct {
 
 func (x *TakeSnapshotRequest) Reset() {
 	*x = TakeSnapshotRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[52]
+	mi := &file_xce_v1_xce_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3760,7 +3945,7 @@ func (x *TakeSnapshotRequest) String() string {
 func (*TakeSnapshotRequest) ProtoMessage() {}
 
 func (x *TakeSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[52]
+	mi := &file_xce_v1_xce_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3773,7 +3958,7 @@ func (x *TakeSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*TakeSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{52}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{55}
 }
 
 type TakeSnapshotResponse struct {
@@ -3790,7 +3975,7 @@ type TakeSnapshotResponse struct {
 
 func (x *TakeSnapshotResponse) Reset() {
 	*x = TakeSnapshotResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[53]
+	mi := &file_xce_v1_xce_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3802,7 +3987,7 @@ func (x *TakeSnapshotResponse) String() string {
 func (*TakeSnapshotResponse) ProtoMessage() {}
 
 func (x *TakeSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[53]
+	mi := &file_xce_v1_xce_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3815,7 +4000,7 @@ func (x *TakeSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*TakeSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{53}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *TakeSnapshotResponse) GetIndex() uint64 {
@@ -4016,7 +4201,20 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\"\x1a\n" +
 	"\x18UnfreezePlacementRequest\"1\n" +
 	"\x19UnfreezePlacementResponse\x12\x14\n" +
-	"\x05index\x18\x01 \x01(\x04R\x05index\"x\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\"i\n" +
+	"\x11WatchTasksRequest\x12\x1d\n" +
+	"\n" +
+	"from_index\x18\x01 \x01(\x04R\tfromIndex\x125\n" +
+	"\vconsistency\x18\x02 \x01(\x0e2\x13.xce.v1.ConsistencyR\vconsistency\"]\n" +
+	"\tTaskEvent\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x18\n" +
+	"\adeleted\x18\x02 \x01(\bR\adeleted\x12 \n" +
+	"\x04task\x18\x03 \x01(\v2\f.xce.v1.TaskR\x04task\"\xa9\x01\n" +
+	"\x12WatchTasksResponse\x12)\n" +
+	"\x06events\x18\x01 \x03(\v2\x11.xce.v1.TaskEventR\x06events\x12#\n" +
+	"\rapplied_index\x18\x02 \x01(\x04R\fappliedIndex\x12!\n" +
+	"\fcommit_index\x18\x03 \x01(\x04R\vcommitIndex\x12 \n" +
+	"\x04role\x18\x04 \x01(\x0e2\f.xce.v1.RoleR\x04role\"x\n" +
 	"\x16WatchAssignmentRequest\x12'\n" +
 	"\x0ffrom_generation\x18\x01 \x01(\x04R\x0efromGeneration\x125\n" +
 	"\vconsistency\x18\x02 \x01(\x0e2\x13.xce.v1.ConsistencyR\vconsistency\"\xbd\x03\n" +
@@ -4167,7 +4365,7 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"\x10FACT_KIND_NOTIFY\x10\x01\x12\x14\n" +
 	"\x10FACT_KIND_UPDATE\x10\x02\x12 \n" +
 	"\x1cFACT_KIND_SET_PENDING_REASON\x10\x03\x12\"\n" +
-	"\x1eFACT_KIND_CLEAR_PENDING_REASON\x10\x042\xce\a\n" +
+	"\x1eFACT_KIND_CLEAR_PENDING_REASON\x10\x042\x95\b\n" +
 	"\x11ControllerService\x12<\n" +
 	"\x06Status\x12\x15.xce.v1.StatusRequest\x1a\x16.xce.v1.StatusResponse\"\x03\x90\x02\x01\x12C\n" +
 	"\vWatchStatus\x12\x1a.xce.v1.WatchStatusRequest\x1a\x16.xce.v1.StatusResponse0\x01\x12C\n" +
@@ -4183,7 +4381,9 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"\rUndrainWorker\x12\x1c.xce.v1.UndrainWorkerRequest\x1a\x1d.xce.v1.UndrainWorkerResponse\x12R\n" +
 	"\x0fFreezePlacement\x12\x1e.xce.v1.FreezePlacementRequest\x1a\x1f.xce.v1.FreezePlacementResponse\x12X\n" +
 	"\x11UnfreezePlacement\x12 .xce.v1.UnfreezePlacementRequest\x1a!.xce.v1.UnfreezePlacementResponse\x12T\n" +
-	"\x0fWatchAssignment\x12\x1e.xce.v1.WatchAssignmentRequest\x1a\x1f.xce.v1.WatchAssignmentResponse0\x012\x90\x01\n" +
+	"\x0fWatchAssignment\x12\x1e.xce.v1.WatchAssignmentRequest\x1a\x1f.xce.v1.WatchAssignmentResponse0\x01\x12E\n" +
+	"\n" +
+	"WatchTasks\x12\x19.xce.v1.WatchTasksRequest\x1a\x1a.xce.v1.WatchTasksResponse0\x012\x90\x01\n" +
 	"\rWorkerService\x12=\n" +
 	"\bRegister\x12\x17.xce.v1.RegisterRequest\x1a\x18.xce.v1.RegisterResponse\x12@\n" +
 	"\tHeartbeat\x12\x18.xce.v1.HeartbeatRequest\x1a\x19.xce.v1.HeartbeatResponse2\xcd\x04\n" +
@@ -4210,7 +4410,7 @@ func file_xce_v1_xce_proto_rawDescGZIP() []byte {
 }
 
 var file_xce_v1_xce_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_xce_v1_xce_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
+var file_xce_v1_xce_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
 var file_xce_v1_xce_proto_goTypes = []any{
 	(Role)(0),                         // 0: xce.v1.Role
 	(Consistency)(0),                  // 1: xce.v1.Consistency
@@ -4245,39 +4445,42 @@ var file_xce_v1_xce_proto_goTypes = []any{
 	(*FreezePlacementResponse)(nil),   // 30: xce.v1.FreezePlacementResponse
 	(*UnfreezePlacementRequest)(nil),  // 31: xce.v1.UnfreezePlacementRequest
 	(*UnfreezePlacementResponse)(nil), // 32: xce.v1.UnfreezePlacementResponse
-	(*WatchAssignmentRequest)(nil),    // 33: xce.v1.WatchAssignmentRequest
-	(*WatchAssignmentResponse)(nil),   // 34: xce.v1.WatchAssignmentResponse
-	(*Fact)(nil),                      // 35: xce.v1.Fact
-	(*RegisterRequest)(nil),           // 36: xce.v1.RegisterRequest
-	(*RegisterResponse)(nil),          // 37: xce.v1.RegisterResponse
-	(*HeartbeatRequest)(nil),          // 38: xce.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),         // 39: xce.v1.HeartbeatResponse
-	(*Member)(nil),                    // 40: xce.v1.Member
-	(*ListMembersRequest)(nil),        // 41: xce.v1.ListMembersRequest
-	(*ListMembersResponse)(nil),       // 42: xce.v1.ListMembersResponse
-	(*AddMemberRequest)(nil),          // 43: xce.v1.AddMemberRequest
-	(*AddMemberResponse)(nil),         // 44: xce.v1.AddMemberResponse
-	(*PromoteMemberRequest)(nil),      // 45: xce.v1.PromoteMemberRequest
-	(*PromoteMemberResponse)(nil),     // 46: xce.v1.PromoteMemberResponse
-	(*RemoveMemberRequest)(nil),       // 47: xce.v1.RemoveMemberRequest
-	(*RemoveMemberResponse)(nil),      // 48: xce.v1.RemoveMemberResponse
-	(*TransferLeaderRequest)(nil),     // 49: xce.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil),    // 50: xce.v1.TransferLeaderResponse
-	(*JoinRequest)(nil),               // 51: xce.v1.JoinRequest
-	(*JoinResponse)(nil),              // 52: xce.v1.JoinResponse
-	(*SaveSnapshotRequest)(nil),       // 53: xce.v1.SaveSnapshotRequest
-	(*SnapshotChunk)(nil),             // 54: xce.v1.SnapshotChunk
-	(*TakeSnapshotRequest)(nil),       // 55: xce.v1.TakeSnapshotRequest
-	(*TakeSnapshotResponse)(nil),      // 56: xce.v1.TakeSnapshotResponse
-	nil,                               // 57: xce.v1.TaskAssignment.LagsEntry
-	nil,                               // 58: xce.v1.WorkerInfo.LagsEntry
-	nil,                               // 59: xce.v1.WorkerInfo.LabelsEntry
-	nil,                               // 60: xce.v1.AwayWorker.LabelsEntry
-	nil,                               // 61: xce.v1.WatchAssignmentResponse.WorkerAddrsEntry
-	nil,                               // 62: xce.v1.RegisterRequest.LabelsEntry
-	nil,                               // 63: xce.v1.HeartbeatRequest.LagsEntry
-	nil,                               // 64: xce.v1.HeartbeatRequest.LoadsEntry
-	nil,                               // 65: xce.v1.HeartbeatResponse.EpochsEntry
+	(*WatchTasksRequest)(nil),         // 33: xce.v1.WatchTasksRequest
+	(*TaskEvent)(nil),                 // 34: xce.v1.TaskEvent
+	(*WatchTasksResponse)(nil),        // 35: xce.v1.WatchTasksResponse
+	(*WatchAssignmentRequest)(nil),    // 36: xce.v1.WatchAssignmentRequest
+	(*WatchAssignmentResponse)(nil),   // 37: xce.v1.WatchAssignmentResponse
+	(*Fact)(nil),                      // 38: xce.v1.Fact
+	(*RegisterRequest)(nil),           // 39: xce.v1.RegisterRequest
+	(*RegisterResponse)(nil),          // 40: xce.v1.RegisterResponse
+	(*HeartbeatRequest)(nil),          // 41: xce.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),         // 42: xce.v1.HeartbeatResponse
+	(*Member)(nil),                    // 43: xce.v1.Member
+	(*ListMembersRequest)(nil),        // 44: xce.v1.ListMembersRequest
+	(*ListMembersResponse)(nil),       // 45: xce.v1.ListMembersResponse
+	(*AddMemberRequest)(nil),          // 46: xce.v1.AddMemberRequest
+	(*AddMemberResponse)(nil),         // 47: xce.v1.AddMemberResponse
+	(*PromoteMemberRequest)(nil),      // 48: xce.v1.PromoteMemberRequest
+	(*PromoteMemberResponse)(nil),     // 49: xce.v1.PromoteMemberResponse
+	(*RemoveMemberRequest)(nil),       // 50: xce.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil),      // 51: xce.v1.RemoveMemberResponse
+	(*TransferLeaderRequest)(nil),     // 52: xce.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil),    // 53: xce.v1.TransferLeaderResponse
+	(*JoinRequest)(nil),               // 54: xce.v1.JoinRequest
+	(*JoinResponse)(nil),              // 55: xce.v1.JoinResponse
+	(*SaveSnapshotRequest)(nil),       // 56: xce.v1.SaveSnapshotRequest
+	(*SnapshotChunk)(nil),             // 57: xce.v1.SnapshotChunk
+	(*TakeSnapshotRequest)(nil),       // 58: xce.v1.TakeSnapshotRequest
+	(*TakeSnapshotResponse)(nil),      // 59: xce.v1.TakeSnapshotResponse
+	nil,                               // 60: xce.v1.TaskAssignment.LagsEntry
+	nil,                               // 61: xce.v1.WorkerInfo.LagsEntry
+	nil,                               // 62: xce.v1.WorkerInfo.LabelsEntry
+	nil,                               // 63: xce.v1.AwayWorker.LabelsEntry
+	nil,                               // 64: xce.v1.WatchAssignmentResponse.WorkerAddrsEntry
+	nil,                               // 65: xce.v1.RegisterRequest.LabelsEntry
+	nil,                               // 66: xce.v1.HeartbeatRequest.LagsEntry
+	nil,                               // 67: xce.v1.HeartbeatRequest.LoadsEntry
+	nil,                               // 68: xce.v1.HeartbeatResponse.EpochsEntry
 }
 var file_xce_v1_xce_proto_depIdxs = []int32{
 	0,  // 0: xce.v1.NotReady.role:type_name -> xce.v1.Role
@@ -4288,82 +4491,88 @@ var file_xce_v1_xce_proto_depIdxs = []int32{
 	4,  // 5: xce.v1.ListTasksResponse.tasks:type_name -> xce.v1.Task
 	0,  // 6: xce.v1.StatusResponse.role:type_name -> xce.v1.Role
 	15, // 7: xce.v1.StatusResponse.roster:type_name -> xce.v1.RosterMember
-	40, // 8: xce.v1.StatusResponse.members:type_name -> xce.v1.Member
+	43, // 8: xce.v1.StatusResponse.members:type_name -> xce.v1.Member
 	1,  // 9: xce.v1.GetAssignmentRequest.consistency:type_name -> xce.v1.Consistency
 	17, // 10: xce.v1.TaskAssignment.placement:type_name -> xce.v1.TaskPlacement
-	57, // 11: xce.v1.TaskAssignment.lags:type_name -> xce.v1.TaskAssignment.LagsEntry
+	60, // 11: xce.v1.TaskAssignment.lags:type_name -> xce.v1.TaskAssignment.LagsEntry
 	19, // 12: xce.v1.GetAssignmentResponse.tasks:type_name -> xce.v1.TaskAssignment
-	58, // 13: xce.v1.WorkerInfo.lags:type_name -> xce.v1.WorkerInfo.LagsEntry
-	59, // 14: xce.v1.WorkerInfo.labels:type_name -> xce.v1.WorkerInfo.LabelsEntry
+	61, // 13: xce.v1.WorkerInfo.lags:type_name -> xce.v1.WorkerInfo.LagsEntry
+	62, // 14: xce.v1.WorkerInfo.labels:type_name -> xce.v1.WorkerInfo.LabelsEntry
 	22, // 15: xce.v1.ListWorkersResponse.workers:type_name -> xce.v1.WorkerInfo
 	24, // 16: xce.v1.ListWorkersResponse.away:type_name -> xce.v1.AwayWorker
-	60, // 17: xce.v1.AwayWorker.labels:type_name -> xce.v1.AwayWorker.LabelsEntry
-	1,  // 18: xce.v1.WatchAssignmentRequest.consistency:type_name -> xce.v1.Consistency
-	17, // 19: xce.v1.WatchAssignmentResponse.tasks:type_name -> xce.v1.TaskPlacement
-	0,  // 20: xce.v1.WatchAssignmentResponse.role:type_name -> xce.v1.Role
-	61, // 21: xce.v1.WatchAssignmentResponse.worker_addrs:type_name -> xce.v1.WatchAssignmentResponse.WorkerAddrsEntry
-	2,  // 22: xce.v1.Fact.kind:type_name -> xce.v1.FactKind
-	62, // 23: xce.v1.RegisterRequest.labels:type_name -> xce.v1.RegisterRequest.LabelsEntry
-	63, // 24: xce.v1.HeartbeatRequest.lags:type_name -> xce.v1.HeartbeatRequest.LagsEntry
-	35, // 25: xce.v1.HeartbeatRequest.facts:type_name -> xce.v1.Fact
-	64, // 26: xce.v1.HeartbeatRequest.loads:type_name -> xce.v1.HeartbeatRequest.LoadsEntry
-	65, // 27: xce.v1.HeartbeatResponse.epochs:type_name -> xce.v1.HeartbeatResponse.EpochsEntry
-	1,  // 28: xce.v1.ListMembersRequest.consistency:type_name -> xce.v1.Consistency
-	40, // 29: xce.v1.ListMembersResponse.members:type_name -> xce.v1.Member
-	40, // 30: xce.v1.AddMemberResponse.member:type_name -> xce.v1.Member
-	40, // 31: xce.v1.PromoteMemberResponse.member:type_name -> xce.v1.Member
-	40, // 32: xce.v1.JoinResponse.member:type_name -> xce.v1.Member
-	13, // 33: xce.v1.ControllerService.Status:input_type -> xce.v1.StatusRequest
-	16, // 34: xce.v1.ControllerService.WatchStatus:input_type -> xce.v1.WatchStatusRequest
-	5,  // 35: xce.v1.ControllerService.SubmitTask:input_type -> xce.v1.SubmitTaskRequest
-	7,  // 36: xce.v1.ControllerService.GetTask:input_type -> xce.v1.GetTaskRequest
-	9,  // 37: xce.v1.ControllerService.ListTasks:input_type -> xce.v1.ListTasksRequest
-	11, // 38: xce.v1.ControllerService.DeleteTask:input_type -> xce.v1.DeleteTaskRequest
-	18, // 39: xce.v1.ControllerService.GetAssignment:input_type -> xce.v1.GetAssignmentRequest
-	21, // 40: xce.v1.ControllerService.ListWorkers:input_type -> xce.v1.ListWorkersRequest
-	25, // 41: xce.v1.ControllerService.DrainWorker:input_type -> xce.v1.DrainWorkerRequest
-	27, // 42: xce.v1.ControllerService.UndrainWorker:input_type -> xce.v1.UndrainWorkerRequest
-	29, // 43: xce.v1.ControllerService.FreezePlacement:input_type -> xce.v1.FreezePlacementRequest
-	31, // 44: xce.v1.ControllerService.UnfreezePlacement:input_type -> xce.v1.UnfreezePlacementRequest
-	33, // 45: xce.v1.ControllerService.WatchAssignment:input_type -> xce.v1.WatchAssignmentRequest
-	36, // 46: xce.v1.WorkerService.Register:input_type -> xce.v1.RegisterRequest
-	38, // 47: xce.v1.WorkerService.Heartbeat:input_type -> xce.v1.HeartbeatRequest
-	41, // 48: xce.v1.ClusterService.ListMembers:input_type -> xce.v1.ListMembersRequest
-	43, // 49: xce.v1.ClusterService.AddMember:input_type -> xce.v1.AddMemberRequest
-	45, // 50: xce.v1.ClusterService.PromoteMember:input_type -> xce.v1.PromoteMemberRequest
-	47, // 51: xce.v1.ClusterService.RemoveMember:input_type -> xce.v1.RemoveMemberRequest
-	49, // 52: xce.v1.ClusterService.TransferLeader:input_type -> xce.v1.TransferLeaderRequest
-	51, // 53: xce.v1.ClusterService.Join:input_type -> xce.v1.JoinRequest
-	53, // 54: xce.v1.ClusterService.SaveSnapshot:input_type -> xce.v1.SaveSnapshotRequest
-	55, // 55: xce.v1.ClusterService.TakeSnapshot:input_type -> xce.v1.TakeSnapshotRequest
-	14, // 56: xce.v1.ControllerService.Status:output_type -> xce.v1.StatusResponse
-	14, // 57: xce.v1.ControllerService.WatchStatus:output_type -> xce.v1.StatusResponse
-	6,  // 58: xce.v1.ControllerService.SubmitTask:output_type -> xce.v1.SubmitTaskResponse
-	8,  // 59: xce.v1.ControllerService.GetTask:output_type -> xce.v1.GetTaskResponse
-	10, // 60: xce.v1.ControllerService.ListTasks:output_type -> xce.v1.ListTasksResponse
-	12, // 61: xce.v1.ControllerService.DeleteTask:output_type -> xce.v1.DeleteTaskResponse
-	20, // 62: xce.v1.ControllerService.GetAssignment:output_type -> xce.v1.GetAssignmentResponse
-	23, // 63: xce.v1.ControllerService.ListWorkers:output_type -> xce.v1.ListWorkersResponse
-	26, // 64: xce.v1.ControllerService.DrainWorker:output_type -> xce.v1.DrainWorkerResponse
-	28, // 65: xce.v1.ControllerService.UndrainWorker:output_type -> xce.v1.UndrainWorkerResponse
-	30, // 66: xce.v1.ControllerService.FreezePlacement:output_type -> xce.v1.FreezePlacementResponse
-	32, // 67: xce.v1.ControllerService.UnfreezePlacement:output_type -> xce.v1.UnfreezePlacementResponse
-	34, // 68: xce.v1.ControllerService.WatchAssignment:output_type -> xce.v1.WatchAssignmentResponse
-	37, // 69: xce.v1.WorkerService.Register:output_type -> xce.v1.RegisterResponse
-	39, // 70: xce.v1.WorkerService.Heartbeat:output_type -> xce.v1.HeartbeatResponse
-	42, // 71: xce.v1.ClusterService.ListMembers:output_type -> xce.v1.ListMembersResponse
-	44, // 72: xce.v1.ClusterService.AddMember:output_type -> xce.v1.AddMemberResponse
-	46, // 73: xce.v1.ClusterService.PromoteMember:output_type -> xce.v1.PromoteMemberResponse
-	48, // 74: xce.v1.ClusterService.RemoveMember:output_type -> xce.v1.RemoveMemberResponse
-	50, // 75: xce.v1.ClusterService.TransferLeader:output_type -> xce.v1.TransferLeaderResponse
-	52, // 76: xce.v1.ClusterService.Join:output_type -> xce.v1.JoinResponse
-	54, // 77: xce.v1.ClusterService.SaveSnapshot:output_type -> xce.v1.SnapshotChunk
-	56, // 78: xce.v1.ClusterService.TakeSnapshot:output_type -> xce.v1.TakeSnapshotResponse
-	56, // [56:79] is the sub-list for method output_type
-	33, // [33:56] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	63, // 17: xce.v1.AwayWorker.labels:type_name -> xce.v1.AwayWorker.LabelsEntry
+	1,  // 18: xce.v1.WatchTasksRequest.consistency:type_name -> xce.v1.Consistency
+	4,  // 19: xce.v1.TaskEvent.task:type_name -> xce.v1.Task
+	34, // 20: xce.v1.WatchTasksResponse.events:type_name -> xce.v1.TaskEvent
+	0,  // 21: xce.v1.WatchTasksResponse.role:type_name -> xce.v1.Role
+	1,  // 22: xce.v1.WatchAssignmentRequest.consistency:type_name -> xce.v1.Consistency
+	17, // 23: xce.v1.WatchAssignmentResponse.tasks:type_name -> xce.v1.TaskPlacement
+	0,  // 24: xce.v1.WatchAssignmentResponse.role:type_name -> xce.v1.Role
+	64, // 25: xce.v1.WatchAssignmentResponse.worker_addrs:type_name -> xce.v1.WatchAssignmentResponse.WorkerAddrsEntry
+	2,  // 26: xce.v1.Fact.kind:type_name -> xce.v1.FactKind
+	65, // 27: xce.v1.RegisterRequest.labels:type_name -> xce.v1.RegisterRequest.LabelsEntry
+	66, // 28: xce.v1.HeartbeatRequest.lags:type_name -> xce.v1.HeartbeatRequest.LagsEntry
+	38, // 29: xce.v1.HeartbeatRequest.facts:type_name -> xce.v1.Fact
+	67, // 30: xce.v1.HeartbeatRequest.loads:type_name -> xce.v1.HeartbeatRequest.LoadsEntry
+	68, // 31: xce.v1.HeartbeatResponse.epochs:type_name -> xce.v1.HeartbeatResponse.EpochsEntry
+	1,  // 32: xce.v1.ListMembersRequest.consistency:type_name -> xce.v1.Consistency
+	43, // 33: xce.v1.ListMembersResponse.members:type_name -> xce.v1.Member
+	43, // 34: xce.v1.AddMemberResponse.member:type_name -> xce.v1.Member
+	43, // 35: xce.v1.PromoteMemberResponse.member:type_name -> xce.v1.Member
+	43, // 36: xce.v1.JoinResponse.member:type_name -> xce.v1.Member
+	13, // 37: xce.v1.ControllerService.Status:input_type -> xce.v1.StatusRequest
+	16, // 38: xce.v1.ControllerService.WatchStatus:input_type -> xce.v1.WatchStatusRequest
+	5,  // 39: xce.v1.ControllerService.SubmitTask:input_type -> xce.v1.SubmitTaskRequest
+	7,  // 40: xce.v1.ControllerService.GetTask:input_type -> xce.v1.GetTaskRequest
+	9,  // 41: xce.v1.ControllerService.ListTasks:input_type -> xce.v1.ListTasksRequest
+	11, // 42: xce.v1.ControllerService.DeleteTask:input_type -> xce.v1.DeleteTaskRequest
+	18, // 43: xce.v1.ControllerService.GetAssignment:input_type -> xce.v1.GetAssignmentRequest
+	21, // 44: xce.v1.ControllerService.ListWorkers:input_type -> xce.v1.ListWorkersRequest
+	25, // 45: xce.v1.ControllerService.DrainWorker:input_type -> xce.v1.DrainWorkerRequest
+	27, // 46: xce.v1.ControllerService.UndrainWorker:input_type -> xce.v1.UndrainWorkerRequest
+	29, // 47: xce.v1.ControllerService.FreezePlacement:input_type -> xce.v1.FreezePlacementRequest
+	31, // 48: xce.v1.ControllerService.UnfreezePlacement:input_type -> xce.v1.UnfreezePlacementRequest
+	36, // 49: xce.v1.ControllerService.WatchAssignment:input_type -> xce.v1.WatchAssignmentRequest
+	33, // 50: xce.v1.ControllerService.WatchTasks:input_type -> xce.v1.WatchTasksRequest
+	39, // 51: xce.v1.WorkerService.Register:input_type -> xce.v1.RegisterRequest
+	41, // 52: xce.v1.WorkerService.Heartbeat:input_type -> xce.v1.HeartbeatRequest
+	44, // 53: xce.v1.ClusterService.ListMembers:input_type -> xce.v1.ListMembersRequest
+	46, // 54: xce.v1.ClusterService.AddMember:input_type -> xce.v1.AddMemberRequest
+	48, // 55: xce.v1.ClusterService.PromoteMember:input_type -> xce.v1.PromoteMemberRequest
+	50, // 56: xce.v1.ClusterService.RemoveMember:input_type -> xce.v1.RemoveMemberRequest
+	52, // 57: xce.v1.ClusterService.TransferLeader:input_type -> xce.v1.TransferLeaderRequest
+	54, // 58: xce.v1.ClusterService.Join:input_type -> xce.v1.JoinRequest
+	56, // 59: xce.v1.ClusterService.SaveSnapshot:input_type -> xce.v1.SaveSnapshotRequest
+	58, // 60: xce.v1.ClusterService.TakeSnapshot:input_type -> xce.v1.TakeSnapshotRequest
+	14, // 61: xce.v1.ControllerService.Status:output_type -> xce.v1.StatusResponse
+	14, // 62: xce.v1.ControllerService.WatchStatus:output_type -> xce.v1.StatusResponse
+	6,  // 63: xce.v1.ControllerService.SubmitTask:output_type -> xce.v1.SubmitTaskResponse
+	8,  // 64: xce.v1.ControllerService.GetTask:output_type -> xce.v1.GetTaskResponse
+	10, // 65: xce.v1.ControllerService.ListTasks:output_type -> xce.v1.ListTasksResponse
+	12, // 66: xce.v1.ControllerService.DeleteTask:output_type -> xce.v1.DeleteTaskResponse
+	20, // 67: xce.v1.ControllerService.GetAssignment:output_type -> xce.v1.GetAssignmentResponse
+	23, // 68: xce.v1.ControllerService.ListWorkers:output_type -> xce.v1.ListWorkersResponse
+	26, // 69: xce.v1.ControllerService.DrainWorker:output_type -> xce.v1.DrainWorkerResponse
+	28, // 70: xce.v1.ControllerService.UndrainWorker:output_type -> xce.v1.UndrainWorkerResponse
+	30, // 71: xce.v1.ControllerService.FreezePlacement:output_type -> xce.v1.FreezePlacementResponse
+	32, // 72: xce.v1.ControllerService.UnfreezePlacement:output_type -> xce.v1.UnfreezePlacementResponse
+	37, // 73: xce.v1.ControllerService.WatchAssignment:output_type -> xce.v1.WatchAssignmentResponse
+	35, // 74: xce.v1.ControllerService.WatchTasks:output_type -> xce.v1.WatchTasksResponse
+	40, // 75: xce.v1.WorkerService.Register:output_type -> xce.v1.RegisterResponse
+	42, // 76: xce.v1.WorkerService.Heartbeat:output_type -> xce.v1.HeartbeatResponse
+	45, // 77: xce.v1.ClusterService.ListMembers:output_type -> xce.v1.ListMembersResponse
+	47, // 78: xce.v1.ClusterService.AddMember:output_type -> xce.v1.AddMemberResponse
+	49, // 79: xce.v1.ClusterService.PromoteMember:output_type -> xce.v1.PromoteMemberResponse
+	51, // 80: xce.v1.ClusterService.RemoveMember:output_type -> xce.v1.RemoveMemberResponse
+	53, // 81: xce.v1.ClusterService.TransferLeader:output_type -> xce.v1.TransferLeaderResponse
+	55, // 82: xce.v1.ClusterService.Join:output_type -> xce.v1.JoinResponse
+	57, // 83: xce.v1.ClusterService.SaveSnapshot:output_type -> xce.v1.SnapshotChunk
+	59, // 84: xce.v1.ClusterService.TakeSnapshot:output_type -> xce.v1.TakeSnapshotResponse
+	61, // [61:85] is the sub-list for method output_type
+	37, // [37:61] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_xce_v1_xce_proto_init() }
@@ -4377,7 +4586,7 @@ func file_xce_v1_xce_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_xce_v1_xce_proto_rawDesc), len(file_xce_v1_xce_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   63,
+			NumMessages:   66,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -76,6 +76,9 @@ const (
 	// ControllerServiceWatchAssignmentProcedure is the fully-qualified name of the ControllerService's
 	// WatchAssignment RPC.
 	ControllerServiceWatchAssignmentProcedure = "/xce.v1.ControllerService/WatchAssignment"
+	// ControllerServiceWatchTasksProcedure is the fully-qualified name of the ControllerService's
+	// WatchTasks RPC.
+	ControllerServiceWatchTasksProcedure = "/xce.v1.ControllerService/WatchTasks"
 	// WorkerServiceRegisterProcedure is the fully-qualified name of the WorkerService's Register RPC.
 	WorkerServiceRegisterProcedure = "/xce.v1.WorkerService/Register"
 	// WorkerServiceHeartbeatProcedure is the fully-qualified name of the WorkerService's Heartbeat RPC.
@@ -140,6 +143,13 @@ type ControllerServiceClient interface {
 	// behind). Resumable: from_generation N sends exactly the generations
 	// after N, or a full copy when this node no longer has them.
 	WatchAssignment(context.Context, *connect.Request[v1.WatchAssignmentRequest]) (*connect.ServerStreamForClient[v1.WatchAssignmentResponse], error)
+	// WatchTasks sends task creations and deletions in commit order: every
+	// one at a log index above from_index (0: from the index this node has
+	// applied when the call arrives), then each as it is applied. Served
+	// like WatchAssignment. A from_index this node no longer keeps events
+	// for is OUT_OF_RANGE: list the tasks again (ListTasks gives the index
+	// it read at) and watch from that index.
+	WatchTasks(context.Context, *connect.Request[v1.WatchTasksRequest]) (*connect.ServerStreamForClient[v1.WatchTasksResponse], error)
 }
 
 // NewControllerServiceClient constructs a client for the xce.v1.ControllerService service. By
@@ -232,6 +242,12 @@ func NewControllerServiceClient(httpClient connect.HTTPClient, baseURL string, o
 			connect.WithSchema(controllerServiceMethods.ByName("WatchAssignment")),
 			connect.WithClientOptions(opts...),
 		),
+		watchTasks: connect.NewClient[v1.WatchTasksRequest, v1.WatchTasksResponse](
+			httpClient,
+			baseURL+ControllerServiceWatchTasksProcedure,
+			connect.WithSchema(controllerServiceMethods.ByName("WatchTasks")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -250,6 +266,7 @@ type controllerServiceClient struct {
 	freezePlacement   *connect.Client[v1.FreezePlacementRequest, v1.FreezePlacementResponse]
 	unfreezePlacement *connect.Client[v1.UnfreezePlacementRequest, v1.UnfreezePlacementResponse]
 	watchAssignment   *connect.Client[v1.WatchAssignmentRequest, v1.WatchAssignmentResponse]
+	watchTasks        *connect.Client[v1.WatchTasksRequest, v1.WatchTasksResponse]
 }
 
 // Status calls xce.v1.ControllerService.Status.
@@ -317,6 +334,11 @@ func (c *controllerServiceClient) WatchAssignment(ctx context.Context, req *conn
 	return c.watchAssignment.CallServerStream(ctx, req)
 }
 
+// WatchTasks calls xce.v1.ControllerService.WatchTasks.
+func (c *controllerServiceClient) WatchTasks(ctx context.Context, req *connect.Request[v1.WatchTasksRequest]) (*connect.ServerStreamForClient[v1.WatchTasksResponse], error) {
+	return c.watchTasks.CallServerStream(ctx, req)
+}
+
 // ControllerServiceHandler is an implementation of the xce.v1.ControllerService service.
 type ControllerServiceHandler interface {
 	Status(context.Context, *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error)
@@ -352,6 +374,13 @@ type ControllerServiceHandler interface {
 	// behind). Resumable: from_generation N sends exactly the generations
 	// after N, or a full copy when this node no longer has them.
 	WatchAssignment(context.Context, *connect.Request[v1.WatchAssignmentRequest], *connect.ServerStream[v1.WatchAssignmentResponse]) error
+	// WatchTasks sends task creations and deletions in commit order: every
+	// one at a log index above from_index (0: from the index this node has
+	// applied when the call arrives), then each as it is applied. Served
+	// like WatchAssignment. A from_index this node no longer keeps events
+	// for is OUT_OF_RANGE: list the tasks again (ListTasks gives the index
+	// it read at) and watch from that index.
+	WatchTasks(context.Context, *connect.Request[v1.WatchTasksRequest], *connect.ServerStream[v1.WatchTasksResponse]) error
 }
 
 // NewControllerServiceHandler builds an HTTP handler from the service implementation. It returns
@@ -440,6 +469,12 @@ func NewControllerServiceHandler(svc ControllerServiceHandler, opts ...connect.H
 		connect.WithSchema(controllerServiceMethods.ByName("WatchAssignment")),
 		connect.WithHandlerOptions(opts...),
 	)
+	controllerServiceWatchTasksHandler := connect.NewServerStreamHandler(
+		ControllerServiceWatchTasksProcedure,
+		svc.WatchTasks,
+		connect.WithSchema(controllerServiceMethods.ByName("WatchTasks")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/xce.v1.ControllerService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ControllerServiceStatusProcedure:
@@ -468,6 +503,8 @@ func NewControllerServiceHandler(svc ControllerServiceHandler, opts ...connect.H
 			controllerServiceUnfreezePlacementHandler.ServeHTTP(w, r)
 		case ControllerServiceWatchAssignmentProcedure:
 			controllerServiceWatchAssignmentHandler.ServeHTTP(w, r)
+		case ControllerServiceWatchTasksProcedure:
+			controllerServiceWatchTasksHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -527,6 +564,10 @@ func (UnimplementedControllerServiceHandler) UnfreezePlacement(context.Context, 
 
 func (UnimplementedControllerServiceHandler) WatchAssignment(context.Context, *connect.Request[v1.WatchAssignmentRequest], *connect.ServerStream[v1.WatchAssignmentResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("xce.v1.ControllerService.WatchAssignment is not implemented"))
+}
+
+func (UnimplementedControllerServiceHandler) WatchTasks(context.Context, *connect.Request[v1.WatchTasksRequest], *connect.ServerStream[v1.WatchTasksResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("xce.v1.ControllerService.WatchTasks is not implemented"))
 }
 
 // WorkerServiceClient is a client for the xce.v1.WorkerService service.
