@@ -67,7 +67,9 @@ func (h *taskHistory) created(t Task) {
 	h.add(taskEvent{index: t.CreatedIndex, id: t.ID, standbys: t.StandbyReplicas, weight: t.Weight, stateful: t.Stateful})
 }
 
-func (h *taskHistory) deleted(index uint64, id string) { h.add(taskEvent{index: index, id: id, deleted: true}) }
+func (h *taskHistory) deleted(index uint64, id string) {
+	h.add(taskEvent{index: index, id: id, deleted: true})
+}
 
 func (h *taskHistory) add(e taskEvent) {
 	if len(h.events) >= HistoryTaskEvents {
