@@ -89,8 +89,8 @@ func (p *planner) bestNewValues(t int) uint {
 	return best
 }
 
-// spreadMet reports whether the copies of t (target, or the output with
-// out set) span, for every key, min(copies, distinct values) values.
+// spreadMet reports whether copies (workers) span, for every key,
+// min(copies, distinct values) values.
 func (p *planner) spreadMet(copies []int) bool {
 	for k := range p.sp.val {
 		if distinctValues(p.sp.val[k], copies) < min(len(copies), p.sp.distinct[k]) {

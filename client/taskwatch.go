@@ -56,32 +56,14 @@ func (c *Client) WatchTasks(ctx context.Context, from uint64, stale bool, fn fun
 }
 
 func (c *Client) watchTasksOnce(ctx context.Context, from uint64, consistency xcev1.Consistency, fn func(*xcev1.WatchTasksResponse) error) (bool, error) {
-	var stream *connect.ServerStreamForClient[xcev1.WatchTasksResponse]
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	err := retry(ctx, c, c.svc, func(actx context.Context, s xcev1connect.ControllerServiceClient) error {
-		st, err := s.WatchTasks(sctx, connect.NewRequest(&xcev1.WatchTasksRequest{FromIndex: from, Consistency: consistency}))
-		if err != nil {
-			return err
-		}
-		stop := context.AfterFunc(actx, func() { st.Close() })
-		ok := st.Receive()
-		stopped := stop()
-		if !ok {
-			err := st.Err()
-			st.Close()
-			if err == nil || !stopped {
-				err = connect.NewError(connect.CodeUnavailable, errors.New("task watch ended before its first message"))
-			}
-			return err
-		}
-		stream = st
-		return nil
-	})
+	stream, _, cancel, err := openStream(ctx, c, "task watch",
+		func(sctx context.Context, s xcev1connect.ControllerServiceClient) (*connect.ServerStreamForClient[xcev1.WatchTasksResponse], error) {
+			return s.WatchTasks(sctx, connect.NewRequest(&xcev1.WatchTasksRequest{FromIndex: from, Consistency: consistency}))
+		})
 	if err != nil {
 		return false, err
 	}
-	defer stream.Close()
+	defer cancel()
 	for {
 		if err := fn(stream.Msg()); err != nil {
 			return true, err

@@ -89,36 +89,14 @@ func (c *Client) watchAssignment(ctx context.Context, from uint64, stale bool, f
 // message) and delivers its generations until it ends. opened reports
 // whether the stream was opened.
 func (c *Client) watchOnce(ctx context.Context, from uint64, consistency xcev1.Consistency, fn func(AssignmentUpdate) error) (opened bool, err error) {
-	var stream *connect.ServerStreamForClient[xcev1.WatchAssignmentResponse]
-	var ep string
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	err = retry(ctx, c, func(e string) xcev1connect.ControllerServiceClient { ep = e; return c.svc(e) },
-		func(actx context.Context, s xcev1connect.ControllerServiceClient) error {
-			st, err := s.WatchAssignment(sctx, connect.NewRequest(&xcev1.WatchAssignmentRequest{FromGeneration: from, Consistency: consistency}))
-			if err != nil {
-				return err
-			}
-			// The first message (or the stream's failure) must come
-			// within an attempt; from then on the stream lives as long
-			// as ctx.
-			stop := context.AfterFunc(actx, func() { st.Close() })
-			ok := st.Receive()
-			stopped := stop()
-			if !ok {
-				err := st.Err()
-				st.Close()
-				if err == nil || !stopped {
-					err = connect.NewError(connect.CodeUnavailable, errors.New("assignment watch ended before its first message"))
-				}
-				return err
-			}
-			stream = st
-			return nil
+	stream, ep, cancel, err := openStream(ctx, c, "assignment watch",
+		func(sctx context.Context, s xcev1connect.ControllerServiceClient) (*connect.ServerStreamForClient[xcev1.WatchAssignmentResponse], error) {
+			return s.WatchAssignment(sctx, connect.NewRequest(&xcev1.WatchAssignmentRequest{FromGeneration: from, Consistency: consistency}))
 		})
 	if err != nil {
 		return false, err
 	}
+	defer cancel()
 	defer stream.Close()
 	var u AssignmentUpdate
 	pending := false
@@ -145,4 +123,42 @@ func (c *Client) watchOnce(ctx context.Context, from uint64, consistency xcev1.C
 			return true, stream.Err()
 		}
 	}
+}
+
+// openStream opens a server stream on the ControllerService through retry,
+// like any call: an attempt lasts until the stream's first message (or
+// its failure); from then on the stream lives as long as ctx. It returns
+// the stream on its first message, the endpoint that serves it, and the
+// function that ends it.
+func openStream[T any](ctx context.Context, c *Client, what string,
+	open func(ctx context.Context, s xcev1connect.ControllerServiceClient) (*connect.ServerStreamForClient[T], error),
+) (*connect.ServerStreamForClient[T], string, func(), error) {
+	var stream *connect.ServerStreamForClient[T]
+	var ep string
+	sctx, cancel := context.WithCancel(ctx)
+	err := retry(ctx, c, func(e string) xcev1connect.ControllerServiceClient { ep = e; return c.svc(e) },
+		func(actx context.Context, s xcev1connect.ControllerServiceClient) error {
+			st, err := open(sctx, s)
+			if err != nil {
+				return err
+			}
+			stop := context.AfterFunc(actx, func() { st.Close() })
+			ok := st.Receive()
+			stopped := stop()
+			if !ok {
+				err := st.Err()
+				st.Close()
+				if err == nil || !stopped {
+					err = connect.NewError(connect.CodeUnavailable, errors.New(what+" ended before its first message"))
+				}
+				return err
+			}
+			stream = st
+			return nil
+		})
+	if err != nil {
+		cancel()
+		return nil, "", nil, err
+	}
+	return stream, ep, func() { stream.Close(); cancel() }, nil
 }

@@ -15,15 +15,11 @@ import (
 // behind that index sends nothing until it has caught up; one that no
 // longer keeps events after it answers OUT_OF_RANGE.
 func (s *Service) WatchTasks(ctx context.Context, req *connect.Request[xcev1.WatchTasksRequest], stream *connect.ServerStream[xcev1.WatchTasksResponse]) error {
-	if n := s.wm.watchers.Add(1); n > MaxWatchers {
-		s.wm.watchers.Add(-1)
-		s.wm.refused.Inc()
-		return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("%d watchers already: at most %d per node", n-1, MaxWatchers))
-	}
-	defer s.wm.watchers.Add(-1)
-	if err := s.readBarrier(ctx, req.Msg.Consistency); err != nil {
+	release, err := s.startWatch(ctx, req.Msg.Consistency)
+	if err != nil {
 		return err
 	}
+	defer release()
 	fsm := s.node.FSM()
 	from := req.Msg.FromIndex
 	if from == 0 {

@@ -56,15 +56,11 @@ func newWatchMetrics(reg prometheus.Registerer) *watchMetrics {
 // node behind from_generation sends nothing until it has caught up, so a
 // watcher never goes back in time.
 func (s *Service) WatchAssignment(ctx context.Context, req *connect.Request[xcev1.WatchAssignmentRequest], stream *connect.ServerStream[xcev1.WatchAssignmentResponse]) error {
-	if n := s.wm.watchers.Add(1); n > MaxWatchers {
-		s.wm.watchers.Add(-1)
-		s.wm.refused.Inc()
-		return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("%d assignment watchers already: at most %d per node", n-1, MaxWatchers))
-	}
-	defer s.wm.watchers.Add(-1)
-	if err := s.readBarrier(ctx, req.Msg.Consistency); err != nil {
+	release, err := s.startWatch(ctx, req.Msg.Consistency)
+	if err != nil {
 		return err
 	}
+	defer release()
 	w := &watcher{s: s, stream: stream, gen: req.Msg.FromGeneration}
 	fsm := s.node.FSM()
 	full := w.gen == 0
@@ -112,6 +108,21 @@ func (s *Service) WatchAssignment(ctx context.Context, req *connect.Request[xcev
 		case <-v.Changed():
 		}
 	}
+}
+
+// startWatch admits one more watch (WatchAssignment or WatchTasks), at
+// most MaxWatchers at once, and applies its consistency; release ends it.
+func (s *Service) startWatch(ctx context.Context, c xcev1.Consistency) (release func(), err error) {
+	if n := s.wm.watchers.Add(1); n > MaxWatchers {
+		s.wm.watchers.Add(-1)
+		s.wm.refused.Inc()
+		return nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("%d watchers already: at most %d per node", n-1, MaxWatchers))
+	}
+	if err := s.readBarrier(ctx, c); err != nil {
+		s.wm.watchers.Add(-1)
+		return nil, err
+	}
+	return func() { s.wm.watchers.Add(-1) }, nil
 }
 
 // watcher is one WatchAssignment stream's state.
