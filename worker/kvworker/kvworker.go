@@ -345,13 +345,18 @@ func (h *Handler) follow(ctx context.Context, log zerolog.Logger, st *store, p i
 	}
 }
 
+// poller is what readChangelog needs of a *kgo.Client.
+type poller interface {
+	PollRecords(ctx context.Context, maxPollRecords int) kgo.Fetches
+}
+
 // readChangelog polls the changelog once, until ctx ends, applies what it
-// read to the store, and returns the store's position after it.
-func readChangelog(ctx context.Context, cl *kgo.Client, st *store, next int64) (int64, error) {
+// read to the store, and returns the store's position after it. Records a
+// poll returns are applied even when ctx ended meanwhile: the consumer's
+// own position has moved past them, so a record dropped here would be
+// missing from the store for good while the store's position moved on.
+func readChangelog(ctx context.Context, cl poller, st *store, next int64) (int64, error) {
 	fs := cl.PollRecords(ctx, 10_000)
-	if ctx.Err() != nil {
-		return next, nil
-	}
 	if err := fetchErr(fs); err != nil {
 		return next, err
 	}

@@ -485,3 +485,49 @@ func TestStoreAheadOfASettlingTransaction(t *testing.T) {
 		t.Fatalf("count of k0 = %d (%v), want 1: the store was emptied", n, err)
 	}
 }
+
+// lateFetch is a changelog poll whose records arrive just as its context
+// ends: the consumer has moved past them either way.
+type lateFetch struct {
+	cancel context.CancelFunc
+	recs   []*kgo.Record
+}
+
+func (l lateFetch) PollRecords(context.Context, int) kgo.Fetches {
+	l.cancel()
+	return kgo.Fetches{{Topics: []kgo.FetchTopic{{Topic: DefaultChangelogTopic,
+		Partitions: []kgo.FetchPartition{{Partition: 0, Records: l.recs}}}}}}
+}
+
+// TestReadChangelogKeepsRecordsOfALatePoll: records a poll returns as its
+// deadline passes are applied; dropping them would leave the store without
+// them while the consumer reads on after them.
+func TestReadChangelogKeepsRecordsOfALatePoll(t *testing.T) {
+	st, err := openStore(context.Background(), t.TempDir(), "input-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.close()
+	ctx, cancel := context.WithCancel(context.Background())
+	recs := []*kgo.Record{
+		{Offset: 7, Key: []byte("k1"), Value: []byte("3")},
+		{Offset: 8, Key: []byte("k2"), Value: []byte("1")},
+	}
+	next, err := readChangelog(ctx, lateFetch{cancel: cancel, recs: recs}, st, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next != 9 {
+		t.Errorf("position after the poll = %d, want 9", next)
+	}
+	if got, _ := st.next(); got != 9 {
+		t.Errorf("stored position = %d, want 9", got)
+	}
+	all, err := st.all()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if all["k1"] != 3 || all["k2"] != 1 {
+		t.Errorf("store holds %v, want k1=3 k2=1", all)
+	}
+}
