@@ -143,7 +143,11 @@ type caller struct {
 	timeout time.Duration
 	rng     *rand.Rand
 	retries atomic.Int64 // NOT_READY retries of its calls
-	last    string       // the last task it created, which it reads
+	last    string       // the last task it created
+	// created holds every caller's last created task, published once its
+	// creation is acknowledged: a read asks for another caller's, so the
+	// check sees whether a read reflects writes acknowledged elsewhere.
+	created []atomic.Pointer[string]
 	lats    []time.Duration
 }
 
@@ -151,8 +155,9 @@ type caller struct {
 // counter and in all. closeAll closes what was made, also on an error.
 func newCallers(l Load, nonce string, all *atomic.Int64) (_ []*caller, closeAll func(), _ error) {
 	callers := make([]*caller, l.Clients)
+	created := make([]atomic.Pointer[string], l.Clients)
 	for w := range callers {
-		callers[w] = &caller{w: w, nonce: nonce, reads: l.Reads, timeout: l.OpTimeout}
+		callers[w] = &caller{w: w, nonce: nonce, reads: l.Reads, timeout: l.OpTimeout, created: created}
 	}
 	cls, closeAll, err := pooledClients(l.Endpoints, l.TLS, l.Credentials, l.Clients,
 		func(w int) string { return fmt.Sprintf("bench-%s-%d", nonce, w) },
@@ -203,9 +208,21 @@ func pooledClients(endpoints []string, tlsCfg *tls.Config, creds client.Credenti
 	return cls, closeAll, nil
 }
 
-// call makes the caller's seq-th call: a linearizable read of the last
-// task it created, for the Reads fraction of calls once it created one,
-// or the creation of a new task.
+// readTarget is the task a read asks for: the last one another caller
+// created, or the caller's own.
+func (c *caller) readTarget() string {
+	if n := len(c.created); n > 1 {
+		if id := c.created[(c.w+1+c.rng.IntN(n-1))%n].Load(); id != nil {
+			return *id
+		}
+	}
+	return c.last
+}
+
+// call makes the caller's seq-th call: a linearizable read, for the Reads
+// fraction of calls once it created a task, or the creation of a new task.
+// A read asks for the task another caller (picked at random) created last,
+// or its own when that one has created none yet.
 func (c *caller) call(ctx context.Context, seq int) Op {
 	op := Op{Client: c.w}
 	before := c.retries.Load()
@@ -213,8 +230,8 @@ func (c *caller) call(ctx context.Context, seq int) Op {
 	defer cancel()
 	op.Call = time.Now()
 	if c.last != "" && c.reads > 0 && c.rng.Float64() < c.reads {
-		op.Kind, op.TaskID = Get, c.last
-		r, err := c.cl.Get(octx, c.last, false)
+		op.Kind, op.TaskID = Get, c.readTarget()
+		r, err := c.cl.Get(octx, op.TaskID, false)
 		op.Return = time.Now()
 		switch {
 		case err == nil:
@@ -230,6 +247,8 @@ func (c *caller) call(ctx context.Context, seq int) Op {
 		case err == nil:
 			op.Outcome, op.Index = OK, r.Index
 			c.last = op.TaskID
+			id := op.TaskID
+			c.created[c.w].Store(&id)
 		case errors.Is(err, client.ErrAlreadyExists):
 			op.Outcome = Exists
 		}
