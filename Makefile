@@ -31,7 +31,7 @@ test: lint unit fuzz
 
 unit:
 	$(GO) test -race -count=1 -timeout 15m ./...
-	cd third_party/hashicorp/raft && $(GO) test -race -count=1 -timeout 5m -run 'TestParallelLeaderWrites' .
+	cd third_party/hashicorp/raft && $(GO) test -race -count=1 -timeout 5m -run 'TestParallelLeaderWrites|TestVerifyLeader' .
 
 fuzz:
 	FUZZTIME=$(FUZZTIME) ./scripts/fuzz.sh

@@ -102,16 +102,32 @@ type followerReplication struct {
 // notifyAll is used to notify all the waiting verify futures
 // if the follower believes we are still the leader.
 func (s *followerReplication) notifyAll(leader bool) {
-	// Clear the waiting notifies minimizing lock time
+	// Submit our votes
+	for v := range s.takeNotify() {
+		v.vote(leader)
+	}
+}
+
+// takeNotify clears the waiting verify futures and returns them, minimizing
+// lock time.
+func (s *followerReplication) takeNotify() map[*verifyFuture]struct{} {
 	s.notifyLock.Lock()
 	n := s.notify
 	s.notify = make(map[*verifyFuture]struct{})
 	s.notifyLock.Unlock()
+	return n
+}
 
-	// Submit our votes
-	for v := range n {
-		v.vote(leader)
+// returnNotify puts verify futures back to wait for the next heartbeat.
+func (s *followerReplication) returnNotify(n map[*verifyFuture]struct{}) {
+	if len(n) == 0 {
+		return
 	}
+	s.notifyLock.Lock()
+	for v := range n {
+		s.notify[v] = struct{}{}
+	}
+	s.notifyLock.Unlock()
 }
 
 // cleanNotify is used to delete notify, .
@@ -378,8 +394,8 @@ func (r *Raft) sendLatestSnapshot(s *followerReplication) (bool, error) {
 		// Clear any failures
 		s.failures = 0
 
-		// Notify we are still leader
-		s.notifyAll(true)
+		// No verify future is notified here: the RPC may have been sent
+		// before it was registered (see heartbeat).
 	} else {
 		s.failures++
 		r.logger.Warn("installSnapshot rejected to", "peer", peer.ID, "id", snapID)
@@ -413,8 +429,13 @@ func (r *Raft) heartbeat(s *followerReplication, stopCh chan struct{}) {
 		peer := s.peer
 		s.peerLock.RUnlock()
 
+		// Only the verify futures registered before this heartbeat leaves
+		// may count its answer: an answer to a heartbeat sent before a
+		// future was registered says nothing about leadership after it.
+		waiting := s.takeNotify()
 		start := time.Now()
 		if err := r.trans.AppendEntries(peer.ID, peer.Address, &req, &resp); err != nil {
+			s.returnNotify(waiting)
 			nextBackoffTime := cappedExponentialBackoff(failureWait, failures, maxFailureScale, r.config().HeartbeatTimeout/2)
 			r.logger.Error("failed to heartbeat to", "peer", peer.Address, "backoff time",
 				nextBackoffTime, "error", err)
@@ -439,7 +460,9 @@ func (r *Raft) heartbeat(s *followerReplication, stopCh chan struct{}) {
 				metrics.MeasureSince([]string{"raft", "replication", "heartbeat", string(peer.ID)}, start)
 			}
 
-			s.notifyAll(resp.Success)
+			for v := range waiting {
+				v.vote(resp.Success)
+			}
 		}
 	}
 }
@@ -689,7 +712,6 @@ func updateLastAppended(s *followerReplication, req *AppendEntriesRequest) {
 		s.commitment.match(s.peer.ID, last.Index)
 		s.matchIndex.Store(last.Index)
 	}
-
-	// Notify still leader
-	s.notifyAll(true)
+	// No verify future is notified here: the request may have been sent
+	// before it was registered (see heartbeat).
 }

@@ -734,6 +734,9 @@ type MakeClusterOpts struct {
 	WrapStableStore func(peer int, s StableStore) StableStore
 	// PeerConf, if set, adjusts a copy of Conf for each peer.
 	PeerConf func(peer int, c *Config)
+	// WrapTransport, if set, wraps the transport each peer's Raft sends
+	// its RPCs through.
+	WrapTransport func(peer int, t Transport) Transport
 }
 
 // makeCluster will return a cluster with the given config and number of peers.
@@ -850,7 +853,11 @@ func makeCluster(t *testing.T, opts *MakeClusterOpts) (*cluster, error) {
 			}
 		}
 
-		raft, err := NewRaft(peerConf, c.fsms[i], logs, stable, snap, trans)
+		var rtrans Transport = trans
+		if opts.WrapTransport != nil {
+			rtrans = opts.WrapTransport(i, trans)
+		}
+		raft, err := NewRaft(peerConf, c.fsms[i], logs, stable, snap, rtrans)
 		if err != nil {
 			if opts.PropagateError {
 				return nil, fmt.Errorf("NewRaft failed: %w", err)
