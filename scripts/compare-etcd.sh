@@ -119,16 +119,18 @@ def etcd_report(path, section=""):
     pct = {p: float(s) * 1000 for p, s in re.findall(r"^\s*([0-9.]+)% in " + num + " secs", text, re.M)}
     print(rate.group(1), pct.get("50", 0.0), pct.get("99", 0.0))
 
-def find_watch(d):
-    """The first {p50, p99, ...} under a key that names watch latency."""
-    if isinstance(d, dict):
-        for k, v in d.items():
-            if "watch" in k.lower() and isinstance(v, dict) and "p99" in v:
-                return v
-        for v in d.values():
-            r = find_watch(v)
-            if r:
-                return r
+def find_watch(d, under_watch=False):
+    """The first {p99, ...} at or under a key that names watch, latency first:
+    {"watch_latency_ms": {"p50": ..., "p99": ...}} or {"watch": {"latency_ms": {...}}}."""
+    if not isinstance(d, dict):
+        return None
+    if under_watch and "p99" in d:
+        return d
+    items = sorted(d.items(), key=lambda kv: "latency" not in kv[0].lower())
+    for k, v in items:
+        r = find_watch(v, under_watch or "watch" in k.lower())
+        if r:
+            return r
     return None
 
 def xce_report(path, mode):
@@ -212,7 +214,8 @@ endpoints=""
 all_endpoints=()
 start_etcd() {
 	local p cluster="" n
-	read -r -a p <<<"$(helper ports 6)"
+	res=$(helper ports 6)
+	read -r -a p <<<"$res"
 	all_endpoints=("127.0.0.1:${p[0]}" "127.0.0.1:${p[1]}" "127.0.0.1:${p[2]}")
 	endpoints=$(IFS=,; echo "${all_endpoints[*]}")
 	for n in 1 2 3; do cluster+=${cluster:+,}m$n=http://127.0.0.1:${p[n+2]}; done
@@ -254,28 +257,32 @@ record() { # WHO CLIENTS RATE P50 P99
 }
 
 etcd_run() { # CLIENTS
-	local c=$1 out=$work/etcd.out total rate p50 p99 ep
+	local c=$1 out=$work/etcd.out total rate p50 p99 ep res
 	ep=$(helper leader "${all_endpoints[@]}")
 	case $mode in
 	writes)
 		case $c in 1) total=3000 ;; 16) total=20000 ;; 64) total=50000 ;; *) total=$((c * 800)) ;; esac
 		bench "$out" "$ep" --conns="$c" --clients="$c" \
 			put --key-size=8 --val-size=256 --sequential-keys --key-space-size=100000 --total="$total"
-		read -r rate p50 p99 <<<"$(helper etcd-report "$out")"
+		res=$(helper etcd-report "$out")
+		read -r rate p50 p99 <<<"$res"
 		;;
 	reads)
 		[[ $reads_to == all ]] && ep=$endpoints
 		total=$((c * 20 > 2000 ? c * 20 : 2000))
 		bench "$out" "$ep" --conns="$c" --clients="$c" range xce-compare-read --consistency=l --total="$total"
-		read -r rate _ <<<"$(helper etcd-report "$out")"
+		res=$(helper etcd-report "$out")
+		read -r rate _ <<<"$res"
 		total=$(python3 -c 'import sys; r, d, c = map(float, sys.argv[1:]); print(int(max(r * d, c * 10)))' "$rate" "$duration" "$c")
 		bench "$out" "$ep" --conns="$c" --clients="$c" range xce-compare-read --consistency=l --total="$total"
-		read -r rate p50 p99 <<<"$(helper etcd-report "$out")"
+		res=$(helper etcd-report "$out")
+		read -r rate p50 p99 <<<"$res"
 		;;
 	watch)
 		bench "$out" "$endpoints" --conns="$c" --clients="$c" watch-latency --streams="$c" --watchers-per-stream=1 \
 			--put-rate="$put_rate" --put-total=$((put_rate * duration))
-		read -r rate p50 p99 <<<"$(helper etcd-report "$out" "Watch events summary")"
+		res=$(helper etcd-report "$out" "Watch events summary")
+		read -r rate p50 p99 <<<"$res"
 		rate=nan
 		;;
 	esac
@@ -283,7 +290,7 @@ etcd_run() { # CLIENTS
 }
 
 xce_run() { # CLIENTS
-	local c=$1 args=() rate p50 p99
+	local c=$1 args=() rate p50 p99 res
 	case $mode in
 	writes) args=(--clients "$c") ;;
 	reads) args=(--clients "$c" --reads 1.0) ;;
@@ -294,7 +301,8 @@ xce_run() { # CLIENTS
 		tail -n 20 "$work/xce.err" >&2
 		exit 1
 	fi
-	read -r rate p50 p99 <<<"$(helper xce-report "$work/xce.json" "$mode")"
+	res=$(helper xce-report "$work/xce.json" "$mode")
+	read -r rate p50 p99 <<<"$res"
 	record xce "$c" "$rate" "$p50" "$p99"
 }
 
@@ -303,11 +311,19 @@ writes) unit=writes/s ;; reads) unit=reads/s ;; watch) unit=- ;;
 esac
 version=$("$dir/etcd" --version | sed -n 's/^etcd Version: //p')
 echo "$mode: etcd $version ($dir) vs xce, ${duration}s runs" >&2
-[[ $mode == reads ]] && echo "etcd reads go to: $reads_to members" >&2
+if [[ $mode == reads ]]; then
+	case $reads_to in
+	all) echo "etcd's reads spread over its three members" >&2 ;;
+	leader) echo "etcd's reads all go to its leader" >&2 ;;
+	esac
+fi
 printf '%-6s %-5s %8s %12s %10s %10s\n' round who clients "$unit" p50_ms p99_ms
 for round in $(seq "$rounds"); do
 	start_etcd
-	[[ $mode == reads ]] && helper put "$(helper leader "${all_endpoints[@]}")" xce-compare-read "$(printf 'v%.0s' {1..128})"
+	if [[ $mode == reads ]]; then
+		leader=$(helper leader "${all_endpoints[@]}")
+		helper put "$leader" xce-compare-read "$(printf 'v%.0s' {1..128})"
+	fi
 	for c in "${clients[@]}"; do etcd_run "$c"; done
 	stop_etcd
 	if [[ $mode != watch || $xce_watch == 1 ]]; then
