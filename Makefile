@@ -11,7 +11,7 @@ BUF_VERSION            := v1.75.0
 PROTOC_GEN_GO_VERSION  := v1.36.12
 PROTOC_GEN_CONNECT_VER := v1.19.1
 
-.PHONY: help build test unit fuzz lint dev bench proto docs tools clean
+.PHONY: help build test unit fuzz lint dev bench proto docs tools etcd-tools clean
 
 help:
 	@echo "make dev    run a local 3-node cluster (Ctrl-C stops it)"
@@ -22,6 +22,7 @@ help:
 	@echo "make proto  regenerate the protobuf and Connect code"
 	@echo "make docs   regenerate the reference pages under docs/reference"
 	@echo "make lint   go vet and a gofmt check"
+	@echo "make etcd-tools  build etcd and its benchmark tool (for scripts/compare-etcd.sh) into .tools/"
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/xce
@@ -51,6 +52,11 @@ tools:
 	GOBIN=$(TOOLS) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
 	GOBIN=$(TOOLS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 	GOBIN=$(TOOLS) $(GO) install connectrpc.com/connect/cmd/protoc-gen-connect-go@$(PROTOC_GEN_CONNECT_VER)
+
+# etcd and its benchmark tool at the version scripts/compare-etcd.sh compares
+# against, from etcd's Go modules; skipped when already built.
+etcd-tools:
+	./scripts/etcd-tools.sh
 
 # Reference pages generated from the code; a test fails when one is stale.
 docs:
