@@ -65,13 +65,19 @@ type Report struct {
 	Clients int `json:"clients"`
 	// LocalNodes is the size of a --local cluster (JSON "nodes", as
 	// before the per-node report, which is "node_stats").
-	LocalNodes      int     `json:"nodes,omitempty"`
-	Profile         string  `json:"profile,omitempty"`
-	DurationS       float64 `json:"duration_s"`
-	Ops             int64   `json:"ops"`
-	OpsPerSec       float64 `json:"ops_per_sec"`
-	Errors          int64   `json:"errors"`
-	NotReadyRetries int64   `json:"not_ready_retries"`
+	LocalNodes int     `json:"nodes,omitempty"`
+	Profile    string  `json:"profile,omitempty"`
+	DurationS  float64 `json:"duration_s"`
+	Ops        int64   `json:"ops"`
+	OpsPerSec  float64 `json:"ops_per_sec"`
+	// Writes (SubmitTask) and reads (GetTask, with Reads above 0) apart:
+	// calls per second and the answered calls' latencies.
+	WritesPerSec    float64            `json:"writes_per_sec"`
+	WriteLatencyMs  map[string]float64 `json:"write_latency_ms"`
+	ReadsPerSec     float64            `json:"reads_per_sec,omitempty"`
+	ReadLatencyMs   map[string]float64 `json:"read_latency_ms,omitempty"`
+	Errors          int64              `json:"errors"`
+	NotReadyRetries int64              `json:"not_ready_retries"`
 	// WarmupS is what the clients took to find the PRIMARY and open their
 	// connections before the run (not measured in it).
 	WarmupS    float64            `json:"warmup_s"`
@@ -430,10 +436,8 @@ func (r *run) report(m *measured, verdict Verdict) *Report {
 	out := &Report{
 		Clients: r.o.Clients, LocalNodes: r.o.Local, DurationS: res.Elapsed.Seconds(), Ops: res.Ops,
 		OpsPerSec: float64(res.Ops) / res.Elapsed.Seconds(), Errors: res.Errors, NotReadyRetries: res.Retries,
-		WarmupS: res.Warmup.Seconds(),
-		LatencyMs: map[string]float64{
-			"p50": ms(res.Percentile(50)), "p95": ms(res.Percentile(95)), "p99": ms(res.Percentile(99)), "max": ms(res.Percentile(100)),
-		},
+		WarmupS: res.Warmup.Seconds(), LatencyMs: latencyMs(res.Latencies),
+		WritesPerSec: float64(res.Writes) / res.Elapsed.Seconds(), WriteLatencyMs: latencyMs(res.WriteLatencies),
 		FsyncP50Ms: ms(r.fsync), Linearizable: verdict.Linearizable, CheckResult: verdict.CheckResult,
 		Acked: verdict.Acked, Lost: verdict.Lost, Duplicates: verdict.Duplicates, HistoryFile: verdict.HistoryFile,
 		TermStart: m.termStart, TermEnd: maxTerm(context.Background(), r.ctl, r.endpoints),
@@ -441,6 +445,9 @@ func (r *run) report(m *measured, verdict Verdict) *Report {
 	}
 	if r.o.Local > 0 {
 		out.Profile = r.o.Profile.Name
+	}
+	if res.Reads > 0 {
+		out.ReadsPerSec, out.ReadLatencyMs = float64(res.Reads)/res.Elapsed.Seconds(), latencyMs(res.ReadLatencies)
 	}
 	if snap := m.snap; snap != nil {
 		if snap.Error == "" {
@@ -484,6 +491,12 @@ func maxTerm(ctx context.Context, cl *client.Client, endpoints []string) uint64 
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// latencyMs is the percentiles the report gives of sorted latencies.
+func latencyMs(sorted []time.Duration) map[string]float64 {
+	return map[string]float64{"p50": ms(percentile(sorted, 50)), "p95": ms(percentile(sorted, 95)),
+		"p99": ms(percentile(sorted, 99)), "max": ms(percentile(sorted, 100))}
+}
 
 // killLoop SIGKILLs the primary o.KillPrimary times, evenly over the run,
 // restarting each killed node and waiting for a full, caught-up cluster

@@ -46,7 +46,9 @@ func benchCmd() *cobra.Command {
 dir, with --tls secure on every port) with concurrent clients doing SubmitTask (and with --reads, linearizable
 GetTask). Before the clock starts, each client finds the primary and opens its
 connection (over TLS, its handshake); the time that took is reported apart, and
-throughput and latency are those of the run that follows. With --kill-primary K (needs --local),
+throughput and latency are those of the run that follows; writes (SubmitTask)
+and reads (GetTask) are also reported apart, calls per second and latency
+percentiles of each. With --kill-primary K (needs --local),
 SIGKILLs the current primary K times, restarting each killed node before the
 next kill, and reports the client-visible failover of each. At the end the whole
 history is checked: linearizable (porcupine), every acknowledged submit present,
@@ -171,6 +173,10 @@ func printBench(w io.Writer, o *bench.Report) {
 		o.Clients, o.Ops, o.DurationS, o.OpsPerSec, o.Errors, o.NotReadyRetries, o.WarmupS)
 	fmt.Fprintf(w, "latency ms  p50 %.2f  p95 %.2f  p99 %.2f  max %.2f   (fsync p50 %.3f)\n",
 		o.LatencyMs["p50"], o.LatencyMs["p95"], o.LatencyMs["p99"], o.LatencyMs["max"], o.FsyncP50Ms)
+	printKind(w, "writes", o.WritesPerSec, o.WriteLatencyMs)
+	if o.ReadLatencyMs != nil {
+		printKind(w, "reads", o.ReadsPerSec, o.ReadLatencyMs)
+	}
 	if len(o.FailoversMs) > 0 {
 		fmt.Fprintf(w, "failovers ms %v\n", o.FailoversMs)
 	}
@@ -180,4 +186,10 @@ func printBench(w io.Writer, o *bench.Report) {
 	bench.PrintNodes(w, o.NodeStats)
 	bench.PrintSnapshot(w, o.Snapshot)
 	bench.PrintRestarts(w, o.Restarts)
+}
+
+// printKind writes one kind of call's rate and latencies.
+func printKind(w io.Writer, kind string, perSec float64, lat map[string]float64) {
+	fmt.Fprintf(w, "%-6s %.0f/s  latency ms  p50 %.2f  p95 %.2f  p99 %.2f  max %.2f\n",
+		kind, perSec, lat["p50"], lat["p95"], lat["p99"], lat["max"])
 }
