@@ -56,6 +56,14 @@ type Options struct {
 	// Nice, when set, lowers the load generator's priority once the
 	// servers run (see Yield).
 	Nice int
+	// Watchers, when set, opens that many assignment watches (STALE,
+	// spread over the endpoints) before the run and measures how long
+	// after its commit each generation reaches them (WatchResult).
+	Watchers int
+	// Workers starts that many in-process synthetic workers before the
+	// run, so that its tasks get placed and each plan makes a generation
+	// (DefaultWatchWorkers with Watchers when 0).
+	Workers int
 	// Log receives the progress lines.
 	Log io.Writer
 }
@@ -103,6 +111,11 @@ type Report struct {
 	Snapshot *SnapshotResult `json:"snapshot,omitempty"`
 	// Restarts are the restart measurements after the run, when asked.
 	Restarts *Restarts `json:"restarts,omitempty"`
+	// Workers is the number of synthetic workers that placed the run's
+	// tasks (Options.Workers); Watch is what the assignment watchers saw,
+	// when asked.
+	Workers int          `json:"workers,omitempty"`
+	Watch   *WatchResult `json:"watch,omitempty"`
 
 	violation bool
 }
@@ -134,6 +147,11 @@ func Bench(ctx context.Context, o Options) (*Report, error) {
 		return nil, errors.New("restarts need a local cluster of 3 or more nodes")
 	case o.SnapshotAt < 0:
 		return nil, errors.New("the snapshot's time into the run must not be negative")
+	case o.Watchers < 0 || o.Workers < 0:
+		return nil, errors.New("watchers and workers must not be negative")
+	}
+	if err := checkFDs(o); err != nil {
+		return nil, err
 	}
 	dir, err := os.MkdirTemp("", "xce-bench-")
 	if err != nil {
@@ -166,6 +184,11 @@ type run struct {
 	dataDirs  []string
 	sizes     *scraper
 	load      Load
+	// workers and watch run from before the measured run to its end.
+	workers *workerPool
+	watch   *watchSet
+	// watchMem is what opening the watchers cost the nodes.
+	watchMem *WatchMemory
 }
 
 // bench runs the phases in order; the caller closes what it opened.
@@ -189,16 +212,20 @@ func (r *run) bench(ctx context.Context) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := r.startWatch(ctx); err != nil {
+		return nil, err
+	}
 	m, err := r.measure(ctx)
 	if err != nil {
 		return nil, err
 	}
+	watch := r.endWatch()
 	verdict, err := r.check(m.hist.Ops())
 	if err != nil {
 		return nil, err
 	}
 	out := r.report(m, verdict)
-	out.Prefill = prefill
+	out.Prefill, out.Watch, out.Workers = prefill, watch, r.o.workers()
 	if r.o.Restarts {
 		before := uint64(verdict.Acked)
 		if prefill != nil {
@@ -219,7 +246,7 @@ func (r *run) bench(ctx context.Context) (*Report, error) {
 func (r *run) connect() error {
 	r.creds, r.endpoints = r.o.Credentials, r.o.Endpoints
 	if r.o.Local > 0 {
-		c, err := startLocal(r.o.Exe, r.dir, r.o.Local, r.o.Profile, r.o.TLS)
+		c, err := startLocal(r.o.Exe, r.dir, r.localSpec())
 		if err != nil {
 			return err
 		}
@@ -265,8 +292,15 @@ func (r *run) connect() error {
 	return nil
 }
 
-// close stops the local cluster and closes the run's clients.
+// close stops the watchers, the workers and the local cluster, and closes
+// the run's clients.
 func (r *run) close() {
+	if r.watch != nil {
+		r.watch.stop()
+	}
+	if r.workers != nil {
+		r.workers.stop()
+	}
 	if r.cluster != nil {
 		r.cluster.Stop(stopGrace)
 	}
