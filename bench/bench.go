@@ -219,7 +219,7 @@ func (r *run) bench(ctx context.Context) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	watch := r.endWatch()
+	watch := r.endWatch(ctx)
 	verdict, err := r.check(m.hist.Ops())
 	if err != nil {
 		return nil, err

@@ -73,7 +73,7 @@ type delivery struct {
 }
 
 // watcher is one assignment watch. Its goroutine owns every field but
-// gen and opened until the watch ends.
+// the atomics until it has set done.
 type watcher struct {
 	gen    atomic.Uint64
 	opened atomic.Bool
@@ -202,11 +202,12 @@ func (s *watchSet) waitOpen(ctx context.Context, timeout time.Duration) error {
 	return err
 }
 
-// settle waits, up to timeout, until every watch still running has the
-// highest generation any watcher has: the generations the run made have
-// then reached every watcher, and none is counted half-delivered.
-func (s *watchSet) settle(timeout time.Duration) {
-	_ = pollUntil(context.Background(), timeout, func() (bool, error) {
+// settle waits, up to timeout or until ctx ends, until every watch still
+// running has the highest generation any watcher has: the generations
+// the run made have then reached every watcher, and none is counted
+// half-delivered.
+func (s *watchSet) settle(ctx context.Context, timeout time.Duration) {
+	_ = pollUntil(ctx, timeout, func() (bool, error) {
 		top := s.top()
 		for _, w := range s.watchers {
 			if !w.done.Load() && w.gen.Load() < top {

@@ -112,12 +112,12 @@ func (r *run) identify(ctx context.Context) {
 }
 
 // endWatch, after the run, waits for its generations to reach every
-// watcher, stops the watchers and the workers, and sums what the watchers
+// watcher (unless ctx ended: the run was interrupted), stops the watchers and the workers, and sums what the watchers
 // saw (nil without watchers).
-func (r *run) endWatch() *WatchResult {
+func (r *run) endWatch(ctx context.Context) *WatchResult {
 	var out *WatchResult
 	if w := r.watch; w != nil {
-		w.settle(watchSettle)
+		w.settle(ctx, watchSettle)
 		w.stop()
 		r.watch = nil
 		out = w.result()
