@@ -56,6 +56,14 @@ type Options struct {
 	// Nice, when set, lowers the load generator's priority once the
 	// servers run (see Yield).
 	Nice int
+	// Watchers, when set, opens that many assignment watches (STALE,
+	// spread over the endpoints) before the run and measures how long
+	// after its commit each generation reaches them (WatchResult).
+	Watchers int
+	// Workers starts that many in-process synthetic workers before the
+	// run, so that its tasks get placed and each plan makes a generation
+	// (DefaultWatchWorkers with Watchers when 0).
+	Workers int
 	// Log receives the progress lines.
 	Log io.Writer
 }
@@ -65,13 +73,19 @@ type Report struct {
 	Clients int `json:"clients"`
 	// LocalNodes is the size of a --local cluster (JSON "nodes", as
 	// before the per-node report, which is "node_stats").
-	LocalNodes      int     `json:"nodes,omitempty"`
-	Profile         string  `json:"profile,omitempty"`
-	DurationS       float64 `json:"duration_s"`
-	Ops             int64   `json:"ops"`
-	OpsPerSec       float64 `json:"ops_per_sec"`
-	Errors          int64   `json:"errors"`
-	NotReadyRetries int64   `json:"not_ready_retries"`
+	LocalNodes int     `json:"nodes,omitempty"`
+	Profile    string  `json:"profile,omitempty"`
+	DurationS  float64 `json:"duration_s"`
+	Ops        int64   `json:"ops"`
+	OpsPerSec  float64 `json:"ops_per_sec"`
+	// Writes (SubmitTask) and reads (GetTask, with Reads above 0) apart:
+	// calls per second and the answered calls' latencies.
+	WritesPerSec    float64            `json:"writes_per_sec"`
+	WriteLatencyMs  map[string]float64 `json:"write_latency_ms"`
+	ReadsPerSec     float64            `json:"reads_per_sec,omitempty"`
+	ReadLatencyMs   map[string]float64 `json:"read_latency_ms,omitempty"`
+	Errors          int64              `json:"errors"`
+	NotReadyRetries int64              `json:"not_ready_retries"`
 	// WarmupS is what the clients took to find the PRIMARY and open their
 	// connections before the run (not measured in it).
 	WarmupS    float64            `json:"warmup_s"`
@@ -97,6 +111,11 @@ type Report struct {
 	Snapshot *SnapshotResult `json:"snapshot,omitempty"`
 	// Restarts are the restart measurements after the run, when asked.
 	Restarts *Restarts `json:"restarts,omitempty"`
+	// Workers is the number of synthetic workers that placed the run's
+	// tasks (Options.Workers); Watch is what the assignment watchers saw,
+	// when asked.
+	Workers int          `json:"workers,omitempty"`
+	Watch   *WatchResult `json:"watch,omitempty"`
 
 	violation bool
 }
@@ -128,6 +147,11 @@ func Bench(ctx context.Context, o Options) (*Report, error) {
 		return nil, errors.New("restarts need a local cluster of 3 or more nodes")
 	case o.SnapshotAt < 0:
 		return nil, errors.New("the snapshot's time into the run must not be negative")
+	case o.Watchers < 0 || o.Workers < 0:
+		return nil, errors.New("watchers and workers must not be negative")
+	}
+	if err := checkFDs(o); err != nil {
+		return nil, err
 	}
 	dir, err := os.MkdirTemp("", "xce-bench-")
 	if err != nil {
@@ -160,6 +184,11 @@ type run struct {
 	dataDirs  []string
 	sizes     *scraper
 	load      Load
+	// workers and watch run from before the measured run to its end.
+	workers *workerPool
+	watch   *watchSet
+	// watchMem is what opening the watchers cost the nodes.
+	watchMem *WatchMemory
 }
 
 // bench runs the phases in order; the caller closes what it opened.
@@ -183,16 +212,20 @@ func (r *run) bench(ctx context.Context) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := r.startWatch(ctx); err != nil {
+		return nil, err
+	}
 	m, err := r.measure(ctx)
 	if err != nil {
 		return nil, err
 	}
+	watch := r.endWatch(ctx)
 	verdict, err := r.check(m.hist.Ops())
 	if err != nil {
 		return nil, err
 	}
 	out := r.report(m, verdict)
-	out.Prefill = prefill
+	out.Prefill, out.Watch, out.Workers = prefill, watch, r.o.workers()
 	if r.o.Restarts {
 		before := uint64(verdict.Acked)
 		if prefill != nil {
@@ -213,7 +246,7 @@ func (r *run) bench(ctx context.Context) (*Report, error) {
 func (r *run) connect() error {
 	r.creds, r.endpoints = r.o.Credentials, r.o.Endpoints
 	if r.o.Local > 0 {
-		c, err := startLocal(r.o.Exe, r.dir, r.o.Local, r.o.Profile, r.o.TLS)
+		c, err := startLocal(r.o.Exe, r.dir, r.localSpec())
 		if err != nil {
 			return err
 		}
@@ -259,8 +292,15 @@ func (r *run) connect() error {
 	return nil
 }
 
-// close stops the local cluster and closes the run's clients.
+// close stops the watchers, the workers and the local cluster, and closes
+// the run's clients.
 func (r *run) close() {
+	if r.watch != nil {
+		r.watch.stop()
+	}
+	if r.workers != nil {
+		r.workers.stop()
+	}
 	if r.cluster != nil {
 		r.cluster.Stop(stopGrace)
 	}
@@ -430,10 +470,8 @@ func (r *run) report(m *measured, verdict Verdict) *Report {
 	out := &Report{
 		Clients: r.o.Clients, LocalNodes: r.o.Local, DurationS: res.Elapsed.Seconds(), Ops: res.Ops,
 		OpsPerSec: float64(res.Ops) / res.Elapsed.Seconds(), Errors: res.Errors, NotReadyRetries: res.Retries,
-		WarmupS: res.Warmup.Seconds(),
-		LatencyMs: map[string]float64{
-			"p50": ms(res.Percentile(50)), "p95": ms(res.Percentile(95)), "p99": ms(res.Percentile(99)), "max": ms(res.Percentile(100)),
-		},
+		WarmupS: res.Warmup.Seconds(), LatencyMs: latencyMs(res.Latencies),
+		WritesPerSec: float64(res.Writes) / res.Elapsed.Seconds(), WriteLatencyMs: latencyMs(res.WriteLatencies),
 		FsyncP50Ms: ms(r.fsync), Linearizable: verdict.Linearizable, CheckResult: verdict.CheckResult,
 		Acked: verdict.Acked, Lost: verdict.Lost, Duplicates: verdict.Duplicates, HistoryFile: verdict.HistoryFile,
 		TermStart: m.termStart, TermEnd: maxTerm(context.Background(), r.ctl, r.endpoints),
@@ -441,6 +479,9 @@ func (r *run) report(m *measured, verdict Verdict) *Report {
 	}
 	if r.o.Local > 0 {
 		out.Profile = r.o.Profile.Name
+	}
+	if res.Reads > 0 {
+		out.ReadsPerSec, out.ReadLatencyMs = float64(res.Reads)/res.Elapsed.Seconds(), latencyMs(res.ReadLatencies)
 	}
 	if snap := m.snap; snap != nil {
 		if snap.Error == "" {
@@ -484,6 +525,12 @@ func maxTerm(ctx context.Context, cl *client.Client, endpoints []string) uint64 
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// latencyMs is the percentiles the report gives of sorted latencies.
+func latencyMs(sorted []time.Duration) map[string]float64 {
+	return map[string]float64{"p50": ms(percentile(sorted, 50)), "p95": ms(percentile(sorted, 95)),
+		"p99": ms(percentile(sorted, 99)), "max": ms(percentile(sorted, 100))}
+}
 
 // killLoop SIGKILLs the primary o.KillPrimary times, evenly over the run,
 // restarting each killed node and waiting for a full, caught-up cluster

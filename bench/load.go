@@ -50,17 +50,24 @@ type Result struct {
 	// connections before the run began (see warm); not part of Elapsed,
 	// of the calls counted, or of the latencies.
 	Warmup time.Duration
-	// Latencies of the successful calls, sorted.
-	Latencies []time.Duration
+	// Latencies of the successful calls, sorted: all of them, and the
+	// writes' (SubmitTask) and the reads' (GetTask) apart.
+	Latencies, WriteLatencies, ReadLatencies []time.Duration
+	// Writes and Reads split Ops by kind.
+	Writes, Reads int64
 }
 
 // Percentile returns the p-th percentile (0..100) of the latencies.
-func (r *Result) Percentile(p float64) time.Duration {
-	if len(r.Latencies) == 0 {
+func (r *Result) Percentile(p float64) time.Duration { return percentile(r.Latencies, p) }
+
+// percentile returns the p-th percentile (0..100) of sorted durations, 0
+// for none.
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
 		return 0
 	}
-	i := int(float64(len(r.Latencies)-1) * p / 100)
-	return r.Latencies[i]
+	i := int(float64(len(sorted)-1) * p / 100)
+	return sorted[i]
 }
 
 // Run drives the load until ctx ends, Duration passes or Ops calls are made,
@@ -114,11 +121,18 @@ func Run(ctx context.Context, l Load, h *History) (*Result, error) {
 					return
 				}
 				ops.Add(1)
+				if op.Kind == Get {
+					c.getCalls++
+				}
 				if op.Outcome == Unknown {
 					errs.Add(1)
 					continue
 				}
-				c.lats = append(c.lats, op.Return.Sub(op.Call))
+				if op.Kind == Get {
+					c.readLats = append(c.readLats, op.Return.Sub(op.Call))
+				} else {
+					c.lats = append(c.lats, op.Return.Sub(op.Call))
+				}
 			}
 		})
 	}
@@ -127,9 +141,15 @@ func Run(ctx context.Context, l Load, h *History) (*Result, error) {
 	wg.Wait()
 	r := &Result{Ops: ops.Load(), Errors: errs.Load(), Retries: retries.Load(), Elapsed: time.Since(start), Warmup: warmup}
 	for _, c := range callers {
-		r.Latencies = append(r.Latencies, c.lats...)
+		r.WriteLatencies = append(r.WriteLatencies, c.lats...)
+		r.ReadLatencies = append(r.ReadLatencies, c.readLats...)
+		r.Reads += c.getCalls
 	}
+	r.Writes = r.Ops - r.Reads
+	r.Latencies = append(slices.Clone(r.WriteLatencies), r.ReadLatencies...)
 	slices.Sort(r.Latencies)
+	slices.Sort(r.WriteLatencies)
+	slices.Sort(r.ReadLatencies)
 	return r, nil
 }
 
@@ -148,7 +168,10 @@ type caller struct {
 	// creation is acknowledged: a read asks for another caller's, so the
 	// check sees whether a read reflects writes acknowledged elsewhere.
 	created []atomic.Pointer[string]
-	lats    []time.Duration
+	// lats and readLats are its answered writes' and reads' latencies;
+	// getCalls counts its reads, answered or not.
+	lats, readLats []time.Duration
+	getCalls       int64
 }
 
 // newCallers makes the run's callers; each counts its retries in its own

@@ -36,12 +36,32 @@ func (p Profile) apply(c *configs.Config) {
 	}
 }
 
-// startLocal starts an n-node cluster of exe in dir with the profile's
-// timings, secure (TLS on every port, an admin token) when asked; should
-// the bench die, its servers go with it.
-func startLocal(exe, dir string, n int, p Profile, secure bool) (*localcluster.Cluster, error) {
+// localSpec is what a run asks of its local cluster beyond the size.
+type localSpec struct {
+	n       int
+	profile Profile
+	// secure: TLS on every port, an admin token.
+	secure bool
+	// conns is the fewest client connections a node must take at once
+	// (its limits.client.max_connections is raised to it when lower).
+	conns int
+	// env is added to the servers' environment.
+	env []string
+}
+
+// configure sets the spec's timings and connection limit in a node's
+// config.
+func (s localSpec) configure(c *configs.Config) {
+	s.profile.apply(c)
+	c.Limits.Client.MaxConnections = max(c.Limits.Client.MaxConnections, s.conns)
+}
+
+// startLocal starts a cluster of exe in dir as spec says; should the bench
+// die, its servers go with it.
+func startLocal(exe, dir string, spec localSpec) (*localcluster.Cluster, error) {
 	c, err := localcluster.New(localcluster.Options{
-		Exe: exe, Dir: dir, N: n, ClusterID: "bench", Configure: p.apply, DieWithParent: true, Secure: secure,
+		Exe: exe, Dir: dir, N: spec.n, ClusterID: "bench", Configure: spec.configure, DieWithParent: true,
+		Secure: spec.secure, Env: spec.env,
 	})
 	if err != nil {
 		return nil, err

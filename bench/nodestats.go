@@ -48,7 +48,9 @@ type NodeStats struct {
 // memMetrics are the figures NodeStats takes from a node's /metrics.
 type memMetrics struct {
 	HeapInuse, HeapAlloc, HeapLive, RSS uint64
-	GCPauseMax                          float64
+	// StackInuse and Goroutines: the goroutines' stacks and number.
+	StackInuse, Goroutines uint64
+	GCPauseMax             float64
 	// The snapshot figures are zero on a node that took none (or that
 	// does not export them).
 	SnapshotCapture, SnapshotPersist float64
@@ -83,6 +85,10 @@ func parseMemMetrics(r io.Reader) (memMetrics, error) {
 			m.HeapAlloc, found = uint64(value), found+1
 		case "go_gc_heap_live_bytes":
 			m.HeapLive = uint64(value)
+		case "go_memstats_stack_inuse_bytes":
+			m.StackInuse = uint64(value)
+		case "go_goroutines":
+			m.Goroutines = uint64(value)
 		case "process_resident_memory_bytes":
 			m.RSS, found = uint64(value), found+1
 		case "xce_snapshot_capture_seconds":

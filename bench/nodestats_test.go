@@ -21,6 +21,8 @@ go_gc_duration_seconds_count 40
 go_memstats_heap_inuse_bytes 1.7694720e+07
 go_memstats_heap_alloc_bytes 15540760
 go_gc_heap_live_bytes 1.2e+07
+go_memstats_stack_inuse_bytes 983040
+go_goroutines 57
 process_resident_memory_bytes 4.5072384e+07
 xce_applied_index 12
 `
@@ -30,7 +32,8 @@ xce_applied_index 12
 		err        string
 	}{
 		{name: "go and process collectors", text: full,
-			want: memMetrics{HeapInuse: 17694720, HeapAlloc: 15540760, HeapLive: 12000000, RSS: 45072384, GCPauseMax: 0.0125}},
+			want: memMetrics{HeapInuse: 17694720, HeapAlloc: 15540760, HeapLive: 12000000, RSS: 45072384, GCPauseMax: 0.0125,
+				StackInuse: 983040, Goroutines: 57}},
 		{name: "without quantile 1 the largest exposed pause",
 			text: "go_gc_duration_seconds{quantile=\"0.5\"} 0.002\ngo_gc_duration_seconds{quantile=\"0.75\"} 0.003\ngo_gc_duration_seconds{quantile=\"0\"} 0.001\nprocess_resident_memory_bytes 100\n",
 			want: memMetrics{RSS: 100, GCPauseMax: 0.003}},

@@ -23,6 +23,10 @@ type AssignmentUpdate struct {
 	Tasks []*xcev1.TaskPlacement
 	// Removed are the tasks that lost their placement.
 	Removed []string
+	// AppliedAt is when the serving node applied the entry that made the
+	// generation, by that node's wall clock (zero for a full copy): the
+	// PRIMARY applies right after the commit.
+	AppliedAt time.Time
 	// WorkerAddrs are worker client addresses the node knows (the
 	// PRIMARY): all of them with Full, else those new or changed.
 	WorkerAddrs map[string]string
@@ -44,6 +48,20 @@ type AssignmentUpdate struct {
 // never one twice.
 func (c *Client) WatchAssignment(ctx context.Context, from uint64, stale bool, fn func(AssignmentUpdate) error) error {
 	return c.watchAssignment(ctx, from, stale, fn, nil)
+}
+
+// WatchAssignmentBreaks is WatchAssignment that also calls onBreak each
+// time an open stream ends and the watch goes on to reconnect, with what
+// ended it: a failover, a node's restart, or a cut-off (IsWatchCutOff).
+func (c *Client) WatchAssignmentBreaks(ctx context.Context, from uint64, stale bool, fn func(AssignmentUpdate) error, onBreak func(error)) error {
+	return c.watchAssignment(ctx, from, stale, fn, onBreak)
+}
+
+// IsWatchCutOff reports whether err, the end of a watch stream, is the
+// node cutting off a watcher that fell further behind than the history it
+// keeps (the watch resumes from its last generation).
+func IsWatchCutOff(err error) bool {
+	return connect.CodeOf(err) == connect.CodeResourceExhausted
 }
 
 // watchAssignment is WatchAssignment that also calls onBreak (when set)
@@ -103,6 +121,9 @@ func (c *Client) watchOnce(ctx context.Context, from uint64, consistency xcev1.C
 	for m := stream.Msg(); ; m = stream.Msg() {
 		if !pending {
 			u, pending = AssignmentUpdate{Generation: m.Generation, Full: m.Full, Endpoint: ep}, true
+			if m.AppliedAtUnixNano != 0 {
+				u.AppliedAt = time.Unix(0, m.AppliedAtUnixNano)
+			}
 		}
 		u.Tasks = append(u.Tasks, m.Tasks...)
 		u.Removed = append(u.Removed, m.Removed...)

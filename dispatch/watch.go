@@ -173,7 +173,7 @@ func (w *watcher) send(m *xcev1.WatchAssignmentResponse) error {
 func (w *watcher) sendChanges(cs []state.GenerationChange) error {
 	for _, c := range cs {
 		m := &xcev1.WatchAssignmentResponse{Generation: c.Generation, Index: c.Index, Removed: c.Removed,
-			Tasks: make([]*xcev1.TaskPlacement, len(c.Set))}
+			Tasks: make([]*xcev1.TaskPlacement, len(c.Set)), AppliedAtUnixNano: c.AppliedAt.UnixNano()}
 		for i, p := range c.Set {
 			m.Tasks[i] = placementProto(p)
 		}

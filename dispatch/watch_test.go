@@ -69,7 +69,8 @@ func next(t *testing.T, s *connect.ServerStreamForClient[xcev1.WatchAssignmentRe
 // TestWatchAssignment: a new watcher gets a full copy and then each
 // generation; one resuming from a kept generation gets exactly the later
 // ones; one ahead of the node gets nothing meanwhile; a STANDBY serves it
-// with STALE and refuses it without.
+// with STALE and refuses it without. Each generation (not a full copy)
+// carries the time this node applied it.
 func TestWatchAssignment(t *testing.T) {
 	node := newFakeNode("n1", primary)
 	ts := startServer(t, node, netio.DefaultLimits())
@@ -87,9 +88,17 @@ func TestWatchAssignment(t *testing.T) {
 	if got := next(t, s); got != "1 full a:w1@1 b:w2@1" {
 		t.Fatalf("first message %q", got)
 	}
+	if at := s.Msg().AppliedAtUnixNano; at != 0 {
+		t.Fatalf("a full copy carries an apply time: %d", at)
+	}
+	before := time.Now()
 	writeGeneration(t, node, 1, state.Placement{Task: "a", Active: "w2"}, state.Placement{Task: "c", Active: "w1"})
 	if got := next(t, s); got != "2 delta a:w2@2 c:w1@1" {
 		t.Fatalf("generation 2: %q", got)
+	}
+	// A generation carries the time this node applied it.
+	if at := time.Unix(0, s.Msg().AppliedAtUnixNano); at.Before(before) || at.After(time.Now()) {
+		t.Fatalf("generation 2 applied at %v, want after %v and by now", at, before)
 	}
 	if _, err := w.cl.DeleteTask(ctxT(t), connect.NewRequest(&xcev1.DeleteTaskRequest{TaskId: "b"})); err != nil {
 		t.Fatal(err)

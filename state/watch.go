@@ -1,6 +1,9 @@
 package state
 
-import "slices"
+import (
+	"slices"
+	"time"
+)
 
 // Bounds of the assignment's history (watch.go), which lets a watcher that
 // reconnects receive exactly the generations it missed. Older generations,
@@ -24,6 +27,11 @@ type GenerationChange struct {
 	Index   uint64
 	Set     []Placement
 	Removed []string
+	// AppliedAt is when this node applied that entry, by its wall clock:
+	// on the PRIMARY right after the commit, on a STANDBY once it learnt
+	// of it, on any node replaying its log after a restart at the replay.
+	// Not replicated and not in snapshots: each replica's own.
+	AppliedAt time.Time
 }
 
 // history is the recent generations, oldest first, and the tasks deleted
@@ -39,6 +47,8 @@ type history struct {
 	// changed is closed and replaced at each new generation and at each
 	// restore.
 	changed chan struct{}
+	// now stamps each generation's AppliedAt (nil: time.Now).
+	now func() time.Time
 }
 
 func (h *history) notify() {
@@ -58,8 +68,14 @@ func (h *history) deletedTask(id string) {
 	h.deleted = append(h.deleted, id)
 }
 
-// add records a generation and drops the oldest ones beyond the bounds.
+// add records a generation, stamped with the time it is applied, and
+// drops the oldest ones beyond the bounds.
 func (h *history) add(c GenerationChange) {
+	if h.now != nil {
+		c.AppliedAt = h.now()
+	} else {
+		c.AppliedAt = time.Now()
+	}
 	c.Removed = append(c.Removed, h.deleted...)
 	h.deleted = nil
 	if h.lost {

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/xce/xce/bench"
+	"github.com/xce/xce/dispatch"
 )
 
 type benchFlags struct {
@@ -34,6 +35,8 @@ type benchFlags struct {
 	tls         bool
 	restarts    bool
 	snapshotAt  time.Duration
+	watchers    int
+	workers     int
 	creds       credFlags
 }
 
@@ -46,7 +49,9 @@ func benchCmd() *cobra.Command {
 dir, with --tls secure on every port) with concurrent clients doing SubmitTask (and with --reads, linearizable
 GetTask). Before the clock starts, each client finds the primary and opens its
 connection (over TLS, its handshake); the time that took is reported apart, and
-throughput and latency are those of the run that follows. With --kill-primary K (needs --local),
+throughput and latency are those of the run that follows; writes (SubmitTask)
+and reads (GetTask) are also reported apart, calls per second and latency
+percentiles of each. With --kill-primary K (needs --local),
 SIGKILLs the current primary K times, restarting each killed node before the
 next kill, and reports the client-visible failover of each. At the end the whole
 history is checked: linearizable (porcupine), every acknowledged submit present,
@@ -66,7 +71,27 @@ or more), after the run a standby is SIGKILLed, writes go on for 2s without
 it, and the time it takes to catch up after its restart is reported; then
 every node is SIGKILLed at once and restarted, and the time to the first
 acknowledged write is reported, with the nodes' sizes after it. Fewer tasks
-after the cold restart than were acknowledged before it exits 1.`,
+after the cold restart than were acknowledged before it exits 1.
+
+With --watchers N, before the run the bench starts --workers synthetic workers
+in its own process (3 unless given; they hold every task they are given and do
+nothing with it, so that the run's tasks get placed), then opens N
+WatchAssignment streams with STALE consistency, spread evenly over the nodes
+(the primary serves some, standbys the rest), each on its own connection. While
+the run's clients write, every plan of the placement loop is a generation the
+watchers receive. The report gives the generations received, the messages, the
+streams that broke (and of those, cut off for falling behind), and watch
+delivery p50/p99/max: from the earliest time any node reported applying the
+generation (the primary applies right after the commit) to the watcher's
+receiving it. Those times come from the nodes' clocks and the receipt from the
+bench's, so the figure holds for a cluster on the bench's machine (--local);
+against --addr it is off by the clocks' difference. It also gives what an idle
+watcher costs the nodes: each node's live Go heap, goroutine stacks and
+goroutines (from its /metrics) before the watchers opened and after, the
+differences over the watchers. A --local cluster serves /debug/pprof for it,
+so that each reading follows a garbage collection; without one, the live heap
+is as of the node's last collection. Compare the write rate with a run of the
+same --workers and no --watchers.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runBench(cmd.OutOrStdout(), cmd.ErrOrStderr(), f)
@@ -91,6 +116,8 @@ after the cold restart than were acknowledged before it exits 1.`,
 	fl.BoolVar(&f.restarts, "restarts", false, "after the run, measure a standby's catch-up and a cold restart of every node (with --local 3 or more)")
 	fl.DurationVar(&f.snapshotAt, "snapshot-at", 0, "have the primary take a raft snapshot this far into the run (0: none)")
 	fl.BoolVar(&f.tls, "tls", false, "run the --local cluster with TLS on every port, certificates from its own CA, and an admin token")
+	fl.IntVar(&f.watchers, "watchers", 0, "open this many assignment watches over the nodes and report watch delivery after commit")
+	fl.IntVar(&f.workers, "workers", 0, "start this many in-process synthetic workers so that tasks get placed (0: none, or 3 with --watchers)")
 	f.creds.register(fl)
 	return cmd
 }
@@ -126,6 +153,9 @@ func runBench(stdout, stderr io.Writer, f benchFlags) error {
 	case f.tls && f.local == 0:
 		return usageErr("--tls needs --local (with --addr, give --ca-file and --token or a certificate)")
 	}
+	if err := checkWatchFlags(f); err != nil {
+		return err
+	}
 	prof, ok := bench.Profiles[f.profile]
 	if !ok {
 		return usageErr("--profile %q: want default or fast", f.profile)
@@ -143,6 +173,7 @@ func runBench(stdout, stderr io.Writer, f benchFlags) error {
 		Clients: f.clients, Duration: f.duration, Ops: f.ops, Reads: f.reads, KillPrimary: f.killPrimary,
 		Prefill: f.prefill, PrefillClients: f.prefillCl, Restarts: f.restarts, SnapshotAt: f.snapshotAt,
 		Keep: f.keep, HistoryPath: f.history, CPUProfile: f.cpuprofile, Nice: f.nice, Log: stderr,
+		Watchers: f.watchers, Workers: f.workers,
 	}
 	if f.addr != "" {
 		o.Endpoints = strings.Split(f.addr, ",")
@@ -169,8 +200,15 @@ func printBench(w io.Writer, o *bench.Report) {
 	}
 	fmt.Fprintf(w, "clients %d  ops %d in %.1fs  %.0f ops/s  errors %d  not-ready retries %d  (connected in %.2fs before)\n",
 		o.Clients, o.Ops, o.DurationS, o.OpsPerSec, o.Errors, o.NotReadyRetries, o.WarmupS)
+	if o.Workers > 0 {
+		fmt.Fprintf(w, "synthetic workers %d (the run's tasks were placed)\n", o.Workers)
+	}
 	fmt.Fprintf(w, "latency ms  p50 %.2f  p95 %.2f  p99 %.2f  max %.2f   (fsync p50 %.3f)\n",
 		o.LatencyMs["p50"], o.LatencyMs["p95"], o.LatencyMs["p99"], o.LatencyMs["max"], o.FsyncP50Ms)
+	printKind(w, "writes", o.WritesPerSec, o.WriteLatencyMs)
+	if o.ReadLatencyMs != nil {
+		printKind(w, "reads", o.ReadsPerSec, o.ReadLatencyMs)
+	}
 	if len(o.FailoversMs) > 0 {
 		fmt.Fprintf(w, "failovers ms %v\n", o.FailoversMs)
 	}
@@ -180,4 +218,29 @@ func printBench(w io.Writer, o *bench.Report) {
 	bench.PrintNodes(w, o.NodeStats)
 	bench.PrintSnapshot(w, o.Snapshot)
 	bench.PrintRestarts(w, o.Restarts)
+	bench.PrintWatch(w, o.Watch)
+}
+
+// printKind writes one kind of call's rate and latencies.
+func printKind(w io.Writer, kind string, perSec float64, lat map[string]float64) {
+	fmt.Fprintf(w, "%-6s %.0f/s  latency ms  p50 %.2f  p95 %.2f  p99 %.2f  max %.2f\n",
+		kind, perSec, lat["p50"], lat["p95"], lat["p99"], lat["max"])
+}
+
+// checkWatchFlags refuses watcher and worker counts the cluster cannot
+// serve: each node serves at most dispatch.MaxWatchers watches.
+func checkWatchFlags(f benchFlags) error {
+	nodes := f.local
+	if f.addr != "" {
+		nodes = len(strings.Split(f.addr, ","))
+	}
+	switch {
+	case f.watchers < 0:
+		return usageErr("--watchers must not be negative")
+	case f.workers < 0:
+		return usageErr("--workers must not be negative")
+	case f.watchers > dispatch.MaxWatchers*nodes:
+		return usageErr("--watchers %d: %d nodes serve at most %d (%d each)", f.watchers, nodes, dispatch.MaxWatchers*nodes, dispatch.MaxWatchers)
+	}
+	return nil
 }

@@ -32,3 +32,21 @@ func TestBenchRestartAndSnapshotFlags(t *testing.T) {
 		}
 	}
 }
+
+// --watchers and --workers must not be negative, and no more watchers
+// than the nodes serve (dispatch.MaxWatchers each): usage errors before
+// anything starts.
+func TestBenchWatchFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"--local", "3", "--watchers", "-1"},
+		{"--local", "3", "--workers", "-1"},
+		{"--local", "3", "--watchers", "30001"},
+		{"--local", "1", "--watchers", "10001"},
+		{"--addr", "127.0.0.1:1,127.0.0.1:2", "--watchers", "20001"},
+		{"--local", "3", "--watchers", "x"},
+	} {
+		if _, code := runCmd(t, benchCmd(), args...); code != exitUsage {
+			t.Errorf("%v: exit %d, want %d", args, code, exitUsage)
+		}
+	}
+}

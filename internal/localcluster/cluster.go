@@ -44,6 +44,8 @@ type Options struct {
 	PidFiles bool
 	// DieWithParent SIGKILLs the servers should this process die.
 	DieWithParent bool
+	// Env (KEY=value) is added to the environment the servers inherit.
+	Env []string
 	// MarkStarts writes a line into a node's log before each start.
 	MarkStarts bool
 	// Secure generates, under <Dir>/tls, a CA, a certificate per node, the
@@ -228,7 +230,7 @@ func (c *Cluster) Start(i int) error {
 	if n.PidFile != "" {
 		args = append(args, "--pid-file", n.PidFile)
 	}
-	p, err := StartProcess(c.opts.Exe, n.LogPath, c.opts.DieWithParent, args...)
+	p, err := StartProcessEnv(c.opts.Exe, n.LogPath, c.opts.DieWithParent, c.opts.Env, args...)
 	if err != nil {
 		return fmt.Errorf("start %s: %w", n.ID, err)
 	}

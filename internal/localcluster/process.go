@@ -21,6 +21,12 @@ type Process struct {
 // file at logPath. With dieWithParent the child is SIGKILLed should this
 // process die.
 func StartProcess(exe, logPath string, dieWithParent bool, args ...string) (*Process, error) {
+	return StartProcessEnv(exe, logPath, dieWithParent, nil, args...)
+}
+
+// StartProcessEnv is StartProcess with env (KEY=value) added to the
+// environment the child inherits.
+func StartProcessEnv(exe, logPath string, dieWithParent bool, env []string, args ...string) (*Process, error) {
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
@@ -28,6 +34,9 @@ func StartProcess(exe, logPath string, dieWithParent bool, args ...string) (*Pro
 	defer logf.Close()
 	cmd := exec.Command(exe, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	if dieWithParent {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	}

@@ -2499,9 +2499,15 @@ type WatchAssignmentResponse struct {
 	// node knows: the PRIMARY from its worker sessions, a STANDBY none. A
 	// full copy carries every one; later messages those new or changed
 	// since the stream's previous message.
-	WorkerAddrs   map[string]string `protobuf:"bytes,10,rep,name=worker_addrs,json=workerAddrs,proto3" json:"worker_addrs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	WorkerAddrs map[string]string `protobuf:"bytes,10,rep,name=worker_addrs,json=workerAddrs,proto3" json:"worker_addrs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// When this node applied the entry that made the generation, in
+	// nanoseconds since the Unix epoch by its wall clock (0 in a full
+	// copy). The PRIMARY applies right after the commit; a STANDBY once it
+	// learns of it. Comparable with another clock only as far as the two
+	// agree (`xce bench --watchers` reads it on one machine).
+	AppliedAtUnixNano int64 `protobuf:"varint,11,opt,name=applied_at_unix_nano,json=appliedAtUnixNano,proto3" json:"applied_at_unix_nano,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *WatchAssignmentResponse) Reset() {
@@ -2602,6 +2608,13 @@ func (x *WatchAssignmentResponse) GetWorkerAddrs() map[string]string {
 		return x.WorkerAddrs
 	}
 	return nil
+}
+
+func (x *WatchAssignmentResponse) GetAppliedAtUnixNano() int64 {
+	if x != nil {
+		return x.AppliedAtUnixNano
+	}
+	return 0
 }
 
 type Fact struct {
@@ -4217,7 +4230,7 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"\x04role\x18\x04 \x01(\x0e2\f.xce.v1.RoleR\x04role\"x\n" +
 	"\x16WatchAssignmentRequest\x12'\n" +
 	"\x0ffrom_generation\x18\x01 \x01(\x04R\x0efromGeneration\x125\n" +
-	"\vconsistency\x18\x02 \x01(\x0e2\x13.xce.v1.ConsistencyR\vconsistency\"\xbd\x03\n" +
+	"\vconsistency\x18\x02 \x01(\x0e2\x13.xce.v1.ConsistencyR\vconsistency\"\xee\x03\n" +
 	"\x17WatchAssignmentResponse\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
@@ -4231,7 +4244,8 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"\fcommit_index\x18\b \x01(\x04R\vcommitIndex\x12 \n" +
 	"\x04role\x18\t \x01(\x0e2\f.xce.v1.RoleR\x04role\x12S\n" +
 	"\fworker_addrs\x18\n" +
-	" \x03(\v20.xce.v1.WatchAssignmentResponse.WorkerAddrsEntryR\vworkerAddrs\x1a>\n" +
+	" \x03(\v20.xce.v1.WatchAssignmentResponse.WorkerAddrsEntryR\vworkerAddrs\x12/\n" +
+	"\x14applied_at_unix_nano\x18\v \x01(\x03R\x11appliedAtUnixNano\x1a>\n" +
 	"\x10WorkerAddrsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"Y\n" +
