@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"regexp"
+	"slices"
 	"time"
 
 	"connectrpc.com/connect"
@@ -113,8 +114,11 @@ type Service struct {
 	timings RetryTimings
 	m       *apiMetrics
 	wm      *watchMetrics
-	authn   *auth.Authenticator
-	sec     Security
+	// wc is the messages of recent generations, built once for every
+	// watcher (watchshare.go).
+	wc    watchCache
+	authn *auth.Authenticator
+	sec   Security
 	// AuthRefused counts the calls the permissions refused; the node's
 	// /metrics guard counts in it too.
 	AuthRefused *prometheus.CounterVec
@@ -161,19 +165,25 @@ func NewService(node Node, reg prometheus.Registerer, workers Workers, options .
 		connect.WithCompressMinBytes(16 << 10),
 	}, jsonCodecs()...)
 	mux := http.NewServeMux()
-	ctrlPath, ctrl := xcev1connect.NewControllerServiceHandler(s, opts...)
-	workPath, work := xcev1connect.NewWorkerServiceHandler(&workerService{s}, opts...)
-	clusterPath, cluster := xcev1connect.NewClusterServiceHandler(&clusterService{s: s}, opts...)
-	services := map[string]http.Handler{ctrlPath: ctrl, workPath: work, clusterPath: cluster}
-	for path, h := range services {
+	for path, h := range s.handlers(opts) {
 		mux.Handle(path, h)
 	}
-	mountStreams(mux, services)
+	// The streams have codecs of their own (watchshare.go) and no
+	// compression: the same message goes to many watchers at once.
+	mountStreams(mux, s.handlers(append(slices.Clip(opts), streamCodecs()...)))
 	s.mountHealth(mux)
 	if s.authn.Enforced() {
 		return s, "/", withTLS(mux)
 	}
 	return s, "/", mux
+}
+
+// handlers are the API's services, by path, with opts.
+func (s *Service) handlers(opts []connect.HandlerOption) map[string]http.Handler {
+	ctrlPath, ctrl := xcev1connect.NewControllerServiceHandler(s, opts...)
+	workPath, work := xcev1connect.NewWorkerServiceHandler(&workerService{s}, opts...)
+	clusterPath, cluster := xcev1connect.NewClusterServiceHandler(&clusterService{s: s}, opts...)
+	return map[string]http.Handler{ctrlPath: ctrl, workPath: work, clusterPath: cluster}
 }
 
 // notReady builds the NOT_READY error for a decision.

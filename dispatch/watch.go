@@ -3,7 +3,6 @@ package dispatch
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync/atomic"
 
 	"connectrpc.com/connect"
@@ -91,11 +90,13 @@ func (s *Service) WatchAssignment(ctx context.Context, req *connect.Request[xcev
 			}
 		}
 		if full {
-			gen, a, ch := fsm.AssignmentWatch()
-			if err := w.sendFull(gen, a); err != nil {
+			// The channel first: a generation after the copy's closes it.
+			changed = fsm.AssignmentChanged()
+			gen, err := w.sendFull(fsm)
+			if err != nil {
 				return err
 			}
-			w.gen, changed, full = gen, ch, false
+			w.gen, full = gen, false
 		}
 		v := s.node.View()
 		if v.Stopping {
@@ -156,13 +157,15 @@ func (w *watcher) newAddrs(full bool) map[string]string {
 	return out
 }
 
-func (w *watcher) send(m *xcev1.WatchAssignmentResponse) error {
+// send sends the shared part p, with this node's indexes and role and the
+// worker addresses the stream has not sent yet.
+func (w *watcher) send(p *sharedPart) error {
 	commit, applied := w.s.node.Indexes()
-	m.AppliedIndex, m.CommitIndex, m.Role = applied, commit, xcev1.Role(w.s.node.View().Role)
-	if m.Full || !m.More {
-		m.WorkerAddrs = w.newAddrs(m.Full)
+	own := &xcev1.WatchAssignmentResponse{AppliedIndex: applied, CommitIndex: commit, Role: xcev1.Role(w.s.node.View().Role)}
+	if p.msg.Full || !p.msg.More {
+		own.WorkerAddrs = w.newAddrs(p.msg.Full)
 	}
-	if err := w.stream.Send(m); err != nil {
+	if err := sendShared(w.stream, p, own); err != nil {
 		return err
 	}
 	w.s.wm.messages.Inc()
@@ -172,37 +175,32 @@ func (w *watcher) send(m *xcev1.WatchAssignmentResponse) error {
 
 func (w *watcher) sendChanges(cs []state.GenerationChange) error {
 	for _, c := range cs {
-		m := &xcev1.WatchAssignmentResponse{Generation: c.Generation, Index: c.Index, Removed: c.Removed,
-			Tasks: make([]*xcev1.TaskPlacement, len(c.Set)), AppliedAtUnixNano: c.AppliedAt.UnixNano()}
-		for i, p := range c.Set {
-			m.Tasks[i] = placementProto(p)
+		p, err := w.s.wc.delta(c)
+		if err != nil {
+			return err
 		}
-		if err := w.send(m); err != nil {
+		if err := w.send(p); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (w *watcher) sendFull(gen uint64, a map[string]state.Placement) error {
+// sendFull sends a full copy at the node's current generation (or later)
+// and returns its generation.
+func (w *watcher) sendFull(fsm *state.FSM) (uint64, error) {
 	w.s.wm.fullCopy.Inc()
-	ids := make([]string, 0, len(a))
-	for id := range a {
-		ids = append(ids, id)
+	_, ver := fsm.AssignmentGeneration()
+	gen, pages, err := w.s.wc.full(ver, fsm.AssignmentCopy)
+	if err != nil {
+		return 0, err
 	}
-	slices.Sort(ids)
-	for start := 0; start == 0 || start < len(ids); start += watchPage {
-		page := ids[start:min(start+watchPage, len(ids))]
-		m := &xcev1.WatchAssignmentResponse{Generation: gen, Full: start == 0, More: start+watchPage < len(ids),
-			Tasks: make([]*xcev1.TaskPlacement, len(page))}
-		for i, id := range page {
-			m.Tasks[i] = placementProto(a[id])
-		}
-		if err := w.send(m); err != nil {
-			return err
+	for _, p := range pages {
+		if err := w.send(p); err != nil {
+			return 0, err
 		}
 	}
-	return nil
+	return gen, nil
 }
 
 func placementProto(p state.Placement) *xcev1.TaskPlacement {

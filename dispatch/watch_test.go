@@ -231,3 +231,41 @@ func TestWatchTasks(t *testing.T) {
 		t.Fatalf("from a compacted index: %v, want OUT_OF_RANGE", err)
 	}
 }
+
+// TestWatchAssignmentSharedEncoding: every watcher of a node receives a
+// generation built and encoded once, followed by its own fields (role,
+// indexes); a JSON watcher receives the two merged.
+func TestWatchAssignmentSharedEncoding(t *testing.T) {
+	node := newFakeNode("n1", primary)
+	ts := startServer(t, node, netio.DefaultLimits())
+	tr := transport.New()
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr}
+	if _, err := xcev1connect.NewControllerServiceClient(hc, "http://"+ts.addr).SubmitTask(ctxT(t),
+		connect.NewRequest(&xcev1.SubmitTaskRequest{TaskId: "a"})); err != nil {
+		t.Fatal(err)
+	}
+	writeGeneration(t, node, 0, state.Placement{Task: "a", Active: "w1"})
+	watchers := map[string]watchClient{
+		"proto": {t, xcev1connect.NewControllerServiceClient(hc, "http://"+ts.addr)},
+		"json":  {t, xcev1connect.NewControllerServiceClient(hc, "http://"+ts.addr, connect.WithProtoJSON())},
+	}
+	streams := map[string]*connect.ServerStreamForClient[xcev1.WatchAssignmentResponse]{}
+	for name, w := range watchers {
+		streams[name] = w.open(0, xcev1.Consistency_CONSISTENCY_UNSPECIFIED)
+	}
+	writeGeneration(t, node, 1, state.Placement{Task: "a", Active: "w2"})
+	for name, s := range streams {
+		for _, want := range []string{"1 full a:w1@1", "2 delta a:w2@2"} {
+			if got := next(t, s); got != want {
+				t.Fatalf("%s watcher: %q, want %q", name, got, want)
+			}
+			if m := s.Msg(); m.Role != xcev1.Role_ROLE_PRIMARY || m.AppliedIndex == 0 || m.CommitIndex < m.AppliedIndex {
+				t.Fatalf("%s watcher: role %v, applied %d, commit %d", name, m.Role, m.AppliedIndex, m.CommitIndex)
+			}
+		}
+		if s.Msg().AppliedAtUnixNano == 0 {
+			t.Fatalf("%s watcher: generation 2 without its apply time", name)
+		}
+	}
+}

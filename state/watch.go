@@ -138,16 +138,24 @@ func (f *FSM) AssignmentSince(from uint64) (changes []GenerationChange, cur uint
 	return changes, f.assignGen, ok, f.histChanged()
 }
 
-// AssignmentWatch is Assignment with a channel closed at the next change
-// of generation (or restore), read at the same instant.
-func (f *FSM) AssignmentWatch() (uint64, map[string]Placement, <-chan struct{}) {
+// AssignmentCopy returns the assignment's generation, the version of its
+// map (see assignVer) and a copy of it, read at one instant.
+func (f *FSM) AssignmentCopy() (gen, version uint64, a map[string]Placement) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	gen, a := f.assignGen, make(map[string]Placement, len(f.assignment))
+	a = make(map[string]Placement, len(f.assignment))
 	for id, p := range f.assignment {
 		a[id] = p
 	}
-	return gen, a, f.histChanged()
+	return f.assignGen, f.assignVer, a
+}
+
+// AssignmentChanged is a channel closed at the next change of generation
+// (or restore).
+func (f *FSM) AssignmentChanged() <-chan struct{} {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.histChanged()
 }
 
 // DeletedSinceGeneration is how many tasks lost their placement by being

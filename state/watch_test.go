@@ -83,7 +83,7 @@ func TestAssignmentHistory(t *testing.T) {
 	if _, _, ok, _ := f.AssignmentSince(2); ok {
 		t.Fatal("since 2 after a restore: ok, want a full copy")
 	}
-	if gen, a, _ := f.AssignmentWatch(); gen != 3 || len(a) != 0 {
+	if gen, _, a := f.AssignmentCopy(); gen != 3 || len(a) != 0 {
 		t.Fatalf("full copy: %d %v", gen, a)
 	}
 }
