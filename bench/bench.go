@@ -33,6 +33,8 @@ type Options struct {
 	Duration time.Duration
 	Ops      int64
 	Reads    float64
+	// Rate, when set, paces the calls of all clients to this many a second.
+	Rate float64
 	// Prefill tasks are created before the measured run by PrefillClients
 	// concurrent submitters (DefaultPrefillClients when 0); see Prefill.
 	Prefill        int
@@ -270,7 +272,7 @@ func (r *run) connect() error {
 	r.sizes = newScraper(r.tlsCfg, r.creds, r.ctl)
 	r.load = Load{
 		Endpoints: r.endpoints, TLS: r.tlsCfg, Credentials: r.creds,
-		Clients: r.o.Clients, Duration: r.o.Duration, Ops: r.o.Ops, Reads: r.o.Reads,
+		Clients: r.o.Clients, Duration: r.o.Duration, Ops: r.o.Ops, Reads: r.o.Reads, Rate: r.o.Rate,
 		Progress: func(p Progress) {
 			fmt.Fprintf(r.o.Log, "%6.1fs  ops %d  %.0f/s  retries %d  errors %d\n",
 				p.Elapsed.Seconds(), p.Ops, float64(p.Ops)/p.Elapsed.Seconds(), p.Retries, p.Errors)

@@ -1,7 +1,10 @@
 package bench
 
 import (
+	"context"
+	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -43,4 +46,30 @@ func TestCheckReads(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPacer: a pacer hands out about rate tokens a second and stops with
+// its context.
+func TestPacer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		pace := pacer(ctx, &wg, 500)
+		got := 0
+		deadline := time.After(2 * time.Second)
+	loop:
+		for {
+			select {
+			case <-pace:
+				got++
+			case <-deadline:
+				break loop
+			}
+		}
+		cancel()
+		wg.Wait()
+		if got < 990 || got > 1000+pacerBurst {
+			t.Fatalf("%d tokens in 2s at 500/s", got)
+		}
+	})
 }

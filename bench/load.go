@@ -30,6 +30,9 @@ type Load struct {
 	Ops      int64
 	// Reads is the fraction of calls that are linearizable GetTask.
 	Reads float64
+	// Rate, when set, paces the calls of all clients together to this
+	// many a second (as long as the clients keep up).
+	Rate float64
 	// OpTimeout is each call's deadline (NOT_READY retried until then).
 	OpTimeout time.Duration
 	// Progress, when set, is called about once a second.
@@ -105,6 +108,12 @@ func Run(ctx context.Context, l Load, h *History) (*Result, error) {
 			l.Progress(Progress{Elapsed: time.Since(start), Ops: ops.Load(), Errors: errs.Load(), Retries: retries.Load()})
 		})
 	}
+	var pace <-chan struct{}
+	paceCtx, stopPace := context.WithCancel(ctx)
+	defer stopPace()
+	if l.Rate > 0 {
+		pace = pacer(paceCtx, &wg, l.Rate)
+	}
 	var workers sync.WaitGroup
 	for _, c := range callers {
 		c.rng = rand.New(rand.NewPCG(uint64(c.w), uint64(start.UnixNano())))
@@ -112,6 +121,13 @@ func Run(ctx context.Context, l Load, h *History) (*Result, error) {
 			for seq := 0; ctx.Err() == nil; seq++ {
 				if l.Ops > 0 && budget.Add(1) > l.Ops {
 					return
+				}
+				if pace != nil {
+					select {
+					case <-pace:
+					case <-ctx.Done():
+						return
+					}
 				}
 				op := c.call(ctx, seq)
 				h.Add(op)
@@ -137,6 +153,7 @@ func Run(ctx context.Context, l Load, h *History) (*Result, error) {
 		})
 	}
 	workers.Wait()
+	stopPace()
 	close(stopProgress)
 	wg.Wait()
 	r := &Result{Ops: ops.Load(), Errors: errs.Load(), Retries: retries.Load(), Elapsed: time.Since(start), Warmup: warmup}
@@ -303,6 +320,38 @@ func warm(ctx context.Context, clients []*client.Client, nonce string, timeout t
 
 // everySecond calls report once a second, on a goroutine wg owns, until
 // stop is closed: the progress lines of the load and of the prefill.
+// pacer hands out rate tokens a second until ctx ends; at most
+// pacerBurst wait to be taken, so a run that fell behind does not burst.
+func pacer(ctx context.Context, wg *sync.WaitGroup, rate float64) <-chan struct{} {
+	every := max(time.Duration(float64(time.Second)/rate), 10*time.Millisecond)
+	perTick := rate * every.Seconds()
+	out := make(chan struct{}, pacerBurst)
+	wg.Go(func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		owed := 0.0
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			owed = min(owed+perTick, perTick+1)
+			for ; owed >= 1; owed-- {
+				select {
+				case out <- struct{}{}:
+				default:
+					owed = 0
+				}
+			}
+		}
+	})
+	return out
+}
+
+// pacerBurst bounds the tokens a pacer holds for callers busy elsewhere.
+const pacerBurst = 64
+
 func everySecond(wg *sync.WaitGroup, stop <-chan struct{}, report func()) {
 	wg.Go(func() {
 		t := time.NewTicker(time.Second)

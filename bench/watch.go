@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"connectrpc.com/connect"
 	"context"
 	"errors"
 	"fmt"
@@ -109,6 +110,7 @@ func openWatchers(ctx context.Context, endpoints []string, opts client.Options, 
 	wctx, cancel := context.WithCancel(context.Background())
 	s := &watchSet{cancel: cancel}
 	opts.Pinned = true
+	opts.ConnectOptions = append(opts.ConnectOptions, connect.WithCodec(skimCodec{}))
 	for _, ep := range endpoints {
 		cl, err := client.New([]string{ep}, opts)
 		if err != nil {

@@ -6,6 +6,10 @@ import (
 	"io"
 	"testing"
 	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	xcev1 "github.com/xce/xce/proto/xce/v1"
 )
 
 // The watchers' records sum up: a generation's delivery runs from the
@@ -110,5 +114,29 @@ func TestBenchWatchers(t *testing.T) {
 	}
 	if got.Watch.Generations == nil || len(got.Watch.DeliveryMs) != 3 || got.Watch.Memory["heap_bytes_per_watcher"] == nil || got.ReadsPerSec == nil {
 		t.Errorf("JSON lacks the watch or read figures: %s", b)
+	}
+}
+
+// TestSkimCodec: the watchers' codec decodes a generation without its
+// placements, and every other field as it was sent.
+func TestSkimCodec(t *testing.T) {
+	in := &xcev1.WatchAssignmentResponse{Generation: 9, Full: true, More: true, Index: 40, AppliedIndex: 41, CommitIndex: 42,
+		AppliedAtUnixNano: 7, Removed: []string{"x"}, WorkerAddrs: map[string]string{"w1": "h:1"},
+		Tasks: []*xcev1.TaskPlacement{{TaskId: "a", Active: "w1", Epoch: 3}}}
+	b, err := proto.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out xcev1.WatchAssignmentResponse
+	if err := (skimCodec{}).Unmarshal(b, &out); err != nil {
+		t.Fatal(err)
+	}
+	want := proto.Clone(in).(*xcev1.WatchAssignmentResponse)
+	want.Tasks = nil
+	if !proto.Equal(&out, want) {
+		t.Fatalf("decoded %v, want %v", &out, want)
+	}
+	if err := (skimCodec{}).Unmarshal(b[:len(b)-1], &out); err == nil {
+		t.Fatal("a cut message decoded")
 	}
 }

@@ -130,6 +130,9 @@ type Options struct {
 	// proxies, port-forwards or a load balancer, whose addresses the
 	// members' own do not name.
 	Pinned bool
+	// ConnectOptions are more options for the RPC library's clients (a
+	// codec of the caller's, say).
+	ConnectOptions []connect.ClientOption
 }
 
 // minRefresh spaces the member refreshes a failing call asks for.
@@ -190,7 +193,7 @@ func New(endpoints []string, opts Options) (*Client, error) {
 	if opts.TLS != nil {
 		scheme = "https://"
 	}
-	var copts []connect.ClientOption
+	copts := slices.Clone(opts.ConnectOptions)
 	if opts.Credentials.Token != "" {
 		copts = append(copts, connect.WithInterceptors(bearer{header: "Bearer " + opts.Credentials.Token}))
 	}

@@ -23,6 +23,7 @@ type benchFlags struct {
 	duration    time.Duration
 	ops         int64
 	reads       float64
+	rate        float64
 	killPrimary int
 	prefill     int
 	prefillCl   int
@@ -104,6 +105,7 @@ same --workers and no --watchers.`,
 	fl.DurationVar(&f.duration, "duration", 10*time.Second, "how long to run")
 	fl.Int64Var(&f.ops, "ops", 0, "stop after this many calls (0: run for --duration)")
 	fl.Float64Var(&f.reads, "reads", 0, "fraction of calls that are linearizable reads")
+	fl.Float64Var(&f.rate, "rate", 0, "pace the calls of all clients together to this many a second (0: as fast as they go)")
 	fl.IntVar(&f.prefill, "prefill", 0, "create this many tasks before the measured run (not checked)")
 	fl.IntVar(&f.prefillCl, "prefill-clients", bench.DefaultPrefillClients, "concurrent submitters of the --prefill")
 	fl.IntVar(&f.killPrimary, "kill-primary", 0, "SIGKILL the primary this many times (with --local)")
@@ -128,6 +130,8 @@ func runBench(stdout, stderr io.Writer, f benchFlags) error {
 		return usageErr("--clients must be positive")
 	case f.reads < 0 || f.reads > 1:
 		return usageErr("--reads must be between 0 and 1")
+	case f.rate < 0:
+		return usageErr("--rate must not be negative")
 	case (f.addr == "") == (f.local == 0):
 		return usageErr("give exactly one of --addr and --local")
 	case f.killPrimary > 0 && f.local == 0:
@@ -170,7 +174,7 @@ func runBench(stdout, stderr io.Writer, f benchFlags) error {
 	defer cancel()
 	o := bench.Options{
 		Local: f.local, Exe: exe, Profile: prof, TLS: f.tls,
-		Clients: f.clients, Duration: f.duration, Ops: f.ops, Reads: f.reads, KillPrimary: f.killPrimary,
+		Clients: f.clients, Duration: f.duration, Ops: f.ops, Reads: f.reads, Rate: f.rate, KillPrimary: f.killPrimary,
 		Prefill: f.prefill, PrefillClients: f.prefillCl, Restarts: f.restarts, SnapshotAt: f.snapshotAt,
 		Keep: f.keep, HistoryPath: f.history, CPUProfile: f.cpuprofile, Nice: f.nice, Log: stderr,
 		Watchers: f.watchers, Workers: f.workers,
