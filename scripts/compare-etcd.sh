@@ -10,12 +10,15 @@
 #           256-byte values) vs `xce bench`; clients 1 16 64.
 #   reads   etcd `benchmark range KEY --consistency=l` (linearizable) of one
 #           key with a 128-byte value vs `xce bench --reads 1.0` (linearizable
-#           GetTask of the task each client created first); clients 16 64 256.
+#           GetTask of a task another client created); clients 16 64 256.
 #   watch   etcd `benchmark watch-latency`: C watchers of one key, one stream
 #           each, while one client puts the key WATCH_PUT_RATE times a second
 #           (default 100); latency from a put's answer to each watcher's
-#           event (0 for an event that comes first). vs `xce bench --watchers C` with XCE_WATCH_ARGS (default
-#           `--clients 1`); watchers 16 64 256. An xce without --watchers
+#           event (0 for an event that comes first). vs `xce bench --watchers C`
+#           with XCE_WATCH_ARGS (default `--clients 4 --rate WATCH_PUT_RATE`:
+#           tasks created at the same rate, each a new generation to watch;
+#           latency from each generation's commit to each watcher's message);
+#           watchers 16 64 256. An xce without --watchers
 #           runs the etcd half only, and says so.
 #
 # Environment:
@@ -55,7 +58,7 @@ read -r -a clients <<<"${CLIENTS:-$default_clients}"
 reads_to=${ETCD_READS_TO:-all}
 [[ $reads_to == all || $reads_to == leader ]] || { echo "ETCD_READS_TO is all or leader" >&2; exit 2; }
 put_rate=${WATCH_PUT_RATE:-100}
-read -r -a xce_watch_args <<<"${XCE_WATCH_ARGS:---clients 1}"
+read -r -a xce_watch_args <<<"${XCE_WATCH_ARGS:---clients 4 --rate $put_rate}"
 
 cd "$(dirname "$0")/.."
 dir=${ETCD_BIN_DIR:-$PWD/.tools/etcd-v3.7.1}
@@ -141,6 +144,8 @@ def xce_report(path, mode):
         if not w:
             sys.exit("no watch latency (a key naming watch with p50/p99) in %s" % path)
         print("nan", w.get("p50", float("nan")), w["p99"])
+    elif mode == "reads" and "reads_per_sec" in d:
+        print(d["reads_per_sec"], d["read_latency_ms"]["p50"], d["read_latency_ms"]["p99"])
     else:
         print(d["ops_per_sec"], d["latency_ms"]["p50"], d["latency_ms"]["p99"])
 
