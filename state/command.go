@@ -43,6 +43,10 @@ const (
 	// placement freeze). A leader writes it only when every voter's
 	// binary applies it (LogFormatPlacement).
 	CmdSetPlacementFrozen CmdType = 10
+	// CmdSetWorkerAddr sets a worker's client address or forgets it (see
+	// EncodeWorkerAddr). A leader writes it only when every voter's binary
+	// applies it (LogFormatWorkerAddrs).
+	CmdSetWorkerAddr CmdType = 11
 )
 
 // LogFormat is the newest log format this binary applies: 1 for the
@@ -50,16 +54,18 @@ const (
 // adds CmdSetMember and CmdRemoveMember, LogFormatDrain (4) adds
 // CmdSetWorkerDrain, LogFormatPlacement (5) adds CmdSetPlacementFrozen and
 // a submit's weight (a trailing field, written only for a weight above 1,
-// which an older binary refuses). Nodes report it in their status
+// which an older binary refuses), LogFormatWorkerAddrs (6) adds
+// CmdSetWorkerAddr. Nodes report it in their status
 // so a leader knows when every voter can apply a command: it writes a
 // command of format n only once every voter reports at least n, since a
 // voter that cannot decode an entry diverges from the others.
 const (
-	LogFormat          = LogFormatPlacement
-	LogFormatBatch     = 2
-	LogFormatMembers   = 3
-	LogFormatDrain     = 4
-	LogFormatPlacement = 5
+	LogFormat            = LogFormatWorkerAddrs
+	LogFormatBatch       = 2
+	LogFormatMembers     = 3
+	LogFormatDrain       = 4
+	LogFormatPlacement   = 5
+	LogFormatWorkerAddrs = 6
 )
 
 // MaxWeight bounds a task's weight (assign.MaxWeight), so that weighted
@@ -113,9 +119,11 @@ type Command struct {
 	// CmdRemoveMember.
 	Member MemberRecord
 	// Worker and Drained are CmdSetWorkerDrain's: the worker, and whether
-	// it is drained from now on.
+	// it is drained from now on. Worker and Addr are CmdSetWorkerAddr's:
+	// the worker and its client address ("": forget it).
 	Worker  string
 	Drained bool
+	Addr    string
 	// Frozen is CmdSetPlacementFrozen's: whether the placement is frozen
 	// from now on.
 	Frozen bool
@@ -141,7 +149,7 @@ func (c *Command) Encode() []byte {
 		}
 		return EncodeBatch(subs)
 	}
-	n := 2 + 5*binary.MaxVarintLen64 + len(c.ClientID) + len(c.RequestID) + len(c.Task.ID) + len(c.Task.State) + len(c.Task.PendingReason)
+	n := 2 + 5*binary.MaxVarintLen64 + len(c.ClientID) + len(c.RequestID) + len(c.Task.ID) + len(c.Task.State) + len(c.Task.PendingReason) + len(c.Worker) + len(c.Addr)
 	b := make([]byte, 0, n)
 	b = append(b, commandVersion, byte(c.Type))
 	switch c.Type {
@@ -199,6 +207,9 @@ func (c *Command) Encode() []byte {
 			flags |= 1
 		}
 		b = binary.AppendUvarint(b, flags)
+	case CmdSetWorkerAddr:
+		b = appendString(b, c.Worker)
+		b = appendString(b, c.Addr)
 	}
 	return b
 }
@@ -295,6 +306,8 @@ func DecodeCommand(b []byte) (Command, error) {
 			d.fail("unknown freeze flags")
 		}
 		c.Frozen = flags&1 != 0
+	case CmdSetWorkerAddr:
+		d.workerAddr(&c)
 	default:
 		return c, fmt.Errorf("%w: unknown type %d", ErrBadCommand, b[1])
 	}

@@ -56,6 +56,9 @@ func sampleCommands() []Command {
 		}},
 		{Type: CmdSetPlacementFrozen, Frozen: true},
 		{Type: CmdSetPlacementFrozen},
+		{Type: CmdSetWorkerAddr, Worker: "w1", Addr: "w1.workers.test:7000"},
+		{Type: CmdSetWorkerAddr, Worker: strings.Repeat("w", 128), Addr: strings.Repeat("a", MaxWorkerAddrLen)},
+		{Type: CmdSetWorkerAddr, Worker: "w1"},
 	}
 }
 
@@ -309,6 +312,9 @@ func FuzzDecodeCommand(f *testing.F) {
 	f.Add([]byte{commandVersion, byte(CmdSetWorkerDrain), 1, ' ', 1})
 	f.Add([]byte{commandVersion, byte(CmdSubmitTask), 0, 0, 1, 't', 0, 0, 1})
 	f.Add([]byte{commandVersion, byte(CmdSetPlacementFrozen), 2})
+	f.Add([]byte{commandVersion, byte(CmdSetWorkerAddr), 1, 'w', 3, 'h', ':', '1'})
+	f.Add([]byte{commandVersion, byte(CmdSetWorkerAddr), 1, '/', 0})
+	f.Add([]byte{commandVersion, byte(CmdSetWorkerAddr), 1, 'w', 1, 0xff})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := DecodeCommand(b)
 		if err != nil {

@@ -183,6 +183,11 @@ type FSM struct {
 	// frozen: an operator froze the placement (CmdSetPlacementFrozen).
 	frozen bool
 
+	// workerAddrs are the workers' client addresses by worker id (see
+	// EncodeWorkerAddr); workerAddrVer counts their changes.
+	workerAddrs   map[string]string
+	workerAddrVer uint64
+
 	applied   atomic.Uint64
 	dedupHits atomic.Uint64
 	// writes counts the commands applied since this FSM was made: what a
@@ -198,15 +203,16 @@ type FSM struct {
 // NewFSM returns an empty state machine for the cluster.
 func NewFSM(clusterID string) *FSM {
 	f := &FSM{
-		clusterID:  clusterID,
-		window:     DefaultDedupWindow,
-		maxEntries: DefaultDedupMaxEntries,
-		tasks:      newRegistry(),
-		dedup:      make(map[dedupKey]uint64),
-		assignment: make(map[string]Placement),
-		epochs:     make(map[string]uint64),
-		members:    make(map[string]MemberRecord),
-		drained:    make(map[string]struct{}),
+		clusterID:   clusterID,
+		window:      DefaultDedupWindow,
+		maxEntries:  DefaultDedupMaxEntries,
+		tasks:       newRegistry(),
+		dedup:       make(map[dedupKey]uint64),
+		assignment:  make(map[string]Placement),
+		epochs:      make(map[string]uint64),
+		members:     make(map[string]MemberRecord),
+		drained:     make(map[string]struct{}),
+		workerAddrs: make(map[string]string),
 	}
 	f.hist.notify()
 	f.taskHist.notify()
@@ -364,6 +370,8 @@ func (f *FSM) applyCommandLocked(l Entry, seq uint32, c *Command) Result {
 	case CmdSetPlacementFrozen:
 		f.frozen = c.Frozen
 		return Result{Index: l.Index}
+	case CmdSetWorkerAddr:
+		return f.setWorkerAddrLocked(l.Index, c.Worker, c.Addr)
 	case CmdSubmitTask:
 		r = f.submitLocked(l.Index, c.Task)
 		if r.Code == CodeOK {
@@ -624,7 +632,7 @@ func (f *FSM) DedupLen() int {
 // always loads.
 const (
 	snapshotMagic   = "XCESNAP\n"
-	snapshotVersion = 8
+	snapshotVersion = 9
 )
 
 // ErrBadSnapshot is returned for a snapshot that is not ours, is newer than
@@ -683,9 +691,15 @@ type snapshotV8 struct {
 	PlacementFrozen bool `json:"placement_frozen"`
 }
 
+// snapshotV9 adds the workers' client addresses.
+type snapshotV9 struct {
+	snapshotV8
+	WorkerAddrs map[string]string `json:"worker_addrs"`
+}
+
 // snapshotBody is the body of snapshotVersion, the version this release
 // writes.
-type snapshotBody = snapshotV8
+type snapshotBody = snapshotV9
 
 // taskEpoch is one task's epoch in a snapshot.
 type taskEpoch struct {
@@ -716,7 +730,7 @@ func (s *Snapshot) Release() { s.tasks.release() }
 func (f *FSM) Snapshot() *Snapshot {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	s := snapshotBody{snapshotV7: snapshotV7{snapshotV5: snapshotV5{snapshotV4: snapshotV4{snapshotV3: snapshotV3{snapshotV2: snapshotV2{snapshotV1: snapshotV1{
+	s := snapshotBody{snapshotV8: snapshotV8{snapshotV7: snapshotV7{snapshotV5: snapshotV5{snapshotV4: snapshotV4{snapshotV3: snapshotV3{snapshotV2: snapshotV2{snapshotV1: snapshotV1{
 		ClusterID:    f.clusterID,
 		AppliedIndex: f.applied.Load(),
 		DedupWindow:  f.window,
@@ -726,7 +740,8 @@ func (f *FSM) Snapshot() *Snapshot {
 		Assignment:           make([]Placement, 0, len(f.assignment)),
 	}, Members: make([]MemberRecord, 0, len(f.members))},
 		Epochs: make([]taskEpoch, 0, len(f.epochs)),
-	}, Drained: slices.AppendSeq(make([]string, 0, len(f.drained)), maps.Keys(f.drained))}, PlacementFrozen: f.frozen}
+	}, Drained: slices.AppendSeq(make([]string, 0, len(f.drained)), maps.Keys(f.drained))}, PlacementFrozen: f.frozen},
+		WorkerAddrs: maps.Clone(f.workerAddrs)}
 	for id, e := range f.epochs {
 		s.Epochs = append(s.Epochs, taskEpoch{Task: id, Epoch: e})
 	}
@@ -860,6 +875,7 @@ func writeBody(w io.Writer, s *snapshotBody, tasks []*Task) error {
 	ew.write("]")
 	field("drained", s.Drained, false)
 	field("placement_frozen", s.PlacementFrozen, false)
+	field("worker_addrs", s.WorkerAddrs, false)
 	ew.write("}\n")
 	return ew.err
 }
@@ -908,6 +924,8 @@ func readSnapshot(r *bufio.Reader) (*snapshotBody, *registry, uint32, error) {
 	case 7:
 		body = &s.snapshotV7
 	case 8:
+		body = &s.snapshotV8
+	case 9:
 		body = &s
 	default:
 		return nil, nil, 0, fmt.Errorf("%w: version %d is newer than this binary reads (%d)", ErrBadSnapshot, v, snapshotVersion)
@@ -987,6 +1005,10 @@ func (f *FSM) Restore(r io.Reader) error {
 	if err != nil {
 		return err
 	}
+	workerAddrs, err := restoreWorkerAddrs(s.WorkerAddrs)
+	if err != nil {
+		return err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.tasks, f.dedup, f.order = tasks, dedup, order
@@ -999,6 +1021,8 @@ func (f *FSM) Restore(r io.Reader) error {
 	f.drained = drained
 	f.drainVer++
 	f.frozen = s.PlacementFrozen
+	f.workerAddrs = workerAddrs
+	f.workerAddrVer++
 	if s.DedupWindow > 0 {
 		f.window = s.DedupWindow
 	}

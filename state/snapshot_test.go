@@ -409,7 +409,10 @@ func TestStreamedBodyEqualsMarshal(t *testing.T) {
 		Members: []MemberRecord{{ID: "n1", PeerAddr: "h:1", ClientAddr: "h:2"}, {ID: "n2", PeerAddr: "[::1]:3", ClientAddr: "g:4"}}},
 		Epochs: []taskEpoch{{Task: "a", Epoch: 3}, {Task: "b\"q", Epoch: 1}}}, Drained: []string{"w1", "w9"}}
 	empty := &snapshotV7{snapshotV5: snapshotV5{snapshotV4: snapshotV4{snapshotV3: snapshotV3{snapshotV2: snapshotV2{snapshotV1: snapshotV1{Tasks: []Task{}, Dedup: []dedupEntry{}}, Outbox: []Event{}}, Assignment: []Placement{}}, Members: []MemberRecord{}}, Epochs: []taskEpoch{}}, Drained: []string{}}
-	for _, v := range []*snapshotV8{{snapshotV7: *s, PlacementFrozen: true}, {snapshotV7: *empty}} {
+	for _, v := range []*snapshotV9{
+		{snapshotV8: snapshotV8{snapshotV7: *s, PlacementFrozen: true}, WorkerAddrs: map[string]string{"w1": "w1.example:7000", "w\"2": "h:1"}},
+		{snapshotV8: snapshotV8{snapshotV7: *empty}},
+	} {
 		var streamed bytes.Buffer
 		tasks := make([]*Task, len(v.Tasks))
 		for i := range v.Tasks {
