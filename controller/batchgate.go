@@ -35,13 +35,15 @@ func (batchGate) Name() string { return "batch-gate" }
 // without batch entries (the Kafka backend) has nothing to gate: it has no
 // configuration of voters to ask, and drains are written at once (its
 // members must all run a binary that applies them; docs/operations.md).
-// Member commands (log format 3), worker drains (4), and placement freezes
-// and weighted submits (5) are gated the same way once batches are on.
+// Member commands (log format 3), worker drains (4), placement freezes
+// and weighted submits (5), and worker addresses (6) are gated the same
+// way once batches are on.
 func (g batchGate) Run(ctx context.Context, _ uint64) error {
 	b, ok := g.n.batcher()
 	if !ok {
 		g.n.drains.Store(nil)
 		g.n.placement.Store(nil)
+		g.n.workerAddrs.Store(nil)
 		return nil
 	}
 	defer b.SetBatches(false)
@@ -50,10 +52,12 @@ func (g batchGate) Run(ctx context.Context, _ uint64) error {
 		g.n.runFormatGates(ctx,
 			formatGate{format: state.LogFormatMembers, what: "member records", open: &g.n.members.cmds},
 			formatGate{format: state.LogFormatDrain, what: "worker drains", open: &g.n.drains},
-			formatGate{format: state.LogFormatPlacement, what: "placement freezes and task weights", open: &g.n.placement})
+			formatGate{format: state.LogFormatPlacement, what: "placement freezes and task weights", open: &g.n.placement},
+			formatGate{format: state.LogFormatWorkerAddrs, what: "worker addresses", open: &g.n.workerAddrs})
 	} else {
 		g.n.drains.Store(nil)
 		g.n.placement.Store(nil)
+		g.n.workerAddrs.Store(nil)
 	}
 	<-ctx.Done()
 	return nil
@@ -111,8 +115,8 @@ func (n *Node) runBatchGate(ctx context.Context, b batcher) {
 }
 
 // A format gate allows, in this term, commands of a log format newer than
-// the first: member records (state's log format 3), worker drains (4), and
-// placement freezes and weighted submits (5).
+// the first: member records (state's log format 3), worker drains (4),
+// placement freezes and weighted submits (5), and worker addresses (6).
 // A voter on an older binary would stop at such an entry, so the PRIMARY
 // writes one only once every voter answered with a log format that applies
 // it. Unlike batches, a voter that does not answer holds the gate for good:

@@ -218,13 +218,15 @@ func TestAutopilotStep(t *testing.T) {
 
 // The member gate opens once every voter reports log format 3, the drain
 // gate once every voter reports 4, the placement gate (freezes, weighted
-// submits) once every voter reports 5.
+// submits) once every voter reports 5, the worker address gate once every
+// voter reports 6.
 func TestFormatGates(t *testing.T) {
-	a, old := startFakePeer(t, state.LogFormatPlacement), startFakePeer(t, 2)
+	a, old := startFakePeer(t, state.LogFormatWorkerAddrs), startFakePeer(t, 2)
 	n := gateNode(t, a.addr(), old.addr())
 	withMembers(n)
 	n.drains.Store(&drainGateClosed)
 	n.placement.Store(&placementGateClosed)
+	n.workerAddrs.Store(&workerAddrsGateClosed)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -232,7 +234,8 @@ func TestFormatGates(t *testing.T) {
 		n.runFormatGates(ctx,
 			formatGate{format: state.LogFormatMembers, what: "member records", open: &n.members.cmds},
 			formatGate{format: state.LogFormatDrain, what: "worker drains", open: &n.drains},
-			formatGate{format: state.LogFormatPlacement, what: "placement freezes and task weights", open: &n.placement})
+			formatGate{format: state.LogFormatPlacement, what: "placement freezes and task weights", open: &n.placement},
+			formatGate{format: state.LogFormatWorkerAddrs, what: "worker addresses", open: &n.workerAddrs})
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	testutil.Eventually(t, 5*time.Second, "the old voter named", func() bool {
@@ -253,8 +256,13 @@ func TestFormatGates(t *testing.T) {
 		return n.DrainsWritable() == nil && err != nil && strings.Contains(err.Error(), old.addr()+" (log format 4")
 	})
 	old.format.Store(state.LogFormatPlacement)
-	waitDone(t, done, 5*batchGatePoll, "every voter on log format 5")
-	if err := n.PlacementWritable(); err != nil {
+	testutil.Eventually(t, 5*batchGatePoll, "placement commands on, worker addresses named the old voter", func() bool {
+		err := n.WorkerAddrsWritable()
+		return n.PlacementWritable() == nil && err != nil && strings.Contains(err.Error(), old.addr()+" (log format 5")
+	})
+	old.format.Store(state.LogFormatWorkerAddrs)
+	waitDone(t, done, 5*batchGatePoll, "every voter on log format 6")
+	if err := n.WorkerAddrsWritable(); err != nil {
 		t.Fatal(err)
 	}
 }

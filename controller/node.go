@@ -174,6 +174,10 @@ type Node struct {
 	// not be written yet; nil once every voter applies them (log format
 	// 5) in the current term.
 	placement atomic.Pointer[string]
+	// workerAddrs is the reason worker addresses may not be written yet;
+	// nil once every voter applies them (log format 6) in the current
+	// term.
+	workerAddrs atomic.Pointer[string]
 	// joining: the node started with join addresses on an empty data dir
 	// and waits to be added (set in Run before the backend starts).
 	joining bool
@@ -236,6 +240,7 @@ func New(opts Options) (*Node, error) {
 	n.members.cmds.Store(&notPrimaryYet)
 	n.drains.Store(&drainsNotPrimary)
 	n.placement.Store(&placementNotPrimary)
+	n.workerAddrs.Store(&workerAddrsNotPrimary)
 	n.metrics = newMetrics(opts.Registry, n)
 	n.view.Store(ha.NewView(ha.View{Role: ha.RoleInit, Reason: "starting"}))
 	return n, nil
@@ -714,6 +719,7 @@ func (n *Node) establish(term uint64) {
 	n.members.cmds.Store(&memberGateClosed)
 	n.drains.Store(&drainGateClosed)
 	n.placement.Store(&placementGateClosed)
+	n.workerAddrs.Store(&workerAddrsGateClosed)
 	n.members.pilot.Store(nil)
 	services := append([]LeaderService{batchGate{n}, &autopilotService{n: n}}, n.opts.Services...)
 	for _, s := range services {
@@ -758,6 +764,7 @@ func (n *Node) revoke() {
 	n.members.cmds.Store(&notPrimaryYet)
 	n.drains.Store(&drainsNotPrimary)
 	n.placement.Store(&placementNotPrimary)
+	n.workerAddrs.Store(&workerAddrsNotPrimary)
 }
 
 // publish derives the client-visible View from the machine and the quorum
