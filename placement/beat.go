@@ -222,6 +222,7 @@ func (s *Service) recordFacts(w *session, facts []Fact) {
 func (s *Service) leave(ts *termState, w *session, now time.Time, early bool, c Copies) {
 	ts.grants.leave(w.id, now)
 	delete(ts.workers, w.id)
+	ts.addrsDirty = true
 	signal(ts)
 	ev := s.log.Info().Str("worker", w.id).Int("workers", len(ts.workers))
 	if s.away(ts, w, now) {

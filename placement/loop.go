@@ -97,6 +97,7 @@ func (s *Service) loop(ctx context.Context, ts *termState) {
 		frozen    = false // as last planned
 		_, asgVer = s.fsm.AssignmentGeneration()
 		probe     *delaymgr.Handle
+		addrs     addrSync
 	)
 	defer func() {
 		if probe != nil {
@@ -150,6 +151,7 @@ func (s *Service) loop(ctx context.Context, ts *termState) {
 			if s.expire(ts) {
 				dirty = true
 			}
+			s.syncAddrs(ctx, ts, &addrs)
 			if v := s.fsm.TaskVersion(); v != taskVer {
 				taskVer = v
 				taskDirty = true
@@ -209,6 +211,9 @@ func (s *Service) expire(ts *termState) bool {
 	}
 	if ts.grants.prune(now) || len(gone) > 0 {
 		signal(ts)
+	}
+	if len(gone) > 0 || len(replaced) > 0 {
+		ts.addrsDirty = true
 	}
 	n := len(ts.workers)
 	s.mu.Unlock()

@@ -85,6 +85,10 @@ type FSM interface {
 	// PlacementFrozen reports whether an operator froze the placement
 	// (xce placement freeze): the assignor then handles failures only.
 	PlacementFrozen() bool
+	// WorkerAddrs and WorkerAddrVersion read the workers' addresses in
+	// the log (addrs.go); the version changes with them.
+	WorkerAddrs() (map[string]string, uint64)
+	WorkerAddrVersion() uint64
 	AssignmentGeneration() (gen, version uint64)
 	AllTasks() ([]state.Task, uint64)
 	TaskVersion() uint64
@@ -193,6 +197,8 @@ type Service struct {
 
 	// plans counts plans computed (for tests and metrics).
 	plans atomic.Uint64
+	// addrGate says whether worker addresses may be written (SetAddrGate).
+	addrGate atomic.Pointer[func() error]
 }
 
 // New returns a stopped Service.
@@ -264,6 +270,9 @@ type termState struct {
 	// waits is why each task waits on a drained worker, as last logged
 	// (the loop's own).
 	waits map[string]string
+	// addrsDirty: a session began, changed its address or ended since
+	// the loop last compared the addresses with the log's (addrs.go).
+	addrsDirty bool
 }
 
 // awayWorker is a worker whose session expired, until its replacement
@@ -344,6 +353,9 @@ func (s *Service) RegisterWith(r Registration) (RegisterInfo, error) {
 		ts.workers[id] = w
 	}
 	changed := !known || w.capacity != int(capacity) || w.leaving || !maps.Equal(w.labels, labels)
+	if !known || w.addr != addr {
+		ts.addrsDirty = true
+	}
 	w.capacity, w.addr, w.lastSeen, w.labels = int(capacity), addr, now, labels
 	// A registration is a new process, or one that lost its session: it
 	// says again whether it is leaving. A heartbeat held for the old one

@@ -143,6 +143,7 @@ func New(cfg *configs.Config, o Options) (srv *Server, err error) {
 		return nil, err
 	}
 	to.node = node
+	assignor.SetAddrGate(node.WorkerAddrsWritable)
 	svc, _, api := dispatch.NewService(node, node.Registry(), assignor, dispatch.WithAuth(csec.authn), dispatch.WithSecurity(csec.sec))
 	csec.refused = svc.AuthRefused
 	return &Server{node: node, api: api, peerLn: peerLn}, nil
