@@ -106,6 +106,8 @@ type clusterFake struct {
 	// PlacementWritable's.
 	drainsClosed    error
 	placementClosed error
+	// addrsClosed is WorkerAddrsWritable's answer.
+	addrsClosed error
 	// snap is what TakeSnapshot answers, snapErr its error; snaps counts
 	// the calls.
 	snap    ha.SnapshotInfo
@@ -141,6 +143,12 @@ func (n *fakeNode) PlacementWritable() error {
 	n.cluster.mu.Lock()
 	defer n.cluster.mu.Unlock()
 	return n.cluster.placementClosed
+}
+
+func (n *fakeNode) WorkerAddrsWritable() error {
+	n.cluster.mu.Lock()
+	defer n.cluster.mu.Unlock()
+	return n.cluster.addrsClosed
 }
 
 func (n *fakeNode) MembersWritable() error {

@@ -49,6 +49,8 @@ type Node interface {
 	// PlacementCmds is what the freeze methods and weighted submits need
 	// (freeze.go).
 	PlacementCmds
+	// WorkerAddrGate is what the assignment watches need (watch.go).
+	WorkerAddrGate
 }
 
 // Methods maps every procedure of the API to its class. Each method is
@@ -117,6 +119,7 @@ type Service struct {
 	// wc is the messages of recent generations, built once for every
 	// watcher (watchshare.go).
 	wc    watchCache
+	addrs addrCache
 	authn *auth.Authenticator
 	sec   Security
 	// AuthRefused counts the calls the permissions refused; the node's

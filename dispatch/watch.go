@@ -3,6 +3,8 @@ package dispatch
 import (
 	"context"
 	"fmt"
+	"maps"
+	"sync"
 	"sync/atomic"
 
 	"connectrpc.com/connect"
@@ -136,17 +138,61 @@ type watcher struct {
 	addrs map[string]string
 }
 
+// WorkerAddrGate is what the watches need from the node besides its state:
+// whether worker addresses are written to the log in this term (every
+// voter applies them).
+type WorkerAddrGate interface {
+	WorkerAddrsWritable() error
+}
+
+// addrCache is the log's worker addresses, copied once per change for
+// every watcher; the map is shared and never modified.
+type addrCache struct {
+	mu  sync.Mutex
+	ver uint64
+	m   map[string]string
+}
+
+// get returns the log's worker addresses as of now.
+func (c *addrCache) get(fsm *state.FSM) map[string]string {
+	v := fsm.WorkerAddrVersion()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || c.ver != v {
+		c.m, c.ver = fsm.WorkerAddrs()
+	}
+	return c.m
+}
+
+// workerAddrs returns the worker addresses this node knows: the log's, on
+// every node. A PRIMARY that may not write them yet (a voter's binary does
+// not apply them) adds its sessions' addresses, the only ones it has then.
+// The map may be shared: read it only.
+func (s *Service) workerAddrs() map[string]string {
+	addrs := s.addrs.get(s.node.FSM())
+	if s.workers == nil || s.node.WorkerAddrsWritable() == nil {
+		return addrs
+	}
+	own := s.workers.Addrs()
+	if len(own) == 0 {
+		return addrs
+	}
+	merged := maps.Clone(addrs)
+	if merged == nil {
+		merged = map[string]string{}
+	}
+	maps.Copy(merged, own)
+	return merged
+}
+
 // newAddrs returns the worker addresses this node knows that the stream
 // has not sent (all of them for a full copy), and notes them as sent.
 func (w *watcher) newAddrs(full bool) map[string]string {
-	if w.s.workers == nil {
-		return nil
-	}
 	if full || w.addrs == nil {
 		w.addrs = map[string]string{}
 	}
 	var out map[string]string
-	for id, a := range w.s.workers.Addrs() {
+	for id, a := range w.s.workerAddrs() {
 		if w.addrs[id] != a {
 			if out == nil {
 				out = map[string]string{}

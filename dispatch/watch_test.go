@@ -3,17 +3,23 @@ package dispatch_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
 
 	"github.com/xce/xce/client/transport"
+	"github.com/xce/xce/dispatch"
 	"github.com/xce/xce/ha"
 	"github.com/xce/xce/netio"
+	"github.com/xce/xce/placement"
 	xcev1 "github.com/xce/xce/proto/xce/v1"
 	"github.com/xce/xce/proto/xce/v1/xcev1connect"
 	"github.com/xce/xce/state"
@@ -267,5 +273,106 @@ func TestWatchAssignmentSharedEncoding(t *testing.T) {
 		if s.Msg().AppliedAtUnixNano == 0 {
 			t.Fatalf("%s watcher: generation 2 without its apply time", name)
 		}
+	}
+}
+
+// writeAddr writes a worker's address through the node's log.
+func writeAddr(t *testing.T, n *fakeNode, id, addr string) {
+	t.Helper()
+	b, err := state.EncodeWorkerAddr(id, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := n.Apply(context.Background(), b); err != nil || r.Code != state.CodeOK {
+		t.Fatalf("address of %s: %v %v", id, r, err)
+	}
+}
+
+// TestWatchAssignmentWorkerAddrsFromStandby: a STANDBY, which has no
+// worker sessions, sends the worker addresses its log holds on a STALE
+// watch: all of them with a full copy, then those that changed.
+func TestWatchAssignmentWorkerAddrsFromStandby(t *testing.T) {
+	node := newFakeNode("n1", primary)
+	ts := startServer(t, node, netio.DefaultLimits())
+	tr := transport.New()
+	defer tr.CloseIdleConnections()
+	w := watchClient{t, xcev1connect.NewControllerServiceClient(&http.Client{Transport: tr}, "http://"+ts.addr)}
+	for _, id := range []string{"a", "b"} {
+		if _, err := w.cl.SubmitTask(ctxT(t), connect.NewRequest(&xcev1.SubmitTaskRequest{TaskId: id})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeGeneration(t, node, 0, state.Placement{Task: "a", Active: "w1"})
+	writeAddr(t, node, "w1", "w1.workers.test:7000")
+	writeAddr(t, node, "w2", "w2.workers.test:7000")
+	node.setView(ha.View{Role: ha.RoleStandby, Term: 5, LeaderID: "n2", LeaderAddr: "127.0.0.1:7102"})
+
+	s := w.open(0, xcev1.Consistency_CONSISTENCY_STALE)
+	if got := next(t, s); got != "1 full a:w1@1" {
+		t.Fatalf("first message %q", got)
+	}
+	want := map[string]string{"w1": "w1.workers.test:7000", "w2": "w2.workers.test:7000"}
+	if got := s.Msg().WorkerAddrs; !maps.Equal(got, want) || s.Msg().Role != xcev1.Role_ROLE_STANDBY {
+		t.Fatalf("full copy from a %v: addresses %v, want %v", s.Msg().Role, got, want)
+	}
+	writeAddr(t, node, "w2", "w2.workers.test:7001")
+	writeAddr(t, node, "w3", "w3.workers.test:7000")
+	writeGeneration(t, node, 1, state.Placement{Task: "b", Active: "w3"})
+	if got := next(t, s); got != "2 delta b:w3@1" {
+		t.Fatalf("generation 2: %q", got)
+	}
+	want = map[string]string{"w2": "w2.workers.test:7001", "w3": "w3.workers.test:7000"}
+	if got := s.Msg().WorkerAddrs; !maps.Equal(got, want) {
+		t.Fatalf("delta: addresses %v, want the changed ones %v", got, want)
+	}
+}
+
+// TestWatchAssignmentWorkerAddrsGateClosed: a PRIMARY that may not write
+// worker addresses yet (an older voter) adds its sessions' addresses to
+// the log's; once it may, the log's are the ones sent.
+func TestWatchAssignmentWorkerAddrsGateClosed(t *testing.T) {
+	node := newFakeNode("n1", primary)
+	node.cluster.addrsClosed = errors.New("a voter is on log format 5")
+	writeAddr(t, node, "w1", "w1.workers.test:7000")
+	svc, err := placement.New(node.Config().AssignorConfig(), node.FSM(), node.Apply, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Start(1); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// The term ends at once: its loop never runs.
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if err := svc.Run(ctx, 1); err != nil {
+			t.Error(err)
+		}
+	})
+	if _, err := svc.Register("w2", 1, "w2.workers.test:7000"); err != nil {
+		t.Fatal(err)
+	}
+	path, h := dispatch.New(node, prometheus.NewRegistry(), svc)
+	mux := http.NewServeMux()
+	mux.Handle(path, h)
+	addr := serve(t, mux)
+	tr := transport.New()
+	defer tr.CloseIdleConnections()
+	w := watchClient{t, xcev1connect.NewControllerServiceClient(&http.Client{Transport: tr}, "http://"+addr)}
+
+	s := w.open(0, xcev1.Consistency_CONSISTENCY_STALE)
+	next(t, s)
+	want := map[string]string{"w1": "w1.workers.test:7000", "w2": "w2.workers.test:7000"}
+	if got := s.Msg().WorkerAddrs; !maps.Equal(got, want) {
+		t.Fatalf("gate closed: addresses %v, want %v", got, want)
+	}
+	node.cluster.mu.Lock()
+	node.cluster.addrsClosed = nil
+	node.cluster.mu.Unlock()
+	s = w.open(0, xcev1.Consistency_CONSISTENCY_STALE)
+	next(t, s)
+	want = map[string]string{"w1": "w1.workers.test:7000"}
+	if got := s.Msg().WorkerAddrs; !maps.Equal(got, want) {
+		t.Fatalf("gate open: addresses %v, want the log's %v", got, want)
 	}
 }

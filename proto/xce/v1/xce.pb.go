@@ -2496,9 +2496,11 @@ type WatchAssignmentResponse struct {
 	CommitIndex  uint64 `protobuf:"varint,8,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
 	Role         Role   `protobuf:"varint,9,opt,name=role,proto3,enum=xce.v1.Role" json:"role,omitempty"`
 	// Client addresses of workers (as they registered them), as far as this
-	// node knows: the PRIMARY from its worker sessions, a STANDBY none. A
-	// full copy carries every one; later messages those new or changed
-	// since the stream's previous message.
+	// node knows: every node, a STANDBY too, from its log (the PRIMARY writes
+	// them as workers register); while a voter's binary does not apply them,
+	// the PRIMARY from its worker sessions and a STANDBY none. A full copy
+	// carries every one; later messages those new or changed since the
+	// stream's previous message.
 	WorkerAddrs map[string]string `protobuf:"bytes,10,rep,name=worker_addrs,json=workerAddrs,proto3" json:"worker_addrs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// When this node applied the entry that made the generation, in
 	// nanoseconds since the Unix epoch by its wall clock (0 in a full
