@@ -27,8 +27,9 @@ type AssignmentUpdate struct {
 	// generation, by that node's wall clock (zero for a full copy): the
 	// PRIMARY applies right after the commit.
 	AppliedAt time.Time
-	// WorkerAddrs are worker client addresses the node knows (the
-	// PRIMARY): all of them with Full, else those new or changed.
+	// WorkerAddrs are worker client addresses the node knows (every
+	// node, from its log): all of them with Full, else those new or
+	// changed.
 	WorkerAddrs map[string]string
 	// Where it came from: the node, its role, and its applied and known
 	// commit index (a STANDBY may be behind).

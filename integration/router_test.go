@@ -2,17 +2,19 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/xce/xce/client"
 	"github.com/xce/xce/internal/testutil"
+	xcev1 "github.com/xce/xce/proto/xce/v1"
 )
 
 // TestRouterFollowsTheAssignment: a client.Router answers, from memory,
 // each task's active worker, its address and epoch as the cluster has
-// them, through a worker's death, tasks moved by a drain and a SIGKILL of
+// them (a STANDBY's STALE watch has the addresses too), through a worker's death, tasks moved by a drain and a SIGKILL of
 // the primary; with every node down it keeps answering from its last
 // table and says it is stale.
 func TestRouterFollowsTheAssignment(t *testing.T) {
@@ -54,6 +56,7 @@ func TestRouterFollowsTheAssignment(t *testing.T) {
 		}
 	}
 	agrees("settled")
+	standbyKnowsAddrs(t, c, []string{"w1", "w2", "w3"})
 
 	ws.kill("w3")
 	settledPlacement(t, c, tasks, []string{"w1", "w2"}, itSessionTimeout+raceSlack(30*time.Second))
@@ -90,3 +93,44 @@ func TestRouterFollowsTheAssignment(t *testing.T) {
 		t.Fatal("with every node down the router no longer answers")
 	}
 }
+
+// standbyKnowsAddrs waits until a STALE watch on a STANDBY alone gets the
+// workers' addresses (from its log) with its full copy.
+func standbyKnowsAddrs(t *testing.T, c *Cluster, workers []string) {
+	t.Helper()
+	p := c.WaitRoles(raceSlack(5 * time.Second))
+	var standby string
+	for _, i := range c.Live() {
+		if i != p {
+			standby = c.Addrs()[i]
+			break
+		}
+	}
+	cl := c.ClientOf(standby)
+	err := testutil.Poll(raceSlack(30*time.Second), 100*time.Millisecond, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), raceSlack(5*time.Second))
+		defer cancel()
+		var got client.AssignmentUpdate
+		err := cl.WatchAssignment(ctx, 0, true, func(u client.AssignmentUpdate) error {
+			got = u
+			return errGotOne
+		})
+		if err != errGotOne {
+			return fmt.Errorf("watch on %s: %v", standby, err)
+		}
+		if got.Role != xcev1.Role_ROLE_STANDBY {
+			return fmt.Errorf("%s answered as %v", got.Endpoint, got.Role)
+		}
+		for _, w := range workers {
+			if a := got.WorkerAddrs[w]; a != w+".workers.test:7000" {
+				return fmt.Errorf("STANDBY %s: worker addresses %v", standby, got.WorkerAddrs)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+var errGotOne = errors.New("got one")
