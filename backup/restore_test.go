@@ -142,9 +142,11 @@ func TestRestoreStartsACluster(t *testing.T) {
 				if got := n.fsm.NumTasks(); got != 40 {
 					t.Errorf("%s: %d tasks, want 40", n.cfg.NodeID, got)
 				}
-				if v := n.r.View(); v.Term <= 7 {
-					t.Errorf("%s: term %d, want above the backup's 7", n.cfg.NodeID, v.Term)
-				}
+				// A node the election did not need learns the new term
+				// from the leader's first heartbeat.
+				testutil.Eventually(t, 10*time.Second, n.cfg.NodeID+" in a term above the backup's 7", func() bool {
+					return n.r.View().Term > 7
+				})
 			}
 			c := state.Command{Type: state.CmdSubmitTask, Task: state.Task{ID: "after"}}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
