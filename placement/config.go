@@ -28,9 +28,11 @@ type Config struct {
 	// Tick is the loop's period for session expiry and task-set checks;
 	// it also spaces plans apart (zero means 100ms).
 	Tick time.Duration
-	// TaskReplan spaces plans caused only by task-set changes (zero means
-	// 1s): planning costs O(tasks), and a submit storm must not make the
-	// primary re-plan every tick.
+	// TaskReplan is the most that plans caused only by task-set changes are
+	// spaced apart (zero means 1s): planning costs O(tasks), and a submit
+	// storm must not make the primary re-plan every tick. Within it the
+	// spacing follows the last plan's cost (taskReplanAfter), so that a
+	// small registry places new tasks within a tick or two.
 	TaskReplan time.Duration
 	// MaxHold is the longest the primary holds a heartbeat whose answer
 	// would not change, so that the worker learns of a change within a
@@ -130,4 +132,17 @@ func (c Config) Validate() error {
 		l.Add("GrantMargin", "{SessionTimeout} − {GrantMargin} (the active lease, %s) must exceed {HeartbeatInterval} (%s)", c.ActiveLease(), hb)
 	}
 	return l.Err()
+}
+
+// planBudget is how much of the primary's time plans caused only by new or
+// deleted tasks may take: after a plan that took d, the next such plan
+// waits d/planBudget.
+const planBudget = 0.1
+
+// taskReplanAfter is how long after a plan that took took the next plan
+// caused only by task-set changes is due: took/planBudget, at least a tick
+// and at most TaskReplan. Smaller, more frequent generations reach the
+// watchers of the assignment in smaller bursts.
+func (c Config) taskReplanAfter(took time.Duration) time.Duration {
+	return min(max(time.Duration(float64(took)/planBudget), c.Tick), c.TaskReplan)
 }

@@ -48,3 +48,22 @@ func TestNewFillsTheLoopTimings(t *testing.T) {
 		t.Fatalf("withDefaults: %+v", c)
 	}
 }
+
+// TestTaskReplanAfter: a plan caused only by new or deleted tasks waits
+// ten times as long as the last plan took, at least a tick and at most
+// TaskReplan.
+func TestTaskReplanAfter(t *testing.T) {
+	c := Config{Tick: 100 * time.Millisecond, TaskReplan: time.Second}
+	for _, tc := range []struct{ took, want time.Duration }{
+		{0, 100 * time.Millisecond},
+		{2 * time.Millisecond, 100 * time.Millisecond},
+		{10 * time.Millisecond, 100 * time.Millisecond},
+		{20 * time.Millisecond, 200 * time.Millisecond},
+		{100 * time.Millisecond, time.Second},
+		{3 * time.Second, time.Second},
+	} {
+		if got := c.taskReplanAfter(tc.took); got != tc.want {
+			t.Errorf("after a plan of %v: %v, want %v", tc.took, got, tc.want)
+		}
+	}
+}

@@ -98,6 +98,9 @@ func (s *Service) loop(ctx context.Context, ts *termState) {
 		_, asgVer = s.fsm.AssignmentGeneration()
 		probe     *delaymgr.Handle
 		addrs     addrSync
+		// lastPlanTook is how long the last plan took, which spaces the
+		// plans caused only by task-set changes.
+		lastPlanTook time.Duration
 	)
 	defer func() {
 		if probe != nil {
@@ -114,9 +117,10 @@ func (s *Service) loop(ctx context.Context, ts *termState) {
 			s.log.Info().Int("workers", n).Msg("settled: planning from the workers that reported")
 		}
 		// Worker events, lag crossings and probes plan at the next tick; a
-		// changed task set at most once per TaskReplan, so that a stream of
-		// submits costs one plan a second, not ten.
-		due := dirty || (taskDirty && now.Sub(lastPlan) >= s.cfg.TaskReplan)
+		// changed task set after a spacing that follows the last plan's
+		// cost (Config.taskReplanAfter), so that a stream of submits into
+		// a large registry costs at most a plan a second, not ten.
+		due := dirty || (taskDirty && now.Sub(lastPlan) >= s.cfg.taskReplanAfter(lastPlanTook))
 		if settled && due && !now.Before(notUntil) && now.Sub(lastPlan) >= s.cfg.Tick {
 			dirty, taskDirty = false, false
 			lastPlan = now
@@ -125,6 +129,7 @@ func (s *Service) loop(ctx context.Context, ts *termState) {
 				s.logFrozen(f)
 			}
 			followup, retry := s.plan(ctx, ts)
+			lastPlanTook = time.Since(now)
 			if retry {
 				dirty = true
 				notUntil = time.Now().Add(retryAfter)
