@@ -134,6 +134,14 @@ func startNode(t *testing.T) *fakeNode {
 	mux := http.NewServeMux()
 	mux.Handle(xcev1connect.NewControllerServiceHandler(n))
 	mux.Handle(xcev1connect.NewWorkerServiceHandler(n))
+	n.addr = serve(t, mux)
+	return n
+}
+
+// serve serves mux on a 127.0.0.1 port until the test ends and returns
+// the address.
+func serve(t *testing.T, mux http.Handler) string {
+	t.Helper()
 	srv := netio.NewServer(mux, netio.DefaultLimits())
 	ln, err := netio.Listen("127.0.0.1:0")
 	if err != nil {
@@ -147,8 +155,7 @@ func startNode(t *testing.T) *fakeNode {
 			t.Errorf("serve: %v", err)
 		}
 	})
-	n.addr = ln.Addr().String()
-	return n
+	return ln.Addr().String()
 }
 
 func standbyOf(leader *fakeNode) *xcev1.NotReady {

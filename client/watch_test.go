@@ -10,7 +10,6 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/xce/xce/client"
-	"github.com/xce/xce/netio"
 	xcev1 "github.com/xce/xce/proto/xce/v1"
 	"github.com/xce/xce/proto/xce/v1/xcev1connect"
 )
@@ -50,25 +49,14 @@ func TestWatchAssignmentBreaks(t *testing.T) {
 	n := &cutOffNode{applied: time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)}
 	mux := http.NewServeMux()
 	mux.Handle(xcev1connect.NewControllerServiceHandler(n))
-	srv := netio.NewServer(mux, netio.DefaultLimits())
-	ln, err := netio.Listen("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	t.Cleanup(func() {
-		_ = srv.Close()
-		<-done
-	})
-	c := newClient(t, []string{ln.Addr().String()}, client.Options{})
+	c := newClient(t, []string{serve(t, mux)}, client.Options{})
 	defer c.Close()
 
 	ctx, cancel := context.WithCancel(ctxT(t))
 	defer cancel()
 	var got []client.AssignmentUpdate
 	var breaks []error
-	err = c.WatchAssignmentBreaks(ctx, 0, true, func(u client.AssignmentUpdate) error {
+	err := c.WatchAssignmentBreaks(ctx, 0, true, func(u client.AssignmentUpdate) error {
 		got = append(got, u)
 		if u.Generation == 3 {
 			cancel()

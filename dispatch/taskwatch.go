@@ -40,15 +40,8 @@ func (s *Service) WatchTasks(ctx context.Context, req *connect.Request[xcev1.Wat
 			}
 			from = max(applied, from)
 		}
-		v := s.node.View()
-		if v.Stopping {
-			return s.notReady(v, Decision{Kind: "shutting_down", Reason: "shutting down", RetryAfter: s.timings.Electing})
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-changed:
-		case <-v.Changed():
+		if done, err := s.awaitChange(ctx, changed); done {
+			return err
 		}
 	}
 }

@@ -100,17 +100,27 @@ func (s *Service) WatchAssignment(ctx context.Context, req *connect.Request[xcev
 			}
 			w.gen, full = gen, false
 		}
-		v := s.node.View()
-		if v.Stopping {
-			return s.notReady(v, Decision{Kind: "shutting_down", Reason: "shutting down", RetryAfter: s.timings.Electing})
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-changed:
-		case <-v.Changed():
+		if done, err := s.awaitChange(ctx, changed); done {
+			return err
 		}
 	}
+}
+
+// awaitChange waits until changed is closed or the node's view changes;
+// done when the stream ends there: the caller went (nil), or the node is
+// shutting down (NOT_READY).
+func (s *Service) awaitChange(ctx context.Context, changed <-chan struct{}) (done bool, err error) {
+	v := s.node.View()
+	if v.Stopping {
+		return true, s.notReady(v, Decision{Kind: "shutting_down", Reason: "shutting down", RetryAfter: s.timings.Electing})
+	}
+	select {
+	case <-ctx.Done():
+		return true, nil
+	case <-changed:
+	case <-v.Changed():
+	}
+	return false, nil
 }
 
 // startWatch admits one more watch (WatchAssignment or WatchTasks), at

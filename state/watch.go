@@ -1,6 +1,7 @@
 package state
 
 import (
+	"maps"
 	"slices"
 	"time"
 )
@@ -143,11 +144,7 @@ func (f *FSM) AssignmentSince(from uint64) (changes []GenerationChange, cur uint
 func (f *FSM) AssignmentCopy() (gen, version uint64, a map[string]Placement) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	a = make(map[string]Placement, len(f.assignment))
-	for id, p := range f.assignment {
-		a[id] = p
-	}
-	return f.assignGen, f.assignVer, a
+	return f.assignGen, f.assignVer, maps.Clone(f.assignment)
 }
 
 // AssignmentChanged is a channel closed at the next change of generation
