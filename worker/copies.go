@@ -168,18 +168,25 @@ func (s *state) ack(r *xcev1.HeartbeatResponse, sent time.Time, lease time.Durat
 // and withdraws every grant of an active not among them.
 func (s *state) sent() []string {
 	var running []string
-	for t, r := range s.copies {
+	isRunning := func(t string) bool {
+		r := s.copies[t]
+		if r == nil || r.c.Role != Active {
+			return false
+		}
 		select {
 		case <-r.done:
-			continue // its Run returned; reconcile has yet to forget it
+			return false // its Run returned; reconcile has yet to forget it
 		default:
+			return true
 		}
-		if r.c.Role == Active {
+	}
+	for t := range s.copies {
+		if isRunning(t) {
 			running = append(running, t)
 		}
 	}
 	for t := range s.granted {
-		if !slices.Contains(running, t) {
+		if !isRunning(t) {
 			delete(s.granted, t)
 		}
 	}

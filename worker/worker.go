@@ -30,7 +30,6 @@ import (
 	"maps"
 	"net/http"
 	"regexp"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -414,8 +413,15 @@ func (w *Worker) acked(req *xcev1.HeartbeatRequest, actives []string) {
 		}
 	}
 	// A task that is no longer active gets its update again if it returns.
+	if len(w.sentUpdates) == 0 {
+		return
+	}
+	active := make(map[string]struct{}, len(actives))
+	for _, t := range actives {
+		active[t] = struct{}{}
+	}
 	for t := range w.sentUpdates {
-		if !slices.Contains(actives, t) {
+		if _, ok := active[t]; !ok {
 			delete(w.sentUpdates, t)
 		}
 	}
