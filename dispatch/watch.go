@@ -21,9 +21,10 @@ import (
 const (
 	// MaxWatchers bounds the concurrent WatchAssignment streams per node.
 	MaxWatchers = 10_000
-	// watchPage is the most placements one message carries; a full copy
-	// of a larger assignment is sent in parts (more).
-	watchPage = 5_000
+	// watchPage is the most placements and removals one message carries;
+	// a larger generation, or full copy, is sent in parts (more), so that
+	// neither end holds a large message.
+	watchPage = 500
 )
 
 // watchMetrics counts the assignment watches.
@@ -231,12 +232,14 @@ func (w *watcher) send(p *sharedPart) error {
 
 func (w *watcher) sendChanges(cs []state.GenerationChange) error {
 	for _, c := range cs {
-		p, err := w.s.wc.delta(c)
+		ps, err := w.s.wc.delta(c)
 		if err != nil {
 			return err
 		}
-		if err := w.send(p); err != nil {
-			return err
+		for _, p := range ps {
+			if err := w.send(p); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

@@ -43,7 +43,7 @@ const watchCacheGenerations = 256
 // the latest full copy.
 type watchCache struct {
 	mu    sync.Mutex
-	gens  map[uint64]*sharedPart
+	gens  map[uint64][]*sharedPart
 	order []uint64 // oldest first
 	// fullGen and fullVer are the generation and the assignment map's
 	// version of the full copy in fullPages.
@@ -51,39 +51,42 @@ type watchCache struct {
 	fullPages        []*sharedPart
 }
 
-// delta returns the shared part of generation c's message, building it the
-// first time. A generation's content is the same wherever it is read: the
-// log made it.
-func (wc *watchCache) delta(c state.GenerationChange) (*sharedPart, error) {
+// delta returns the shared parts of generation c's messages, building
+// them the first time. A generation's content is the same wherever it is
+// read: the log made it.
+func (wc *watchCache) delta(c state.GenerationChange) ([]*sharedPart, error) {
 	wc.mu.Lock()
 	defer wc.mu.Unlock()
-	if p, ok := wc.gens[c.Generation]; ok && p.msg.Index == c.Index {
-		return p, nil
+	if ps, ok := wc.gens[c.Generation]; ok && ps[0].msg.Index == c.Index {
+		return ps, nil
 	}
-	m := &xcev1.WatchAssignmentResponse{Generation: c.Generation, Index: c.Index, Removed: c.Removed,
-		Tasks: make([]*xcev1.TaskPlacement, len(c.Set))}
+	var at int64
 	if !c.AppliedAt.IsZero() {
-		m.AppliedAtUnixNano = c.AppliedAt.UnixNano()
+		at = c.AppliedAt.UnixNano()
 	}
-	for i, p := range c.Set {
-		m.Tasks[i] = placementProto(p)
-	}
-	p, err := newSharedPart(m)
+	ps, err := pages(len(c.Set), len(c.Removed), func(m *xcev1.WatchAssignmentResponse, set, removed [2]int) {
+		m.Generation, m.Index, m.AppliedAtUnixNano = c.Generation, c.Index, at
+		m.Tasks = make([]*xcev1.TaskPlacement, 0, set[1]-set[0])
+		for _, p := range c.Set[set[0]:set[1]] {
+			m.Tasks = append(m.Tasks, placementProto(p))
+		}
+		m.Removed = c.Removed[removed[0]:removed[1]]
+	})
 	if err != nil {
 		return nil, err
 	}
 	if wc.gens == nil {
-		wc.gens = map[uint64]*sharedPart{}
+		wc.gens = map[uint64][]*sharedPart{}
 	}
 	if _, ok := wc.gens[c.Generation]; !ok {
 		wc.order = append(wc.order, c.Generation)
 	}
-	wc.gens[c.Generation] = p
+	wc.gens[c.Generation] = ps
 	for len(wc.order) > watchCacheGenerations {
 		delete(wc.gens, wc.order[0])
 		wc.order = wc.order[1:]
 	}
-	return p, nil
+	return ps, nil
 }
 
 // full returns the generation and the pages of a full copy of the
@@ -102,22 +105,38 @@ func (wc *watchCache) full(ver uint64, read func() (gen, ver uint64, a map[strin
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
-	var pages []*sharedPart
-	for start := 0; start == 0 || start < len(ids); start += watchPage {
-		page := ids[start:min(start+watchPage, len(ids))]
-		m := &xcev1.WatchAssignmentResponse{Generation: gen, Full: start == 0, More: start+watchPage < len(ids),
-			Tasks: make([]*xcev1.TaskPlacement, len(page))}
-		for i, id := range page {
-			m.Tasks[i] = placementProto(a[id])
+	ps, err := pages(len(ids), 0, func(m *xcev1.WatchAssignmentResponse, set, _ [2]int) {
+		m.Generation, m.Full = gen, set[0] == 0
+		m.Tasks = make([]*xcev1.TaskPlacement, 0, set[1]-set[0])
+		for _, id := range ids[set[0]:set[1]] {
+			m.Tasks = append(m.Tasks, placementProto(a[id]))
 		}
+	})
+	if err != nil {
+		return 0, nil, err
+	}
+	wc.fullGen, wc.fullVer, wc.fullPages = gen, ver, ps
+	return gen, ps, nil
+}
+
+// pages splits a generation of set placements and removed task ids into
+// messages of at most watchPage entries, placements first, and encodes
+// each: fill sets a message's fields from the half-open ranges of
+// placements and removals it carries. Every message but the last says
+// more; a generation with nothing in it is one empty message.
+func pages(set, removed int, fill func(m *xcev1.WatchAssignmentResponse, set, removed [2]int)) ([]*sharedPart, error) {
+	var ps []*sharedPart
+	for start := 0; start == 0 || start < set+removed; start += watchPage {
+		end := min(start+watchPage, set+removed)
+		m := &xcev1.WatchAssignmentResponse{More: end < set+removed}
+		fill(m, [2]int{min(start, set), min(end, set)}, [2]int{max(start, set) - set, max(end, set) - set})
 		p, err := newSharedPart(m)
 		if err != nil {
-			return 0, nil, err
+			return nil, err
 		}
-		pages = append(pages, p)
+		ps = append(ps, p)
 	}
-	wc.fullGen, wc.fullVer, wc.fullPages = gen, ver, pages
-	return gen, pages, nil
+	return ps, nil
 }
 
 // sending maps a message being sent to the shared part that precedes it,

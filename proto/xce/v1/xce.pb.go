@@ -2485,8 +2485,9 @@ type WatchAssignmentResponse struct {
 	// Tasks that no longer have a placement (removed by the assignor, or
 	// deleted since the previous generation).
 	Removed []string `protobuf:"bytes,4,rep,name=removed,proto3" json:"removed,omitempty"`
-	// The generation continues in the next message (a full copy of a large
-	// assignment is sent in parts): apply it once more is false.
+	// The generation continues in the next message (a large generation, or
+	// a full copy of a large assignment, is sent in parts of at most 500
+	// entries): apply it once more is false.
 	More bool `protobuf:"varint,5,opt,name=more,proto3" json:"more,omitempty"`
 	// The log index of the entry that made the generation (0 in a full copy).
 	Index uint64 `protobuf:"varint,6,opt,name=index,proto3" json:"index,omitempty"`
