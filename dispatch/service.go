@@ -481,7 +481,19 @@ func (s *Service) GetTask(ctx context.Context, req *connect.Request[xcev1.GetTas
 	if !ok {
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("task %q not found", m.TaskId))
 	}
-	return connect.NewResponse(&xcev1.GetTaskResponse{Task: taskPB(t), AppliedIndex: applied}), nil
+	fsm := s.node.FSM()
+	resp := &xcev1.GetTaskResponse{Task: taskPB(t), AppliedIndex: applied}
+	if p, ok := fsm.Placement(m.TaskId); ok {
+		resp.Placement = placementProto(p)
+	}
+	for _, mv := range fsm.TaskMoves(m.TaskId) {
+		pm := &xcev1.TaskMove{Generation: mv.Generation, AppliedAtUnixNano: mv.AppliedAt.UnixNano()}
+		if !mv.Removed {
+			pm.Placement = placementProto(mv.Placement)
+		}
+		resp.Moves = append(resp.Moves, pm)
+	}
+	return connect.NewResponse(resp), nil
 }
 
 // ListTasks pages through tasks in id order; the page token is the last id
@@ -498,14 +510,21 @@ func (s *Service) ListTasks(ctx context.Context, req *connect.Request[xcev1.List
 	if m.PageToken != "" && !ValidTaskID(m.PageToken) {
 		return nil, invalid("page_token: not a token this server issued")
 	}
+	if m.Prefix != "" && !ValidTaskID(m.Prefix) {
+		return nil, invalid("prefix %q: must be 1-128 characters of [A-Za-z0-9._-]", m.Prefix)
+	}
 	if err := s.readBarrier(ctx, m.Consistency); err != nil {
 		return nil, err
 	}
 	_, applied := s.node.Indexes()
-	tasks, more := s.node.FSM().Tasks(m.PageToken, size)
+	fsm := s.node.FSM()
+	tasks, more := fsm.TasksWithPrefix(m.Prefix, m.PageToken, size)
 	resp := &xcev1.ListTasksResponse{AppliedIndex: applied, Tasks: make([]*xcev1.Task, len(tasks))}
 	for i, t := range tasks {
 		resp.Tasks[i] = taskPB(t)
+		if p, ok := fsm.Placement(t.ID); ok && m.WithPlacements {
+			resp.Placements = append(resp.Placements, placementProto(p))
+		}
 	}
 	if more && len(tasks) > 0 {
 		resp.NextPageToken = tasks[len(tasks)-1].ID

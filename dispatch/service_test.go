@@ -542,6 +542,23 @@ func TestListTasksPaging(t *testing.T) {
 	wantCode(t, "page_size 1001", err, connect.CodeInvalidArgument)
 	_, err = ts.svc.ListTasks(ctx, connect.NewRequest(&xcev1.ListTasksRequest{PageToken: "../x"}))
 	wantCode(t, "bad page token", err, connect.CodeInvalidArgument)
+	_, err = ts.svc.ListTasks(ctx, connect.NewRequest(&xcev1.ListTasksRequest{Prefix: "t/"}))
+	wantCode(t, "bad prefix", err, connect.CodeInvalidArgument)
+
+	// A prefix search: the tasks whose ids start with it, paged alike.
+	for _, id := range []string{"u1", "t10", "t11"} {
+		if _, err := ts.svc.SubmitTask(ctx, connect.NewRequest(&xcev1.SubmitTaskRequest{TaskId: id})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err = ts.svc.ListTasks(ctx, connect.NewRequest(&xcev1.ListTasksRequest{Prefix: "t1", PageSize: 2, WithPlacements: true}))
+	if err != nil || len(r.Msg.Tasks) != 2 || r.Msg.Tasks[0].TaskId != "t1" || r.Msg.Tasks[1].TaskId != "t10" || r.Msg.NextPageToken != "t10" {
+		t.Fatalf("prefix t1: %v %v", r, err)
+	}
+	r, err = ts.svc.ListTasks(ctx, connect.NewRequest(&xcev1.ListTasksRequest{Prefix: "t1", PageSize: 2, PageToken: "t10"}))
+	if err != nil || len(r.Msg.Tasks) != 1 || r.Msg.Tasks[0].TaskId != "t11" || r.Msg.NextPageToken != "" {
+		t.Fatalf("prefix t1, second page: %v %v", r, err)
+	}
 }
 
 func TestInvalidArgumentsNeverApply(t *testing.T) {

@@ -18,6 +18,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Task is a unit of work the controller places on workers.
@@ -604,20 +605,71 @@ func (f *FSM) NumTasks() int {
 // Tasks returns up to limit tasks with ids greater than after, in id order,
 // and whether more follow.
 func (f *FSM) Tasks(after string, limit int) ([]Task, bool) {
+	return f.TasksWithPrefix("", after, limit)
+}
+
+// TasksWithPrefix returns up to limit tasks whose ids start with prefix
+// and are greater than after, in id order, and whether more follow.
+func (f *FSM) TasksWithPrefix(prefix, after string, limit int) ([]Task, bool) {
 	limit = max(limit, 0)
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	out := make([]Task, 0, min(limit, f.tasks.len()))
 	more := false
-	f.tasks.ascendAfter(after, func(it taskItem) bool {
+	each := func(it taskItem) bool {
+		t := f.tasks.task(it)
+		if !strings.HasPrefix(t.ID, prefix) {
+			return false // ids in order: none further has the prefix
+		}
 		if len(out) == limit {
 			more = true
 			return false
 		}
-		out = append(out, f.tasks.task(it))
+		out = append(out, t)
 		return true
-	})
+	}
+	if after < prefix {
+		f.tasks.ascendFrom(prefix, each)
+	} else {
+		f.tasks.ascendAfter(after, each)
+	}
 	return out, more
+}
+
+// Placement returns the task's placement in the applied assignment.
+func (f *FSM) Placement(id string) (Placement, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	p, ok := f.assignment[id]
+	return p, ok
+}
+
+// TaskMove is one kept generation's placement of a task; Placement is
+// zero (Removed) when the generation removed the task's.
+type TaskMove struct {
+	Generation uint64
+	AppliedAt  time.Time
+	Placement  Placement
+	Removed    bool
+}
+
+// TaskMoves returns the task's placements in the generations this replica
+// still keeps (its recent history), oldest first.
+func (f *FSM) TaskMoves(id string) []TaskMove {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	var out []TaskMove
+	for _, g := range f.hist.gens {
+		for _, p := range g.Set {
+			if p.Task == id {
+				out = append(out, TaskMove{Generation: g.Generation, AppliedAt: g.AppliedAt, Placement: p})
+			}
+		}
+		if slices.Contains(g.Removed, id) {
+			out = append(out, TaskMove{Generation: g.Generation, AppliedAt: g.AppliedAt, Removed: true})
+		}
+	}
+	return out
 }
 
 // DedupLen is the number of remembered request ids.

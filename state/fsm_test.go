@@ -723,3 +723,39 @@ func TestTasksPaging(t *testing.T) {
 		}
 	}
 }
+
+// TestTasksWithPrefix: a prefix search pages like Tasks and stops at the
+// first id without the prefix.
+func TestTasksWithPrefix(t *testing.T) {
+	f := NewFSM("c")
+	for i, id := range []string{"a", "ab", "ab1", "ab2", "ab3", "abc", "ac", "b"} {
+		apply(t, f, uint64(i+1), submitCmd("c", "", id))
+	}
+	ids := func(ts []Task) (out []string) {
+		for _, tk := range ts {
+			out = append(out, tk.ID)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		prefix, after string
+		limit         int
+		want          []string
+		more          bool
+	}{
+		{"ab", "", 10, []string{"ab", "ab1", "ab2", "ab3", "abc"}, false},
+		{"ab", "", 2, []string{"ab", "ab1"}, true},
+		{"ab", "ab1", 2, []string{"ab2", "ab3"}, true},
+		{"ab", "ab3", 2, []string{"abc"}, false},
+		{"ab", "abc", 2, nil, false},
+		{"ab", "a", 1, []string{"ab"}, true},
+		{"ab", "", 5, []string{"ab", "ab1", "ab2", "ab3", "abc"}, false},
+		{"z", "", 5, nil, false},
+		{"", "ac", 5, []string{"b"}, false},
+	} {
+		got, more := f.TasksWithPrefix(tc.prefix, tc.after, tc.limit)
+		if !slices.Equal(ids(got), tc.want) || more != tc.more {
+			t.Errorf("prefix %q after %q limit %d: %v more %v, want %v more %v", tc.prefix, tc.after, tc.limit, ids(got), more, tc.want, tc.more)
+		}
+	}
+}

@@ -427,6 +427,13 @@ func (r *registry) ascendAfter(after string, fn func(taskItem) bool) {
 	ascendBlocks(r.blocks, bi, ii, fn)
 }
 
+// ascendFrom calls fn for the items with ids from from on, in order, until
+// fn returns false.
+func (r *registry) ascendFrom(from string, fn func(taskItem) bool) {
+	bi, ii, _ := r.find(from)
+	ascendBlocks(r.blocks, bi, ii, fn)
+}
+
 func ascendBlocks(blocks []*block, bi, ii int, fn func(taskItem) bool) {
 	for ; bi < len(blocks); bi, ii = bi+1, 0 {
 		for _, it := range blocks[bi].items[ii:] {

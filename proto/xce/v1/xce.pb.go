@@ -571,7 +571,12 @@ type GetTaskResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Task  *Task                  `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
 	// Applied index of the node that served the read.
-	AppliedIndex  uint64 `protobuf:"varint,2,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	AppliedIndex uint64 `protobuf:"varint,2,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	// Where the task's copies run now; absent while it has no placement.
+	Placement *TaskPlacement `protobuf:"bytes,3,opt,name=placement,proto3" json:"placement,omitempty"`
+	// The task's placements in the generations this node still keeps
+	// (its recent history), oldest first.
+	Moves         []*TaskMove `protobuf:"bytes,4,rep,name=moves,proto3" json:"moves,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -620,18 +625,99 @@ func (x *GetTaskResponse) GetAppliedIndex() uint64 {
 	return 0
 }
 
-type ListTasksRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Consistency   Consistency            `protobuf:"varint,1,opt,name=consistency,proto3,enum=xce.v1.Consistency" json:"consistency,omitempty"`
-	PageSize      uint32                 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	PageToken     string                 `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+func (x *GetTaskResponse) GetPlacement() *TaskPlacement {
+	if x != nil {
+		return x.Placement
+	}
+	return nil
+}
+
+func (x *GetTaskResponse) GetMoves() []*TaskMove {
+	if x != nil {
+		return x.Moves
+	}
+	return nil
+}
+
+// TaskMove is one generation's placement of a task.
+type TaskMove struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Generation uint64                 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	// When this node applied the generation (Unix nanoseconds, its clock).
+	AppliedAtUnixNano int64 `protobuf:"varint,2,opt,name=applied_at_unix_nano,json=appliedAtUnixNano,proto3" json:"applied_at_unix_nano,omitempty"`
+	// The placement the generation set; absent when it removed the task's.
+	Placement     *TaskPlacement `protobuf:"bytes,3,opt,name=placement,proto3" json:"placement,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
+func (x *TaskMove) Reset() {
+	*x = TaskMove{}
+	mi := &file_xce_v1_xce_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskMove) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskMove) ProtoMessage() {}
+
+func (x *TaskMove) ProtoReflect() protoreflect.Message {
+	mi := &file_xce_v1_xce_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskMove.ProtoReflect.Descriptor instead.
+func (*TaskMove) Descriptor() ([]byte, []int) {
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *TaskMove) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *TaskMove) GetAppliedAtUnixNano() int64 {
+	if x != nil {
+		return x.AppliedAtUnixNano
+	}
+	return 0
+}
+
+func (x *TaskMove) GetPlacement() *TaskPlacement {
+	if x != nil {
+		return x.Placement
+	}
+	return nil
+}
+
+type ListTasksRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Consistency Consistency            `protobuf:"varint,1,opt,name=consistency,proto3,enum=xce.v1.Consistency" json:"consistency,omitempty"`
+	PageSize    uint32                 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken   string                 `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only tasks whose id starts with prefix.
+	Prefix string `protobuf:"bytes,4,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	// Add each listed task's placement (placements).
+	WithPlacements bool `protobuf:"varint,5,opt,name=with_placements,json=withPlacements,proto3" json:"with_placements,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
 func (x *ListTasksRequest) Reset() {
 	*x = ListTasksRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[6]
+	mi := &file_xce_v1_xce_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -643,7 +729,7 @@ func (x *ListTasksRequest) String() string {
 func (*ListTasksRequest) ProtoMessage() {}
 
 func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[6]
+	mi := &file_xce_v1_xce_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -656,7 +742,7 @@ func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksRequest.ProtoReflect.Descriptor instead.
 func (*ListTasksRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{6}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ListTasksRequest) GetConsistency() Consistency {
@@ -680,18 +766,34 @@ func (x *ListTasksRequest) GetPageToken() string {
 	return ""
 }
 
+func (x *ListTasksRequest) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *ListTasksRequest) GetWithPlacements() bool {
+	if x != nil {
+		return x.WithPlacements
+	}
+	return false
+}
+
 type ListTasksResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Tasks         []*Task                `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
 	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	AppliedIndex  uint64                 `protobuf:"varint,3,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	// With with_placements: the placements of the listed tasks that have one.
+	Placements    []*TaskPlacement `protobuf:"bytes,4,rep,name=placements,proto3" json:"placements,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListTasksResponse) Reset() {
 	*x = ListTasksResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[7]
+	mi := &file_xce_v1_xce_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -703,7 +805,7 @@ func (x *ListTasksResponse) String() string {
 func (*ListTasksResponse) ProtoMessage() {}
 
 func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[7]
+	mi := &file_xce_v1_xce_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -716,7 +818,7 @@ func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksResponse.ProtoReflect.Descriptor instead.
 func (*ListTasksResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{7}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListTasksResponse) GetTasks() []*Task {
@@ -740,6 +842,13 @@ func (x *ListTasksResponse) GetAppliedIndex() uint64 {
 	return 0
 }
 
+func (x *ListTasksResponse) GetPlacements() []*TaskPlacement {
+	if x != nil {
+		return x.Placements
+	}
+	return nil
+}
+
 type DeleteTaskRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	TaskId        string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
@@ -751,7 +860,7 @@ type DeleteTaskRequest struct {
 
 func (x *DeleteTaskRequest) Reset() {
 	*x = DeleteTaskRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[8]
+	mi := &file_xce_v1_xce_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -763,7 +872,7 @@ func (x *DeleteTaskRequest) String() string {
 func (*DeleteTaskRequest) ProtoMessage() {}
 
 func (x *DeleteTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[8]
+	mi := &file_xce_v1_xce_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -776,7 +885,7 @@ func (x *DeleteTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTaskRequest.ProtoReflect.Descriptor instead.
 func (*DeleteTaskRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{8}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *DeleteTaskRequest) GetTaskId() string {
@@ -810,7 +919,7 @@ type DeleteTaskResponse struct {
 
 func (x *DeleteTaskResponse) Reset() {
 	*x = DeleteTaskResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[9]
+	mi := &file_xce_v1_xce_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -822,7 +931,7 @@ func (x *DeleteTaskResponse) String() string {
 func (*DeleteTaskResponse) ProtoMessage() {}
 
 func (x *DeleteTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[9]
+	mi := &file_xce_v1_xce_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -835,7 +944,7 @@ func (x *DeleteTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTaskResponse.ProtoReflect.Descriptor instead.
 func (*DeleteTaskResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{9}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DeleteTaskResponse) GetIndex() uint64 {
@@ -853,7 +962,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[10]
+	mi := &file_xce_v1_xce_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -865,7 +974,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[10]
+	mi := &file_xce_v1_xce_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -878,7 +987,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{10}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{11}
 }
 
 type StatusResponse struct {
@@ -936,7 +1045,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[11]
+	mi := &file_xce_v1_xce_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -948,7 +1057,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[11]
+	mi := &file_xce_v1_xce_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -961,7 +1070,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{11}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *StatusResponse) GetNodeId() string {
@@ -1172,7 +1281,7 @@ type RosterMember struct {
 
 func (x *RosterMember) Reset() {
 	*x = RosterMember{}
-	mi := &file_xce_v1_xce_proto_msgTypes[12]
+	mi := &file_xce_v1_xce_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1184,7 +1293,7 @@ func (x *RosterMember) String() string {
 func (*RosterMember) ProtoMessage() {}
 
 func (x *RosterMember) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[12]
+	mi := &file_xce_v1_xce_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1197,7 +1306,7 @@ func (x *RosterMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RosterMember.ProtoReflect.Descriptor instead.
 func (*RosterMember) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{12}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RosterMember) GetMemberId() string {
@@ -1229,7 +1338,7 @@ type WatchStatusRequest struct {
 
 func (x *WatchStatusRequest) Reset() {
 	*x = WatchStatusRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[13]
+	mi := &file_xce_v1_xce_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1241,7 +1350,7 @@ func (x *WatchStatusRequest) String() string {
 func (*WatchStatusRequest) ProtoMessage() {}
 
 func (x *WatchStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[13]
+	mi := &file_xce_v1_xce_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1254,7 +1363,7 @@ func (x *WatchStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchStatusRequest.ProtoReflect.Descriptor instead.
 func (*WatchStatusRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{13}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{14}
 }
 
 // TaskPlacement says where the copies of one task run.
@@ -1275,7 +1384,7 @@ type TaskPlacement struct {
 
 func (x *TaskPlacement) Reset() {
 	*x = TaskPlacement{}
-	mi := &file_xce_v1_xce_proto_msgTypes[14]
+	mi := &file_xce_v1_xce_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1287,7 +1396,7 @@ func (x *TaskPlacement) String() string {
 func (*TaskPlacement) ProtoMessage() {}
 
 func (x *TaskPlacement) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[14]
+	mi := &file_xce_v1_xce_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1300,7 +1409,7 @@ func (x *TaskPlacement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskPlacement.ProtoReflect.Descriptor instead.
 func (*TaskPlacement) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{14}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *TaskPlacement) GetTaskId() string {
@@ -1347,7 +1456,7 @@ type GetAssignmentRequest struct {
 
 func (x *GetAssignmentRequest) Reset() {
 	*x = GetAssignmentRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[15]
+	mi := &file_xce_v1_xce_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1359,7 +1468,7 @@ func (x *GetAssignmentRequest) String() string {
 func (*GetAssignmentRequest) ProtoMessage() {}
 
 func (x *GetAssignmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[15]
+	mi := &file_xce_v1_xce_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1372,7 +1481,7 @@ func (x *GetAssignmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAssignmentRequest.ProtoReflect.Descriptor instead.
 func (*GetAssignmentRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{15}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetAssignmentRequest) GetConsistency() Consistency {
@@ -1399,7 +1508,7 @@ type TaskAssignment struct {
 
 func (x *TaskAssignment) Reset() {
 	*x = TaskAssignment{}
-	mi := &file_xce_v1_xce_proto_msgTypes[16]
+	mi := &file_xce_v1_xce_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1411,7 +1520,7 @@ func (x *TaskAssignment) String() string {
 func (*TaskAssignment) ProtoMessage() {}
 
 func (x *TaskAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[16]
+	mi := &file_xce_v1_xce_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1424,7 +1533,7 @@ func (x *TaskAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskAssignment.ProtoReflect.Descriptor instead.
 func (*TaskAssignment) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{16}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *TaskAssignment) GetPlacement() *TaskPlacement {
@@ -1481,7 +1590,7 @@ type GetAssignmentResponse struct {
 
 func (x *GetAssignmentResponse) Reset() {
 	*x = GetAssignmentResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[17]
+	mi := &file_xce_v1_xce_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1493,7 +1602,7 @@ func (x *GetAssignmentResponse) String() string {
 func (*GetAssignmentResponse) ProtoMessage() {}
 
 func (x *GetAssignmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[17]
+	mi := &file_xce_v1_xce_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1506,7 +1615,7 @@ func (x *GetAssignmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAssignmentResponse.ProtoReflect.Descriptor instead.
 func (*GetAssignmentResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{17}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetAssignmentResponse) GetGeneration() uint64 {
@@ -1559,7 +1668,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[18]
+	mi := &file_xce_v1_xce_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1571,7 +1680,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[18]
+	mi := &file_xce_v1_xce_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1584,7 +1693,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{18}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{19}
 }
 
 type WorkerInfo struct {
@@ -1613,7 +1722,7 @@ type WorkerInfo struct {
 
 func (x *WorkerInfo) Reset() {
 	*x = WorkerInfo{}
-	mi := &file_xce_v1_xce_proto_msgTypes[19]
+	mi := &file_xce_v1_xce_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1625,7 +1734,7 @@ func (x *WorkerInfo) String() string {
 func (*WorkerInfo) ProtoMessage() {}
 
 func (x *WorkerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[19]
+	mi := &file_xce_v1_xce_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1638,7 +1747,7 @@ func (x *WorkerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerInfo.ProtoReflect.Descriptor instead.
 func (*WorkerInfo) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{19}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *WorkerInfo) GetWorkerId() string {
@@ -1734,7 +1843,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[20]
+	mi := &file_xce_v1_xce_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1746,7 +1855,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[20]
+	mi := &file_xce_v1_xce_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1759,7 +1868,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{20}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*WorkerInfo {
@@ -1813,7 +1922,7 @@ type AwayWorker struct {
 
 func (x *AwayWorker) Reset() {
 	*x = AwayWorker{}
-	mi := &file_xce_v1_xce_proto_msgTypes[21]
+	mi := &file_xce_v1_xce_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1825,7 +1934,7 @@ func (x *AwayWorker) String() string {
 func (*AwayWorker) ProtoMessage() {}
 
 func (x *AwayWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[21]
+	mi := &file_xce_v1_xce_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1838,7 +1947,7 @@ func (x *AwayWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AwayWorker.ProtoReflect.Descriptor instead.
 func (*AwayWorker) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{21}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *AwayWorker) GetWorkerId() string {
@@ -1878,7 +1987,7 @@ type DrainWorkerRequest struct {
 
 func (x *DrainWorkerRequest) Reset() {
 	*x = DrainWorkerRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[22]
+	mi := &file_xce_v1_xce_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1890,7 +1999,7 @@ func (x *DrainWorkerRequest) String() string {
 func (*DrainWorkerRequest) ProtoMessage() {}
 
 func (x *DrainWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[22]
+	mi := &file_xce_v1_xce_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1903,7 +2012,7 @@ func (x *DrainWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainWorkerRequest.ProtoReflect.Descriptor instead.
 func (*DrainWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{22}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DrainWorkerRequest) GetWorkerId() string {
@@ -1929,7 +2038,7 @@ type DrainWorkerResponse struct {
 
 func (x *DrainWorkerResponse) Reset() {
 	*x = DrainWorkerResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[23]
+	mi := &file_xce_v1_xce_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1941,7 +2050,7 @@ func (x *DrainWorkerResponse) String() string {
 func (*DrainWorkerResponse) ProtoMessage() {}
 
 func (x *DrainWorkerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[23]
+	mi := &file_xce_v1_xce_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1954,7 +2063,7 @@ func (x *DrainWorkerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainWorkerResponse.ProtoReflect.Descriptor instead.
 func (*DrainWorkerResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{23}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DrainWorkerResponse) GetIndex() uint64 {
@@ -1987,7 +2096,7 @@ type UndrainWorkerRequest struct {
 
 func (x *UndrainWorkerRequest) Reset() {
 	*x = UndrainWorkerRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[24]
+	mi := &file_xce_v1_xce_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1999,7 +2108,7 @@ func (x *UndrainWorkerRequest) String() string {
 func (*UndrainWorkerRequest) ProtoMessage() {}
 
 func (x *UndrainWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[24]
+	mi := &file_xce_v1_xce_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2012,7 +2121,7 @@ func (x *UndrainWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UndrainWorkerRequest.ProtoReflect.Descriptor instead.
 func (*UndrainWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{24}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *UndrainWorkerRequest) GetWorkerId() string {
@@ -2032,7 +2141,7 @@ type UndrainWorkerResponse struct {
 
 func (x *UndrainWorkerResponse) Reset() {
 	*x = UndrainWorkerResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[25]
+	mi := &file_xce_v1_xce_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2044,7 +2153,7 @@ func (x *UndrainWorkerResponse) String() string {
 func (*UndrainWorkerResponse) ProtoMessage() {}
 
 func (x *UndrainWorkerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[25]
+	mi := &file_xce_v1_xce_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2057,7 +2166,7 @@ func (x *UndrainWorkerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UndrainWorkerResponse.ProtoReflect.Descriptor instead.
 func (*UndrainWorkerResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{25}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *UndrainWorkerResponse) GetIndex() uint64 {
@@ -2075,7 +2184,7 @@ type FreezePlacementRequest struct {
 
 func (x *FreezePlacementRequest) Reset() {
 	*x = FreezePlacementRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[26]
+	mi := &file_xce_v1_xce_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2087,7 +2196,7 @@ func (x *FreezePlacementRequest) String() string {
 func (*FreezePlacementRequest) ProtoMessage() {}
 
 func (x *FreezePlacementRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[26]
+	mi := &file_xce_v1_xce_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2100,7 +2209,7 @@ func (x *FreezePlacementRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreezePlacementRequest.ProtoReflect.Descriptor instead.
 func (*FreezePlacementRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{26}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{27}
 }
 
 type FreezePlacementResponse struct {
@@ -2113,7 +2222,7 @@ type FreezePlacementResponse struct {
 
 func (x *FreezePlacementResponse) Reset() {
 	*x = FreezePlacementResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[27]
+	mi := &file_xce_v1_xce_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2125,7 +2234,7 @@ func (x *FreezePlacementResponse) String() string {
 func (*FreezePlacementResponse) ProtoMessage() {}
 
 func (x *FreezePlacementResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[27]
+	mi := &file_xce_v1_xce_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2138,7 +2247,7 @@ func (x *FreezePlacementResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreezePlacementResponse.ProtoReflect.Descriptor instead.
 func (*FreezePlacementResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{27}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *FreezePlacementResponse) GetIndex() uint64 {
@@ -2156,7 +2265,7 @@ type UnfreezePlacementRequest struct {
 
 func (x *UnfreezePlacementRequest) Reset() {
 	*x = UnfreezePlacementRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[28]
+	mi := &file_xce_v1_xce_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2168,7 +2277,7 @@ func (x *UnfreezePlacementRequest) String() string {
 func (*UnfreezePlacementRequest) ProtoMessage() {}
 
 func (x *UnfreezePlacementRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[28]
+	mi := &file_xce_v1_xce_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2181,7 +2290,7 @@ func (x *UnfreezePlacementRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnfreezePlacementRequest.ProtoReflect.Descriptor instead.
 func (*UnfreezePlacementRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{28}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{29}
 }
 
 type UnfreezePlacementResponse struct {
@@ -2194,7 +2303,7 @@ type UnfreezePlacementResponse struct {
 
 func (x *UnfreezePlacementResponse) Reset() {
 	*x = UnfreezePlacementResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[29]
+	mi := &file_xce_v1_xce_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2206,7 +2315,7 @@ func (x *UnfreezePlacementResponse) String() string {
 func (*UnfreezePlacementResponse) ProtoMessage() {}
 
 func (x *UnfreezePlacementResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[29]
+	mi := &file_xce_v1_xce_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2219,7 +2328,7 @@ func (x *UnfreezePlacementResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnfreezePlacementResponse.ProtoReflect.Descriptor instead.
 func (*UnfreezePlacementResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{29}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *UnfreezePlacementResponse) GetIndex() uint64 {
@@ -2239,7 +2348,7 @@ type WatchTasksRequest struct {
 
 func (x *WatchTasksRequest) Reset() {
 	*x = WatchTasksRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[30]
+	mi := &file_xce_v1_xce_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2251,7 +2360,7 @@ func (x *WatchTasksRequest) String() string {
 func (*WatchTasksRequest) ProtoMessage() {}
 
 func (x *WatchTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[30]
+	mi := &file_xce_v1_xce_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2264,7 +2373,7 @@ func (x *WatchTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTasksRequest.ProtoReflect.Descriptor instead.
 func (*WatchTasksRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{30}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *WatchTasksRequest) GetFromIndex() uint64 {
@@ -2295,7 +2404,7 @@ type TaskEvent struct {
 
 func (x *TaskEvent) Reset() {
 	*x = TaskEvent{}
-	mi := &file_xce_v1_xce_proto_msgTypes[31]
+	mi := &file_xce_v1_xce_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2307,7 +2416,7 @@ func (x *TaskEvent) String() string {
 func (*TaskEvent) ProtoMessage() {}
 
 func (x *TaskEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[31]
+	mi := &file_xce_v1_xce_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2320,7 +2429,7 @@ func (x *TaskEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskEvent.ProtoReflect.Descriptor instead.
 func (*TaskEvent) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{31}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *TaskEvent) GetIndex() uint64 {
@@ -2358,7 +2467,7 @@ type WatchTasksResponse struct {
 
 func (x *WatchTasksResponse) Reset() {
 	*x = WatchTasksResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[32]
+	mi := &file_xce_v1_xce_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2370,7 +2479,7 @@ func (x *WatchTasksResponse) String() string {
 func (*WatchTasksResponse) ProtoMessage() {}
 
 func (x *WatchTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[32]
+	mi := &file_xce_v1_xce_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2383,7 +2492,7 @@ func (x *WatchTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTasksResponse.ProtoReflect.Descriptor instead.
 func (*WatchTasksResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{32}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *WatchTasksResponse) GetEvents() []*TaskEvent {
@@ -2429,7 +2538,7 @@ type WatchAssignmentRequest struct {
 
 func (x *WatchAssignmentRequest) Reset() {
 	*x = WatchAssignmentRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[33]
+	mi := &file_xce_v1_xce_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2441,7 +2550,7 @@ func (x *WatchAssignmentRequest) String() string {
 func (*WatchAssignmentRequest) ProtoMessage() {}
 
 func (x *WatchAssignmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[33]
+	mi := &file_xce_v1_xce_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2454,7 +2563,7 @@ func (x *WatchAssignmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchAssignmentRequest.ProtoReflect.Descriptor instead.
 func (*WatchAssignmentRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{33}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *WatchAssignmentRequest) GetFromGeneration() uint64 {
@@ -2515,7 +2624,7 @@ type WatchAssignmentResponse struct {
 
 func (x *WatchAssignmentResponse) Reset() {
 	*x = WatchAssignmentResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[34]
+	mi := &file_xce_v1_xce_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2527,7 +2636,7 @@ func (x *WatchAssignmentResponse) String() string {
 func (*WatchAssignmentResponse) ProtoMessage() {}
 
 func (x *WatchAssignmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[34]
+	mi := &file_xce_v1_xce_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2540,7 +2649,7 @@ func (x *WatchAssignmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchAssignmentResponse.ProtoReflect.Descriptor instead.
 func (*WatchAssignmentResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{34}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *WatchAssignmentResponse) GetGeneration() uint64 {
@@ -2631,7 +2740,7 @@ type Fact struct {
 
 func (x *Fact) Reset() {
 	*x = Fact{}
-	mi := &file_xce_v1_xce_proto_msgTypes[35]
+	mi := &file_xce_v1_xce_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2643,7 +2752,7 @@ func (x *Fact) String() string {
 func (*Fact) ProtoMessage() {}
 
 func (x *Fact) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[35]
+	mi := &file_xce_v1_xce_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2656,7 +2765,7 @@ func (x *Fact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Fact.ProtoReflect.Descriptor instead.
 func (*Fact) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{35}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Fact) GetKind() FactKind {
@@ -2698,7 +2807,7 @@ type RegisterRequest struct {
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[36]
+	mi := &file_xce_v1_xce_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2710,7 +2819,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[36]
+	mi := &file_xce_v1_xce_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2723,7 +2832,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{36}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RegisterRequest) GetWorkerId() string {
@@ -2772,7 +2881,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[37]
+	mi := &file_xce_v1_xce_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2784,7 +2893,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[37]
+	mi := &file_xce_v1_xce_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2797,7 +2906,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{37}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RegisterResponse) GetGeneration() uint64 {
@@ -2875,7 +2984,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[38]
+	mi := &file_xce_v1_xce_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2887,7 +2996,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[38]
+	mi := &file_xce_v1_xce_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2900,7 +3009,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{38}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *HeartbeatRequest) GetWorkerId() string {
@@ -3008,7 +3117,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[39]
+	mi := &file_xce_v1_xce_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3020,7 +3129,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[39]
+	mi := &file_xce_v1_xce_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3033,7 +3142,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{39}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *HeartbeatResponse) GetGeneration() uint64 {
@@ -3134,7 +3243,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_xce_v1_xce_proto_msgTypes[40]
+	mi := &file_xce_v1_xce_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3146,7 +3255,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[40]
+	mi := &file_xce_v1_xce_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3159,7 +3268,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{40}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Member) GetId() string {
@@ -3234,7 +3343,7 @@ type ListMembersRequest struct {
 
 func (x *ListMembersRequest) Reset() {
 	*x = ListMembersRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[41]
+	mi := &file_xce_v1_xce_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3246,7 +3355,7 @@ func (x *ListMembersRequest) String() string {
 func (*ListMembersRequest) ProtoMessage() {}
 
 func (x *ListMembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[41]
+	mi := &file_xce_v1_xce_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3259,7 +3368,7 @@ func (x *ListMembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMembersRequest.ProtoReflect.Descriptor instead.
 func (*ListMembersRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{41}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListMembersRequest) GetConsistency() Consistency {
@@ -3280,7 +3389,7 @@ type ListMembersResponse struct {
 
 func (x *ListMembersResponse) Reset() {
 	*x = ListMembersResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[42]
+	mi := &file_xce_v1_xce_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3292,7 +3401,7 @@ func (x *ListMembersResponse) String() string {
 func (*ListMembersResponse) ProtoMessage() {}
 
 func (x *ListMembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[42]
+	mi := &file_xce_v1_xce_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3305,7 +3414,7 @@ func (x *ListMembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMembersResponse.ProtoReflect.Descriptor instead.
 func (*ListMembersResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{42}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListMembersResponse) GetMembers() []*Member {
@@ -3333,7 +3442,7 @@ type AddMemberRequest struct {
 
 func (x *AddMemberRequest) Reset() {
 	*x = AddMemberRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[43]
+	mi := &file_xce_v1_xce_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3345,7 +3454,7 @@ func (x *AddMemberRequest) String() string {
 func (*AddMemberRequest) ProtoMessage() {}
 
 func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[43]
+	mi := &file_xce_v1_xce_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3358,7 +3467,7 @@ func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberRequest.ProtoReflect.Descriptor instead.
 func (*AddMemberRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{43}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *AddMemberRequest) GetId() string {
@@ -3391,7 +3500,7 @@ type AddMemberResponse struct {
 
 func (x *AddMemberResponse) Reset() {
 	*x = AddMemberResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[44]
+	mi := &file_xce_v1_xce_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3403,7 +3512,7 @@ func (x *AddMemberResponse) String() string {
 func (*AddMemberResponse) ProtoMessage() {}
 
 func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[44]
+	mi := &file_xce_v1_xce_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3416,7 +3525,7 @@ func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberResponse.ProtoReflect.Descriptor instead.
 func (*AddMemberResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{44}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *AddMemberResponse) GetMember() *Member {
@@ -3435,7 +3544,7 @@ type PromoteMemberRequest struct {
 
 func (x *PromoteMemberRequest) Reset() {
 	*x = PromoteMemberRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[45]
+	mi := &file_xce_v1_xce_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3447,7 +3556,7 @@ func (x *PromoteMemberRequest) String() string {
 func (*PromoteMemberRequest) ProtoMessage() {}
 
 func (x *PromoteMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[45]
+	mi := &file_xce_v1_xce_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3460,7 +3569,7 @@ func (x *PromoteMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteMemberRequest.ProtoReflect.Descriptor instead.
 func (*PromoteMemberRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{45}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *PromoteMemberRequest) GetId() string {
@@ -3479,7 +3588,7 @@ type PromoteMemberResponse struct {
 
 func (x *PromoteMemberResponse) Reset() {
 	*x = PromoteMemberResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[46]
+	mi := &file_xce_v1_xce_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3491,7 +3600,7 @@ func (x *PromoteMemberResponse) String() string {
 func (*PromoteMemberResponse) ProtoMessage() {}
 
 func (x *PromoteMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[46]
+	mi := &file_xce_v1_xce_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3504,7 +3613,7 @@ func (x *PromoteMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteMemberResponse.ProtoReflect.Descriptor instead.
 func (*PromoteMemberResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{46}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *PromoteMemberResponse) GetMember() *Member {
@@ -3525,7 +3634,7 @@ type RemoveMemberRequest struct {
 
 func (x *RemoveMemberRequest) Reset() {
 	*x = RemoveMemberRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[47]
+	mi := &file_xce_v1_xce_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3537,7 +3646,7 @@ func (x *RemoveMemberRequest) String() string {
 func (*RemoveMemberRequest) ProtoMessage() {}
 
 func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[47]
+	mi := &file_xce_v1_xce_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3550,7 +3659,7 @@ func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{47}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *RemoveMemberRequest) GetId() string {
@@ -3575,7 +3684,7 @@ type RemoveMemberResponse struct {
 
 func (x *RemoveMemberResponse) Reset() {
 	*x = RemoveMemberResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[48]
+	mi := &file_xce_v1_xce_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3587,7 +3696,7 @@ func (x *RemoveMemberResponse) String() string {
 func (*RemoveMemberResponse) ProtoMessage() {}
 
 func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[48]
+	mi := &file_xce_v1_xce_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3600,7 +3709,7 @@ func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMemberResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{48}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{49}
 }
 
 type TransferLeaderRequest struct {
@@ -3613,7 +3722,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[49]
+	mi := &file_xce_v1_xce_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3625,7 +3734,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[49]
+	mi := &file_xce_v1_xce_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3638,7 +3747,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{49}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *TransferLeaderRequest) GetTo() string {
@@ -3658,7 +3767,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[50]
+	mi := &file_xce_v1_xce_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3670,7 +3779,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[50]
+	mi := &file_xce_v1_xce_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3683,7 +3792,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{50}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *TransferLeaderResponse) GetLeaderId() string {
@@ -3707,7 +3816,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[51]
+	mi := &file_xce_v1_xce_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3719,7 +3828,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[51]
+	mi := &file_xce_v1_xce_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3732,7 +3841,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{51}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *JoinRequest) GetId() string {
@@ -3773,7 +3882,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[52]
+	mi := &file_xce_v1_xce_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3785,7 +3894,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[52]
+	mi := &file_xce_v1_xce_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3798,7 +3907,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{52}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *JoinResponse) GetMember() *Member {
@@ -3816,7 +3925,7 @@ type SaveSnapshotRequest struct {
 
 func (x *SaveSnapshotRequest) Reset() {
 	*x = SaveSnapshotRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[53]
+	mi := &file_xce_v1_xce_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3828,7 +3937,7 @@ func (x *SaveSnapshotRequest) String() string {
 func (*SaveSnapshotRequest) ProtoMessage() {}
 
 func (x *SaveSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[53]
+	mi := &file_xce_v1_xce_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3841,7 +3950,7 @@ func (x *SaveSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SaveSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SaveSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{53}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{54}
 }
 
 // SnapshotChunk is one piece of a snapshot stream: the first carries the
@@ -3864,7 +3973,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_xce_v1_xce_proto_msgTypes[54]
+	mi := &file_xce_v1_xce_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3876,7 +3985,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[54]
+	mi := &file_xce_v1_xce_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3889,7 +3998,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{54}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *SnapshotChunk) GetFormat() uint32 {
@@ -3949,7 +4058,7 @@ type TakeSnapshotRequest struct {
 
 func (x *TakeSnapshotRequest) Reset() {
 	*x = TakeSnapshotRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[55]
+	mi := &file_xce_v1_xce_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3961,7 +4070,7 @@ func (x *TakeSnapshotRequest) String() string {
 func (*TakeSnapshotRequest) ProtoMessage() {}
 
 func (x *TakeSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[55]
+	mi := &file_xce_v1_xce_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3974,7 +4083,7 @@ func (x *TakeSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*TakeSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{55}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{56}
 }
 
 type TakeSnapshotResponse struct {
@@ -3991,7 +4100,7 @@ type TakeSnapshotResponse struct {
 
 func (x *TakeSnapshotResponse) Reset() {
 	*x = TakeSnapshotResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[56]
+	mi := &file_xce_v1_xce_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4003,7 +4112,7 @@ func (x *TakeSnapshotResponse) String() string {
 func (*TakeSnapshotResponse) ProtoMessage() {}
 
 func (x *TakeSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[56]
+	mi := &file_xce_v1_xce_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4016,7 +4125,7 @@ func (x *TakeSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*TakeSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{56}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *TakeSnapshotResponse) GetIndex() uint64 {
@@ -4074,19 +4183,32 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"\x05index\x18\x02 \x01(\x04R\x05index\"`\n" +
 	"\x0eGetTaskRequest\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x125\n" +
-	"\vconsistency\x18\x02 \x01(\x0e2\x13.xce.v1.ConsistencyR\vconsistency\"X\n" +
+	"\vconsistency\x18\x02 \x01(\x0e2\x13.xce.v1.ConsistencyR\vconsistency\"\xb5\x01\n" +
 	"\x0fGetTaskResponse\x12 \n" +
 	"\x04task\x18\x01 \x01(\v2\f.xce.v1.TaskR\x04task\x12#\n" +
-	"\rapplied_index\x18\x02 \x01(\x04R\fappliedIndex\"\x85\x01\n" +
+	"\rapplied_index\x18\x02 \x01(\x04R\fappliedIndex\x123\n" +
+	"\tplacement\x18\x03 \x01(\v2\x15.xce.v1.TaskPlacementR\tplacement\x12&\n" +
+	"\x05moves\x18\x04 \x03(\v2\x10.xce.v1.TaskMoveR\x05moves\"\x90\x01\n" +
+	"\bTaskMove\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x01 \x01(\x04R\n" +
+	"generation\x12/\n" +
+	"\x14applied_at_unix_nano\x18\x02 \x01(\x03R\x11appliedAtUnixNano\x123\n" +
+	"\tplacement\x18\x03 \x01(\v2\x15.xce.v1.TaskPlacementR\tplacement\"\xc6\x01\n" +
 	"\x10ListTasksRequest\x125\n" +
 	"\vconsistency\x18\x01 \x01(\x0e2\x13.xce.v1.ConsistencyR\vconsistency\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\rR\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x03 \x01(\tR\tpageToken\"\x84\x01\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\x12\x16\n" +
+	"\x06prefix\x18\x04 \x01(\tR\x06prefix\x12'\n" +
+	"\x0fwith_placements\x18\x05 \x01(\bR\x0ewithPlacements\"\xbb\x01\n" +
 	"\x11ListTasksResponse\x12\"\n" +
 	"\x05tasks\x18\x01 \x03(\v2\f.xce.v1.TaskR\x05tasks\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12#\n" +
-	"\rapplied_index\x18\x03 \x01(\x04R\fappliedIndex\"h\n" +
+	"\rapplied_index\x18\x03 \x01(\x04R\fappliedIndex\x125\n" +
+	"\n" +
+	"placements\x18\x04 \x03(\v2\x15.xce.v1.TaskPlacementR\n" +
+	"placements\"h\n" +
 	"\x11DeleteTaskRequest\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x1b\n" +
 	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12\x1d\n" +
@@ -4427,7 +4549,7 @@ func file_xce_v1_xce_proto_rawDescGZIP() []byte {
 }
 
 var file_xce_v1_xce_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_xce_v1_xce_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
+var file_xce_v1_xce_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
 var file_xce_v1_xce_proto_goTypes = []any{
 	(Role)(0),                         // 0: xce.v1.Role
 	(Consistency)(0),                  // 1: xce.v1.Consistency
@@ -4438,158 +4560,163 @@ var file_xce_v1_xce_proto_goTypes = []any{
 	(*SubmitTaskResponse)(nil),        // 6: xce.v1.SubmitTaskResponse
 	(*GetTaskRequest)(nil),            // 7: xce.v1.GetTaskRequest
 	(*GetTaskResponse)(nil),           // 8: xce.v1.GetTaskResponse
-	(*ListTasksRequest)(nil),          // 9: xce.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),         // 10: xce.v1.ListTasksResponse
-	(*DeleteTaskRequest)(nil),         // 11: xce.v1.DeleteTaskRequest
-	(*DeleteTaskResponse)(nil),        // 12: xce.v1.DeleteTaskResponse
-	(*StatusRequest)(nil),             // 13: xce.v1.StatusRequest
-	(*StatusResponse)(nil),            // 14: xce.v1.StatusResponse
-	(*RosterMember)(nil),              // 15: xce.v1.RosterMember
-	(*WatchStatusRequest)(nil),        // 16: xce.v1.WatchStatusRequest
-	(*TaskPlacement)(nil),             // 17: xce.v1.TaskPlacement
-	(*GetAssignmentRequest)(nil),      // 18: xce.v1.GetAssignmentRequest
-	(*TaskAssignment)(nil),            // 19: xce.v1.TaskAssignment
-	(*GetAssignmentResponse)(nil),     // 20: xce.v1.GetAssignmentResponse
-	(*ListWorkersRequest)(nil),        // 21: xce.v1.ListWorkersRequest
-	(*WorkerInfo)(nil),                // 22: xce.v1.WorkerInfo
-	(*ListWorkersResponse)(nil),       // 23: xce.v1.ListWorkersResponse
-	(*AwayWorker)(nil),                // 24: xce.v1.AwayWorker
-	(*DrainWorkerRequest)(nil),        // 25: xce.v1.DrainWorkerRequest
-	(*DrainWorkerResponse)(nil),       // 26: xce.v1.DrainWorkerResponse
-	(*UndrainWorkerRequest)(nil),      // 27: xce.v1.UndrainWorkerRequest
-	(*UndrainWorkerResponse)(nil),     // 28: xce.v1.UndrainWorkerResponse
-	(*FreezePlacementRequest)(nil),    // 29: xce.v1.FreezePlacementRequest
-	(*FreezePlacementResponse)(nil),   // 30: xce.v1.FreezePlacementResponse
-	(*UnfreezePlacementRequest)(nil),  // 31: xce.v1.UnfreezePlacementRequest
-	(*UnfreezePlacementResponse)(nil), // 32: xce.v1.UnfreezePlacementResponse
-	(*WatchTasksRequest)(nil),         // 33: xce.v1.WatchTasksRequest
-	(*TaskEvent)(nil),                 // 34: xce.v1.TaskEvent
-	(*WatchTasksResponse)(nil),        // 35: xce.v1.WatchTasksResponse
-	(*WatchAssignmentRequest)(nil),    // 36: xce.v1.WatchAssignmentRequest
-	(*WatchAssignmentResponse)(nil),   // 37: xce.v1.WatchAssignmentResponse
-	(*Fact)(nil),                      // 38: xce.v1.Fact
-	(*RegisterRequest)(nil),           // 39: xce.v1.RegisterRequest
-	(*RegisterResponse)(nil),          // 40: xce.v1.RegisterResponse
-	(*HeartbeatRequest)(nil),          // 41: xce.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),         // 42: xce.v1.HeartbeatResponse
-	(*Member)(nil),                    // 43: xce.v1.Member
-	(*ListMembersRequest)(nil),        // 44: xce.v1.ListMembersRequest
-	(*ListMembersResponse)(nil),       // 45: xce.v1.ListMembersResponse
-	(*AddMemberRequest)(nil),          // 46: xce.v1.AddMemberRequest
-	(*AddMemberResponse)(nil),         // 47: xce.v1.AddMemberResponse
-	(*PromoteMemberRequest)(nil),      // 48: xce.v1.PromoteMemberRequest
-	(*PromoteMemberResponse)(nil),     // 49: xce.v1.PromoteMemberResponse
-	(*RemoveMemberRequest)(nil),       // 50: xce.v1.RemoveMemberRequest
-	(*RemoveMemberResponse)(nil),      // 51: xce.v1.RemoveMemberResponse
-	(*TransferLeaderRequest)(nil),     // 52: xce.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil),    // 53: xce.v1.TransferLeaderResponse
-	(*JoinRequest)(nil),               // 54: xce.v1.JoinRequest
-	(*JoinResponse)(nil),              // 55: xce.v1.JoinResponse
-	(*SaveSnapshotRequest)(nil),       // 56: xce.v1.SaveSnapshotRequest
-	(*SnapshotChunk)(nil),             // 57: xce.v1.SnapshotChunk
-	(*TakeSnapshotRequest)(nil),       // 58: xce.v1.TakeSnapshotRequest
-	(*TakeSnapshotResponse)(nil),      // 59: xce.v1.TakeSnapshotResponse
-	nil,                               // 60: xce.v1.TaskAssignment.LagsEntry
-	nil,                               // 61: xce.v1.WorkerInfo.LagsEntry
-	nil,                               // 62: xce.v1.WorkerInfo.LabelsEntry
-	nil,                               // 63: xce.v1.AwayWorker.LabelsEntry
-	nil,                               // 64: xce.v1.WatchAssignmentResponse.WorkerAddrsEntry
-	nil,                               // 65: xce.v1.RegisterRequest.LabelsEntry
-	nil,                               // 66: xce.v1.HeartbeatRequest.LagsEntry
-	nil,                               // 67: xce.v1.HeartbeatRequest.LoadsEntry
-	nil,                               // 68: xce.v1.HeartbeatResponse.EpochsEntry
+	(*TaskMove)(nil),                  // 9: xce.v1.TaskMove
+	(*ListTasksRequest)(nil),          // 10: xce.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),         // 11: xce.v1.ListTasksResponse
+	(*DeleteTaskRequest)(nil),         // 12: xce.v1.DeleteTaskRequest
+	(*DeleteTaskResponse)(nil),        // 13: xce.v1.DeleteTaskResponse
+	(*StatusRequest)(nil),             // 14: xce.v1.StatusRequest
+	(*StatusResponse)(nil),            // 15: xce.v1.StatusResponse
+	(*RosterMember)(nil),              // 16: xce.v1.RosterMember
+	(*WatchStatusRequest)(nil),        // 17: xce.v1.WatchStatusRequest
+	(*TaskPlacement)(nil),             // 18: xce.v1.TaskPlacement
+	(*GetAssignmentRequest)(nil),      // 19: xce.v1.GetAssignmentRequest
+	(*TaskAssignment)(nil),            // 20: xce.v1.TaskAssignment
+	(*GetAssignmentResponse)(nil),     // 21: xce.v1.GetAssignmentResponse
+	(*ListWorkersRequest)(nil),        // 22: xce.v1.ListWorkersRequest
+	(*WorkerInfo)(nil),                // 23: xce.v1.WorkerInfo
+	(*ListWorkersResponse)(nil),       // 24: xce.v1.ListWorkersResponse
+	(*AwayWorker)(nil),                // 25: xce.v1.AwayWorker
+	(*DrainWorkerRequest)(nil),        // 26: xce.v1.DrainWorkerRequest
+	(*DrainWorkerResponse)(nil),       // 27: xce.v1.DrainWorkerResponse
+	(*UndrainWorkerRequest)(nil),      // 28: xce.v1.UndrainWorkerRequest
+	(*UndrainWorkerResponse)(nil),     // 29: xce.v1.UndrainWorkerResponse
+	(*FreezePlacementRequest)(nil),    // 30: xce.v1.FreezePlacementRequest
+	(*FreezePlacementResponse)(nil),   // 31: xce.v1.FreezePlacementResponse
+	(*UnfreezePlacementRequest)(nil),  // 32: xce.v1.UnfreezePlacementRequest
+	(*UnfreezePlacementResponse)(nil), // 33: xce.v1.UnfreezePlacementResponse
+	(*WatchTasksRequest)(nil),         // 34: xce.v1.WatchTasksRequest
+	(*TaskEvent)(nil),                 // 35: xce.v1.TaskEvent
+	(*WatchTasksResponse)(nil),        // 36: xce.v1.WatchTasksResponse
+	(*WatchAssignmentRequest)(nil),    // 37: xce.v1.WatchAssignmentRequest
+	(*WatchAssignmentResponse)(nil),   // 38: xce.v1.WatchAssignmentResponse
+	(*Fact)(nil),                      // 39: xce.v1.Fact
+	(*RegisterRequest)(nil),           // 40: xce.v1.RegisterRequest
+	(*RegisterResponse)(nil),          // 41: xce.v1.RegisterResponse
+	(*HeartbeatRequest)(nil),          // 42: xce.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),         // 43: xce.v1.HeartbeatResponse
+	(*Member)(nil),                    // 44: xce.v1.Member
+	(*ListMembersRequest)(nil),        // 45: xce.v1.ListMembersRequest
+	(*ListMembersResponse)(nil),       // 46: xce.v1.ListMembersResponse
+	(*AddMemberRequest)(nil),          // 47: xce.v1.AddMemberRequest
+	(*AddMemberResponse)(nil),         // 48: xce.v1.AddMemberResponse
+	(*PromoteMemberRequest)(nil),      // 49: xce.v1.PromoteMemberRequest
+	(*PromoteMemberResponse)(nil),     // 50: xce.v1.PromoteMemberResponse
+	(*RemoveMemberRequest)(nil),       // 51: xce.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil),      // 52: xce.v1.RemoveMemberResponse
+	(*TransferLeaderRequest)(nil),     // 53: xce.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil),    // 54: xce.v1.TransferLeaderResponse
+	(*JoinRequest)(nil),               // 55: xce.v1.JoinRequest
+	(*JoinResponse)(nil),              // 56: xce.v1.JoinResponse
+	(*SaveSnapshotRequest)(nil),       // 57: xce.v1.SaveSnapshotRequest
+	(*SnapshotChunk)(nil),             // 58: xce.v1.SnapshotChunk
+	(*TakeSnapshotRequest)(nil),       // 59: xce.v1.TakeSnapshotRequest
+	(*TakeSnapshotResponse)(nil),      // 60: xce.v1.TakeSnapshotResponse
+	nil,                               // 61: xce.v1.TaskAssignment.LagsEntry
+	nil,                               // 62: xce.v1.WorkerInfo.LagsEntry
+	nil,                               // 63: xce.v1.WorkerInfo.LabelsEntry
+	nil,                               // 64: xce.v1.AwayWorker.LabelsEntry
+	nil,                               // 65: xce.v1.WatchAssignmentResponse.WorkerAddrsEntry
+	nil,                               // 66: xce.v1.RegisterRequest.LabelsEntry
+	nil,                               // 67: xce.v1.HeartbeatRequest.LagsEntry
+	nil,                               // 68: xce.v1.HeartbeatRequest.LoadsEntry
+	nil,                               // 69: xce.v1.HeartbeatResponse.EpochsEntry
 }
 var file_xce_v1_xce_proto_depIdxs = []int32{
 	0,  // 0: xce.v1.NotReady.role:type_name -> xce.v1.Role
 	4,  // 1: xce.v1.SubmitTaskResponse.task:type_name -> xce.v1.Task
 	1,  // 2: xce.v1.GetTaskRequest.consistency:type_name -> xce.v1.Consistency
 	4,  // 3: xce.v1.GetTaskResponse.task:type_name -> xce.v1.Task
-	1,  // 4: xce.v1.ListTasksRequest.consistency:type_name -> xce.v1.Consistency
-	4,  // 5: xce.v1.ListTasksResponse.tasks:type_name -> xce.v1.Task
-	0,  // 6: xce.v1.StatusResponse.role:type_name -> xce.v1.Role
-	15, // 7: xce.v1.StatusResponse.roster:type_name -> xce.v1.RosterMember
-	43, // 8: xce.v1.StatusResponse.members:type_name -> xce.v1.Member
-	1,  // 9: xce.v1.GetAssignmentRequest.consistency:type_name -> xce.v1.Consistency
-	17, // 10: xce.v1.TaskAssignment.placement:type_name -> xce.v1.TaskPlacement
-	60, // 11: xce.v1.TaskAssignment.lags:type_name -> xce.v1.TaskAssignment.LagsEntry
-	19, // 12: xce.v1.GetAssignmentResponse.tasks:type_name -> xce.v1.TaskAssignment
-	61, // 13: xce.v1.WorkerInfo.lags:type_name -> xce.v1.WorkerInfo.LagsEntry
-	62, // 14: xce.v1.WorkerInfo.labels:type_name -> xce.v1.WorkerInfo.LabelsEntry
-	22, // 15: xce.v1.ListWorkersResponse.workers:type_name -> xce.v1.WorkerInfo
-	24, // 16: xce.v1.ListWorkersResponse.away:type_name -> xce.v1.AwayWorker
-	63, // 17: xce.v1.AwayWorker.labels:type_name -> xce.v1.AwayWorker.LabelsEntry
-	1,  // 18: xce.v1.WatchTasksRequest.consistency:type_name -> xce.v1.Consistency
-	4,  // 19: xce.v1.TaskEvent.task:type_name -> xce.v1.Task
-	34, // 20: xce.v1.WatchTasksResponse.events:type_name -> xce.v1.TaskEvent
-	0,  // 21: xce.v1.WatchTasksResponse.role:type_name -> xce.v1.Role
-	1,  // 22: xce.v1.WatchAssignmentRequest.consistency:type_name -> xce.v1.Consistency
-	17, // 23: xce.v1.WatchAssignmentResponse.tasks:type_name -> xce.v1.TaskPlacement
-	0,  // 24: xce.v1.WatchAssignmentResponse.role:type_name -> xce.v1.Role
-	64, // 25: xce.v1.WatchAssignmentResponse.worker_addrs:type_name -> xce.v1.WatchAssignmentResponse.WorkerAddrsEntry
-	2,  // 26: xce.v1.Fact.kind:type_name -> xce.v1.FactKind
-	65, // 27: xce.v1.RegisterRequest.labels:type_name -> xce.v1.RegisterRequest.LabelsEntry
-	66, // 28: xce.v1.HeartbeatRequest.lags:type_name -> xce.v1.HeartbeatRequest.LagsEntry
-	38, // 29: xce.v1.HeartbeatRequest.facts:type_name -> xce.v1.Fact
-	67, // 30: xce.v1.HeartbeatRequest.loads:type_name -> xce.v1.HeartbeatRequest.LoadsEntry
-	68, // 31: xce.v1.HeartbeatResponse.epochs:type_name -> xce.v1.HeartbeatResponse.EpochsEntry
-	1,  // 32: xce.v1.ListMembersRequest.consistency:type_name -> xce.v1.Consistency
-	43, // 33: xce.v1.ListMembersResponse.members:type_name -> xce.v1.Member
-	43, // 34: xce.v1.AddMemberResponse.member:type_name -> xce.v1.Member
-	43, // 35: xce.v1.PromoteMemberResponse.member:type_name -> xce.v1.Member
-	43, // 36: xce.v1.JoinResponse.member:type_name -> xce.v1.Member
-	13, // 37: xce.v1.ControllerService.Status:input_type -> xce.v1.StatusRequest
-	16, // 38: xce.v1.ControllerService.WatchStatus:input_type -> xce.v1.WatchStatusRequest
-	5,  // 39: xce.v1.ControllerService.SubmitTask:input_type -> xce.v1.SubmitTaskRequest
-	7,  // 40: xce.v1.ControllerService.GetTask:input_type -> xce.v1.GetTaskRequest
-	9,  // 41: xce.v1.ControllerService.ListTasks:input_type -> xce.v1.ListTasksRequest
-	11, // 42: xce.v1.ControllerService.DeleteTask:input_type -> xce.v1.DeleteTaskRequest
-	18, // 43: xce.v1.ControllerService.GetAssignment:input_type -> xce.v1.GetAssignmentRequest
-	21, // 44: xce.v1.ControllerService.ListWorkers:input_type -> xce.v1.ListWorkersRequest
-	25, // 45: xce.v1.ControllerService.DrainWorker:input_type -> xce.v1.DrainWorkerRequest
-	27, // 46: xce.v1.ControllerService.UndrainWorker:input_type -> xce.v1.UndrainWorkerRequest
-	29, // 47: xce.v1.ControllerService.FreezePlacement:input_type -> xce.v1.FreezePlacementRequest
-	31, // 48: xce.v1.ControllerService.UnfreezePlacement:input_type -> xce.v1.UnfreezePlacementRequest
-	36, // 49: xce.v1.ControllerService.WatchAssignment:input_type -> xce.v1.WatchAssignmentRequest
-	33, // 50: xce.v1.ControllerService.WatchTasks:input_type -> xce.v1.WatchTasksRequest
-	39, // 51: xce.v1.WorkerService.Register:input_type -> xce.v1.RegisterRequest
-	41, // 52: xce.v1.WorkerService.Heartbeat:input_type -> xce.v1.HeartbeatRequest
-	44, // 53: xce.v1.ClusterService.ListMembers:input_type -> xce.v1.ListMembersRequest
-	46, // 54: xce.v1.ClusterService.AddMember:input_type -> xce.v1.AddMemberRequest
-	48, // 55: xce.v1.ClusterService.PromoteMember:input_type -> xce.v1.PromoteMemberRequest
-	50, // 56: xce.v1.ClusterService.RemoveMember:input_type -> xce.v1.RemoveMemberRequest
-	52, // 57: xce.v1.ClusterService.TransferLeader:input_type -> xce.v1.TransferLeaderRequest
-	54, // 58: xce.v1.ClusterService.Join:input_type -> xce.v1.JoinRequest
-	56, // 59: xce.v1.ClusterService.SaveSnapshot:input_type -> xce.v1.SaveSnapshotRequest
-	58, // 60: xce.v1.ClusterService.TakeSnapshot:input_type -> xce.v1.TakeSnapshotRequest
-	14, // 61: xce.v1.ControllerService.Status:output_type -> xce.v1.StatusResponse
-	14, // 62: xce.v1.ControllerService.WatchStatus:output_type -> xce.v1.StatusResponse
-	6,  // 63: xce.v1.ControllerService.SubmitTask:output_type -> xce.v1.SubmitTaskResponse
-	8,  // 64: xce.v1.ControllerService.GetTask:output_type -> xce.v1.GetTaskResponse
-	10, // 65: xce.v1.ControllerService.ListTasks:output_type -> xce.v1.ListTasksResponse
-	12, // 66: xce.v1.ControllerService.DeleteTask:output_type -> xce.v1.DeleteTaskResponse
-	20, // 67: xce.v1.ControllerService.GetAssignment:output_type -> xce.v1.GetAssignmentResponse
-	23, // 68: xce.v1.ControllerService.ListWorkers:output_type -> xce.v1.ListWorkersResponse
-	26, // 69: xce.v1.ControllerService.DrainWorker:output_type -> xce.v1.DrainWorkerResponse
-	28, // 70: xce.v1.ControllerService.UndrainWorker:output_type -> xce.v1.UndrainWorkerResponse
-	30, // 71: xce.v1.ControllerService.FreezePlacement:output_type -> xce.v1.FreezePlacementResponse
-	32, // 72: xce.v1.ControllerService.UnfreezePlacement:output_type -> xce.v1.UnfreezePlacementResponse
-	37, // 73: xce.v1.ControllerService.WatchAssignment:output_type -> xce.v1.WatchAssignmentResponse
-	35, // 74: xce.v1.ControllerService.WatchTasks:output_type -> xce.v1.WatchTasksResponse
-	40, // 75: xce.v1.WorkerService.Register:output_type -> xce.v1.RegisterResponse
-	42, // 76: xce.v1.WorkerService.Heartbeat:output_type -> xce.v1.HeartbeatResponse
-	45, // 77: xce.v1.ClusterService.ListMembers:output_type -> xce.v1.ListMembersResponse
-	47, // 78: xce.v1.ClusterService.AddMember:output_type -> xce.v1.AddMemberResponse
-	49, // 79: xce.v1.ClusterService.PromoteMember:output_type -> xce.v1.PromoteMemberResponse
-	51, // 80: xce.v1.ClusterService.RemoveMember:output_type -> xce.v1.RemoveMemberResponse
-	53, // 81: xce.v1.ClusterService.TransferLeader:output_type -> xce.v1.TransferLeaderResponse
-	55, // 82: xce.v1.ClusterService.Join:output_type -> xce.v1.JoinResponse
-	57, // 83: xce.v1.ClusterService.SaveSnapshot:output_type -> xce.v1.SnapshotChunk
-	59, // 84: xce.v1.ClusterService.TakeSnapshot:output_type -> xce.v1.TakeSnapshotResponse
-	61, // [61:85] is the sub-list for method output_type
-	37, // [37:61] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	18, // 4: xce.v1.GetTaskResponse.placement:type_name -> xce.v1.TaskPlacement
+	9,  // 5: xce.v1.GetTaskResponse.moves:type_name -> xce.v1.TaskMove
+	18, // 6: xce.v1.TaskMove.placement:type_name -> xce.v1.TaskPlacement
+	1,  // 7: xce.v1.ListTasksRequest.consistency:type_name -> xce.v1.Consistency
+	4,  // 8: xce.v1.ListTasksResponse.tasks:type_name -> xce.v1.Task
+	18, // 9: xce.v1.ListTasksResponse.placements:type_name -> xce.v1.TaskPlacement
+	0,  // 10: xce.v1.StatusResponse.role:type_name -> xce.v1.Role
+	16, // 11: xce.v1.StatusResponse.roster:type_name -> xce.v1.RosterMember
+	44, // 12: xce.v1.StatusResponse.members:type_name -> xce.v1.Member
+	1,  // 13: xce.v1.GetAssignmentRequest.consistency:type_name -> xce.v1.Consistency
+	18, // 14: xce.v1.TaskAssignment.placement:type_name -> xce.v1.TaskPlacement
+	61, // 15: xce.v1.TaskAssignment.lags:type_name -> xce.v1.TaskAssignment.LagsEntry
+	20, // 16: xce.v1.GetAssignmentResponse.tasks:type_name -> xce.v1.TaskAssignment
+	62, // 17: xce.v1.WorkerInfo.lags:type_name -> xce.v1.WorkerInfo.LagsEntry
+	63, // 18: xce.v1.WorkerInfo.labels:type_name -> xce.v1.WorkerInfo.LabelsEntry
+	23, // 19: xce.v1.ListWorkersResponse.workers:type_name -> xce.v1.WorkerInfo
+	25, // 20: xce.v1.ListWorkersResponse.away:type_name -> xce.v1.AwayWorker
+	64, // 21: xce.v1.AwayWorker.labels:type_name -> xce.v1.AwayWorker.LabelsEntry
+	1,  // 22: xce.v1.WatchTasksRequest.consistency:type_name -> xce.v1.Consistency
+	4,  // 23: xce.v1.TaskEvent.task:type_name -> xce.v1.Task
+	35, // 24: xce.v1.WatchTasksResponse.events:type_name -> xce.v1.TaskEvent
+	0,  // 25: xce.v1.WatchTasksResponse.role:type_name -> xce.v1.Role
+	1,  // 26: xce.v1.WatchAssignmentRequest.consistency:type_name -> xce.v1.Consistency
+	18, // 27: xce.v1.WatchAssignmentResponse.tasks:type_name -> xce.v1.TaskPlacement
+	0,  // 28: xce.v1.WatchAssignmentResponse.role:type_name -> xce.v1.Role
+	65, // 29: xce.v1.WatchAssignmentResponse.worker_addrs:type_name -> xce.v1.WatchAssignmentResponse.WorkerAddrsEntry
+	2,  // 30: xce.v1.Fact.kind:type_name -> xce.v1.FactKind
+	66, // 31: xce.v1.RegisterRequest.labels:type_name -> xce.v1.RegisterRequest.LabelsEntry
+	67, // 32: xce.v1.HeartbeatRequest.lags:type_name -> xce.v1.HeartbeatRequest.LagsEntry
+	39, // 33: xce.v1.HeartbeatRequest.facts:type_name -> xce.v1.Fact
+	68, // 34: xce.v1.HeartbeatRequest.loads:type_name -> xce.v1.HeartbeatRequest.LoadsEntry
+	69, // 35: xce.v1.HeartbeatResponse.epochs:type_name -> xce.v1.HeartbeatResponse.EpochsEntry
+	1,  // 36: xce.v1.ListMembersRequest.consistency:type_name -> xce.v1.Consistency
+	44, // 37: xce.v1.ListMembersResponse.members:type_name -> xce.v1.Member
+	44, // 38: xce.v1.AddMemberResponse.member:type_name -> xce.v1.Member
+	44, // 39: xce.v1.PromoteMemberResponse.member:type_name -> xce.v1.Member
+	44, // 40: xce.v1.JoinResponse.member:type_name -> xce.v1.Member
+	14, // 41: xce.v1.ControllerService.Status:input_type -> xce.v1.StatusRequest
+	17, // 42: xce.v1.ControllerService.WatchStatus:input_type -> xce.v1.WatchStatusRequest
+	5,  // 43: xce.v1.ControllerService.SubmitTask:input_type -> xce.v1.SubmitTaskRequest
+	7,  // 44: xce.v1.ControllerService.GetTask:input_type -> xce.v1.GetTaskRequest
+	10, // 45: xce.v1.ControllerService.ListTasks:input_type -> xce.v1.ListTasksRequest
+	12, // 46: xce.v1.ControllerService.DeleteTask:input_type -> xce.v1.DeleteTaskRequest
+	19, // 47: xce.v1.ControllerService.GetAssignment:input_type -> xce.v1.GetAssignmentRequest
+	22, // 48: xce.v1.ControllerService.ListWorkers:input_type -> xce.v1.ListWorkersRequest
+	26, // 49: xce.v1.ControllerService.DrainWorker:input_type -> xce.v1.DrainWorkerRequest
+	28, // 50: xce.v1.ControllerService.UndrainWorker:input_type -> xce.v1.UndrainWorkerRequest
+	30, // 51: xce.v1.ControllerService.FreezePlacement:input_type -> xce.v1.FreezePlacementRequest
+	32, // 52: xce.v1.ControllerService.UnfreezePlacement:input_type -> xce.v1.UnfreezePlacementRequest
+	37, // 53: xce.v1.ControllerService.WatchAssignment:input_type -> xce.v1.WatchAssignmentRequest
+	34, // 54: xce.v1.ControllerService.WatchTasks:input_type -> xce.v1.WatchTasksRequest
+	40, // 55: xce.v1.WorkerService.Register:input_type -> xce.v1.RegisterRequest
+	42, // 56: xce.v1.WorkerService.Heartbeat:input_type -> xce.v1.HeartbeatRequest
+	45, // 57: xce.v1.ClusterService.ListMembers:input_type -> xce.v1.ListMembersRequest
+	47, // 58: xce.v1.ClusterService.AddMember:input_type -> xce.v1.AddMemberRequest
+	49, // 59: xce.v1.ClusterService.PromoteMember:input_type -> xce.v1.PromoteMemberRequest
+	51, // 60: xce.v1.ClusterService.RemoveMember:input_type -> xce.v1.RemoveMemberRequest
+	53, // 61: xce.v1.ClusterService.TransferLeader:input_type -> xce.v1.TransferLeaderRequest
+	55, // 62: xce.v1.ClusterService.Join:input_type -> xce.v1.JoinRequest
+	57, // 63: xce.v1.ClusterService.SaveSnapshot:input_type -> xce.v1.SaveSnapshotRequest
+	59, // 64: xce.v1.ClusterService.TakeSnapshot:input_type -> xce.v1.TakeSnapshotRequest
+	15, // 65: xce.v1.ControllerService.Status:output_type -> xce.v1.StatusResponse
+	15, // 66: xce.v1.ControllerService.WatchStatus:output_type -> xce.v1.StatusResponse
+	6,  // 67: xce.v1.ControllerService.SubmitTask:output_type -> xce.v1.SubmitTaskResponse
+	8,  // 68: xce.v1.ControllerService.GetTask:output_type -> xce.v1.GetTaskResponse
+	11, // 69: xce.v1.ControllerService.ListTasks:output_type -> xce.v1.ListTasksResponse
+	13, // 70: xce.v1.ControllerService.DeleteTask:output_type -> xce.v1.DeleteTaskResponse
+	21, // 71: xce.v1.ControllerService.GetAssignment:output_type -> xce.v1.GetAssignmentResponse
+	24, // 72: xce.v1.ControllerService.ListWorkers:output_type -> xce.v1.ListWorkersResponse
+	27, // 73: xce.v1.ControllerService.DrainWorker:output_type -> xce.v1.DrainWorkerResponse
+	29, // 74: xce.v1.ControllerService.UndrainWorker:output_type -> xce.v1.UndrainWorkerResponse
+	31, // 75: xce.v1.ControllerService.FreezePlacement:output_type -> xce.v1.FreezePlacementResponse
+	33, // 76: xce.v1.ControllerService.UnfreezePlacement:output_type -> xce.v1.UnfreezePlacementResponse
+	38, // 77: xce.v1.ControllerService.WatchAssignment:output_type -> xce.v1.WatchAssignmentResponse
+	36, // 78: xce.v1.ControllerService.WatchTasks:output_type -> xce.v1.WatchTasksResponse
+	41, // 79: xce.v1.WorkerService.Register:output_type -> xce.v1.RegisterResponse
+	43, // 80: xce.v1.WorkerService.Heartbeat:output_type -> xce.v1.HeartbeatResponse
+	46, // 81: xce.v1.ClusterService.ListMembers:output_type -> xce.v1.ListMembersResponse
+	48, // 82: xce.v1.ClusterService.AddMember:output_type -> xce.v1.AddMemberResponse
+	50, // 83: xce.v1.ClusterService.PromoteMember:output_type -> xce.v1.PromoteMemberResponse
+	52, // 84: xce.v1.ClusterService.RemoveMember:output_type -> xce.v1.RemoveMemberResponse
+	54, // 85: xce.v1.ClusterService.TransferLeader:output_type -> xce.v1.TransferLeaderResponse
+	56, // 86: xce.v1.ClusterService.Join:output_type -> xce.v1.JoinResponse
+	58, // 87: xce.v1.ClusterService.SaveSnapshot:output_type -> xce.v1.SnapshotChunk
+	60, // 88: xce.v1.ClusterService.TakeSnapshot:output_type -> xce.v1.TakeSnapshotResponse
+	65, // [65:89] is the sub-list for method output_type
+	41, // [41:65] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_xce_v1_xce_proto_init() }
@@ -4603,7 +4730,7 @@ func file_xce_v1_xce_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_xce_v1_xce_proto_rawDesc), len(file_xce_v1_xce_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   66,
+			NumMessages:   67,
 			NumExtensions: 0,
 			NumServices:   3,
 		},
