@@ -99,6 +99,20 @@ type Principal struct {
 	Roles []Role
 }
 
+// Permissions lists what p's roles grant, each once, sorted.
+func (p Principal) Permissions() []Permission {
+	var out []Permission
+	for _, r := range p.Roles {
+		for _, perm := range Grants[r] {
+			if !slices.Contains(out, perm) {
+				out = append(out, perm)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // Can reports whether one of p's roles grants perm.
 func (p Principal) Can(perm Permission) bool {
 	for _, r := range p.Roles {

@@ -93,7 +93,7 @@ func (m *metrics) setStorage(h persist.Health) {
 }
 
 // routes serves the API plus /healthz (the process runs), /readyz (PRIMARY
-// with write quorum) and /metrics on the client port. The port's health
+// with write quorum), /metrics and the console (/ui/) on the client port. The port's health
 // reserve (netio.Limits) serves /healthz and /readyz only.
 func (n *Node) routes(api http.Handler) http.Handler {
 	mux := http.NewServeMux()
@@ -118,6 +118,10 @@ func (n *Node) routes(api http.Handler) http.Handler {
 		mux.Handle("/debug/pprof/", netio.LongStream(http.HandlerFunc(pprof.Index)))
 		mux.Handle("/debug/pprof/profile", netio.LongStream(http.HandlerFunc(pprof.Profile)))
 		mux.Handle("/debug/pprof/trace", netio.LongStream(http.HandlerFunc(pprof.Trace)))
+	}
+	if n.opts.Console != nil {
+		mux.Handle("/ui/", n.opts.Console)
+		mux.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
 	}
 	if api != nil {
 		mux.Handle("/", api)

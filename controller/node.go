@@ -102,6 +102,9 @@ type Options struct {
 	// GuardMetrics, when set, wraps the /metrics handler (the permission
 	// it needs).
 	GuardMetrics func(http.Handler) http.Handler
+	// Console, when set, is served at /ui/ on the client port (the web
+	// console, package ui).
+	Console http.Handler
 }
 
 // Election is the node's election backend before it starts, as the caller

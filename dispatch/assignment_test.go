@@ -23,13 +23,7 @@ func TestGetAssignmentEpochs(t *testing.T) {
 		{Set: []state.Placement{{Task: "a", Active: "w1"}, {Task: "b", Active: "w1"}, {Task: "c", Warmups: []string{"w2"}}}},
 		{Set: []state.Placement{{Task: "a", Active: "w2", Standbys: []string{"w1"}}}, Removed: []string{"b"}},
 	}
-	for i, d := range deltas {
-		d.Base, d.Generation = uint64(i), uint64(i+1)
-		c := state.Command{Type: state.CmdSetAssignment, Assign: d}
-		if r, err := n.Apply(context.Background(), c.Encode()); err != nil || r.Code != state.CodeOK {
-			t.Fatalf("delta %d: %+v %v", i, r, err)
-		}
-	}
+	applyDeltas(t, n, deltas)
 	ts := startServer(t, n, netio.Limits{})
 	for _, c := range []xcev1.Consistency{xcev1.Consistency_CONSISTENCY_UNSPECIFIED, xcev1.Consistency_CONSISTENCY_STALE} {
 		r, err := ts.svc.GetAssignment(ctxT(t), connect.NewRequest(&xcev1.GetAssignmentRequest{Consistency: c}))
@@ -64,13 +58,7 @@ func TestTaskPlacementAndMoves(t *testing.T) {
 		{Set: []state.Placement{{Task: "a", Active: "w2", Standbys: []string{"w1"}}}},
 		{Removed: []string{"b"}},
 	}
-	for i, d := range deltas {
-		d.Base, d.Generation = uint64(i), uint64(i+1)
-		c := state.Command{Type: state.CmdSetAssignment, Assign: d}
-		if r, err := n.Apply(context.Background(), c.Encode()); err != nil || r.Code != state.CodeOK {
-			t.Fatalf("delta %d: %+v %v", i, r, err)
-		}
-	}
+	applyDeltas(t, n, deltas)
 	ts := startServer(t, n, netio.Limits{})
 	r, err := ts.svc.GetTask(ctxT(t), connect.NewRequest(&xcev1.GetTaskRequest{TaskId: "a"}))
 	if err != nil {
@@ -92,5 +80,17 @@ func TestTaskPlacementAndMoves(t *testing.T) {
 	l, err := ts.svc.ListTasks(ctxT(t), connect.NewRequest(&xcev1.ListTasksRequest{WithPlacements: true}))
 	if err != nil || len(l.Msg.Tasks) != 2 || len(l.Msg.Placements) != 1 || l.Msg.Placements[0].TaskId != "a" {
 		t.Fatalf("list with placements: %v %v", l, err)
+	}
+}
+
+// applyDeltas commits deltas as generations 1, 2, … on n.
+func applyDeltas(t *testing.T, n *fakeNode, deltas []state.AssignmentDelta) {
+	t.Helper()
+	for i, d := range deltas {
+		d.Base, d.Generation = uint64(i), uint64(i+1)
+		c := state.Command{Type: state.CmdSetAssignment, Assign: d}
+		if r, err := n.Apply(context.Background(), c.Encode()); err != nil || r.Code != state.CodeOK {
+			t.Fatalf("delta %d: %+v %v", i, r, err)
+		}
 	}
 }

@@ -324,6 +324,7 @@ func (s *Service) status(v *ha.View) *xcev1.StatusResponse {
 		// Every node applies the freeze: any of them can say.
 		PlacementFrozen: s.node.FSM().PlacementFrozen(),
 	}
+	st.AssignmentGeneration, _ = s.node.FSM().AssignmentGeneration()
 	st.Members = s.statusMembers(v.LeaderID)
 	s.securityStatus(st)
 	var info *ha.RoleInfo

@@ -12,6 +12,7 @@ import (
 	"github.com/xce/xce/dispatch"
 	"github.com/xce/xce/netio"
 	"github.com/xce/xce/tlsconf"
+	"github.com/xce/xce/ui"
 )
 
 // clientSecurity is the client port's TLS and permissions, from the tls,
@@ -86,6 +87,33 @@ func (cs *clientSecurity) logStart(cfg *configs.Config, log zerolog.Logger, ac a
 		e = e.Int("tokens", ac.Tokens.Len())
 	}
 	e.Msg("auth: on: every call on the client port is checked against the caller's roles")
+}
+
+// console is the web console with the API's identities: the caller a
+// request's token or client certificate names, with its roles' permissions.
+func (cs *clientSecurity) console() http.Handler {
+	o := ui.Options{}
+	for _, p := range auth.Grants[auth.Admin] {
+		o.All = append(o.All, string(p))
+	}
+	if cs.authn.Enforced() {
+		o.Identify = func(r *http.Request) (ui.Identity, error) {
+			tlsState := r.TLS
+			if from := auth.TLSFrom(r.Context()); from != nil {
+				tlsState = from
+			}
+			p, err := cs.authn.Identify(r.Header, tlsState)
+			if err != nil {
+				return ui.Identity{}, err
+			}
+			id := ui.Identity{Name: p.Name, Via: p.Via, Permissions: []string{}}
+			for _, perm := range p.Permissions() {
+				id.Permissions = append(id.Permissions, string(perm))
+			}
+			return id, nil
+		}
+	}
+	return ui.Handler(o)
 }
 
 // guardMetrics makes /metrics need the metrics permission when permissions

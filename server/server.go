@@ -137,7 +137,7 @@ func New(cfg *configs.Config, o Options) (srv *Server, err error) {
 		Registry: reg, FSM: fsm, Services: []controller.LeaderService{outbox, assignor}, Outbox: outbox,
 		Election: election, ClientListener: clientLn, LockWait: o.LockWait,
 		CheckDB: o.CheckDB, Serving: o.Serving,
-		ClientTLS: csec.tls, GuardMetrics: csec.guardMetrics,
+		ClientTLS: csec.tls, GuardMetrics: csec.guardMetrics, Console: csec.console(),
 	})
 	if err != nil {
 		return nil, err

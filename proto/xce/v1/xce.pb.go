@@ -1039,8 +1039,12 @@ type StatusResponse struct {
 	// An operator froze the placement (xce placement freeze): the assignor
 	// handles failures only and moves nothing for balance.
 	PlacementFrozen bool `protobuf:"varint,28,opt,name=placement_frozen,json=placementFrozen,proto3" json:"placement_frozen,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The generation of the assignment this node has applied: a watcher
+	// that starts from it (WatchAssignment from_generation) gets the changes
+	// that follow without a full copy first.
+	AssignmentGeneration uint64 `protobuf:"varint,29,opt,name=assignment_generation,json=assignmentGeneration,proto3" json:"assignment_generation,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -1267,6 +1271,13 @@ func (x *StatusResponse) GetPlacementFrozen() bool {
 		return x.PlacementFrozen
 	}
 	return false
+}
+
+func (x *StatusResponse) GetAssignmentGeneration() uint64 {
+	if x != nil {
+		return x.AssignmentGeneration
+	}
+	return 0
 }
 
 type RosterMember struct {
@@ -4216,7 +4227,7 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"request_id\x18\x03 \x01(\tR\trequestId\"*\n" +
 	"\x12DeleteTaskResponse\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\"\x0f\n" +
-	"\rStatusRequest\"\x9c\a\n" +
+	"\rStatusRequest\"\xd1\a\n" +
 	"\x0eStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1d\n" +
 	"\n" +
@@ -4252,7 +4263,8 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"\x0ftls_cert_expiry\x18\x19 \x01(\tR\rtlsCertExpiry\x12/\n" +
 	"\x14peer_tls_cert_expiry\x18\x1a \x01(\tR\x11peerTlsCertExpiry\x12(\n" +
 	"\amembers\x18\x1b \x03(\v2\x0e.xce.v1.MemberR\amembers\x12)\n" +
-	"\x10placement_frozen\x18\x1c \x01(\bR\x0fplacementFrozen\"W\n" +
+	"\x10placement_frozen\x18\x1c \x01(\bR\x0fplacementFrozen\x123\n" +
+	"\x15assignment_generation\x18\x1d \x01(\x04R\x14assignmentGeneration\"W\n" +
 	"\fRosterMember\x12\x1b\n" +
 	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12\x12\n" +
 	"\x04rank\x18\x02 \x01(\rR\x04rank\x12\x16\n" +
