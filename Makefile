@@ -11,7 +11,7 @@ BUF_VERSION            := v1.75.0
 PROTOC_GEN_GO_VERSION  := v1.36.12
 PROTOC_GEN_CONNECT_VER := v1.19.1
 
-.PHONY: help build test unit fuzz lint dev bench proto docs tools etcd-tools clean
+.PHONY: help build test unit fuzz lint dev bench proto docs tools etcd-tools browser clean
 
 help:
 	@echo "make dev    run a local 3-node cluster (Ctrl-C stops it)"
@@ -22,13 +22,19 @@ help:
 	@echo "make proto  regenerate the protobuf and Connect code"
 	@echo "make docs   regenerate the reference pages under docs/reference"
 	@echo "make lint   go vet and a gofmt check"
+	@echo "make browser  install a headless Chromium for the console's browser tests (needs root and apt)"
 	@echo "make etcd-tools  build etcd and its benchmark tool (for scripts/compare-etcd.sh) into .tools/"
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/xce
 
 # The one test command: CI runs exactly this.
-test: lint unit fuzz
+test: lint browser unit fuzz
+
+# The console's browser tests drive Debian's chromium; without it (no root,
+# no apt) they skip and say so.
+browser:
+	./scripts/chromium.sh
 
 unit:
 	$(GO) test -race -count=1 -timeout 15m ./...

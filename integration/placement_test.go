@@ -77,11 +77,14 @@ func newWorkers(t *testing.T, c *Cluster) *workers {
 	return w
 }
 
-func (w *workers) start(id string) {
+// start starts worker id, with extra flags of xce worker after the usual
+// ones.
+func (w *workers) start(id string, extra ...string) {
 	w.t.Helper()
 	log := filepath.Join(w.c.dir, "worker-"+id+".log")
-	proc, err := localcluster.StartProcess(xceBin, log, true, "worker", "--id", id, "--controllers", strings.Join(w.c.Addrs(), ","),
-		"--capacity", "1", "--restore-rate", "20000", "--initial-lag", "40000", "--client-addr", id+".workers.test:7000")
+	args := append([]string{"worker", "--id", id, "--controllers", strings.Join(w.c.Addrs(), ","),
+		"--capacity", "1", "--restore-rate", "20000", "--initial-lag", "40000", "--client-addr", id + ".workers.test:7000"}, extra...)
+	proc, err := localcluster.StartProcess(xceBin, log, true, args...)
 	if err != nil {
 		w.t.Fatalf("start worker %s: %v", id, err)
 	}
@@ -193,14 +196,18 @@ func settledCopies(t *testing.T, c *Cluster, tasks int, workers []string, standb
 
 // placementCluster starts three servers (short worker sessions), workers
 // w1..w3, and submits n stateful tasks t00...
-func placementCluster(t *testing.T, n int) (*Cluster, *workers) {
+func placementCluster(t *testing.T, n int, workerFlags ...func(id string) []string) (*Cluster, *workers) {
 	t.Helper()
 	c := newCluster(t, 3, WithLogLevel("info"), WithConfig(itAssignor))
 	c.StartAll()
 	c.WaitRoles(raceSlack(15 * time.Second))
 	ws := newWorkers(t, c)
 	for _, id := range []string{"w1", "w2", "w3"} {
-		ws.start(id)
+		var extra []string
+		for _, f := range workerFlags {
+			extra = append(extra, f(id)...)
+		}
+		ws.start(id, extra...)
 	}
 	cl := c.Client()
 	for i := range n {
