@@ -97,6 +97,12 @@ type followerReplication struct {
 	// allowPipeline is used to determine when to pipeline the AppendEntries RPCs.
 	// It is private to this replication goroutine.
 	allowPipeline bool
+
+	// resumedCh is notified when a heartbeat succeeds after failing: the
+	// peer answers again, so replication waiting out its backoff after
+	// failures resumes at once instead of at the end of the wait (which
+	// grows to seconds while the peer is down).
+	resumedCh chan struct{}
 }
 
 // notifyAll is used to notify all the waiting verify futures
@@ -231,6 +237,7 @@ START:
 	if s.failures > 0 {
 		select {
 		case <-time.After(backoff(failureWait, s.failures, maxFailureScale)):
+		case <-s.resumedCh:
 		case <-r.shutdownCh:
 		}
 	}
@@ -449,6 +456,7 @@ func (r *Raft) heartbeat(s *followerReplication, stopCh chan struct{}) {
 		} else {
 			if failures > 0 {
 				r.observe(ResumedHeartbeatObservation{PeerID: peer.ID})
+				asyncNotifyCh(s.resumedCh)
 			}
 			s.setLastContact()
 			failures = 0
