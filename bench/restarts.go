@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/xce/xce/client"
@@ -36,6 +37,46 @@ type Restarts struct {
 	TasksAfter uint64 `json:"tasks_after"`
 	// NodeStats are the nodes' sizes after the cold restart.
 	NodeStats []NodeStats `json:"node_stats,omitempty"`
+	// FollowerPhases are the restarted STANDBY's startup phases, as it
+	// reports them (Status's startup), then caught_up as the bench saw it;
+	// ColdPhases each node's after the cold restart, then first_write for
+	// the PRIMARY. Each is in seconds since the node (or for the bench's
+	// phases, its process) started.
+	FollowerPhases []Phase            `json:"follower_phases,omitempty"`
+	ColdPhases     map[string][]Phase `json:"cold_phases,omitempty"`
+}
+
+// Phase is one phase of a restart: when it ended, in seconds since the
+// node started, and how long it alone took where a node measures that (a
+// snapshot restore, the leader's log replay).
+type Phase struct {
+	Name        string  `json:"name"`
+	AtSeconds   float64 `json:"at_seconds"`
+	TookSeconds float64 `json:"took_seconds,omitempty"`
+}
+
+// phasesOf are the startup phases st reports.
+func phasesOf(st *xcev1.StatusResponse) []Phase {
+	var out []Phase
+	for _, p := range st.GetStartup() {
+		out = append(out, Phase{Name: p.Name, AtSeconds: p.AtSeconds, TookSeconds: p.TookSeconds})
+	}
+	return out
+}
+
+// phaseLine is phases on one line.
+func phaseLine(phases []Phase) string {
+	var b strings.Builder
+	for i, p := range phases {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s %.3fs", p.Name, p.AtSeconds)
+		if p.TookSeconds > 0 {
+			fmt.Fprintf(&b, " (took %.3fs)", p.TookSeconds)
+		}
+	}
+	return b.String()
 }
 
 // Lost reports whether the cold restart lost acknowledged tasks.
@@ -138,6 +179,10 @@ func (rs *restarter) follower(ctx context.Context, out *Restarts) error {
 		}
 	}
 	fmt.Fprintf(rs.log, "restarts: n%d caught up %.3fs after its restart\n", s+1, out.FollowerCatchupSeconds)
+	if st := rs.status(wctx, s); st != nil {
+		out.FollowerPhases = append(phasesOf(st), Phase{Name: "caught_up", AtSeconds: out.FollowerCatchupSeconds})
+		fmt.Fprintf(rs.log, "restarts: n%d: %s\n", s+1, phaseLine(out.FollowerPhases))
+	}
 	return nil
 }
 
@@ -225,6 +270,19 @@ func (rs *restarter) cold(ctx context.Context, out *Restarts) error {
 	st := rs.status(wctx, p)
 	if st == nil {
 		return fmt.Errorf("no status from the PRIMARY n%d", p+1)
+	}
+	out.ColdPhases = map[string][]Phase{}
+	for i := range n {
+		nst := rs.status(wctx, i)
+		if nst == nil {
+			continue
+		}
+		phases := phasesOf(nst)
+		if i == p {
+			phases = append(phases, Phase{Name: "first_write", AtSeconds: out.ColdRestartSeconds})
+		}
+		out.ColdPhases[nst.NodeId] = phases
+		fmt.Fprintf(rs.log, "restarts: %s (%s): %s\n", nst.NodeId, strings.ToLower(strings.TrimPrefix(nst.Role.String(), "ROLE_")), phaseLine(phases))
 	}
 	out.TasksAcked, out.TasksAfter = rs.before, st.Tasks
 	out.NodeStats = rs.sizes.nodes(ctx, rs.c.ClientAddrs(), rs.dirs)

@@ -134,6 +134,8 @@ type Node struct {
 	log     zerolog.Logger
 	version string
 	started time.Time
+	// boot records the phases of the start (Status's startup).
+	boot    *startup
 	opts    Options
 	metrics *metrics
 
@@ -223,11 +225,13 @@ func New(opts Options) (*Node, error) {
 	for _, p := range cfg.Peers {
 		voters = append(voters, p.ID)
 	}
+	now := time.Now()
 	n := &Node{
+		boot:     &startup{start: now},
 		cfg:      cfg,
 		log:      opts.Logger,
 		version:  opts.Version,
-		started:  time.Now(),
+		started:  now,
 		opts:     opts,
 		fsm:      opts.FSM,
 		events:   make(chan any, 256),
@@ -309,6 +313,7 @@ func (n *Node) Run(ctx context.Context, api http.Handler) error {
 	if err != nil {
 		return err
 	}
+	n.boot.mark(PhaseListen)
 	// Last to go: clients get NOT_READY, never a refused connection,
 	// while everything else stops.
 	defer front.stop()
@@ -318,6 +323,7 @@ func (n *Node) Run(ctx context.Context, api http.Handler) error {
 	if err != nil {
 		return err
 	}
+	n.boot.mark(PhaseStorageOpen)
 
 	// 3. The storage's health decides whether the node may lead; the
 	// election starts asynchronously, the backend restoring its state off
@@ -413,6 +419,7 @@ func (n *Node) startBackend(store *persist.Store) {
 		n.post(backendFailed{err})
 		return
 	}
+	n.boot.mark(PhaseBackendStarted)
 	select {
 	case n.backends <- b:
 	case <-n.stopper.Stopping():
@@ -645,6 +652,7 @@ func (n *Node) perform(fx ha.Effect) {
 	case ha.Revoke:
 		n.revoke()
 	case ha.FirstDecision:
+		n.boot.mark(PhaseFirstRole)
 		n.log.Info().Str("role", fx.Role.String()).Msg("phase 2: first role decision, starting role-dependent services")
 		for _, f := range n.opts.Phase2 {
 			f(fx.Role)
@@ -704,6 +712,7 @@ func (n *Node) beginTerm(term uint64) {
 		default:
 		}
 		if err == nil {
+			n.boot.markAt(PhaseLogReplayed, time.Now(), time.Since(start))
 			n.log.Info().Uint64("term", term).Dur("barrier", time.Since(start)).Msg("leader barrier done: every earlier entry is applied")
 		}
 		n.post(ha.BarrierDone{Term: term, Err: err})

@@ -325,6 +325,11 @@ func (s *Service) status(v *ha.View) *xcev1.StatusResponse {
 		PlacementFrozen: s.node.FSM().PlacementFrozen(),
 	}
 	st.AssignmentGeneration, _ = s.node.FSM().AssignmentGeneration()
+	if r, ok := s.node.(interface{ StartupPhases() []ha.StartupPhase }); ok {
+		for _, p := range r.StartupPhases() {
+			st.Startup = append(st.Startup, &xcev1.StartupPhase{Name: p.Name, AtSeconds: p.At.Seconds(), TookSeconds: p.Took.Seconds()})
+		}
+	}
 	st.Members = s.statusMembers(v.LeaderID)
 	s.securityStatus(st)
 	var info *ha.RoleInfo

@@ -1,5 +1,7 @@
 package ha
 
+import "time"
+
 // View is the node's role as clients see it. The event loop publishes a new
 // View on every change; readers (the gate, Status) load it lock-free.
 type View struct {
@@ -39,3 +41,12 @@ func NewView(v View) *View {
 
 // Replace closes v's Changed channel; call it once, after publishing next.
 func (v *View) Replace() { close(v.changed) }
+
+// StartupPhase is one phase of a node's start: when it ended, since the
+// node started, and how long it took when that is known apart (a
+// snapshot restore).
+type StartupPhase struct {
+	Name string
+	At   time.Duration
+	Took time.Duration
+}

@@ -137,6 +137,10 @@ type FSM struct {
 	maxEntries int
 
 	mu sync.RWMutex
+	// restoredAt and restoreTook are when the last Restore ended and how
+	// long it took (zero: none yet).
+	restoredAt  time.Time
+	restoreTook time.Duration
 	// tasks is the task registry; a snapshot takes a copy-on-write view
 	// of it.
 	tasks *registry
@@ -636,6 +640,14 @@ func (f *FSM) TasksWithPrefix(prefix, after string, limit int) ([]Task, bool) {
 	return out, more
 }
 
+// LastRestore is when the last snapshot restore ended and how long it
+// took (zero: none since the FSM was made).
+func (f *FSM) LastRestore() (at time.Time, took time.Duration) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.restoredAt, f.restoreTook
+}
+
 // Placement returns the task's placement in the applied assignment.
 func (f *FSM) Placement(id string) (Placement, bool) {
 	f.mu.RLock()
@@ -1016,6 +1028,7 @@ func readSnapshot(r *bufio.Reader) (*snapshotBody, *registry, uint32, error) {
 // Restore replaces the state with the snapshot read from r. A snapshot of
 // another cluster is refused, and a failed Restore changes nothing.
 func (f *FSM) Restore(r io.Reader) error {
+	start := time.Now()
 	s, tasks, version, err := readSnapshot(bufio.NewReader(r))
 	if err != nil {
 		return err
@@ -1063,6 +1076,7 @@ func (f *FSM) Restore(r io.Reader) error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.restoredAt, f.restoreTook = time.Now(), time.Since(start)
 	f.tasks, f.dedup, f.order = tasks, dedup, order
 	f.taskVer++
 	f.outbox, f.published = s.Outbox, s.Published

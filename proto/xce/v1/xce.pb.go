@@ -1043,8 +1043,12 @@ type StatusResponse struct {
 	// that starts from it (WatchAssignment from_generation) gets the changes
 	// that follow without a full copy first.
 	AssignmentGeneration uint64 `protobuf:"varint,29,opt,name=assignment_generation,json=assignmentGeneration,proto3" json:"assignment_generation,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// The phases of this node's start that have ended, in order: listen,
+	// storage_open, snapshot_restore, backend_started, first_role and, on a
+	// PRIMARY, log_replayed (docs/operations.md, "Restarts").
+	Startup       []*StartupPhase `protobuf:"bytes,30,rep,name=startup,proto3" json:"startup,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -1280,6 +1284,77 @@ func (x *StatusResponse) GetAssignmentGeneration() uint64 {
 	return 0
 }
 
+func (x *StatusResponse) GetStartup() []*StartupPhase {
+	if x != nil {
+		return x.Startup
+	}
+	return nil
+}
+
+// StartupPhase is one phase of a node's start.
+type StartupPhase struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// When the phase ended, in seconds since the node started.
+	AtSeconds float64 `protobuf:"fixed64,2,opt,name=at_seconds,json=atSeconds,proto3" json:"at_seconds,omitempty"`
+	// How long the phase itself took, where that is known apart from the
+	// phases before it (a snapshot restore, the leader's log replay).
+	TookSeconds   float64 `protobuf:"fixed64,3,opt,name=took_seconds,json=tookSeconds,proto3" json:"took_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartupPhase) Reset() {
+	*x = StartupPhase{}
+	mi := &file_xce_v1_xce_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartupPhase) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartupPhase) ProtoMessage() {}
+
+func (x *StartupPhase) ProtoReflect() protoreflect.Message {
+	mi := &file_xce_v1_xce_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartupPhase.ProtoReflect.Descriptor instead.
+func (*StartupPhase) Descriptor() ([]byte, []int) {
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *StartupPhase) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *StartupPhase) GetAtSeconds() float64 {
+	if x != nil {
+		return x.AtSeconds
+	}
+	return 0
+}
+
+func (x *StartupPhase) GetTookSeconds() float64 {
+	if x != nil {
+		return x.TookSeconds
+	}
+	return 0
+}
+
 type RosterMember struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	MemberId string                 `protobuf:"bytes,1,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
@@ -1292,7 +1367,7 @@ type RosterMember struct {
 
 func (x *RosterMember) Reset() {
 	*x = RosterMember{}
-	mi := &file_xce_v1_xce_proto_msgTypes[13]
+	mi := &file_xce_v1_xce_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1304,7 +1379,7 @@ func (x *RosterMember) String() string {
 func (*RosterMember) ProtoMessage() {}
 
 func (x *RosterMember) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[13]
+	mi := &file_xce_v1_xce_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1317,7 +1392,7 @@ func (x *RosterMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RosterMember.ProtoReflect.Descriptor instead.
 func (*RosterMember) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{13}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RosterMember) GetMemberId() string {
@@ -1349,7 +1424,7 @@ type WatchStatusRequest struct {
 
 func (x *WatchStatusRequest) Reset() {
 	*x = WatchStatusRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[14]
+	mi := &file_xce_v1_xce_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1361,7 +1436,7 @@ func (x *WatchStatusRequest) String() string {
 func (*WatchStatusRequest) ProtoMessage() {}
 
 func (x *WatchStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[14]
+	mi := &file_xce_v1_xce_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1374,7 +1449,7 @@ func (x *WatchStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchStatusRequest.ProtoReflect.Descriptor instead.
 func (*WatchStatusRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{14}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{15}
 }
 
 // TaskPlacement says where the copies of one task run.
@@ -1395,7 +1470,7 @@ type TaskPlacement struct {
 
 func (x *TaskPlacement) Reset() {
 	*x = TaskPlacement{}
-	mi := &file_xce_v1_xce_proto_msgTypes[15]
+	mi := &file_xce_v1_xce_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1407,7 +1482,7 @@ func (x *TaskPlacement) String() string {
 func (*TaskPlacement) ProtoMessage() {}
 
 func (x *TaskPlacement) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[15]
+	mi := &file_xce_v1_xce_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1420,7 +1495,7 @@ func (x *TaskPlacement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskPlacement.ProtoReflect.Descriptor instead.
 func (*TaskPlacement) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{15}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *TaskPlacement) GetTaskId() string {
@@ -1467,7 +1542,7 @@ type GetAssignmentRequest struct {
 
 func (x *GetAssignmentRequest) Reset() {
 	*x = GetAssignmentRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[16]
+	mi := &file_xce_v1_xce_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1479,7 +1554,7 @@ func (x *GetAssignmentRequest) String() string {
 func (*GetAssignmentRequest) ProtoMessage() {}
 
 func (x *GetAssignmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[16]
+	mi := &file_xce_v1_xce_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1492,7 +1567,7 @@ func (x *GetAssignmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAssignmentRequest.ProtoReflect.Descriptor instead.
 func (*GetAssignmentRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{16}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetAssignmentRequest) GetConsistency() Consistency {
@@ -1519,7 +1594,7 @@ type TaskAssignment struct {
 
 func (x *TaskAssignment) Reset() {
 	*x = TaskAssignment{}
-	mi := &file_xce_v1_xce_proto_msgTypes[17]
+	mi := &file_xce_v1_xce_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1531,7 +1606,7 @@ func (x *TaskAssignment) String() string {
 func (*TaskAssignment) ProtoMessage() {}
 
 func (x *TaskAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[17]
+	mi := &file_xce_v1_xce_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1544,7 +1619,7 @@ func (x *TaskAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskAssignment.ProtoReflect.Descriptor instead.
 func (*TaskAssignment) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{17}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *TaskAssignment) GetPlacement() *TaskPlacement {
@@ -1601,7 +1676,7 @@ type GetAssignmentResponse struct {
 
 func (x *GetAssignmentResponse) Reset() {
 	*x = GetAssignmentResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[18]
+	mi := &file_xce_v1_xce_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1613,7 +1688,7 @@ func (x *GetAssignmentResponse) String() string {
 func (*GetAssignmentResponse) ProtoMessage() {}
 
 func (x *GetAssignmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[18]
+	mi := &file_xce_v1_xce_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1626,7 +1701,7 @@ func (x *GetAssignmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAssignmentResponse.ProtoReflect.Descriptor instead.
 func (*GetAssignmentResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{18}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetAssignmentResponse) GetGeneration() uint64 {
@@ -1679,7 +1754,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[19]
+	mi := &file_xce_v1_xce_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1691,7 +1766,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[19]
+	mi := &file_xce_v1_xce_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1704,7 +1779,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{19}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{20}
 }
 
 type WorkerInfo struct {
@@ -1733,7 +1808,7 @@ type WorkerInfo struct {
 
 func (x *WorkerInfo) Reset() {
 	*x = WorkerInfo{}
-	mi := &file_xce_v1_xce_proto_msgTypes[20]
+	mi := &file_xce_v1_xce_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1745,7 +1820,7 @@ func (x *WorkerInfo) String() string {
 func (*WorkerInfo) ProtoMessage() {}
 
 func (x *WorkerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[20]
+	mi := &file_xce_v1_xce_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1758,7 +1833,7 @@ func (x *WorkerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerInfo.ProtoReflect.Descriptor instead.
 func (*WorkerInfo) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{20}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *WorkerInfo) GetWorkerId() string {
@@ -1854,7 +1929,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[21]
+	mi := &file_xce_v1_xce_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1866,7 +1941,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[21]
+	mi := &file_xce_v1_xce_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1879,7 +1954,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{21}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*WorkerInfo {
@@ -1933,7 +2008,7 @@ type AwayWorker struct {
 
 func (x *AwayWorker) Reset() {
 	*x = AwayWorker{}
-	mi := &file_xce_v1_xce_proto_msgTypes[22]
+	mi := &file_xce_v1_xce_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1945,7 +2020,7 @@ func (x *AwayWorker) String() string {
 func (*AwayWorker) ProtoMessage() {}
 
 func (x *AwayWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[22]
+	mi := &file_xce_v1_xce_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1958,7 +2033,7 @@ func (x *AwayWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AwayWorker.ProtoReflect.Descriptor instead.
 func (*AwayWorker) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{22}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *AwayWorker) GetWorkerId() string {
@@ -1998,7 +2073,7 @@ type DrainWorkerRequest struct {
 
 func (x *DrainWorkerRequest) Reset() {
 	*x = DrainWorkerRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[23]
+	mi := &file_xce_v1_xce_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2010,7 +2085,7 @@ func (x *DrainWorkerRequest) String() string {
 func (*DrainWorkerRequest) ProtoMessage() {}
 
 func (x *DrainWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[23]
+	mi := &file_xce_v1_xce_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2023,7 +2098,7 @@ func (x *DrainWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainWorkerRequest.ProtoReflect.Descriptor instead.
 func (*DrainWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{23}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DrainWorkerRequest) GetWorkerId() string {
@@ -2049,7 +2124,7 @@ type DrainWorkerResponse struct {
 
 func (x *DrainWorkerResponse) Reset() {
 	*x = DrainWorkerResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[24]
+	mi := &file_xce_v1_xce_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2061,7 +2136,7 @@ func (x *DrainWorkerResponse) String() string {
 func (*DrainWorkerResponse) ProtoMessage() {}
 
 func (x *DrainWorkerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[24]
+	mi := &file_xce_v1_xce_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2074,7 +2149,7 @@ func (x *DrainWorkerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainWorkerResponse.ProtoReflect.Descriptor instead.
 func (*DrainWorkerResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{24}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DrainWorkerResponse) GetIndex() uint64 {
@@ -2107,7 +2182,7 @@ type UndrainWorkerRequest struct {
 
 func (x *UndrainWorkerRequest) Reset() {
 	*x = UndrainWorkerRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[25]
+	mi := &file_xce_v1_xce_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2119,7 +2194,7 @@ func (x *UndrainWorkerRequest) String() string {
 func (*UndrainWorkerRequest) ProtoMessage() {}
 
 func (x *UndrainWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[25]
+	mi := &file_xce_v1_xce_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2132,7 +2207,7 @@ func (x *UndrainWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UndrainWorkerRequest.ProtoReflect.Descriptor instead.
 func (*UndrainWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{25}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *UndrainWorkerRequest) GetWorkerId() string {
@@ -2152,7 +2227,7 @@ type UndrainWorkerResponse struct {
 
 func (x *UndrainWorkerResponse) Reset() {
 	*x = UndrainWorkerResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[26]
+	mi := &file_xce_v1_xce_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2164,7 +2239,7 @@ func (x *UndrainWorkerResponse) String() string {
 func (*UndrainWorkerResponse) ProtoMessage() {}
 
 func (x *UndrainWorkerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[26]
+	mi := &file_xce_v1_xce_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2177,7 +2252,7 @@ func (x *UndrainWorkerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UndrainWorkerResponse.ProtoReflect.Descriptor instead.
 func (*UndrainWorkerResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{26}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *UndrainWorkerResponse) GetIndex() uint64 {
@@ -2195,7 +2270,7 @@ type FreezePlacementRequest struct {
 
 func (x *FreezePlacementRequest) Reset() {
 	*x = FreezePlacementRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[27]
+	mi := &file_xce_v1_xce_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2207,7 +2282,7 @@ func (x *FreezePlacementRequest) String() string {
 func (*FreezePlacementRequest) ProtoMessage() {}
 
 func (x *FreezePlacementRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[27]
+	mi := &file_xce_v1_xce_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2220,7 +2295,7 @@ func (x *FreezePlacementRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreezePlacementRequest.ProtoReflect.Descriptor instead.
 func (*FreezePlacementRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{27}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{28}
 }
 
 type FreezePlacementResponse struct {
@@ -2233,7 +2308,7 @@ type FreezePlacementResponse struct {
 
 func (x *FreezePlacementResponse) Reset() {
 	*x = FreezePlacementResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[28]
+	mi := &file_xce_v1_xce_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2245,7 +2320,7 @@ func (x *FreezePlacementResponse) String() string {
 func (*FreezePlacementResponse) ProtoMessage() {}
 
 func (x *FreezePlacementResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[28]
+	mi := &file_xce_v1_xce_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2258,7 +2333,7 @@ func (x *FreezePlacementResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreezePlacementResponse.ProtoReflect.Descriptor instead.
 func (*FreezePlacementResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{28}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *FreezePlacementResponse) GetIndex() uint64 {
@@ -2276,7 +2351,7 @@ type UnfreezePlacementRequest struct {
 
 func (x *UnfreezePlacementRequest) Reset() {
 	*x = UnfreezePlacementRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[29]
+	mi := &file_xce_v1_xce_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2288,7 +2363,7 @@ func (x *UnfreezePlacementRequest) String() string {
 func (*UnfreezePlacementRequest) ProtoMessage() {}
 
 func (x *UnfreezePlacementRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[29]
+	mi := &file_xce_v1_xce_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2301,7 +2376,7 @@ func (x *UnfreezePlacementRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnfreezePlacementRequest.ProtoReflect.Descriptor instead.
 func (*UnfreezePlacementRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{29}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{30}
 }
 
 type UnfreezePlacementResponse struct {
@@ -2314,7 +2389,7 @@ type UnfreezePlacementResponse struct {
 
 func (x *UnfreezePlacementResponse) Reset() {
 	*x = UnfreezePlacementResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[30]
+	mi := &file_xce_v1_xce_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2326,7 +2401,7 @@ func (x *UnfreezePlacementResponse) String() string {
 func (*UnfreezePlacementResponse) ProtoMessage() {}
 
 func (x *UnfreezePlacementResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[30]
+	mi := &file_xce_v1_xce_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2339,7 +2414,7 @@ func (x *UnfreezePlacementResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnfreezePlacementResponse.ProtoReflect.Descriptor instead.
 func (*UnfreezePlacementResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{30}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *UnfreezePlacementResponse) GetIndex() uint64 {
@@ -2359,7 +2434,7 @@ type WatchTasksRequest struct {
 
 func (x *WatchTasksRequest) Reset() {
 	*x = WatchTasksRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[31]
+	mi := &file_xce_v1_xce_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2371,7 +2446,7 @@ func (x *WatchTasksRequest) String() string {
 func (*WatchTasksRequest) ProtoMessage() {}
 
 func (x *WatchTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[31]
+	mi := &file_xce_v1_xce_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2384,7 +2459,7 @@ func (x *WatchTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTasksRequest.ProtoReflect.Descriptor instead.
 func (*WatchTasksRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{31}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *WatchTasksRequest) GetFromIndex() uint64 {
@@ -2415,7 +2490,7 @@ type TaskEvent struct {
 
 func (x *TaskEvent) Reset() {
 	*x = TaskEvent{}
-	mi := &file_xce_v1_xce_proto_msgTypes[32]
+	mi := &file_xce_v1_xce_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2427,7 +2502,7 @@ func (x *TaskEvent) String() string {
 func (*TaskEvent) ProtoMessage() {}
 
 func (x *TaskEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[32]
+	mi := &file_xce_v1_xce_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2440,7 +2515,7 @@ func (x *TaskEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskEvent.ProtoReflect.Descriptor instead.
 func (*TaskEvent) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{32}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *TaskEvent) GetIndex() uint64 {
@@ -2478,7 +2553,7 @@ type WatchTasksResponse struct {
 
 func (x *WatchTasksResponse) Reset() {
 	*x = WatchTasksResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[33]
+	mi := &file_xce_v1_xce_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2490,7 +2565,7 @@ func (x *WatchTasksResponse) String() string {
 func (*WatchTasksResponse) ProtoMessage() {}
 
 func (x *WatchTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[33]
+	mi := &file_xce_v1_xce_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2503,7 +2578,7 @@ func (x *WatchTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTasksResponse.ProtoReflect.Descriptor instead.
 func (*WatchTasksResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{33}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *WatchTasksResponse) GetEvents() []*TaskEvent {
@@ -2549,7 +2624,7 @@ type WatchAssignmentRequest struct {
 
 func (x *WatchAssignmentRequest) Reset() {
 	*x = WatchAssignmentRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[34]
+	mi := &file_xce_v1_xce_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2561,7 +2636,7 @@ func (x *WatchAssignmentRequest) String() string {
 func (*WatchAssignmentRequest) ProtoMessage() {}
 
 func (x *WatchAssignmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[34]
+	mi := &file_xce_v1_xce_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2574,7 +2649,7 @@ func (x *WatchAssignmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchAssignmentRequest.ProtoReflect.Descriptor instead.
 func (*WatchAssignmentRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{34}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *WatchAssignmentRequest) GetFromGeneration() uint64 {
@@ -2635,7 +2710,7 @@ type WatchAssignmentResponse struct {
 
 func (x *WatchAssignmentResponse) Reset() {
 	*x = WatchAssignmentResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[35]
+	mi := &file_xce_v1_xce_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2647,7 +2722,7 @@ func (x *WatchAssignmentResponse) String() string {
 func (*WatchAssignmentResponse) ProtoMessage() {}
 
 func (x *WatchAssignmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[35]
+	mi := &file_xce_v1_xce_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2660,7 +2735,7 @@ func (x *WatchAssignmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchAssignmentResponse.ProtoReflect.Descriptor instead.
 func (*WatchAssignmentResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{35}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *WatchAssignmentResponse) GetGeneration() uint64 {
@@ -2751,7 +2826,7 @@ type Fact struct {
 
 func (x *Fact) Reset() {
 	*x = Fact{}
-	mi := &file_xce_v1_xce_proto_msgTypes[36]
+	mi := &file_xce_v1_xce_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2763,7 +2838,7 @@ func (x *Fact) String() string {
 func (*Fact) ProtoMessage() {}
 
 func (x *Fact) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[36]
+	mi := &file_xce_v1_xce_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2776,7 +2851,7 @@ func (x *Fact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Fact.ProtoReflect.Descriptor instead.
 func (*Fact) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{36}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Fact) GetKind() FactKind {
@@ -2818,7 +2893,7 @@ type RegisterRequest struct {
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[37]
+	mi := &file_xce_v1_xce_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2830,7 +2905,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[37]
+	mi := &file_xce_v1_xce_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2843,7 +2918,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{37}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RegisterRequest) GetWorkerId() string {
@@ -2892,7 +2967,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[38]
+	mi := &file_xce_v1_xce_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2904,7 +2979,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[38]
+	mi := &file_xce_v1_xce_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2917,7 +2992,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{38}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RegisterResponse) GetGeneration() uint64 {
@@ -2995,7 +3070,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[39]
+	mi := &file_xce_v1_xce_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3007,7 +3082,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[39]
+	mi := &file_xce_v1_xce_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3020,7 +3095,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{39}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *HeartbeatRequest) GetWorkerId() string {
@@ -3128,7 +3203,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[40]
+	mi := &file_xce_v1_xce_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3140,7 +3215,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[40]
+	mi := &file_xce_v1_xce_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3153,7 +3228,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{40}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *HeartbeatResponse) GetGeneration() uint64 {
@@ -3254,7 +3329,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_xce_v1_xce_proto_msgTypes[41]
+	mi := &file_xce_v1_xce_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3266,7 +3341,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[41]
+	mi := &file_xce_v1_xce_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3279,7 +3354,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{41}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Member) GetId() string {
@@ -3354,7 +3429,7 @@ type ListMembersRequest struct {
 
 func (x *ListMembersRequest) Reset() {
 	*x = ListMembersRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[42]
+	mi := &file_xce_v1_xce_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3366,7 +3441,7 @@ func (x *ListMembersRequest) String() string {
 func (*ListMembersRequest) ProtoMessage() {}
 
 func (x *ListMembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[42]
+	mi := &file_xce_v1_xce_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3379,7 +3454,7 @@ func (x *ListMembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMembersRequest.ProtoReflect.Descriptor instead.
 func (*ListMembersRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{42}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListMembersRequest) GetConsistency() Consistency {
@@ -3400,7 +3475,7 @@ type ListMembersResponse struct {
 
 func (x *ListMembersResponse) Reset() {
 	*x = ListMembersResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[43]
+	mi := &file_xce_v1_xce_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3412,7 +3487,7 @@ func (x *ListMembersResponse) String() string {
 func (*ListMembersResponse) ProtoMessage() {}
 
 func (x *ListMembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[43]
+	mi := &file_xce_v1_xce_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3425,7 +3500,7 @@ func (x *ListMembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMembersResponse.ProtoReflect.Descriptor instead.
 func (*ListMembersResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{43}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListMembersResponse) GetMembers() []*Member {
@@ -3453,7 +3528,7 @@ type AddMemberRequest struct {
 
 func (x *AddMemberRequest) Reset() {
 	*x = AddMemberRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[44]
+	mi := &file_xce_v1_xce_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3465,7 +3540,7 @@ func (x *AddMemberRequest) String() string {
 func (*AddMemberRequest) ProtoMessage() {}
 
 func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[44]
+	mi := &file_xce_v1_xce_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3478,7 +3553,7 @@ func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberRequest.ProtoReflect.Descriptor instead.
 func (*AddMemberRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{44}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *AddMemberRequest) GetId() string {
@@ -3511,7 +3586,7 @@ type AddMemberResponse struct {
 
 func (x *AddMemberResponse) Reset() {
 	*x = AddMemberResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[45]
+	mi := &file_xce_v1_xce_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3523,7 +3598,7 @@ func (x *AddMemberResponse) String() string {
 func (*AddMemberResponse) ProtoMessage() {}
 
 func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[45]
+	mi := &file_xce_v1_xce_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3536,7 +3611,7 @@ func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberResponse.ProtoReflect.Descriptor instead.
 func (*AddMemberResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{45}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *AddMemberResponse) GetMember() *Member {
@@ -3555,7 +3630,7 @@ type PromoteMemberRequest struct {
 
 func (x *PromoteMemberRequest) Reset() {
 	*x = PromoteMemberRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[46]
+	mi := &file_xce_v1_xce_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3567,7 +3642,7 @@ func (x *PromoteMemberRequest) String() string {
 func (*PromoteMemberRequest) ProtoMessage() {}
 
 func (x *PromoteMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[46]
+	mi := &file_xce_v1_xce_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3580,7 +3655,7 @@ func (x *PromoteMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteMemberRequest.ProtoReflect.Descriptor instead.
 func (*PromoteMemberRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{46}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *PromoteMemberRequest) GetId() string {
@@ -3599,7 +3674,7 @@ type PromoteMemberResponse struct {
 
 func (x *PromoteMemberResponse) Reset() {
 	*x = PromoteMemberResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[47]
+	mi := &file_xce_v1_xce_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3611,7 +3686,7 @@ func (x *PromoteMemberResponse) String() string {
 func (*PromoteMemberResponse) ProtoMessage() {}
 
 func (x *PromoteMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[47]
+	mi := &file_xce_v1_xce_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3624,7 +3699,7 @@ func (x *PromoteMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteMemberResponse.ProtoReflect.Descriptor instead.
 func (*PromoteMemberResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{47}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *PromoteMemberResponse) GetMember() *Member {
@@ -3645,7 +3720,7 @@ type RemoveMemberRequest struct {
 
 func (x *RemoveMemberRequest) Reset() {
 	*x = RemoveMemberRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[48]
+	mi := &file_xce_v1_xce_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3657,7 +3732,7 @@ func (x *RemoveMemberRequest) String() string {
 func (*RemoveMemberRequest) ProtoMessage() {}
 
 func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[48]
+	mi := &file_xce_v1_xce_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3670,7 +3745,7 @@ func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{48}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *RemoveMemberRequest) GetId() string {
@@ -3695,7 +3770,7 @@ type RemoveMemberResponse struct {
 
 func (x *RemoveMemberResponse) Reset() {
 	*x = RemoveMemberResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[49]
+	mi := &file_xce_v1_xce_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3707,7 +3782,7 @@ func (x *RemoveMemberResponse) String() string {
 func (*RemoveMemberResponse) ProtoMessage() {}
 
 func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[49]
+	mi := &file_xce_v1_xce_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3720,7 +3795,7 @@ func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMemberResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{49}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{50}
 }
 
 type TransferLeaderRequest struct {
@@ -3733,7 +3808,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[50]
+	mi := &file_xce_v1_xce_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3745,7 +3820,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[50]
+	mi := &file_xce_v1_xce_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3758,7 +3833,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{50}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *TransferLeaderRequest) GetTo() string {
@@ -3778,7 +3853,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[51]
+	mi := &file_xce_v1_xce_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3790,7 +3865,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[51]
+	mi := &file_xce_v1_xce_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3803,7 +3878,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{51}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *TransferLeaderResponse) GetLeaderId() string {
@@ -3827,7 +3902,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[52]
+	mi := &file_xce_v1_xce_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3839,7 +3914,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[52]
+	mi := &file_xce_v1_xce_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3852,7 +3927,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{52}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *JoinRequest) GetId() string {
@@ -3893,7 +3968,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[53]
+	mi := &file_xce_v1_xce_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3905,7 +3980,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[53]
+	mi := &file_xce_v1_xce_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3918,7 +3993,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{53}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *JoinResponse) GetMember() *Member {
@@ -3936,7 +4011,7 @@ type SaveSnapshotRequest struct {
 
 func (x *SaveSnapshotRequest) Reset() {
 	*x = SaveSnapshotRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[54]
+	mi := &file_xce_v1_xce_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3948,7 +4023,7 @@ func (x *SaveSnapshotRequest) String() string {
 func (*SaveSnapshotRequest) ProtoMessage() {}
 
 func (x *SaveSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[54]
+	mi := &file_xce_v1_xce_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3961,7 +4036,7 @@ func (x *SaveSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SaveSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SaveSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{54}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{55}
 }
 
 // SnapshotChunk is one piece of a snapshot stream: the first carries the
@@ -3984,7 +4059,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_xce_v1_xce_proto_msgTypes[55]
+	mi := &file_xce_v1_xce_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3996,7 +4071,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[55]
+	mi := &file_xce_v1_xce_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4009,7 +4084,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{55}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *SnapshotChunk) GetFormat() uint32 {
@@ -4069,7 +4144,7 @@ type TakeSnapshotRequest struct {
 
 func (x *TakeSnapshotRequest) Reset() {
 	*x = TakeSnapshotRequest{}
-	mi := &file_xce_v1_xce_proto_msgTypes[56]
+	mi := &file_xce_v1_xce_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4081,7 +4156,7 @@ func (x *TakeSnapshotRequest) String() string {
 func (*TakeSnapshotRequest) ProtoMessage() {}
 
 func (x *TakeSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[56]
+	mi := &file_xce_v1_xce_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4094,7 +4169,7 @@ func (x *TakeSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*TakeSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{56}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{57}
 }
 
 type TakeSnapshotResponse struct {
@@ -4111,7 +4186,7 @@ type TakeSnapshotResponse struct {
 
 func (x *TakeSnapshotResponse) Reset() {
 	*x = TakeSnapshotResponse{}
-	mi := &file_xce_v1_xce_proto_msgTypes[57]
+	mi := &file_xce_v1_xce_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4123,7 +4198,7 @@ func (x *TakeSnapshotResponse) String() string {
 func (*TakeSnapshotResponse) ProtoMessage() {}
 
 func (x *TakeSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xce_v1_xce_proto_msgTypes[57]
+	mi := &file_xce_v1_xce_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4136,7 +4211,7 @@ func (x *TakeSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*TakeSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_xce_v1_xce_proto_rawDescGZIP(), []int{57}
+	return file_xce_v1_xce_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *TakeSnapshotResponse) GetIndex() uint64 {
@@ -4227,7 +4302,7 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"request_id\x18\x03 \x01(\tR\trequestId\"*\n" +
 	"\x12DeleteTaskResponse\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\"\x0f\n" +
-	"\rStatusRequest\"\xd1\a\n" +
+	"\rStatusRequest\"\x81\b\n" +
 	"\x0eStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1d\n" +
 	"\n" +
@@ -4264,7 +4339,13 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"\x14peer_tls_cert_expiry\x18\x1a \x01(\tR\x11peerTlsCertExpiry\x12(\n" +
 	"\amembers\x18\x1b \x03(\v2\x0e.xce.v1.MemberR\amembers\x12)\n" +
 	"\x10placement_frozen\x18\x1c \x01(\bR\x0fplacementFrozen\x123\n" +
-	"\x15assignment_generation\x18\x1d \x01(\x04R\x14assignmentGeneration\"W\n" +
+	"\x15assignment_generation\x18\x1d \x01(\x04R\x14assignmentGeneration\x12.\n" +
+	"\astartup\x18\x1e \x03(\v2\x14.xce.v1.StartupPhaseR\astartup\"d\n" +
+	"\fStartupPhase\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
+	"\n" +
+	"at_seconds\x18\x02 \x01(\x01R\tatSeconds\x12!\n" +
+	"\ftook_seconds\x18\x03 \x01(\x01R\vtookSeconds\"W\n" +
 	"\fRosterMember\x12\x1b\n" +
 	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12\x12\n" +
 	"\x04rank\x18\x02 \x01(\rR\x04rank\x12\x16\n" +
@@ -4561,7 +4642,7 @@ func file_xce_v1_xce_proto_rawDescGZIP() []byte {
 }
 
 var file_xce_v1_xce_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_xce_v1_xce_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
+var file_xce_v1_xce_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
 var file_xce_v1_xce_proto_goTypes = []any{
 	(Role)(0),                         // 0: xce.v1.Role
 	(Consistency)(0),                  // 1: xce.v1.Consistency
@@ -4579,156 +4660,158 @@ var file_xce_v1_xce_proto_goTypes = []any{
 	(*DeleteTaskResponse)(nil),        // 13: xce.v1.DeleteTaskResponse
 	(*StatusRequest)(nil),             // 14: xce.v1.StatusRequest
 	(*StatusResponse)(nil),            // 15: xce.v1.StatusResponse
-	(*RosterMember)(nil),              // 16: xce.v1.RosterMember
-	(*WatchStatusRequest)(nil),        // 17: xce.v1.WatchStatusRequest
-	(*TaskPlacement)(nil),             // 18: xce.v1.TaskPlacement
-	(*GetAssignmentRequest)(nil),      // 19: xce.v1.GetAssignmentRequest
-	(*TaskAssignment)(nil),            // 20: xce.v1.TaskAssignment
-	(*GetAssignmentResponse)(nil),     // 21: xce.v1.GetAssignmentResponse
-	(*ListWorkersRequest)(nil),        // 22: xce.v1.ListWorkersRequest
-	(*WorkerInfo)(nil),                // 23: xce.v1.WorkerInfo
-	(*ListWorkersResponse)(nil),       // 24: xce.v1.ListWorkersResponse
-	(*AwayWorker)(nil),                // 25: xce.v1.AwayWorker
-	(*DrainWorkerRequest)(nil),        // 26: xce.v1.DrainWorkerRequest
-	(*DrainWorkerResponse)(nil),       // 27: xce.v1.DrainWorkerResponse
-	(*UndrainWorkerRequest)(nil),      // 28: xce.v1.UndrainWorkerRequest
-	(*UndrainWorkerResponse)(nil),     // 29: xce.v1.UndrainWorkerResponse
-	(*FreezePlacementRequest)(nil),    // 30: xce.v1.FreezePlacementRequest
-	(*FreezePlacementResponse)(nil),   // 31: xce.v1.FreezePlacementResponse
-	(*UnfreezePlacementRequest)(nil),  // 32: xce.v1.UnfreezePlacementRequest
-	(*UnfreezePlacementResponse)(nil), // 33: xce.v1.UnfreezePlacementResponse
-	(*WatchTasksRequest)(nil),         // 34: xce.v1.WatchTasksRequest
-	(*TaskEvent)(nil),                 // 35: xce.v1.TaskEvent
-	(*WatchTasksResponse)(nil),        // 36: xce.v1.WatchTasksResponse
-	(*WatchAssignmentRequest)(nil),    // 37: xce.v1.WatchAssignmentRequest
-	(*WatchAssignmentResponse)(nil),   // 38: xce.v1.WatchAssignmentResponse
-	(*Fact)(nil),                      // 39: xce.v1.Fact
-	(*RegisterRequest)(nil),           // 40: xce.v1.RegisterRequest
-	(*RegisterResponse)(nil),          // 41: xce.v1.RegisterResponse
-	(*HeartbeatRequest)(nil),          // 42: xce.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),         // 43: xce.v1.HeartbeatResponse
-	(*Member)(nil),                    // 44: xce.v1.Member
-	(*ListMembersRequest)(nil),        // 45: xce.v1.ListMembersRequest
-	(*ListMembersResponse)(nil),       // 46: xce.v1.ListMembersResponse
-	(*AddMemberRequest)(nil),          // 47: xce.v1.AddMemberRequest
-	(*AddMemberResponse)(nil),         // 48: xce.v1.AddMemberResponse
-	(*PromoteMemberRequest)(nil),      // 49: xce.v1.PromoteMemberRequest
-	(*PromoteMemberResponse)(nil),     // 50: xce.v1.PromoteMemberResponse
-	(*RemoveMemberRequest)(nil),       // 51: xce.v1.RemoveMemberRequest
-	(*RemoveMemberResponse)(nil),      // 52: xce.v1.RemoveMemberResponse
-	(*TransferLeaderRequest)(nil),     // 53: xce.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil),    // 54: xce.v1.TransferLeaderResponse
-	(*JoinRequest)(nil),               // 55: xce.v1.JoinRequest
-	(*JoinResponse)(nil),              // 56: xce.v1.JoinResponse
-	(*SaveSnapshotRequest)(nil),       // 57: xce.v1.SaveSnapshotRequest
-	(*SnapshotChunk)(nil),             // 58: xce.v1.SnapshotChunk
-	(*TakeSnapshotRequest)(nil),       // 59: xce.v1.TakeSnapshotRequest
-	(*TakeSnapshotResponse)(nil),      // 60: xce.v1.TakeSnapshotResponse
-	nil,                               // 61: xce.v1.TaskAssignment.LagsEntry
-	nil,                               // 62: xce.v1.WorkerInfo.LagsEntry
-	nil,                               // 63: xce.v1.WorkerInfo.LabelsEntry
-	nil,                               // 64: xce.v1.AwayWorker.LabelsEntry
-	nil,                               // 65: xce.v1.WatchAssignmentResponse.WorkerAddrsEntry
-	nil,                               // 66: xce.v1.RegisterRequest.LabelsEntry
-	nil,                               // 67: xce.v1.HeartbeatRequest.LagsEntry
-	nil,                               // 68: xce.v1.HeartbeatRequest.LoadsEntry
-	nil,                               // 69: xce.v1.HeartbeatResponse.EpochsEntry
+	(*StartupPhase)(nil),              // 16: xce.v1.StartupPhase
+	(*RosterMember)(nil),              // 17: xce.v1.RosterMember
+	(*WatchStatusRequest)(nil),        // 18: xce.v1.WatchStatusRequest
+	(*TaskPlacement)(nil),             // 19: xce.v1.TaskPlacement
+	(*GetAssignmentRequest)(nil),      // 20: xce.v1.GetAssignmentRequest
+	(*TaskAssignment)(nil),            // 21: xce.v1.TaskAssignment
+	(*GetAssignmentResponse)(nil),     // 22: xce.v1.GetAssignmentResponse
+	(*ListWorkersRequest)(nil),        // 23: xce.v1.ListWorkersRequest
+	(*WorkerInfo)(nil),                // 24: xce.v1.WorkerInfo
+	(*ListWorkersResponse)(nil),       // 25: xce.v1.ListWorkersResponse
+	(*AwayWorker)(nil),                // 26: xce.v1.AwayWorker
+	(*DrainWorkerRequest)(nil),        // 27: xce.v1.DrainWorkerRequest
+	(*DrainWorkerResponse)(nil),       // 28: xce.v1.DrainWorkerResponse
+	(*UndrainWorkerRequest)(nil),      // 29: xce.v1.UndrainWorkerRequest
+	(*UndrainWorkerResponse)(nil),     // 30: xce.v1.UndrainWorkerResponse
+	(*FreezePlacementRequest)(nil),    // 31: xce.v1.FreezePlacementRequest
+	(*FreezePlacementResponse)(nil),   // 32: xce.v1.FreezePlacementResponse
+	(*UnfreezePlacementRequest)(nil),  // 33: xce.v1.UnfreezePlacementRequest
+	(*UnfreezePlacementResponse)(nil), // 34: xce.v1.UnfreezePlacementResponse
+	(*WatchTasksRequest)(nil),         // 35: xce.v1.WatchTasksRequest
+	(*TaskEvent)(nil),                 // 36: xce.v1.TaskEvent
+	(*WatchTasksResponse)(nil),        // 37: xce.v1.WatchTasksResponse
+	(*WatchAssignmentRequest)(nil),    // 38: xce.v1.WatchAssignmentRequest
+	(*WatchAssignmentResponse)(nil),   // 39: xce.v1.WatchAssignmentResponse
+	(*Fact)(nil),                      // 40: xce.v1.Fact
+	(*RegisterRequest)(nil),           // 41: xce.v1.RegisterRequest
+	(*RegisterResponse)(nil),          // 42: xce.v1.RegisterResponse
+	(*HeartbeatRequest)(nil),          // 43: xce.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),         // 44: xce.v1.HeartbeatResponse
+	(*Member)(nil),                    // 45: xce.v1.Member
+	(*ListMembersRequest)(nil),        // 46: xce.v1.ListMembersRequest
+	(*ListMembersResponse)(nil),       // 47: xce.v1.ListMembersResponse
+	(*AddMemberRequest)(nil),          // 48: xce.v1.AddMemberRequest
+	(*AddMemberResponse)(nil),         // 49: xce.v1.AddMemberResponse
+	(*PromoteMemberRequest)(nil),      // 50: xce.v1.PromoteMemberRequest
+	(*PromoteMemberResponse)(nil),     // 51: xce.v1.PromoteMemberResponse
+	(*RemoveMemberRequest)(nil),       // 52: xce.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil),      // 53: xce.v1.RemoveMemberResponse
+	(*TransferLeaderRequest)(nil),     // 54: xce.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil),    // 55: xce.v1.TransferLeaderResponse
+	(*JoinRequest)(nil),               // 56: xce.v1.JoinRequest
+	(*JoinResponse)(nil),              // 57: xce.v1.JoinResponse
+	(*SaveSnapshotRequest)(nil),       // 58: xce.v1.SaveSnapshotRequest
+	(*SnapshotChunk)(nil),             // 59: xce.v1.SnapshotChunk
+	(*TakeSnapshotRequest)(nil),       // 60: xce.v1.TakeSnapshotRequest
+	(*TakeSnapshotResponse)(nil),      // 61: xce.v1.TakeSnapshotResponse
+	nil,                               // 62: xce.v1.TaskAssignment.LagsEntry
+	nil,                               // 63: xce.v1.WorkerInfo.LagsEntry
+	nil,                               // 64: xce.v1.WorkerInfo.LabelsEntry
+	nil,                               // 65: xce.v1.AwayWorker.LabelsEntry
+	nil,                               // 66: xce.v1.WatchAssignmentResponse.WorkerAddrsEntry
+	nil,                               // 67: xce.v1.RegisterRequest.LabelsEntry
+	nil,                               // 68: xce.v1.HeartbeatRequest.LagsEntry
+	nil,                               // 69: xce.v1.HeartbeatRequest.LoadsEntry
+	nil,                               // 70: xce.v1.HeartbeatResponse.EpochsEntry
 }
 var file_xce_v1_xce_proto_depIdxs = []int32{
 	0,  // 0: xce.v1.NotReady.role:type_name -> xce.v1.Role
 	4,  // 1: xce.v1.SubmitTaskResponse.task:type_name -> xce.v1.Task
 	1,  // 2: xce.v1.GetTaskRequest.consistency:type_name -> xce.v1.Consistency
 	4,  // 3: xce.v1.GetTaskResponse.task:type_name -> xce.v1.Task
-	18, // 4: xce.v1.GetTaskResponse.placement:type_name -> xce.v1.TaskPlacement
+	19, // 4: xce.v1.GetTaskResponse.placement:type_name -> xce.v1.TaskPlacement
 	9,  // 5: xce.v1.GetTaskResponse.moves:type_name -> xce.v1.TaskMove
-	18, // 6: xce.v1.TaskMove.placement:type_name -> xce.v1.TaskPlacement
+	19, // 6: xce.v1.TaskMove.placement:type_name -> xce.v1.TaskPlacement
 	1,  // 7: xce.v1.ListTasksRequest.consistency:type_name -> xce.v1.Consistency
 	4,  // 8: xce.v1.ListTasksResponse.tasks:type_name -> xce.v1.Task
-	18, // 9: xce.v1.ListTasksResponse.placements:type_name -> xce.v1.TaskPlacement
+	19, // 9: xce.v1.ListTasksResponse.placements:type_name -> xce.v1.TaskPlacement
 	0,  // 10: xce.v1.StatusResponse.role:type_name -> xce.v1.Role
-	16, // 11: xce.v1.StatusResponse.roster:type_name -> xce.v1.RosterMember
-	44, // 12: xce.v1.StatusResponse.members:type_name -> xce.v1.Member
-	1,  // 13: xce.v1.GetAssignmentRequest.consistency:type_name -> xce.v1.Consistency
-	18, // 14: xce.v1.TaskAssignment.placement:type_name -> xce.v1.TaskPlacement
-	61, // 15: xce.v1.TaskAssignment.lags:type_name -> xce.v1.TaskAssignment.LagsEntry
-	20, // 16: xce.v1.GetAssignmentResponse.tasks:type_name -> xce.v1.TaskAssignment
-	62, // 17: xce.v1.WorkerInfo.lags:type_name -> xce.v1.WorkerInfo.LagsEntry
-	63, // 18: xce.v1.WorkerInfo.labels:type_name -> xce.v1.WorkerInfo.LabelsEntry
-	23, // 19: xce.v1.ListWorkersResponse.workers:type_name -> xce.v1.WorkerInfo
-	25, // 20: xce.v1.ListWorkersResponse.away:type_name -> xce.v1.AwayWorker
-	64, // 21: xce.v1.AwayWorker.labels:type_name -> xce.v1.AwayWorker.LabelsEntry
-	1,  // 22: xce.v1.WatchTasksRequest.consistency:type_name -> xce.v1.Consistency
-	4,  // 23: xce.v1.TaskEvent.task:type_name -> xce.v1.Task
-	35, // 24: xce.v1.WatchTasksResponse.events:type_name -> xce.v1.TaskEvent
-	0,  // 25: xce.v1.WatchTasksResponse.role:type_name -> xce.v1.Role
-	1,  // 26: xce.v1.WatchAssignmentRequest.consistency:type_name -> xce.v1.Consistency
-	18, // 27: xce.v1.WatchAssignmentResponse.tasks:type_name -> xce.v1.TaskPlacement
-	0,  // 28: xce.v1.WatchAssignmentResponse.role:type_name -> xce.v1.Role
-	65, // 29: xce.v1.WatchAssignmentResponse.worker_addrs:type_name -> xce.v1.WatchAssignmentResponse.WorkerAddrsEntry
-	2,  // 30: xce.v1.Fact.kind:type_name -> xce.v1.FactKind
-	66, // 31: xce.v1.RegisterRequest.labels:type_name -> xce.v1.RegisterRequest.LabelsEntry
-	67, // 32: xce.v1.HeartbeatRequest.lags:type_name -> xce.v1.HeartbeatRequest.LagsEntry
-	39, // 33: xce.v1.HeartbeatRequest.facts:type_name -> xce.v1.Fact
-	68, // 34: xce.v1.HeartbeatRequest.loads:type_name -> xce.v1.HeartbeatRequest.LoadsEntry
-	69, // 35: xce.v1.HeartbeatResponse.epochs:type_name -> xce.v1.HeartbeatResponse.EpochsEntry
-	1,  // 36: xce.v1.ListMembersRequest.consistency:type_name -> xce.v1.Consistency
-	44, // 37: xce.v1.ListMembersResponse.members:type_name -> xce.v1.Member
-	44, // 38: xce.v1.AddMemberResponse.member:type_name -> xce.v1.Member
-	44, // 39: xce.v1.PromoteMemberResponse.member:type_name -> xce.v1.Member
-	44, // 40: xce.v1.JoinResponse.member:type_name -> xce.v1.Member
-	14, // 41: xce.v1.ControllerService.Status:input_type -> xce.v1.StatusRequest
-	17, // 42: xce.v1.ControllerService.WatchStatus:input_type -> xce.v1.WatchStatusRequest
-	5,  // 43: xce.v1.ControllerService.SubmitTask:input_type -> xce.v1.SubmitTaskRequest
-	7,  // 44: xce.v1.ControllerService.GetTask:input_type -> xce.v1.GetTaskRequest
-	10, // 45: xce.v1.ControllerService.ListTasks:input_type -> xce.v1.ListTasksRequest
-	12, // 46: xce.v1.ControllerService.DeleteTask:input_type -> xce.v1.DeleteTaskRequest
-	19, // 47: xce.v1.ControllerService.GetAssignment:input_type -> xce.v1.GetAssignmentRequest
-	22, // 48: xce.v1.ControllerService.ListWorkers:input_type -> xce.v1.ListWorkersRequest
-	26, // 49: xce.v1.ControllerService.DrainWorker:input_type -> xce.v1.DrainWorkerRequest
-	28, // 50: xce.v1.ControllerService.UndrainWorker:input_type -> xce.v1.UndrainWorkerRequest
-	30, // 51: xce.v1.ControllerService.FreezePlacement:input_type -> xce.v1.FreezePlacementRequest
-	32, // 52: xce.v1.ControllerService.UnfreezePlacement:input_type -> xce.v1.UnfreezePlacementRequest
-	37, // 53: xce.v1.ControllerService.WatchAssignment:input_type -> xce.v1.WatchAssignmentRequest
-	34, // 54: xce.v1.ControllerService.WatchTasks:input_type -> xce.v1.WatchTasksRequest
-	40, // 55: xce.v1.WorkerService.Register:input_type -> xce.v1.RegisterRequest
-	42, // 56: xce.v1.WorkerService.Heartbeat:input_type -> xce.v1.HeartbeatRequest
-	45, // 57: xce.v1.ClusterService.ListMembers:input_type -> xce.v1.ListMembersRequest
-	47, // 58: xce.v1.ClusterService.AddMember:input_type -> xce.v1.AddMemberRequest
-	49, // 59: xce.v1.ClusterService.PromoteMember:input_type -> xce.v1.PromoteMemberRequest
-	51, // 60: xce.v1.ClusterService.RemoveMember:input_type -> xce.v1.RemoveMemberRequest
-	53, // 61: xce.v1.ClusterService.TransferLeader:input_type -> xce.v1.TransferLeaderRequest
-	55, // 62: xce.v1.ClusterService.Join:input_type -> xce.v1.JoinRequest
-	57, // 63: xce.v1.ClusterService.SaveSnapshot:input_type -> xce.v1.SaveSnapshotRequest
-	59, // 64: xce.v1.ClusterService.TakeSnapshot:input_type -> xce.v1.TakeSnapshotRequest
-	15, // 65: xce.v1.ControllerService.Status:output_type -> xce.v1.StatusResponse
-	15, // 66: xce.v1.ControllerService.WatchStatus:output_type -> xce.v1.StatusResponse
-	6,  // 67: xce.v1.ControllerService.SubmitTask:output_type -> xce.v1.SubmitTaskResponse
-	8,  // 68: xce.v1.ControllerService.GetTask:output_type -> xce.v1.GetTaskResponse
-	11, // 69: xce.v1.ControllerService.ListTasks:output_type -> xce.v1.ListTasksResponse
-	13, // 70: xce.v1.ControllerService.DeleteTask:output_type -> xce.v1.DeleteTaskResponse
-	21, // 71: xce.v1.ControllerService.GetAssignment:output_type -> xce.v1.GetAssignmentResponse
-	24, // 72: xce.v1.ControllerService.ListWorkers:output_type -> xce.v1.ListWorkersResponse
-	27, // 73: xce.v1.ControllerService.DrainWorker:output_type -> xce.v1.DrainWorkerResponse
-	29, // 74: xce.v1.ControllerService.UndrainWorker:output_type -> xce.v1.UndrainWorkerResponse
-	31, // 75: xce.v1.ControllerService.FreezePlacement:output_type -> xce.v1.FreezePlacementResponse
-	33, // 76: xce.v1.ControllerService.UnfreezePlacement:output_type -> xce.v1.UnfreezePlacementResponse
-	38, // 77: xce.v1.ControllerService.WatchAssignment:output_type -> xce.v1.WatchAssignmentResponse
-	36, // 78: xce.v1.ControllerService.WatchTasks:output_type -> xce.v1.WatchTasksResponse
-	41, // 79: xce.v1.WorkerService.Register:output_type -> xce.v1.RegisterResponse
-	43, // 80: xce.v1.WorkerService.Heartbeat:output_type -> xce.v1.HeartbeatResponse
-	46, // 81: xce.v1.ClusterService.ListMembers:output_type -> xce.v1.ListMembersResponse
-	48, // 82: xce.v1.ClusterService.AddMember:output_type -> xce.v1.AddMemberResponse
-	50, // 83: xce.v1.ClusterService.PromoteMember:output_type -> xce.v1.PromoteMemberResponse
-	52, // 84: xce.v1.ClusterService.RemoveMember:output_type -> xce.v1.RemoveMemberResponse
-	54, // 85: xce.v1.ClusterService.TransferLeader:output_type -> xce.v1.TransferLeaderResponse
-	56, // 86: xce.v1.ClusterService.Join:output_type -> xce.v1.JoinResponse
-	58, // 87: xce.v1.ClusterService.SaveSnapshot:output_type -> xce.v1.SnapshotChunk
-	60, // 88: xce.v1.ClusterService.TakeSnapshot:output_type -> xce.v1.TakeSnapshotResponse
-	65, // [65:89] is the sub-list for method output_type
-	41, // [41:65] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	17, // 11: xce.v1.StatusResponse.roster:type_name -> xce.v1.RosterMember
+	45, // 12: xce.v1.StatusResponse.members:type_name -> xce.v1.Member
+	16, // 13: xce.v1.StatusResponse.startup:type_name -> xce.v1.StartupPhase
+	1,  // 14: xce.v1.GetAssignmentRequest.consistency:type_name -> xce.v1.Consistency
+	19, // 15: xce.v1.TaskAssignment.placement:type_name -> xce.v1.TaskPlacement
+	62, // 16: xce.v1.TaskAssignment.lags:type_name -> xce.v1.TaskAssignment.LagsEntry
+	21, // 17: xce.v1.GetAssignmentResponse.tasks:type_name -> xce.v1.TaskAssignment
+	63, // 18: xce.v1.WorkerInfo.lags:type_name -> xce.v1.WorkerInfo.LagsEntry
+	64, // 19: xce.v1.WorkerInfo.labels:type_name -> xce.v1.WorkerInfo.LabelsEntry
+	24, // 20: xce.v1.ListWorkersResponse.workers:type_name -> xce.v1.WorkerInfo
+	26, // 21: xce.v1.ListWorkersResponse.away:type_name -> xce.v1.AwayWorker
+	65, // 22: xce.v1.AwayWorker.labels:type_name -> xce.v1.AwayWorker.LabelsEntry
+	1,  // 23: xce.v1.WatchTasksRequest.consistency:type_name -> xce.v1.Consistency
+	4,  // 24: xce.v1.TaskEvent.task:type_name -> xce.v1.Task
+	36, // 25: xce.v1.WatchTasksResponse.events:type_name -> xce.v1.TaskEvent
+	0,  // 26: xce.v1.WatchTasksResponse.role:type_name -> xce.v1.Role
+	1,  // 27: xce.v1.WatchAssignmentRequest.consistency:type_name -> xce.v1.Consistency
+	19, // 28: xce.v1.WatchAssignmentResponse.tasks:type_name -> xce.v1.TaskPlacement
+	0,  // 29: xce.v1.WatchAssignmentResponse.role:type_name -> xce.v1.Role
+	66, // 30: xce.v1.WatchAssignmentResponse.worker_addrs:type_name -> xce.v1.WatchAssignmentResponse.WorkerAddrsEntry
+	2,  // 31: xce.v1.Fact.kind:type_name -> xce.v1.FactKind
+	67, // 32: xce.v1.RegisterRequest.labels:type_name -> xce.v1.RegisterRequest.LabelsEntry
+	68, // 33: xce.v1.HeartbeatRequest.lags:type_name -> xce.v1.HeartbeatRequest.LagsEntry
+	40, // 34: xce.v1.HeartbeatRequest.facts:type_name -> xce.v1.Fact
+	69, // 35: xce.v1.HeartbeatRequest.loads:type_name -> xce.v1.HeartbeatRequest.LoadsEntry
+	70, // 36: xce.v1.HeartbeatResponse.epochs:type_name -> xce.v1.HeartbeatResponse.EpochsEntry
+	1,  // 37: xce.v1.ListMembersRequest.consistency:type_name -> xce.v1.Consistency
+	45, // 38: xce.v1.ListMembersResponse.members:type_name -> xce.v1.Member
+	45, // 39: xce.v1.AddMemberResponse.member:type_name -> xce.v1.Member
+	45, // 40: xce.v1.PromoteMemberResponse.member:type_name -> xce.v1.Member
+	45, // 41: xce.v1.JoinResponse.member:type_name -> xce.v1.Member
+	14, // 42: xce.v1.ControllerService.Status:input_type -> xce.v1.StatusRequest
+	18, // 43: xce.v1.ControllerService.WatchStatus:input_type -> xce.v1.WatchStatusRequest
+	5,  // 44: xce.v1.ControllerService.SubmitTask:input_type -> xce.v1.SubmitTaskRequest
+	7,  // 45: xce.v1.ControllerService.GetTask:input_type -> xce.v1.GetTaskRequest
+	10, // 46: xce.v1.ControllerService.ListTasks:input_type -> xce.v1.ListTasksRequest
+	12, // 47: xce.v1.ControllerService.DeleteTask:input_type -> xce.v1.DeleteTaskRequest
+	20, // 48: xce.v1.ControllerService.GetAssignment:input_type -> xce.v1.GetAssignmentRequest
+	23, // 49: xce.v1.ControllerService.ListWorkers:input_type -> xce.v1.ListWorkersRequest
+	27, // 50: xce.v1.ControllerService.DrainWorker:input_type -> xce.v1.DrainWorkerRequest
+	29, // 51: xce.v1.ControllerService.UndrainWorker:input_type -> xce.v1.UndrainWorkerRequest
+	31, // 52: xce.v1.ControllerService.FreezePlacement:input_type -> xce.v1.FreezePlacementRequest
+	33, // 53: xce.v1.ControllerService.UnfreezePlacement:input_type -> xce.v1.UnfreezePlacementRequest
+	38, // 54: xce.v1.ControllerService.WatchAssignment:input_type -> xce.v1.WatchAssignmentRequest
+	35, // 55: xce.v1.ControllerService.WatchTasks:input_type -> xce.v1.WatchTasksRequest
+	41, // 56: xce.v1.WorkerService.Register:input_type -> xce.v1.RegisterRequest
+	43, // 57: xce.v1.WorkerService.Heartbeat:input_type -> xce.v1.HeartbeatRequest
+	46, // 58: xce.v1.ClusterService.ListMembers:input_type -> xce.v1.ListMembersRequest
+	48, // 59: xce.v1.ClusterService.AddMember:input_type -> xce.v1.AddMemberRequest
+	50, // 60: xce.v1.ClusterService.PromoteMember:input_type -> xce.v1.PromoteMemberRequest
+	52, // 61: xce.v1.ClusterService.RemoveMember:input_type -> xce.v1.RemoveMemberRequest
+	54, // 62: xce.v1.ClusterService.TransferLeader:input_type -> xce.v1.TransferLeaderRequest
+	56, // 63: xce.v1.ClusterService.Join:input_type -> xce.v1.JoinRequest
+	58, // 64: xce.v1.ClusterService.SaveSnapshot:input_type -> xce.v1.SaveSnapshotRequest
+	60, // 65: xce.v1.ClusterService.TakeSnapshot:input_type -> xce.v1.TakeSnapshotRequest
+	15, // 66: xce.v1.ControllerService.Status:output_type -> xce.v1.StatusResponse
+	15, // 67: xce.v1.ControllerService.WatchStatus:output_type -> xce.v1.StatusResponse
+	6,  // 68: xce.v1.ControllerService.SubmitTask:output_type -> xce.v1.SubmitTaskResponse
+	8,  // 69: xce.v1.ControllerService.GetTask:output_type -> xce.v1.GetTaskResponse
+	11, // 70: xce.v1.ControllerService.ListTasks:output_type -> xce.v1.ListTasksResponse
+	13, // 71: xce.v1.ControllerService.DeleteTask:output_type -> xce.v1.DeleteTaskResponse
+	22, // 72: xce.v1.ControllerService.GetAssignment:output_type -> xce.v1.GetAssignmentResponse
+	25, // 73: xce.v1.ControllerService.ListWorkers:output_type -> xce.v1.ListWorkersResponse
+	28, // 74: xce.v1.ControllerService.DrainWorker:output_type -> xce.v1.DrainWorkerResponse
+	30, // 75: xce.v1.ControllerService.UndrainWorker:output_type -> xce.v1.UndrainWorkerResponse
+	32, // 76: xce.v1.ControllerService.FreezePlacement:output_type -> xce.v1.FreezePlacementResponse
+	34, // 77: xce.v1.ControllerService.UnfreezePlacement:output_type -> xce.v1.UnfreezePlacementResponse
+	39, // 78: xce.v1.ControllerService.WatchAssignment:output_type -> xce.v1.WatchAssignmentResponse
+	37, // 79: xce.v1.ControllerService.WatchTasks:output_type -> xce.v1.WatchTasksResponse
+	42, // 80: xce.v1.WorkerService.Register:output_type -> xce.v1.RegisterResponse
+	44, // 81: xce.v1.WorkerService.Heartbeat:output_type -> xce.v1.HeartbeatResponse
+	47, // 82: xce.v1.ClusterService.ListMembers:output_type -> xce.v1.ListMembersResponse
+	49, // 83: xce.v1.ClusterService.AddMember:output_type -> xce.v1.AddMemberResponse
+	51, // 84: xce.v1.ClusterService.PromoteMember:output_type -> xce.v1.PromoteMemberResponse
+	53, // 85: xce.v1.ClusterService.RemoveMember:output_type -> xce.v1.RemoveMemberResponse
+	55, // 86: xce.v1.ClusterService.TransferLeader:output_type -> xce.v1.TransferLeaderResponse
+	57, // 87: xce.v1.ClusterService.Join:output_type -> xce.v1.JoinResponse
+	59, // 88: xce.v1.ClusterService.SaveSnapshot:output_type -> xce.v1.SnapshotChunk
+	61, // 89: xce.v1.ClusterService.TakeSnapshot:output_type -> xce.v1.TakeSnapshotResponse
+	66, // [66:90] is the sub-list for method output_type
+	42, // [42:66] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_xce_v1_xce_proto_init() }
@@ -4742,7 +4825,7 @@ func file_xce_v1_xce_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_xce_v1_xce_proto_rawDesc), len(file_xce_v1_xce_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   67,
+			NumMessages:   68,
 			NumExtensions: 0,
 			NumServices:   3,
 		},
