@@ -89,6 +89,15 @@ type statusJSON struct {
 	// PlacementFrozen: an operator froze the placement (xce placement
 	// freeze).
 	PlacementFrozen bool `json:"placement_frozen"`
+	// Startup: the phases of the node's start that have ended
+	// (docs/operations.md, "Restarts").
+	Startup []startupPhaseJSON `json:"startup,omitempty"`
+}
+
+type startupPhaseJSON struct {
+	Name        string  `json:"name"`
+	AtSeconds   float64 `json:"at_seconds"`
+	TookSeconds float64 `json:"took_seconds,omitempty"`
 }
 
 type statusMemberJSON struct {
@@ -137,6 +146,9 @@ func statusCmd() *cobra.Command {
 				}
 				for _, m := range s.Members {
 					out.Members = append(out.Members, statusMemberJSON{ID: m.Id, PeerAddr: m.PeerAddr, ClientAddr: m.ClientAddr, Voter: m.Voter, Primary: m.Primary})
+				}
+				for _, p := range s.Startup {
+					out.Startup = append(out.Startup, startupPhaseJSON{Name: p.Name, AtSeconds: p.AtSeconds, TookSeconds: p.TookSeconds})
 				}
 				w := cmd.OutOrStdout()
 				if f.json {
