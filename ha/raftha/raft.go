@@ -57,7 +57,7 @@ func Start(cfg Config, fsm *state.FSM, store *persist.Store, stream raft.StreamL
 
 // registryShare: snapshotByWrites waits for at least 1/registryShare of
 // the registry's size in writes.
-const registryShare = 16
+const registryShare = 32
 
 // snapshotByWrites takes a snapshot whenever limit commands, or a
 // registryShare of the registry if that is more, were applied since the
@@ -103,12 +103,20 @@ func (b *Raft) snapshotByWrites(f *FSM, limit uint64, logger hclog.Logger) {
 	}
 }
 
+// firstElectionShare: a node's first wait for a leader after it starts is
+// this share of the heartbeat timeout.
+const firstElectionShare = 8
+
 // startWith is Start with any raft.FSM.
 func startWith(cfg Config, fsm raft.FSM, store *persist.Store, stream raft.StreamLayer, logger hclog.Logger) (*Raft, error) {
 	conf := raft.DefaultConfig()
 	conf.LocalID = raft.ServerID(cfg.NodeID)
 	conf.HeartbeatTimeout = cfg.HeartbeatTimeout
 	conf.ElectionTimeout = cfg.ElectionTimeout
+	// A cold restart elects within a round trip or two of the nodes being
+	// up rather than after a heartbeat timeout (our patch to raft,
+	// third_party/hashicorp/raft/PATCHES.md).
+	conf.FirstElectionTimeout = cfg.HeartbeatTimeout / firstElectionShare
 	conf.LeaderLeaseTimeout = cfg.LeaderLeaseTimeout
 	conf.CommitTimeout = cfg.CommitTimeout
 	conf.SnapshotInterval = cfg.SnapshotInterval

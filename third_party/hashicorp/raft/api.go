@@ -122,6 +122,10 @@ type Raft struct {
 	// fsmSnapshotCh is used to trigger a new snapshot being taken
 	fsmSnapshotCh chan *reqSnapshotFuture
 
+	// firstElectionTimed: runFollower used Config.FirstElectionTimeout
+	// once (main goroutine only).
+	firstElectionTimed bool
+
 	// lastContact is the last time we had contact from the
 	// leader node. This can be used to gauge staleness.
 	lastContact     time.Time

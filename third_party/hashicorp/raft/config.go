@@ -150,6 +150,16 @@ type Config struct {
 	// from a leader before we attempt an election.
 	HeartbeatTimeout time.Duration
 
+	// FirstElectionTimeout, when above zero, replaces HeartbeatTimeout for
+	// a node that has not heard from a leader since it started: its first
+	// election comes after [FirstElectionTimeout, 2*FirstElectionTimeout)
+	// instead. A cluster started all at once then elects within a round
+	// trip or two of its nodes being up rather than after a full timeout.
+	// A node that starts into a cluster with a leader loses nothing by it:
+	// with pre-vote its early candidacy is refused by peers that have a
+	// leader, and the leader's first heartbeat makes it a follower.
+	FirstElectionTimeout time.Duration
+
 	// ElectionTimeout specifies the time in candidate state without contact
 	// from a leader before we attempt an election.
 	ElectionTimeout time.Duration

@@ -162,6 +162,13 @@ func (r *Raft) runFollower() {
 	r.logger.Info("entering follower state", "follower", r, "leader-address", leaderAddr, "leader-id", leaderID)
 	metrics.IncrCounter([]string{"raft", "state", "follower"}, 1)
 	heartbeatTimer := randomTimeout(r.config().HeartbeatTimeout)
+	if first := r.config().FirstElectionTimeout; first > 0 && !r.firstElectionTimed && r.LastContact().IsZero() {
+		// The node's first wait as follower, no leader heard from since it
+		// started. Only the first: a node that cannot win keeps to the
+		// usual timeout between its attempts.
+		r.firstElectionTimed = true
+		heartbeatTimer = randomTimeout(first)
+	}
 
 	for r.getState() == Follower {
 		r.mainThreadSaturation.sleeping()

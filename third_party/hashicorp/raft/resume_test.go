@@ -37,3 +37,30 @@ func TestReplicationResumesWhenThePeerAnswers(t *testing.T) {
 	}
 	t.Logf("caught up %v after it was reachable again", time.Since(back))
 }
+
+// A cluster whose nodes start together elects after FirstElectionTimeout,
+// not after the heartbeat timeout.
+func TestFirstElectionTimeout(t *testing.T) {
+	conf := inmemConfig(t)
+	conf.HeartbeatTimeout, conf.ElectionTimeout, conf.LeaderLeaseTimeout = time.Second, time.Second, 500*time.Millisecond
+	conf.FirstElectionTimeout = 20 * time.Millisecond
+	start := time.Now()
+	c := MakeCluster(3, t, conf)
+	t.Cleanup(c.Close)
+	// The new leader's first entry was appended when it was elected.
+	leader := c.Leader()
+	term := leader.getCurrentTerm()
+	var elected time.Time
+	for i := uint64(1); i <= leader.getLastIndex(); i++ {
+		var l Log
+		if err := leader.logs.GetLog(i, &l); err == nil && l.Term == term {
+			elected = l.AppendedAt
+			break
+		}
+	}
+	if took := elected.Sub(start); elected.IsZero() || took > conf.HeartbeatTimeout/2 {
+		t.Fatalf("elected %v after the start, with a first election timeout of %v and a heartbeat timeout of %v",
+			took, conf.FirstElectionTimeout, conf.HeartbeatTimeout)
+	}
+	t.Logf("elected %v after the start", elected.Sub(start))
+}
