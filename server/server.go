@@ -26,7 +26,7 @@ import (
 
 // discardTrimEvery is how often the discarder trims the outbox when
 // publishing is off.
-const discardTrimEvery = 5 * time.Second
+const discardTrimEvery = time.Second
 
 // Options are what the server takes from its process.
 type Options struct {

@@ -674,12 +674,18 @@ func writeDedup(w io.Writer, v queueView[dedupEntry]) error {
 }
 
 // readDedup reads the entries writeDedup wrote in a snapshot of version v.
+// dedupPresize bounds the room readDedup makes before it reads the
+// entries a snapshot announces.
+const dedupPresize = 1 << 20
+
 func readDedup(r *bufio.Reader, v uint32) ([]dedupEntry, error) {
 	n, err := binary.ReadUvarint(r)
 	if err != nil {
 		return nil, fmt.Errorf("count: %w", noEOF(err))
 	}
-	var out []dedupEntry
+	// The count is the file's word: room for at most a bounded number up
+	// front, the rest by appending.
+	out := make([]dedupEntry, 0, min(n, dedupPresize))
 	var buf []byte
 	str := func(max uint64) (string, error) {
 		l, err := binary.ReadUvarint(r)
