@@ -67,6 +67,7 @@ import (
 	"hash/crc32"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sort"
 	"strconv"
 	"strings"
@@ -300,11 +301,20 @@ func (s *Store) scan(names []segName, opts Options) (*torn, error) {
 // scanSegment reads the segment at path, which should start at entry
 // first, and indexes its frames; a damaged tail of the last segment is
 // returned as torn when it may be the end of an interrupted write.
-func scanSegment(path string, first uint64, isLast bool, opts Options) (*segment, *torn, error) {
-	b, err := os.ReadFile(path)
+func scanSegment(path string, first uint64, isLast bool, opts Options) (_ *segment, _ *torn, err error) {
+	b, done, err := readSegment(path)
 	if err != nil {
 		return nil, nil, err
 	}
+	defer done()
+	// A file cut short under the mapping faults on read: an error, not a
+	// crash.
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: %s: read failed: %v", ErrCorrupt, path, r)
+		}
+	}()
 	hdr, prealloc, err := checkSegHeader(b, first)
 	if errors.Is(err, errHeaderShort) {
 		return nil, nil, fmt.Errorf("%w: %s is %d bytes, cut short inside its header", ErrLost, path, len(b))
