@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -391,7 +392,7 @@ func (n *Node) openStorage() (*persist.Store, error) {
 	store, err := persist.Open(n.cfg.DataDir, persist.Options{
 		NodeID: n.cfg.NodeID, ClusterID: n.cfg.ClusterID, LockWait: n.opts.LockWait,
 		Logger: logging.NewHCLog(n.log, "storage"), CheckBolt: n.opts.CheckDB,
-		SegmentSize: n.cfg.Raft.LogSegmentSize,
+		SegmentSize: n.cfg.Raft.LogSegmentSize, RestoreSnapshot: n.restoreAtOpen(),
 	})
 	if err != nil {
 		return nil, err
@@ -408,6 +409,16 @@ func (n *Node) openStorage() (*persist.Store, error) {
 		}
 	}
 	return store, nil
+}
+
+// restoreAtOpen is how the data dir's open restores the newest raft
+// snapshot while it checks the log: into the state machine, with the Raft
+// backend (the Kafka backend restores its own snapshots).
+func (n *Node) restoreAtOpen() func(io.ReadCloser) error {
+	if n.cfg.HA.Backend != "" && n.cfg.HA.Backend != configs.BackendRaft {
+		return nil
+	}
+	return func(rc io.ReadCloser) error { return n.fsm.Restore(rc) }
 }
 
 // startBackend starts the election backend and hands it to the loop. A

@@ -88,6 +88,12 @@ type Options struct {
 	// each is given when created); zero means raftlog.DefaultSegmentSize.
 	// It may change between runs: each segment records its own.
 	SegmentSize int64
+	// RestoreSnapshot, when set, is given the newest raft snapshot to
+	// restore into the state machine while Open reads and checks the log,
+	// rather than raft restoring it after Open; Store.Restored says which
+	// snapshot it took, if it succeeded. A failure is left to raft, which
+	// restores (or refuses) the snapshots itself as it always does.
+	RestoreSnapshot func(rc io.ReadCloser) error
 	// ProbeInterval is how often a Store whose storage fails recoverably
 	// (Health) checks whether the disk takes writes again; zero means one
 	// second.
@@ -105,6 +111,10 @@ type Store struct {
 	Logs   raft.LogStore
 	Stable raft.StableStore
 	Snaps  raft.SnapshotStore
+	// Restored is the snapshot Options.RestoreSnapshot restored, or nil
+	// (none asked, none there, or it failed: RestoreErr says why).
+	Restored   *raft.SnapshotMeta
+	RestoreErr error
 
 	opts   Options
 	bolt   *raftboltdb.BoltStore
@@ -148,7 +158,7 @@ type meta struct {
 //   - a damaged frame that is not the tail of an unacknowledged write.
 //
 // The tail of a write a crash interrupted is zeroed, with a warning.
-func Open(dir string, opts Options) (_ *Store, err error) {
+func Open(dir string, opts Options) (s *Store, err error) {
 	if opts.Logger == nil {
 		opts.Logger = hclog.NewNullLogger()
 	}
@@ -199,6 +209,16 @@ func Open(dir string, opts Options) (_ *Store, err error) {
 	if err := checkRaftDB(dir, raftPath, snap); err != nil {
 		return nil, err
 	}
+	// The snapshot's restore and the log's checks read different files:
+	// one goroutine each. The restore ends before Open returns, whatever
+	// Open returns.
+	restored := restoreWhileOpening(snaps, snap, opts.RestoreSnapshot)
+	defer func() {
+		r := <-restored
+		if err == nil {
+			s.Restored, s.RestoreErr = r.meta, r.err
+		}
+	}()
 	bolt, err := openBolt(raftPath, opts.CheckBolt)
 	if err != nil {
 		return nil, err
@@ -226,13 +246,52 @@ func Open(dir string, opts Options) (_ *Store, err error) {
 	if err := checkTerms(dir, log, st, snap); err != nil {
 		return nil, err
 	}
-	s := &Store{Dir: dir, opts: opts, bolt: bolt, log: log, lock: lock, health: newHealth(opts.Logger),
+	s = &Store{Dir: dir, opts: opts, bolt: bolt, log: log, lock: lock, health: newHealth(opts.Logger),
 		mark: st.mark, stop: make(chan struct{}), done: make(chan struct{})}
 	s.stable = &stableStore{StableStore: bolt, h: s.health, path: raftPath}
 	s.Logs, s.Stable = &logStore{s: s, cache: make([]*raft.Log, logCacheSize)}, s.stable
 	s.Snaps = &snapshotStore{SnapshotStore: snaps, h: s.health, dir: filepath.Join(dir, snapDir)}
 	go s.run(opts.markInterval, opts.ProbeInterval)
 	return s, nil
+}
+
+// restoreResult is what restoreWhileOpening did.
+type restoreResult struct {
+	meta *raft.SnapshotMeta
+	err  error
+}
+
+// restoreWhileOpening restores snap (the newest raft snapshot) with
+// restore on a goroutine of its own, unless either is nil or snap is not
+// the snapshot raft would restore first (the newest of all), and sends
+// what it did on the channel it returns, once.
+func restoreWhileOpening(snaps raft.SnapshotStore, snap *raft.SnapshotMeta, restore func(io.ReadCloser) error) <-chan restoreResult {
+	out := make(chan restoreResult, 1)
+	if restore == nil || snap == nil {
+		out <- restoreResult{}
+		return out
+	}
+	go func() {
+		metas, err := snaps.List()
+		if err != nil || len(metas) == 0 || metas[0].ID != snap.ID {
+			out <- restoreResult{err: err}
+			return
+		}
+		// Open verifies the file's checksum before it returns.
+		_, rc, err := snaps.Open(snap.ID)
+		if err != nil {
+			out <- restoreResult{err: err}
+			return
+		}
+		err = restore(rc)
+		rc.Close()
+		if err != nil {
+			out <- restoreResult{err: err}
+			return
+		}
+		out <- restoreResult{meta: snap}
+	}()
+	return out
 }
 
 // oneLine is an error printed on one line.

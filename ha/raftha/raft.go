@@ -103,6 +103,23 @@ func (b *Raft) snapshotByWrites(f *FSM, limit uint64, logger hclog.Logger) {
 	}
 }
 
+// restoredAtOpen reports whether the data dir's open restored the newest
+// snapshot into the state machine (persist.Options.RestoreSnapshot), so
+// that raft need not; it notes that on fsm and in the log.
+func restoredAtOpen(store *persist.Store, fsm raft.FSM, logger hclog.Logger) bool {
+	if store.RestoreErr != nil {
+		logger.Warn("restoring the newest snapshot while opening the log failed; raft restores the snapshots itself", "error", store.RestoreErr)
+	}
+	m := store.Restored
+	f, ok := fsm.(*FSM)
+	if m == nil || !ok {
+		return false
+	}
+	f.restoredAtOpen()
+	logger.Info("restored the newest snapshot while opening the log", "id", m.ID, "last-index", m.Index, "size-in-bytes", m.Size)
+	return true
+}
+
 // firstElectionShare: a node's first wait for a leader after it starts is
 // this share of the heartbeat timeout.
 const firstElectionShare = 8
@@ -170,6 +187,10 @@ func startWith(cfg Config, fsm raft.FSM, store *persist.Store, stream raft.Strea
 			return nil, fmt.Errorf("bootstrap: %w", err)
 		}
 		logger.Info("bootstrapped a new cluster from the peer list", "voters", len(servers))
+	}
+	if restoredAtOpen(store, fsm, logger) {
+		// The state machine holds raft's newest snapshot already.
+		conf.NoSnapshotRestoreOnStart = true
 	}
 	r, err := raft.NewRaft(conf, fsm, store.Logs, store.Stable, store.Snaps, trans)
 	if err != nil {

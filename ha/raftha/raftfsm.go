@@ -80,6 +80,11 @@ func (r *FSM) Restore(rc io.ReadCloser) error {
 	return nil
 }
 
+// restoredAtOpen notes that the state machine was restored from a
+// snapshot before raft started (persist.Options.RestoreSnapshot), as
+// Restore would.
+func (r *FSM) restoredAtOpen() { r.snapWrites.Store(r.fsm.Writes()) }
+
 // writesSinceSnapshot is how many commands a restart would replay.
 func (r *FSM) writesSinceSnapshot() uint64 { return r.fsm.Writes() - r.snapWrites.Load() }
 

@@ -1,0 +1,42 @@
+package persist
+
+import (
+	"errors"
+	"io"
+	"testing"
+)
+
+// Open hands the newest raft snapshot to RestoreSnapshot while it checks
+// the log and says what came of it: the snapshot it restored, or why not.
+func TestRestoreSnapshotWhileOpening(t *testing.T) {
+	dir := nodeDir{last: 30, snapIndex: 20, snapTm: 2}.build(t)
+	var got []byte
+	opts := testOpts
+	opts.RestoreSnapshot = func(rc io.ReadCloser) error {
+		b, err := io.ReadAll(rc)
+		got = b
+		return err
+	}
+	s := openT(t, dir, opts)
+	if s.Restored == nil || s.Restored.Index != 20 || s.RestoreErr != nil || string(got) != "state" {
+		t.Fatalf("restored %+v (%v), read %q", s.Restored, s.RestoreErr, got)
+	}
+	s.Close()
+
+	refused := errors.New("not this cluster's")
+	opts.RestoreSnapshot = func(rc io.ReadCloser) error { return refused }
+	s = openT(t, dir, opts)
+	if s.Restored != nil || !errors.Is(s.RestoreErr, refused) {
+		t.Fatalf("a failed restore: restored %+v, %v", s.Restored, s.RestoreErr)
+	}
+	s.Close()
+
+	// No snapshot: nothing to restore, nothing said.
+	called := false
+	opts.RestoreSnapshot = func(rc io.ReadCloser) error { called = true; return nil }
+	s = openT(t, nodeDir{last: 8}.build(t), opts)
+	if called || s.Restored != nil || s.RestoreErr != nil {
+		t.Fatalf("no snapshot: called %v, restored %+v, %v", called, s.Restored, s.RestoreErr)
+	}
+	s.Close()
+}
