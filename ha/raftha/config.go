@@ -34,7 +34,7 @@ type Config struct {
 	SnapshotInterval   time.Duration
 	SnapshotThreshold  uint64
 	// SnapshotWrites, when above zero, also takes a snapshot once this
-	// many commands, or a thirty-second of the task count if that is more,
+	// many commands, or a sixteenth of the task count if that is more,
 	// were applied since the last one (a batch entry holds many), checked
 	// every second: it bounds what a restart replays.
 	SnapshotWrites uint64

@@ -57,7 +57,7 @@ func Start(cfg Config, fsm *state.FSM, store *persist.Store, stream raft.StreamL
 
 // registryShare: snapshotByWrites waits for at least 1/registryShare of
 // the registry's size in writes.
-const registryShare = 32
+const registryShare = 16
 
 // snapshotByWrites takes a snapshot whenever limit commands, or a
 // registryShare of the registry if that is more, were applied since the
