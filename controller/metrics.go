@@ -93,8 +93,9 @@ func (m *metrics) setStorage(h persist.Health) {
 }
 
 // routes serves the API plus /healthz (the process runs), /readyz (PRIMARY
-// with write quorum), /metrics and the console (/ui/) on the client port. The port's health
-// reserve (netio.Limits) serves /healthz and /readyz only.
+// with write quorum), /metrics and the console (/ui/) on the client port.
+// The port's health reserve (netio.Limits) serves /healthz and /readyz
+// only.
 func (n *Node) routes(api http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {

@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"cmp"
+	"slices"
 	"sync"
 	"time"
 
@@ -59,12 +61,8 @@ func (s *startup) list(fsm *state.FSM) []ha.StartupPhase {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := append([]ha.StartupPhase(nil), s.phases...)
+	out := slices.Clone(s.phases)
 	// In the order they ended: a restore is noted when read.
-	for i := 1; i < len(out); i++ {
-		for j := i; j > 0 && out[j].At < out[j-1].At; j-- {
-			out[j], out[j-1] = out[j-1], out[j]
-		}
-	}
+	slices.SortStableFunc(out, func(a, b ha.StartupPhase) int { return cmp.Compare(a.At, b.At) })
 	return out
 }

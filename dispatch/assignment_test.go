@@ -60,7 +60,7 @@ func TestTaskPlacementAndMoves(t *testing.T) {
 	}
 	applyDeltas(t, n, deltas)
 	ts := startServer(t, n, netio.Limits{})
-	r, err := ts.svc.GetTask(ctxT(t), connect.NewRequest(&xcev1.GetTaskRequest{TaskId: "a"}))
+	r, err := ts.svc.GetTask(ctxT(t), connect.NewRequest(&xcev1.GetTaskRequest{TaskId: "a", WithMoves: true}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func TestTaskPlacementAndMoves(t *testing.T) {
 	if m := r.Msg.Moves; len(m) != 2 || m[0].Generation != 1 || m[0].Placement.GetActive() != "w1" || m[1].Placement.GetActive() != "w2" || m[1].AppliedAtUnixNano == 0 {
 		t.Fatalf("moves of a: %v", m)
 	}
-	r, err = ts.svc.GetTask(ctxT(t), connect.NewRequest(&xcev1.GetTaskRequest{TaskId: "b"}))
+	r, err = ts.svc.GetTask(ctxT(t), connect.NewRequest(&xcev1.GetTaskRequest{TaskId: "b", WithMoves: true}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -492,12 +492,14 @@ func (s *Service) GetTask(ctx context.Context, req *connect.Request[xcev1.GetTas
 	if p, ok := fsm.Placement(m.TaskId); ok {
 		resp.Placement = placementProto(p)
 	}
-	for _, mv := range fsm.TaskMoves(m.TaskId) {
-		pm := &xcev1.TaskMove{Generation: mv.Generation, AppliedAtUnixNano: mv.AppliedAt.UnixNano()}
-		if !mv.Removed {
-			pm.Placement = placementProto(mv.Placement)
+	if m.WithMoves {
+		for _, mv := range fsm.TaskMoves(m.TaskId) {
+			pm := &xcev1.TaskMove{Generation: mv.Generation, AppliedAtUnixNano: mv.AppliedAt.UnixNano()}
+			if !mv.Removed {
+				pm.Placement = placementProto(mv.Placement)
+			}
+			resp.Moves = append(resp.Moves, pm)
 		}
-		resp.Moves = append(resp.Moves, pm)
 	}
 	return connect.NewResponse(resp), nil
 }
@@ -528,7 +530,10 @@ func (s *Service) ListTasks(ctx context.Context, req *connect.Request[xcev1.List
 	resp := &xcev1.ListTasksResponse{AppliedIndex: applied, Tasks: make([]*xcev1.Task, len(tasks))}
 	for i, t := range tasks {
 		resp.Tasks[i] = taskPB(t)
-		if p, ok := fsm.Placement(t.ID); ok && m.WithPlacements {
+		if !m.WithPlacements {
+			continue
+		}
+		if p, ok := fsm.Placement(t.ID); ok {
 			resp.Placements = append(resp.Placements, placementProto(p))
 		}
 	}

@@ -271,27 +271,27 @@ func restoreWhileOpening(snaps raft.SnapshotStore, snap *raft.SnapshotMeta, rest
 		out <- restoreResult{}
 		return out
 	}
-	go func() {
-		metas, err := snaps.List()
-		if err != nil || len(metas) == 0 || metas[0].ID != snap.ID {
-			out <- restoreResult{err: err}
-			return
-		}
-		// Open verifies the file's checksum before it returns.
-		_, rc, err := snaps.Open(snap.ID)
-		if err != nil {
-			out <- restoreResult{err: err}
-			return
-		}
-		err = restore(rc)
-		rc.Close()
-		if err != nil {
-			out <- restoreResult{err: err}
-			return
-		}
-		out <- restoreResult{meta: snap}
-	}()
+	go func() { out <- restoreNewest(snaps, snap, restore) }()
 	return out
+}
+
+// restoreNewest restores snap with restore if it is the newest snapshot
+// of all.
+func restoreNewest(snaps raft.SnapshotStore, snap *raft.SnapshotMeta, restore func(io.ReadCloser) error) restoreResult {
+	metas, err := snaps.List()
+	if err != nil || len(metas) == 0 || metas[0].ID != snap.ID {
+		return restoreResult{err: err}
+	}
+	// Open verifies the file's checksum before it returns.
+	_, rc, err := snaps.Open(snap.ID)
+	if err != nil {
+		return restoreResult{err: err}
+	}
+	defer rc.Close()
+	if err := restore(rc); err != nil {
+		return restoreResult{err: err}
+	}
+	return restoreResult{meta: snap}
 }
 
 // oneLine is an error printed on one line.

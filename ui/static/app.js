@@ -468,7 +468,7 @@ async function showTask(id) {
   $('task-detail-h').textContent = `Task ${id}`;
   let r;
   try {
-    r = await call('ControllerService', 'GetTask', { taskId: id, consistency: readConsistency() });
+    r = await call('ControllerService', 'GetTask', { taskId: id, consistency: readConsistency(), withMoves: true });
   } catch (e) {
     fill($('task-facts'), el('div', {}, el('dt', { text: 'Error' }), el('dd', { text: e.message })));
     fill($('task-moves'));

@@ -516,9 +516,12 @@ func (x *SubmitTaskResponse) GetIndex() uint64 {
 }
 
 type GetTaskRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	TaskId        string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
-	Consistency   Consistency            `protobuf:"varint,2,opt,name=consistency,proto3,enum=xce.v1.Consistency" json:"consistency,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	TaskId      string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	Consistency Consistency            `protobuf:"varint,2,opt,name=consistency,proto3,enum=xce.v1.Consistency" json:"consistency,omitempty"`
+	// Add the task's placements in the generations the node keeps (moves):
+	// a scan of that history, so only when asked.
+	WithMoves     bool `protobuf:"varint,3,opt,name=with_moves,json=withMoves,proto3" json:"with_moves,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -567,6 +570,13 @@ func (x *GetTaskRequest) GetConsistency() Consistency {
 	return Consistency_CONSISTENCY_UNSPECIFIED
 }
 
+func (x *GetTaskRequest) GetWithMoves() bool {
+	if x != nil {
+		return x.WithMoves
+	}
+	return false
+}
+
 type GetTaskResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Task  *Task                  `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
@@ -574,8 +584,8 @@ type GetTaskResponse struct {
 	AppliedIndex uint64 `protobuf:"varint,2,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
 	// Where the task's copies run now; absent while it has no placement.
 	Placement *TaskPlacement `protobuf:"bytes,3,opt,name=placement,proto3" json:"placement,omitempty"`
-	// The task's placements in the generations this node still keeps
-	// (its recent history), oldest first.
+	// With with_moves: the task's placements in the generations this node
+	// still keeps (its recent history), oldest first.
 	Moves         []*TaskMove `protobuf:"bytes,4,rep,name=moves,proto3" json:"moves,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -4266,10 +4276,12 @@ const file_xce_v1_xce_proto_rawDesc = "" +
 	"\x06weight\x18\x06 \x01(\rR\x06weight\"L\n" +
 	"\x12SubmitTaskResponse\x12 \n" +
 	"\x04task\x18\x01 \x01(\v2\f.xce.v1.TaskR\x04task\x12\x14\n" +
-	"\x05index\x18\x02 \x01(\x04R\x05index\"`\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\"\x7f\n" +
 	"\x0eGetTaskRequest\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x125\n" +
-	"\vconsistency\x18\x02 \x01(\x0e2\x13.xce.v1.ConsistencyR\vconsistency\"\xb5\x01\n" +
+	"\vconsistency\x18\x02 \x01(\x0e2\x13.xce.v1.ConsistencyR\vconsistency\x12\x1d\n" +
+	"\n" +
+	"with_moves\x18\x03 \x01(\bR\twithMoves\"\xb5\x01\n" +
 	"\x0fGetTaskResponse\x12 \n" +
 	"\x04task\x18\x01 \x01(\v2\f.xce.v1.TaskR\x04task\x12#\n" +
 	"\rapplied_index\x18\x02 \x01(\x04R\fappliedIndex\x123\n" +
