@@ -937,7 +937,7 @@ func TestAssignmentSnapshotIsDeterministic(t *testing.T) {
 			t.Fatalf("snapshot %d of an equal state differs", i)
 		}
 	}
-	s, tasks, _, err := readSnapshot(bufio.NewReader(bytes.NewReader(pa)))
+	s, tasks, _, _, err := readSnapshot(bufio.NewReader(bytes.NewReader(pa)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -395,13 +395,12 @@ func (f *FSM) applyCommandLocked(l Entry, seq uint32, c *Command) Result {
 }
 
 func (f *FSM) submitLocked(index uint64, t Task) Result {
-	if old, ok := f.tasks.get(t.ID); ok {
+	t.CreatedIndex = index
+	if old, added := f.tasks.add(&t, stateUnassigned); !added {
 		return Result{Index: index, Code: CodeAlreadyExists, Task: f.tasks.task(old)}
 	}
-	t.CreatedIndex = index
 	t.State = TaskStatePending
 	t.PendingReason = reasonUnassigned
-	f.tasks.insert(&t, stateUnassigned)
 	f.taskVer++
 	f.taskHist.created(t)
 	return Result{Index: index, Task: t}
@@ -961,15 +960,15 @@ func (e *errWriter) Write(p []byte) (int, error) {
 func (e *errWriter) write(s string) { _, _ = e.Write([]byte(s)) }
 
 // readSnapshot reads a snapshot of any version this binary reads: its
-// tasks as a registry, the rest as the newest body (what a version lacks
-// is left empty), and its version.
-func readSnapshot(r *bufio.Reader) (*snapshotBody, *registry, uint32, error) {
+// tasks as a registry, its request ids as a table, the rest as the newest
+// body (what a version lacks is left empty), and its version.
+func readSnapshot(r *bufio.Reader) (*snapshotBody, *registry, *dedupTable, uint32, error) {
 	var hdr [len(snapshotMagic) + 4]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return nil, nil, 0, fmt.Errorf("%w: header: %v", ErrBadSnapshot, err)
+		return nil, nil, nil, 0, fmt.Errorf("%w: header: %v", ErrBadSnapshot, err)
 	}
 	if string(hdr[:len(snapshotMagic)]) != snapshotMagic {
-		return nil, nil, 0, fmt.Errorf("%w: not an xce snapshot", ErrBadSnapshot)
+		return nil, nil, nil, 0, fmt.Errorf("%w: not an xce snapshot", ErrBadSnapshot)
 	}
 	v := binary.BigEndian.Uint32(hdr[len(snapshotMagic):])
 	var s snapshotBody
@@ -992,44 +991,49 @@ func readSnapshot(r *bufio.Reader) (*snapshotBody, *registry, uint32, error) {
 	case 9:
 		body = &s
 	default:
-		return nil, nil, 0, fmt.Errorf("%w: version %d is newer than this binary reads (%d)", ErrBadSnapshot, v, snapshotVersion)
+		return nil, nil, nil, 0, fmt.Errorf("%w: version %d is newer than this binary reads (%d)", ErrBadSnapshot, v, snapshotVersion)
 	}
 	var tasks *registry
-	var dedup []dedupEntry
+	var dedup *dedupTable
 	if v >= 6 {
 		var err error
 		if tasks, err = readTasks(r, v); err != nil {
-			return nil, nil, 0, fmt.Errorf("%w: version %d tasks: %v", ErrBadSnapshot, v, err)
+			return nil, nil, nil, 0, fmt.Errorf("%w: version %d tasks: %v", ErrBadSnapshot, v, err)
 		}
 		if dedup, err = readDedup(r, v); err != nil {
-			return nil, nil, 0, fmt.Errorf("%w: version %d request ids: %v", ErrBadSnapshot, v, err)
+			return nil, nil, nil, 0, fmt.Errorf("%w: version %d request ids: %v", ErrBadSnapshot, v, err)
 		}
 	}
 	dec := json.NewDecoder(r)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(body); err != nil {
-		return nil, nil, 0, fmt.Errorf("%w: version %d body: %v", ErrBadSnapshot, v, err)
+		return nil, nil, nil, 0, fmt.Errorf("%w: version %d body: %v", ErrBadSnapshot, v, err)
 	}
 	if v >= 6 {
 		if len(s.Tasks) > 0 || len(s.Dedup) > 0 {
-			return nil, nil, 0, fmt.Errorf("%w: version %d lists tasks or request ids in its body", ErrBadSnapshot, v)
+			return nil, nil, nil, 0, fmt.Errorf("%w: version %d lists tasks or request ids in its body", ErrBadSnapshot, v)
 		}
-		s.Dedup = dedup
-		return &s, tasks, v, nil
+		return &s, tasks, dedup, v, nil
 	}
 	tasks, err := registryOf(s.Tasks)
 	if err != nil {
-		return nil, nil, 0, fmt.Errorf("%w: version %d: %v", ErrBadSnapshot, v, err)
+		return nil, nil, nil, 0, fmt.Errorf("%w: version %d: %v", ErrBadSnapshot, v, err)
 	}
-	s.Tasks = nil
-	return &s, tasks, v, nil
+	dedup = newDedupTable(uint64(len(s.Dedup)))
+	for _, e := range s.Dedup {
+		if err := dedup.add(e); err != nil {
+			return nil, nil, nil, 0, fmt.Errorf("%w: version %d: %v", ErrBadSnapshot, v, err)
+		}
+	}
+	s.Tasks, s.Dedup = nil, nil
+	return &s, tasks, dedup, v, nil
 }
 
 // Restore replaces the state with the snapshot read from r. A snapshot of
 // another cluster is refused, and a failed Restore changes nothing.
 func (f *FSM) Restore(r io.Reader) error {
 	start := time.Now()
-	s, tasks, version, err := readSnapshot(bufio.NewReader(r))
+	s, tasks, dedup, version, err := readSnapshot(bufio.NewReader(r))
 	if err != nil {
 		return err
 	}
@@ -1043,18 +1047,6 @@ func (f *FSM) Restore(r io.Reader) error {
 	epochs, err := restoreEpochs(version, s, tasks, assignment)
 	if err != nil {
 		return err
-	}
-	order := queueOf(s.Dedup)
-	dedup := make(map[dedupKey]uint64, len(s.Dedup))
-	for i, e := range s.Dedup {
-		k := dedupKey{e.Client, e.Request}
-		if _, dup := dedup[k]; dup {
-			return fmt.Errorf("%w: request %q of client %q listed twice", ErrBadSnapshot, e.Request, e.Client)
-		}
-		if i > 0 && s.Dedup[i-1].Result.Index > e.Result.Index {
-			return fmt.Errorf("%w: request ids out of index order (%d after %d)", ErrBadSnapshot, e.Result.Index, s.Dedup[i-1].Result.Index)
-		}
-		dedup[k] = uint64(i)
 	}
 	members := make(map[string]MemberRecord, len(s.Members))
 	for _, m := range s.Members {
@@ -1077,7 +1069,7 @@ func (f *FSM) Restore(r io.Reader) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.restoredAt, f.restoreTook = time.Now(), time.Since(start)
-	f.tasks, f.dedup, f.order = tasks, dedup, order
+	f.tasks, f.dedup, f.order = tasks, dedup.index, dedup.order
 	f.taskVer++
 	f.outbox, f.published = s.Outbox, s.Published
 	f.assignGen, f.assignment, f.epochs = s.AssignmentGeneration, assignment, epochs

@@ -16,15 +16,6 @@ type queue[T any] struct {
 	pushed uint64 // elements ever pushed: the next push's sequence number
 }
 
-// queueOf returns a queue holding a copy of s, in order.
-func queueOf[T any](s []T) queue[T] {
-	var q queue[T]
-	for _, v := range s {
-		q.push(v)
-	}
-	return q
-}
-
 func (q *queue[T]) len() int { return q.n }
 
 // push appends v and returns its sequence number (see at).

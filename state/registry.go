@@ -260,17 +260,21 @@ func (r *registry) mutable(bi int) *block {
 	return b
 }
 
-// insert adds a task whose id is not in the registry.
-func (r *registry) insert(t *Task, state uint8) taskItem {
+// add adds a task unless its id is in the registry already; it returns
+// the item added, or the one there and false. One search serves both.
+func (r *registry) add(t *Task, state uint8) (taskItem, bool) {
+	bi, ii, found := r.find(t.ID)
+	if found {
+		return r.blocks[bi].items[ii], false
+	}
 	r.reclaim()
 	it := taskItem{key: itemKey(r.arena.put(t.ID), len(t.ID)), created: t.CreatedIndex, standby: t.StandbyReplicas, weight: weightOf(t.Weight)}
 	if t.Stateful {
 		it.flags |= flagStateful
 	}
 	it = it.withState(state)
-	bi, ii, _ := r.find(t.ID)
 	r.insertAt(bi, ii, it)
-	return it
+	return it, true
 }
 
 func (r *registry) insertAt(bi, ii int, it taskItem) {
@@ -611,7 +615,7 @@ func registryOf(tasks []Task) (*registry, error) {
 		if t.Weight > MaxWeight {
 			return nil, fmt.Errorf("task %q: weight %d (at most %d)", t.ID, t.Weight, MaxWeight)
 		}
-		reg.insert(t, stateOfTask(t))
+		reg.add(t, stateOfTask(t))
 	}
 	return reg, nil
 }
@@ -673,89 +677,161 @@ func writeDedup(w io.Writer, v queueView[dedupEntry]) error {
 	return nil
 }
 
-// readDedup reads the entries writeDedup wrote in a snapshot of version v.
 // dedupPresize bounds the room readDedup makes before it reads the
 // entries a snapshot announces.
 const dedupPresize = 1 << 20
 
-func readDedup(r *bufio.Reader, v uint32) ([]dedupEntry, error) {
+// dedupTable is the request id table as a snapshot is read: the entries
+// in index order and where each is.
+type dedupTable struct {
+	order queue[dedupEntry]
+	index map[dedupKey]uint64
+}
+
+func newDedupTable(n uint64) *dedupTable {
+	return &dedupTable{index: make(map[dedupKey]uint64, min(n, dedupPresize))}
+}
+
+// add appends e, refusing a request listed twice or out of index order.
+func (d *dedupTable) add(e dedupEntry) error {
+	if d.order.len() > 0 {
+		if last, _ := d.order.at(d.order.pushed - 1); last.Result.Index > e.Result.Index {
+			return fmt.Errorf("request ids out of index order (%d after %d)", e.Result.Index, last.Result.Index)
+		}
+	}
+	// One hash per entry: a key already there leaves the count as it was
+	// (and the table is dropped with the error).
+	n := len(d.index)
+	if d.index[dedupKey{e.Client, e.Request}] = d.order.pushed; len(d.index) == n {
+		return fmt.Errorf("request %q of client %q listed twice", e.Request, e.Client)
+	}
+	d.order.push(e)
+	return nil
+}
+
+// snapReader reads a snapshot's strings through one buffer.
+type snapReader struct {
+	r   *bufio.Reader
+	buf []byte
+	// A request id table holds many requests of few clients: each
+	// client's id is one string, not one per entry.
+	clients map[string]string
+}
+
+// bytes reads a length-prefixed string of at most max bytes into the
+// buffer, valid until the next read.
+func (sr *snapReader) bytes(max uint64) ([]byte, error) {
+	l, err := binary.ReadUvarint(sr.r)
+	if err != nil {
+		return nil, noEOF(err)
+	}
+	if l > max {
+		return nil, fmt.Errorf("a string of %d bytes (at most %d)", l, max)
+	}
+	sr.buf = slices.Grow(sr.buf[:0], int(l))[:l]
+	if _, err := io.ReadFull(sr.r, sr.buf); err != nil {
+		return nil, noEOF(err)
+	}
+	return sr.buf, nil
+}
+
+func (sr *snapReader) str(max uint64) (string, error) {
+	b, err := sr.bytes(max)
+	return string(b), err
+}
+
+// client reads a client id, the same string for the same id.
+func (sr *snapReader) client() (string, error) {
+	b, err := sr.bytes(maxIDLen)
+	if err != nil {
+		return "", err
+	}
+	if c, ok := sr.clients[string(b)]; ok {
+		return c, nil
+	}
+	c := string(b)
+	sr.clients[c] = c
+	return c, nil
+}
+
+// readDedup reads the entries writeDedup wrote in a snapshot of version v.
+func readDedup(r *bufio.Reader, v uint32) (*dedupTable, error) {
 	n, err := binary.ReadUvarint(r)
 	if err != nil {
 		return nil, fmt.Errorf("count: %w", noEOF(err))
 	}
 	// The count is the file's word: room for at most a bounded number up
-	// front, the rest by appending.
-	out := make([]dedupEntry, 0, min(n, dedupPresize))
-	var buf []byte
-	str := func(max uint64) (string, error) {
-		l, err := binary.ReadUvarint(r)
-		if err != nil {
-			return "", noEOF(err)
-		}
-		if l > max {
-			return "", fmt.Errorf("a string of %d bytes (at most %d)", l, max)
-		}
-		buf = slices.Grow(buf[:0], int(l))[:l]
-		if _, err := io.ReadFull(r, buf); err != nil {
-			return "", noEOF(err)
-		}
-		return string(buf), nil
-	}
+	// front, the rest as entries come.
+	out := newDedupTable(n)
+	sr := &snapReader{r: r, clients: make(map[string]string)}
 	for i := uint64(0); i < n; i++ {
-		var e dedupEntry
-		fail := func(err error) ([]dedupEntry, error) { return nil, fmt.Errorf("entry %d: %w", i, err) }
-		if e.Client, err = str(maxIDLen); err != nil {
-			return fail(err)
+		e, err := readDedupEntry(sr, v)
+		if err == nil {
+			err = out.add(e)
 		}
-		if e.Request, err = str(maxIDLen); err != nil {
-			return fail(err)
-		}
-		if e.Result.Index, err = binary.ReadUvarint(r); err != nil {
-			return fail(noEOF(err))
-		}
-		code, err := r.ReadByte()
 		if err != nil {
-			return fail(noEOF(err))
+			return nil, fmt.Errorf("entry %d: %w", i, err)
 		}
-		if Code(code) > CodeConflict {
-			return fail(fmt.Errorf("result code %d", code))
-		}
-		e.Result.Code = Code(code)
-		t := &e.Result.Task
-		if t.ID, err = str(maxIDLen); err != nil {
-			return fail(err)
-		}
-		if t.CreatedIndex, err = binary.ReadUvarint(r); err != nil {
-			return fail(noEOF(err))
-		}
-		standby, err := binary.ReadUvarint(r)
-		if err != nil {
-			return fail(noEOF(err))
-		}
-		if standby > math.MaxUint32 {
-			return fail(fmt.Errorf("%d standby replicas", standby))
-		}
-		t.StandbyReplicas = uint32(standby)
-		flags, err := r.ReadByte()
-		if err != nil {
-			return fail(noEOF(err))
-		}
-		if flags&^flagsMask != 0 {
-			return fail(fmt.Errorf("flags %#x", flags))
-		}
-		t.Stateful = flags&flagStateful != 0
-		setState(t, (taskItem{flags: flags}).state())
-		if v >= snapshotWeights {
-			w, err := readWeight(r)
-			if err != nil {
-				return fail(err)
-			}
-			t.Weight = weightFrom(w)
-		}
-		if e.Result.Err, err = str(maxErrLen); err != nil {
-			return fail(err)
-		}
-		out = append(out, e)
 	}
 	return out, nil
+}
+
+// readDedupEntry reads one entry of the request id table.
+func readDedupEntry(sr *snapReader, v uint32) (dedupEntry, error) {
+	r := sr.r
+	var e dedupEntry
+	var err error
+	fail := func(err error) (dedupEntry, error) { return dedupEntry{}, err }
+	if e.Client, err = sr.client(); err != nil {
+		return fail(err)
+	}
+	if e.Request, err = sr.str(maxIDLen); err != nil {
+		return fail(err)
+	}
+	if e.Result.Index, err = binary.ReadUvarint(r); err != nil {
+		return fail(noEOF(err))
+	}
+	code, err := r.ReadByte()
+	if err != nil {
+		return fail(noEOF(err))
+	}
+	if Code(code) > CodeConflict {
+		return fail(fmt.Errorf("result code %d", code))
+	}
+	e.Result.Code = Code(code)
+	t := &e.Result.Task
+	if t.ID, err = sr.str(maxIDLen); err != nil {
+		return fail(err)
+	}
+	if t.CreatedIndex, err = binary.ReadUvarint(r); err != nil {
+		return fail(noEOF(err))
+	}
+	standby, err := binary.ReadUvarint(r)
+	if err != nil {
+		return fail(noEOF(err))
+	}
+	if standby > math.MaxUint32 {
+		return fail(fmt.Errorf("%d standby replicas", standby))
+	}
+	t.StandbyReplicas = uint32(standby)
+	flags, err := r.ReadByte()
+	if err != nil {
+		return fail(noEOF(err))
+	}
+	if flags&^flagsMask != 0 {
+		return fail(fmt.Errorf("flags %#x", flags))
+	}
+	t.Stateful = flags&flagStateful != 0
+	setState(t, (taskItem{flags: flags}).state())
+	if v >= snapshotWeights {
+		w, err := readWeight(r)
+		if err != nil {
+			return fail(err)
+		}
+		t.Weight = weightFrom(w)
+	}
+	if e.Result.Err, err = sr.str(maxErrLen); err != nil {
+		return fail(err)
+	}
+	return e, nil
 }

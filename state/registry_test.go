@@ -82,7 +82,7 @@ func TestRegistryAgainstAMap(t *testing.T) {
 					continue
 				}
 				tk := Task{ID: id, CreatedIndex: uint64(step), StandbyReplicas: uint32(rng.IntN(3)), Stateful: rng.IntN(2) == 0}
-				r.insert(&tk, stateUnassigned)
+				r.add(&tk, stateUnassigned)
 				tk.State, tk.PendingReason = TaskStatePending, reasonUnassigned
 				model[id] = tk
 			case op < 7:
@@ -145,7 +145,7 @@ func TestRegistryAgainstAMap(t *testing.T) {
 func TestArenaReuseWaitsForViews(t *testing.T) {
 	r := newRegistry()
 	for i := range 1000 {
-		r.insert(&Task{ID: fmt.Sprintf("task-%04d", i)}, stateUnassigned)
+		r.add(&Task{ID: fmt.Sprintf("task-%04d", i)}, stateUnassigned)
 	}
 	v := r.view()
 	for i := range 1000 {
@@ -153,7 +153,7 @@ func TestArenaReuseWaitsForViews(t *testing.T) {
 	}
 	held := len(r.arena.chunks)
 	for i := range 1000 {
-		r.insert(&Task{ID: fmt.Sprintf("next-%04d", i)}, stateUnassigned)
+		r.add(&Task{ID: fmt.Sprintf("next-%04d", i)}, stateUnassigned)
 	}
 	if len(r.arena.chunks) == held {
 		t.Fatal("freed ids were reused while a view could read them")
@@ -172,7 +172,7 @@ func TestArenaReuseWaitsForViews(t *testing.T) {
 	}
 	used, chunks := r.arena.used, len(r.arena.chunks)
 	for i := range 1000 {
-		r.insert(&Task{ID: fmt.Sprintf("last-%04d", i)}, stateUnassigned)
+		r.add(&Task{ID: fmt.Sprintf("last-%04d", i)}, stateUnassigned)
 	}
 	if len(r.arena.chunks) != chunks || used != 0 {
 		t.Fatalf("after release: %d chunks, was %d (used %d before)", len(r.arena.chunks), chunks, used)
