@@ -308,6 +308,10 @@ func PrintRestarts(w io.Writer, r *Restarts) {
 			fmt.Fprintf(w, " %s %.3fs", id, r.ColdRestartReadySeconds[id])
 		}
 	}
-	fmt.Fprintf(w, "; tasks %d acknowledged, %d after\n", r.TasksAcked, r.TasksAfter)
+	fmt.Fprintf(w, "; tasks %d acknowledged, %d after", r.TasksAcked, r.TasksAfter)
+	if r.TransparentHugePages != "" {
+		fmt.Fprintf(w, "; transparent huge pages %s", r.TransparentHugePages)
+	}
+	fmt.Fprintln(w)
 	PrintNodes(w, r.NodeStats)
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/xce/xce/client"
+	"github.com/xce/xce/internal/hugeheap"
 	"github.com/xce/xce/internal/localcluster"
 	xcev1 "github.com/xce/xce/proto/xce/v1"
 )
@@ -44,6 +45,11 @@ type Restarts struct {
 	// phases, its process) started.
 	FollowerPhases []Phase            `json:"follower_phases,omitempty"`
 	ColdPhases     map[string][]Phase `json:"cold_phases,omitempty"`
+	// TransparentHugePages is the host's transparent huge page mode
+	// (always, madvise, never; empty where there is none), which decides
+	// what a restore's page faults cost (docs/design.md, "The data dir
+	// and durability").
+	TransparentHugePages string `json:"transparent_hugepages,omitempty"`
 }
 
 // Phase is one phase of a restart: when it ended, in seconds since the
@@ -111,7 +117,7 @@ type restarter struct {
 // run measures the follower's catch-up, then the cold restart, and
 // checks that no acknowledged task was lost.
 func (rs *restarter) run(ctx context.Context) (*Restarts, error) {
-	out := &Restarts{}
+	out := &Restarts{TransparentHugePages: hugeheap.Mode()}
 	if err := rs.follower(ctx, out); err != nil {
 		return nil, fmt.Errorf("follower catch-up: %w", err)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/xce/xce/configs"
 	"github.com/xce/xce/delaymgr"
 	"github.com/xce/xce/ha"
+	"github.com/xce/xce/internal/hugeheap"
 	"github.com/xce/xce/internal/stopper"
 	"github.com/xce/xce/logging"
 	"github.com/xce/xce/netio"
@@ -411,14 +412,28 @@ func (n *Node) openStorage() (*persist.Store, error) {
 	return store, nil
 }
 
+// heapPerSnapshotByte is about how much heap a restored state and the
+// log replayed past it fill, per byte of snapshot.
+const heapPerSnapshotByte = 8
+
 // restoreAtOpen is how the data dir's open restores the newest raft
 // snapshot while it checks the log: into the state machine, with the Raft
-// backend (the Kafka backend restores its own snapshots).
-func (n *Node) restoreAtOpen() func(io.ReadCloser) error {
+// backend (the Kafka backend restores its own snapshots). The heap it is
+// about to fill is marked for huge pages first (package hugeheap).
+func (n *Node) restoreAtOpen() func(io.ReadCloser, int64) error {
 	if n.cfg.HA.Backend != "" && n.cfg.HA.Backend != configs.BackendRaft {
 		return nil
 	}
-	return func(rc io.ReadCloser) error { return n.fsm.Restore(rc) }
+	return func(rc io.ReadCloser, size int64) error {
+		r := hugeheap.Advise(heapPerSnapshotByte * size)
+		switch {
+		case r.Err != nil:
+			n.log.Warn().Err(r.Err).Str("transparent_hugepages", r.Mode).Msg("could not mark the heap for huge pages; the restore faults in 4 KiB pages")
+		case r.Advised > 0:
+			n.log.Info().Int64("bytes", r.Advised).Str("transparent_hugepages", r.Mode).Msg("heap marked for huge pages before the restore")
+		}
+		return n.fsm.Restore(rc)
+	}
 }
 
 // startBackend starts the election backend and hands it to the loop. A

@@ -12,7 +12,7 @@ func TestRestoreSnapshotWhileOpening(t *testing.T) {
 	dir := nodeDir{last: 30, snapIndex: 20, snapTm: 2}.build(t)
 	var got []byte
 	opts := testOpts
-	opts.RestoreSnapshot = func(rc io.ReadCloser) error {
+	opts.RestoreSnapshot = func(rc io.ReadCloser, _ int64) error {
 		b, err := io.ReadAll(rc)
 		got = b
 		return err
@@ -24,7 +24,7 @@ func TestRestoreSnapshotWhileOpening(t *testing.T) {
 	s.Close()
 
 	refused := errors.New("not this cluster's")
-	opts.RestoreSnapshot = func(rc io.ReadCloser) error { return refused }
+	opts.RestoreSnapshot = func(rc io.ReadCloser, _ int64) error { return refused }
 	s = openT(t, dir, opts)
 	if s.Restored != nil || !errors.Is(s.RestoreErr, refused) {
 		t.Fatalf("a failed restore: restored %+v, %v", s.Restored, s.RestoreErr)
@@ -33,7 +33,7 @@ func TestRestoreSnapshotWhileOpening(t *testing.T) {
 
 	// No snapshot: nothing to restore, nothing said.
 	called := false
-	opts.RestoreSnapshot = func(rc io.ReadCloser) error { called = true; return nil }
+	opts.RestoreSnapshot = func(rc io.ReadCloser, _ int64) error { called = true; return nil }
 	s = openT(t, nodeDir{last: 8}.build(t), opts)
 	if called || s.Restored != nil || s.RestoreErr != nil {
 		t.Fatalf("no snapshot: called %v, restored %+v, %v", called, s.Restored, s.RestoreErr)

@@ -88,12 +88,13 @@ type Options struct {
 	// each is given when created); zero means raftlog.DefaultSegmentSize.
 	// It may change between runs: each segment records its own.
 	SegmentSize int64
-	// RestoreSnapshot, when set, is given the newest raft snapshot to
-	// restore into the state machine while Open reads and checks the log,
+	// RestoreSnapshot, when set, is given the newest raft snapshot (and
+	// its size) to restore into the state machine while Open reads and
+	// checks the log,
 	// rather than raft restoring it after Open; Store.Restored says which
 	// snapshot it took, if it succeeded. A failure is left to raft, which
 	// restores (or refuses) the snapshots itself as it always does.
-	RestoreSnapshot func(rc io.ReadCloser) error
+	RestoreSnapshot func(rc io.ReadCloser, size int64) error
 	// ProbeInterval is how often a Store whose storage fails recoverably
 	// (Health) checks whether the disk takes writes again; zero means one
 	// second.
@@ -265,7 +266,7 @@ type restoreResult struct {
 // restore on a goroutine of its own, unless either is nil or snap is not
 // the snapshot raft would restore first (the newest of all), and sends
 // what it did on the channel it returns, once.
-func restoreWhileOpening(snaps raft.SnapshotStore, snap *raft.SnapshotMeta, restore func(io.ReadCloser) error) <-chan restoreResult {
+func restoreWhileOpening(snaps raft.SnapshotStore, snap *raft.SnapshotMeta, restore func(io.ReadCloser, int64) error) <-chan restoreResult {
 	out := make(chan restoreResult, 1)
 	if restore == nil || snap == nil {
 		out <- restoreResult{}
@@ -277,7 +278,7 @@ func restoreWhileOpening(snaps raft.SnapshotStore, snap *raft.SnapshotMeta, rest
 
 // restoreNewest restores snap with restore if it is the newest snapshot
 // of all.
-func restoreNewest(snaps raft.SnapshotStore, snap *raft.SnapshotMeta, restore func(io.ReadCloser) error) restoreResult {
+func restoreNewest(snaps raft.SnapshotStore, snap *raft.SnapshotMeta, restore func(io.ReadCloser, int64) error) restoreResult {
 	metas, err := snaps.List()
 	if err != nil || len(metas) == 0 || metas[0].ID != snap.ID {
 		return restoreResult{err: err}
@@ -288,7 +289,7 @@ func restoreNewest(snaps raft.SnapshotStore, snap *raft.SnapshotMeta, restore fu
 		return restoreResult{err: err}
 	}
 	defer rc.Close()
-	if err := restore(rc); err != nil {
+	if err := restore(rc, snap.Size); err != nil {
 		return restoreResult{err: err}
 	}
 	return restoreResult{meta: snap}
