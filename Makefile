@@ -38,7 +38,7 @@ browser:
 
 unit:
 	$(GO) test -race -count=1 -timeout 15m ./...
-	cd third_party/hashicorp/raft && $(GO) test -race -count=1 -timeout 5m -run 'TestParallelLeaderWrites|TestVerifyLeader|TestReplicationResumes|TestFirstElectionTimeout' .
+	cd third_party/hashicorp/raft && $(GO) test -race -count=1 -timeout 5m -run 'TestParallelLeaderWrites|TestVerifyLeader|TestReplicationResumes|TestFirstElectionTimeout|TestOpenChecking' .
 
 fuzz:
 	FUZZTIME=$(FUZZTIME) ./scripts/fuzz.sh

@@ -3,6 +3,9 @@ package persist
 import (
 	"errors"
 	"io"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -28,6 +31,29 @@ func TestRestoreSnapshotWhileOpening(t *testing.T) {
 	s = openT(t, dir, opts)
 	if s.Restored != nil || !errors.Is(s.RestoreErr, refused) {
 		t.Fatalf("a failed restore: restored %+v, %v", s.Restored, s.RestoreErr)
+	}
+	s.Close()
+
+	// A state file changed after it was written: the restore read it,
+	// but its checksum fails, so Open says it restored nothing (and raft
+	// restores the snapshots itself, checking first).
+	damaged := nodeDir{last: 30, snapIndex: 20, snapTm: 2}.build(t)
+	states, err := filepath.Glob(filepath.Join(damaged, snapDir, "snapshots", "*", "state.bin"))
+	if err != nil || len(states) != 1 {
+		t.Fatalf("state files %v, %v", states, err)
+	}
+	if err := os.WriteFile(states[0], []byte("stale"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got = nil
+	opts.RestoreSnapshot = func(rc io.ReadCloser, _ int64) error {
+		b, err := io.ReadAll(rc)
+		got = b
+		return err
+	}
+	s = openT(t, damaged, opts)
+	if s.Restored != nil || s.RestoreErr == nil || !strings.Contains(s.RestoreErr.Error(), "CRC") || string(got) != "stale" {
+		t.Fatalf("a damaged snapshot: restored %+v, %v (read %q)", s.Restored, s.RestoreErr, got)
 	}
 	s.Close()
 

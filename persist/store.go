@@ -266,7 +266,7 @@ type restoreResult struct {
 // restore on a goroutine of its own, unless either is nil or snap is not
 // the snapshot raft would restore first (the newest of all), and sends
 // what it did on the channel it returns, once.
-func restoreWhileOpening(snaps raft.SnapshotStore, snap *raft.SnapshotMeta, restore func(io.ReadCloser, int64) error) <-chan restoreResult {
+func restoreWhileOpening(snaps *raft.FileSnapshotStore, snap *raft.SnapshotMeta, restore func(io.ReadCloser, int64) error) <-chan restoreResult {
 	out := make(chan restoreResult, 1)
 	if restore == nil || snap == nil {
 		out <- restoreResult{}
@@ -278,19 +278,25 @@ func restoreWhileOpening(snaps raft.SnapshotStore, snap *raft.SnapshotMeta, rest
 
 // restoreNewest restores snap with restore if it is the newest snapshot
 // of all.
-func restoreNewest(snaps raft.SnapshotStore, snap *raft.SnapshotMeta, restore func(io.ReadCloser, int64) error) restoreResult {
+func restoreNewest(snaps *raft.FileSnapshotStore, snap *raft.SnapshotMeta, restore func(io.ReadCloser, int64) error) restoreResult {
 	metas, err := snaps.List()
 	if err != nil || len(metas) == 0 || metas[0].ID != snap.ID {
 		return restoreResult{err: err}
 	}
-	// Open verifies the file's checksum before it returns.
-	_, rc, err := snaps.Open(snap.ID)
+	// The file's checksum is checked as it is restored, not read through
+	// first: a restore whose file then fails its check is reported as
+	// failed, and raft, which checks before it restores, restores the
+	// snapshots itself over it.
+	_, rc, check, err := snaps.OpenChecking(snap.ID)
 	if err != nil {
 		return restoreResult{err: err}
 	}
 	defer rc.Close()
 	if err := restore(rc, snap.Size); err != nil {
 		return restoreResult{err: err}
+	}
+	if err := check(); err != nil {
+		return restoreResult{err: fmt.Errorf("snapshot %s: %w", snap.ID, err)}
 	}
 	return restoreResult{meta: snap}
 }

@@ -391,6 +391,34 @@ func (f *FileSnapshotStore) Open(id string) (*SnapshotMeta, io.ReadCloser, error
 	return &meta.SnapshotMeta, buffered, nil
 }
 
+// OpenChecking opens a snapshot like Open, but checks its CRC as the
+// caller reads it rather than reading the whole file once before: the
+// returned check reads what the caller left of the file and returns an
+// error unless the CRC of all of it matches. What was read may not be
+// trusted until check has returned nil.
+func (f *FileSnapshotStore) OpenChecking(id string) (*SnapshotMeta, io.ReadCloser, func() error, error) {
+	meta, err := f.readMeta(id)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	fh, err := os.Open(filepath.Join(f.path, id, stateFilePath))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	stateHash := crc64.New(crc64.MakeTable(crc64.ECMA))
+	bh := bufio.NewReaderSize(io.TeeReader(fh, stateHash), 256<<10)
+	check := func() error {
+		if _, err := io.Copy(io.Discard, bh); err != nil {
+			return err
+		}
+		if computed := stateHash.Sum(nil); !bytes.Equal(meta.CRC, computed) {
+			return fmt.Errorf("CRC mismatch")
+		}
+		return nil
+	}
+	return &meta.SnapshotMeta, &bufferedFile{bh: bh, fh: fh}, check, nil
+}
+
 // ReapSnapshots reaps any snapshots beyond the retain count.
 func (f *FileSnapshotStore) ReapSnapshots() error {
 	snapshots, err := f.getSnapshots()
