@@ -288,30 +288,11 @@ func TestJoinIgnoredWithState(t *testing.T) {
 	dir := t.TempDir()
 	var store *persist.Store
 	run := func(join bool, addr string) (*Raft, string) {
-		l, err := net.Listen("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr = l.Addr().String()
-		store, err = persist.Open(dir, persist.Options{NodeID: "n1", ClusterID: "t"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		stream, err := peernet.NewStreamLayer(l, addr, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg := DefaultConfig()
-		cfg.NodeID, cfg.Peers, cfg.Join = "n1", []Peer{{ID: "n1", Addr: addr}}, join
-		cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 100*time.Millisecond, 100*time.Millisecond, 100*time.Millisecond
-		r, err := Start(cfg, state.NewFSM("t"), store, stream, hclog.NewNullLogger())
-		if err != nil {
-			t.Fatal(err)
-		}
-		testutil.Eventually(t, 10*time.Second, "a leader", func() bool { return r.View().State == ha.StateLeader })
+		var r *Raft
+		r, store, addr = startInDir(t, dir, addr, persist.Options{}, state.NewFSM("t"), func(c *Config) { c.Join = join })
 		return r, addr
 	}
-	r, addr := run(false, "127.0.0.1:0")
+	r, addr := run(false, "")
 	if err := r.Shutdown(); err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package raftha
 
 import (
+	"cmp"
 	"errors"
 	"net"
 	"sync/atomic"
@@ -49,6 +50,40 @@ func startOne(t *testing.T, mutate func(*Config)) (*Raft, string) {
 		store.Close()
 	})
 	return r, addr
+}
+
+// startInDir starts a one-node raft on the data dir dir (addr, or a free
+// port where empty) with popts and fsm, and waits until it leads; it
+// returns the node, its storage and the address it listens on.
+func startInDir(t *testing.T, dir, addr string, popts persist.Options, fsm *state.FSM, mutate func(*Config)) (*Raft, *persist.Store, string) {
+	t.Helper()
+	l, err := net.Listen("tcp", cmp.Or(addr, "127.0.0.1:0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr = l.Addr().String()
+	popts.NodeID, popts.ClusterID = "n1", "t"
+	store, err := persist.Open(dir, popts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := peernet.NewStreamLayer(l, addr, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.NodeID, cfg.Peers = "n1", []Peer{{ID: "n1", Addr: addr}}
+	cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 100*time.Millisecond, 100*time.Millisecond, 100*time.Millisecond
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	r, err := Start(cfg, fsm, store, stream, hclog.NewNullLogger())
+	if err != nil {
+		store.Close()
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "a leader", func() bool { return r.View().State == ha.StateLeader })
+	return r, store, addr
 }
 
 // CampaignAllowed reaches raft: while it refuses, a single node does not

@@ -2,11 +2,9 @@ package raftha
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,10 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
-
-	"github.com/xce/xce/ha"
-	"github.com/xce/xce/ha/raftha/peernet"
 	"github.com/xce/xce/internal/testutil"
 	"github.com/xce/xce/persist"
 	"github.com/xce/xce/state"
@@ -33,30 +27,10 @@ func TestRestartRestoresAtOpen(t *testing.T) {
 	addr := ""
 	run := func() (*Raft, *persist.Store, *state.FSM) {
 		t.Helper()
-		l, err := net.Listen("tcp", cmp.Or(addr, "127.0.0.1:0"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr = l.Addr().String()
 		fsm := state.NewFSM("t")
-		store, err := persist.Open(dir, persist.Options{NodeID: "n1", ClusterID: "t",
-			RestoreSnapshot: func(rc io.ReadCloser, _ int64) error { return fsm.Restore(rc) }})
-		if err != nil {
-			t.Fatal(err)
-		}
-		stream, err := peernet.NewStreamLayer(l, addr, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg := DefaultConfig()
-		cfg.NodeID, cfg.Peers = "n1", []Peer{{ID: "n1", Addr: addr}}
-		cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 100*time.Millisecond, 100*time.Millisecond, 100*time.Millisecond
-		r, err := Start(cfg, fsm, store, stream, hclog.NewNullLogger())
-		if err != nil {
-			store.Close()
-			t.Fatal(err)
-		}
-		testutil.Eventually(t, 10*time.Second, "a leader", func() bool { return r.View().State == ha.StateLeader })
+		restore := func(rc io.ReadCloser, _ int64) error { return fsm.Restore(rc) }
+		r, store, a := startInDir(t, dir, addr, persist.Options{RestoreSnapshot: restore}, fsm, nil)
+		addr = a
 		return r, store, fsm
 	}
 	stop := func(r *Raft, store *persist.Store) {
