@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/xce/xce/client"
-	"github.com/xce/xce/internal/hugeheap"
 	"github.com/xce/xce/internal/localcluster"
+	"github.com/xce/xce/internal/restoreheap"
 	xcev1 "github.com/xce/xce/proto/xce/v1"
 )
 
@@ -117,7 +117,7 @@ type restarter struct {
 // run measures the follower's catch-up, then the cold restart, and
 // checks that no acknowledged task was lost.
 func (rs *restarter) run(ctx context.Context) (*Restarts, error) {
-	out := &Restarts{TransparentHugePages: hugeheap.Mode()}
+	out := &Restarts{TransparentHugePages: restoreheap.Mode()}
 	if err := rs.follower(ctx, out); err != nil {
 		return nil, fmt.Errorf("follower catch-up: %w", err)
 	}

@@ -22,7 +22,7 @@ import (
 	"github.com/xce/xce/configs"
 	"github.com/xce/xce/delaymgr"
 	"github.com/xce/xce/ha"
-	"github.com/xce/xce/internal/hugeheap"
+	"github.com/xce/xce/internal/restoreheap"
 	"github.com/xce/xce/internal/stopper"
 	"github.com/xce/xce/logging"
 	"github.com/xce/xce/netio"
@@ -419,13 +419,14 @@ const heapPerSnapshotByte = 8
 // restoreAtOpen is how the data dir's open restores the newest raft
 // snapshot while it checks the log: into the state machine, with the Raft
 // backend (the Kafka backend restores its own snapshots). The heap it is
-// about to fill is marked for huge pages first (package hugeheap).
+// about to fill is prepared first (package restoreheap).
 func (n *Node) restoreAtOpen() func(io.ReadCloser, int64) error {
 	if n.cfg.HA.Backend != "" && n.cfg.HA.Backend != configs.BackendRaft {
 		return nil
 	}
 	return func(rc io.ReadCloser, size int64) error {
-		r := hugeheap.Advise(heapPerSnapshotByte * size)
+		r, release := restoreheap.Prepare(heapPerSnapshotByte * size)
+		defer release()
 		switch {
 		case r.Err != nil:
 			n.log.Warn().Err(r.Err).Str("transparent_hugepages", r.Mode).Msg("could not mark the heap for huge pages; the restore faults in 4 KiB pages")
