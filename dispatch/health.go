@@ -23,40 +23,6 @@ var HealthServices = []string{
 	xcev1connect.ClusterServiceName,
 }
 
-// MaxStandbyLag is how many committed entries a STANDBY may not have
-// applied yet and still report SERVING: one that trails by more is
-// catching up (a restore, a long pause) and serves stale reads that are
-// staler than a load balancer would expect.
-const MaxStandbyLag = 512
-
-// Health decides what the gRPC health service reports for a node in view
-// v with the commit and applied indexes it knows (docs/design.md,
-// "Interfaces that tests and operators rely on"): SERVING on a PRIMARY
-// with write quorum and on a STANDBY that knows its leader and is caught
-// up, NOT_SERVING otherwise; reason says why not.
-func Health(v *ha.View, commit, applied uint64) (serving bool, reason string) {
-	switch {
-	case v.Stopping:
-		return false, "stopping"
-	case v.Storage != "":
-		return false, "storage failing: " + v.Storage
-	case v.Role == ha.RolePrimary:
-		if !v.WriteQuorum {
-			return false, "primary without write quorum"
-		}
-		return true, ""
-	case v.Role == ha.RoleStandby:
-		if v.LeaderID == "" {
-			return false, "standby without a known primary"
-		}
-		if commit > applied && commit-applied > MaxStandbyLag {
-			return false, fmt.Sprintf("standby catching up: %d committed entries not applied", commit-applied)
-		}
-		return true, ""
-	}
-	return false, v.Role.String()
-}
-
 // checker answers the gRPC health checks from the node's view.
 type checker struct{ s *Service }
 
@@ -65,7 +31,7 @@ func (c checker) Check(_ context.Context, req *grpchealth.CheckRequest) (*grpche
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("unknown service %q", req.Service))
 	}
 	commit, applied := c.s.node.Indexes()
-	if ok, _ := Health(c.s.node.View(), commit, applied); ok {
+	if ok, _ := ha.Serving(c.s.node.View(), commit, applied); ok {
 		return &grpchealth.CheckResponse{Status: grpchealth.StatusServing}, nil
 	}
 	return &grpchealth.CheckResponse{Status: grpchealth.StatusNotServing}, nil

@@ -24,7 +24,7 @@ import (
 )
 
 func TestHealthDecision(t *testing.T) {
-	const lag = dispatch.MaxStandbyLag
+	const lag = ha.MaxStandbyLag
 	standby := ha.View{Role: ha.RoleStandby, Term: 3, LeaderID: "n1"}
 	for _, c := range []struct {
 		name            string
@@ -45,7 +45,7 @@ func TestHealthDecision(t *testing.T) {
 		{"init", ha.View{Role: ha.RoleInit}, 0, 0, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			got, reason := dispatch.Health(&c.v, c.commit, c.applied)
+			got, reason := ha.Serving(&c.v, c.commit, c.applied)
 			if got != c.want {
 				t.Fatalf("Health = %v (%s), want %v", got, reason, c.want)
 			}
@@ -125,7 +125,7 @@ func TestHealthAndReflectionOverTheWire(t *testing.T) {
 		{"primary", primary, 0, grpchealth.StatusServing},
 		{"primary without quorum", ha.View{Role: ha.RolePrimary, Term: 5, LeaderID: "n2"}, 0, grpchealth.StatusNotServing},
 		{"standby caught up", ha.View{Role: ha.RoleStandby, Term: 5, LeaderID: "n1"}, 3, grpchealth.StatusServing},
-		{"standby catching up", ha.View{Role: ha.RoleStandby, Term: 5, LeaderID: "n1"}, dispatch.MaxStandbyLag + 1, grpchealth.StatusNotServing},
+		{"standby catching up", ha.View{Role: ha.RoleStandby, Term: 5, LeaderID: "n1"}, ha.MaxStandbyLag + 1, grpchealth.StatusNotServing},
 		{"electing", ha.View{Role: ha.RoleElecting, Term: 6}, 0, grpchealth.StatusNotServing},
 		{"stopping", ha.View{Role: ha.RolePrimary, WriteQuorum: true, Stopping: true}, 0, grpchealth.StatusNotServing},
 	} {
