@@ -128,13 +128,19 @@ func (p Principal) Can(perm Permission) bool {
 func (p Principal) WorkerID() string { return strings.TrimPrefix(p.Name, "worker:") }
 
 // MaySpeakAs reports whether p may register or heartbeat as worker id: an
-// admin as any worker, a worker only as its own id.
+// admin as any worker, a worker only as its own id, or as any worker when
+// its id is AnyWorker (a fleet's shared token).
 func (p Principal) MaySpeakAs(id string) bool {
 	if slices.Contains(p.Roles, Admin) {
 		return true
 	}
-	return slices.Contains(p.Roles, Worker) && id == p.WorkerID()
+	return slices.Contains(p.Roles, Worker) && (id == p.WorkerID() || p.WorkerID() == AnyWorker)
 }
+
+// AnyWorker is the worker id of a principal that may speak as every
+// worker: a token shared by a fleet whose workers' ids are not known
+// ahead (a Deployment's pods). It may do no more than a worker.
+const AnyWorker = "*"
 
 // NodeID is the node id p speaks for: its name without a "node:" prefix.
 func (p Principal) NodeID() string { return strings.TrimPrefix(p.Name, "node:") }

@@ -101,6 +101,13 @@ func TestGrants(t *testing.T) {
 	if !(Principal{Name: "root", Roles: []Role{Admin}}).MaySpeakAs("any") {
 		t.Error("an admin speaks as any worker")
 	}
+	fleet := Principal{Name: "worker:*", Roles: []Role{Worker}}
+	if !fleet.MaySpeakAs("xce-worker-7f9c-abcde") || !fleet.MaySpeakAs("w2") || fleet.Can(PermRead) {
+		t.Error("a fleet's token speaks as any worker, and does no more than a worker")
+	}
+	if (Principal{Name: "*", Roles: []Role{Reader}}).MaySpeakAs("w1") {
+		t.Error("a reader named * is no worker")
+	}
 	if (Principal{Name: "w1", Roles: []Role{Reader}}).MaySpeakAs("w1") {
 		t.Error("a reader is no worker")
 	}
