@@ -25,7 +25,7 @@ type clientFlags struct {
 }
 
 func (f *clientFlags) register(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&f.addr, "addr", "127.0.0.1:7101", "comma-separated HOST:PORT list of controller client addresses")
+	cmd.Flags().StringVar(&f.addr, "addr", envOr("XCE_ADDR", "127.0.0.1:7101"), "comma-separated HOST:PORT list of controller client addresses (env XCE_ADDR)")
 	cmd.Flags().DurationVar(&f.timeout, "timeout", 10*time.Second, "give up after this long (NOT_READY answers are retried until then)")
 	cmd.Flags().BoolVar(&f.json, "json", false, "print JSON")
 	f.creds.register(cmd.Flags())

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -14,8 +15,14 @@ import (
 	"github.com/xce/xce/client"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = ""
+// version, commit and date are set at build time with -ldflags
+// "-X main.version=... -X main.commit=... -X main.date=..." (make build,
+// make release, the image).
+var (
+	version = ""
+	commit  = ""
+	date    = ""
+)
 
 // Exit codes, documented in the README.
 const (
@@ -87,7 +94,7 @@ func rootCmd() *cobra.Command {
 	root.AddCommand(serverCmd(), upgradeCmd(), devCmd(), statusCmd(), versionCmd(),
 		submitCmd(), taskCmd(), tasksCmd(), benchCmd(), kafkaDevCmd(), eventsCmd(), assignCmd(),
 		workerCmd(), workersCmd(), assignmentCmd(), checkDBCmd(), tlsCmd(),
-		membersCmd(), leaderCmd(), snapshotCmd(), placementCmd())
+		membersCmd(), leaderCmd(), snapshotCmd(), placementCmd(), podConfigCmd())
 	return root
 }
 
@@ -131,7 +138,11 @@ func versionCmd() *cobra.Command {
 		Short: "Print the version",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			fmt.Fprintln(cmd.OutOrStdout(), "xce "+versionString())
+			line := "xce " + versionString()
+			if commit != "" || date != "" {
+				line += fmt.Sprintf(" (commit %s, built %s)", cmp.Or(commit, "unknown"), cmp.Or(date, "unknown"))
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), line)
 			return nil
 		},
 	}

@@ -281,6 +281,7 @@ func leaderCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "leader", Short: "Move the leadership (the PRIMARY role)"}
 	var f clientFlags
 	var to string
+	var ifPrimary bool
 	transfer := &cobra.Command{
 		Use:   "transfer [--to ID]",
 		Short: "Hand the PRIMARY role to another voter (--to, or the most caught-up one)",
@@ -298,6 +299,17 @@ Clients follow it through their NOT_READY hints.`,
 				return err
 			}
 			return f.call(func(ctx context.Context, c *client.Client) error {
+				if ifPrimary {
+					addr := strings.Split(f.addr, ",")[0]
+					st, err := c.Status(ctx, addr)
+					if err != nil {
+						return fmt.Errorf("leader transfer: status of %s: %w", addr, err)
+					}
+					if st.Role != xcev1.Role_ROLE_PRIMARY {
+						fmt.Fprintf(cmd.OutOrStdout(), "%s is %s: nothing to hand on\n", st.NodeId, roleString(st.Role))
+						return nil
+					}
+				}
 				leader, err := c.TransferLeader(ctx, to)
 				if err != nil {
 					return fmt.Errorf("leader transfer: %w", err)
@@ -312,6 +324,7 @@ Clients follow it through their NOT_READY hints.`,
 	}
 	f.register(transfer)
 	transfer.Flags().StringVar(&to, "to", "", "the voter to hand the leadership to (default: the most caught-up)")
+	transfer.Flags().BoolVar(&ifPrimary, "if-primary", false, "hand it on only when the node at the first --addr is the PRIMARY, otherwise do nothing (a node's stop hook)")
 	cmd.AddCommand(transfer)
 	return cmd
 }
