@@ -38,7 +38,7 @@ func StartProcessEnv(exe, logPath string, dieWithParent bool, env []string, args
 		cmd.Env = append(os.Environ(), env...)
 	}
 	if dieWithParent {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		cmd.SysProcAttr = dieWithParentAttr()
 	}
 	if err := cmd.Start(); err != nil {
 		return nil, err
