@@ -446,10 +446,16 @@ func startCPUProfile(path string) (stop func(), err error) {
 	}, nil
 }
 
+// finalReadWait bounds the final read of every task: a linearizable page
+// of 1,000 at a time, so it grows with the registry.
+func finalReadWait(tasks int) time.Duration {
+	return 30*time.Second + time.Duration(tasks/1_000_000)*10*time.Second
+}
+
 // check reads the final state linearizably and checks the history
 // against it.
 func (r *run) check(ops []Op) (Verdict, error) {
-	fctx, fcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	fctx, fcancel := context.WithTimeout(context.Background(), finalReadWait(r.o.Prefill+len(ops)))
 	defer fcancel()
 	tasks, err := r.ctl.List(fctx, false)
 	if err != nil {
