@@ -93,9 +93,9 @@ func (m *metrics) setStorage(h persist.Health) {
 }
 
 // routes serves the API plus /healthz (the process runs), /readyz (PRIMARY
-// with write quorum; with ?standby=1 also a STANDBY that serves), /metrics and the console (/ui/) on the client port.
-// The port's health reserve (netio.Limits) serves /healthz and /readyz
-// only.
+// with write quorum; with ?standby=1 also a STANDBY that serves), /metrics
+// and the console (/ui/) on the client port. The port's health reserve
+// (netio.Limits) serves /healthz and /readyz only.
 func (n *Node) routes(api http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -103,19 +103,15 @@ func (n *Node) routes(api http.Handler) http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		v := n.View()
+		ok, reason := v.Serving(), v.Role.String()+": "+v.Reason
 		if r.URL.Query().Get("standby") == "1" {
 			// A member that serves, as the gRPC health check says: what a
 			// StatefulSet's readiness wants of each of its pods.
 			commit, applied := n.Indexes()
-			if ok, reason := ha.Serving(v, commit, applied); !ok {
-				http.Error(w, "not ready: "+reason, http.StatusServiceUnavailable)
-				return
-			}
-			w.Write([]byte("ok\n"))
-			return
+			ok, reason = ha.Serving(v, commit, applied)
 		}
-		if !v.Serving() {
-			http.Error(w, "not ready: "+v.Role.String()+": "+v.Reason, http.StatusServiceUnavailable)
+		if !ok {
+			http.Error(w, "not ready: "+reason, http.StatusServiceUnavailable)
 			return
 		}
 		w.Write([]byte("ok\n"))

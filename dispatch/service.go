@@ -42,6 +42,9 @@ type Node interface {
 	// ElectingHint is how long a client is told to wait before it retries
 	// while no primary is known: about one election of the backend.
 	ElectingHint() time.Duration
+	// StartupPhases are the phases of the node's start that have ended
+	// (Status's startup).
+	StartupPhases() []ha.StartupPhase
 	// Membership is what the cluster methods need (cluster.go).
 	Membership
 	// Drains is what the drain methods need (drain.go).
@@ -325,10 +328,8 @@ func (s *Service) status(v *ha.View) *xcev1.StatusResponse {
 		PlacementFrozen: s.node.FSM().PlacementFrozen(),
 	}
 	st.AssignmentGeneration, _ = s.node.FSM().AssignmentGeneration()
-	if r, ok := s.node.(interface{ StartupPhases() []ha.StartupPhase }); ok {
-		for _, p := range r.StartupPhases() {
-			st.Startup = append(st.Startup, &xcev1.StartupPhase{Name: p.Name, AtSeconds: p.At.Seconds(), TookSeconds: p.Took.Seconds()})
-		}
+	for _, p := range s.node.StartupPhases() {
+		st.Startup = append(st.Startup, &xcev1.StartupPhase{Name: p.Name, AtSeconds: p.At.Seconds(), TookSeconds: p.Took.Seconds()})
 	}
 	st.Members = s.statusMembers(v.LeaderID)
 	s.securityStatus(st)

@@ -135,8 +135,9 @@ func (n *fakeNode) ReadBarrier(ctx context.Context) error {
 	return n.barrierErr
 }
 
-func (n *fakeNode) Backend() (string, *ha.RoleInfo) { return "raft", nil }
-func (n *fakeNode) ElectingHint() time.Duration     { return electingMs * time.Millisecond }
+func (n *fakeNode) Backend() (string, *ha.RoleInfo)  { return "raft", nil }
+func (n *fakeNode) ElectingHint() time.Duration      { return electingMs * time.Millisecond }
+func (n *fakeNode) StartupPhases() []ha.StartupPhase { return nil }
 
 func (n *fakeNode) Outbox() (epoch, lag uint64, state string) { return 7, 3, "publishing" }
 

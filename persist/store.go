@@ -90,10 +90,10 @@ type Options struct {
 	SegmentSize int64
 	// RestoreSnapshot, when set, is given the newest raft snapshot (and
 	// its size) to restore into the state machine while Open reads and
-	// checks the log,
-	// rather than raft restoring it after Open; Store.Restored says which
-	// snapshot it took, if it succeeded. A failure is left to raft, which
-	// restores (or refuses) the snapshots itself as it always does.
+	// checks the log, rather than raft restoring it after Open;
+	// Store.Restored says which snapshot it took, if it succeeded. A
+	// failure is left to raft, which restores (or refuses) the snapshots
+	// itself as it always does.
 	RestoreSnapshot func(rc io.ReadCloser, size int64) error
 	// ProbeInterval is how often a Store whose storage fails recoverably
 	// (Health) checks whether the disk takes writes again; zero means one
@@ -201,10 +201,11 @@ func Open(dir string, opts Options) (s *Store, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("data dir %s: snapshots: %w", dir, err)
 	}
-	snap, err := newestRaftSnapshot(snaps)
+	metas, err := snaps.List() // newest first
 	if err != nil {
 		return nil, fmt.Errorf("data dir %s: snapshots: %w", dir, err)
 	}
+	snap := newestRaftSnapshot(metas)
 	raftPath := filepath.Join(dir, raftFile)
 	// Before bolt creates a missing raft.db.
 	if err := checkRaftDB(dir, raftPath, snap); err != nil {
@@ -213,7 +214,7 @@ func Open(dir string, opts Options) (s *Store, err error) {
 	// The snapshot's restore and the log's checks read different files:
 	// one goroutine each. The restore ends before Open returns, whatever
 	// Open returns.
-	restored := restoreWhileOpening(snaps, snap, opts.RestoreSnapshot)
+	restored := restoreWhileOpening(snaps, metas, snap, opts.RestoreSnapshot)
 	defer func() {
 		r := <-restored
 		if err == nil {
@@ -264,25 +265,20 @@ type restoreResult struct {
 
 // restoreWhileOpening restores snap (the newest raft snapshot) with
 // restore on a goroutine of its own, unless either is nil or snap is not
-// the snapshot raft would restore first (the newest of all), and sends
-// what it did on the channel it returns, once.
-func restoreWhileOpening(snaps *raft.FileSnapshotStore, snap *raft.SnapshotMeta, restore func(io.ReadCloser, int64) error) <-chan restoreResult {
+// the snapshot raft would restore first (the newest of metas, all the
+// store's), and sends what it did on the channel it returns, once.
+func restoreWhileOpening(snaps *raft.FileSnapshotStore, metas []*raft.SnapshotMeta, snap *raft.SnapshotMeta, restore func(io.ReadCloser, int64) error) <-chan restoreResult {
 	out := make(chan restoreResult, 1)
-	if restore == nil || snap == nil {
+	if restore == nil || snap == nil || metas[0].ID != snap.ID {
 		out <- restoreResult{}
 		return out
 	}
-	go func() { out <- restoreNewest(snaps, snap, restore) }()
+	go func() { out <- restoreSnapshot(snaps, snap, restore) }()
 	return out
 }
 
-// restoreNewest restores snap with restore if it is the newest snapshot
-// of all.
-func restoreNewest(snaps *raft.FileSnapshotStore, snap *raft.SnapshotMeta, restore func(io.ReadCloser, int64) error) restoreResult {
-	metas, err := snaps.List()
-	if err != nil || len(metas) == 0 || metas[0].ID != snap.ID {
-		return restoreResult{err: err}
-	}
+// restoreSnapshot restores snap with restore.
+func restoreSnapshot(snaps *raft.FileSnapshotStore, snap *raft.SnapshotMeta, restore func(io.ReadCloser, int64) error) restoreResult {
 	// The file's checksum is checked as it is restored, not read through
 	// first: a restore whose file then fails its check is reported as
 	// failed, and raft, which checks before it restores, restores the
@@ -311,17 +307,13 @@ func (o oneLine) Unwrap() error { return o.err }
 // kafka backend keeps its snapshots in the same store, with no raft
 // configuration (ConfigurationIndex 0); raft's own always carry one, from
 // the bootstrap entry on.
-func newestRaftSnapshot(snaps raft.SnapshotStore) (*raft.SnapshotMeta, error) {
-	metas, err := snaps.List()
-	if err != nil {
-		return nil, err
-	}
+func newestRaftSnapshot(metas []*raft.SnapshotMeta) *raft.SnapshotMeta {
 	for _, m := range metas { // newest first
 		if m.ConfigurationIndex > 0 {
-			return m, nil
+			return m
 		}
 	}
-	return nil, nil
+	return nil
 }
 
 // checkRaftDB refuses a missing or empty raft.db in a dir that holds log

@@ -781,57 +781,56 @@ func readDedupEntry(sr *snapReader, v uint32) (dedupEntry, error) {
 	r := sr.r
 	var e dedupEntry
 	var err error
-	fail := func(err error) (dedupEntry, error) { return dedupEntry{}, err }
 	if e.Client, err = sr.client(); err != nil {
-		return fail(err)
+		return dedupEntry{}, err
 	}
 	if e.Request, err = sr.str(maxIDLen); err != nil {
-		return fail(err)
+		return dedupEntry{}, err
 	}
 	if e.Result.Index, err = binary.ReadUvarint(r); err != nil {
-		return fail(noEOF(err))
+		return dedupEntry{}, noEOF(err)
 	}
 	code, err := r.ReadByte()
 	if err != nil {
-		return fail(noEOF(err))
+		return dedupEntry{}, noEOF(err)
 	}
 	if Code(code) > CodeConflict {
-		return fail(fmt.Errorf("result code %d", code))
+		return dedupEntry{}, fmt.Errorf("result code %d", code)
 	}
 	e.Result.Code = Code(code)
 	t := &e.Result.Task
 	if t.ID, err = sr.str(maxIDLen); err != nil {
-		return fail(err)
+		return dedupEntry{}, err
 	}
 	if t.CreatedIndex, err = binary.ReadUvarint(r); err != nil {
-		return fail(noEOF(err))
+		return dedupEntry{}, noEOF(err)
 	}
 	standby, err := binary.ReadUvarint(r)
 	if err != nil {
-		return fail(noEOF(err))
+		return dedupEntry{}, noEOF(err)
 	}
 	if standby > math.MaxUint32 {
-		return fail(fmt.Errorf("%d standby replicas", standby))
+		return dedupEntry{}, fmt.Errorf("%d standby replicas", standby)
 	}
 	t.StandbyReplicas = uint32(standby)
 	flags, err := r.ReadByte()
 	if err != nil {
-		return fail(noEOF(err))
+		return dedupEntry{}, noEOF(err)
 	}
 	if flags&^flagsMask != 0 {
-		return fail(fmt.Errorf("flags %#x", flags))
+		return dedupEntry{}, fmt.Errorf("flags %#x", flags)
 	}
 	t.Stateful = flags&flagStateful != 0
 	setState(t, (taskItem{flags: flags}).state())
 	if v >= snapshotWeights {
 		w, err := readWeight(r)
 		if err != nil {
-			return fail(err)
+			return dedupEntry{}, err
 		}
 		t.Weight = weightFrom(w)
 	}
 	if e.Result.Err, err = sr.str(maxErrLen); err != nil {
-		return fail(err)
+		return dedupEntry{}, err
 	}
 	return e, nil
 }

@@ -171,19 +171,10 @@ func renderPodConfig(template []byte, pod string, s podStart) ([]byte, error) {
 		m.Content = append(m.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: key}, &n)
 		return nil
 	}
-	type peer struct {
-		ID         string `yaml:"id"`
-		PeerAddr   string `yaml:"peer_addr"`
-		ClientAddr string `yaml:"client_addr"`
-	}
-	var peers []peer
-	for _, p := range s.peers {
-		peers = append(peers, peer{p.ID, p.PeerAddr, p.ClientAddr})
-	}
 	for _, kv := range []struct {
 		k string
 		v any
-	}{{"node_id", s.self.ID}, {"client_addr", s.self.ClientAddr}, {"peer_addr", s.self.PeerAddr}, {"peers", peers}, {"join", s.join}} {
+	}{{"node_id", s.self.ID}, {"client_addr", s.self.ClientAddr}, {"peer_addr", s.self.PeerAddr}, {"peers", s.peers}, {"join", s.join}} {
 		if err := add(kv.k, kv.v); err != nil {
 			return nil, err
 		}
@@ -209,9 +200,6 @@ func runPodConfig(ctx context.Context, f podFlags) error {
 	template, err := os.ReadFile(f.template)
 	if err != nil {
 		return err
-	}
-	if ctx == nil {
-		ctx = context.Background()
 	}
 	s := planPodStart(f, id, func(k int) (bool, bool) { return probePod(ctx, f, id, k) })
 	out, err := renderPodConfig(template, id.name, s)
