@@ -1,7 +1,6 @@
 package state
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/binary"
 	"errors"
@@ -937,7 +936,7 @@ func TestAssignmentSnapshotIsDeterministic(t *testing.T) {
 			t.Fatalf("snapshot %d of an equal state differs", i)
 		}
 	}
-	s, tasks, _, _, err := readSnapshot(bufio.NewReader(bytes.NewReader(pa)))
+	s, tasks, _, _, err := readSnapshot(bytes.NewReader(pa))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package state
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 )
@@ -18,7 +17,7 @@ func (s *Snapshot) AppliedIndex() uint64 { return s.s.AppliedIndex }
 // SnapshotClusterID reads a snapshot in any version this binary reads and
 // returns the cluster it was taken in. It reads r to the snapshot's end.
 func SnapshotClusterID(r io.Reader) (string, error) {
-	s, _, _, _, err := readSnapshot(bufio.NewReader(r))
+	s, _, _, _, err := readSnapshot(r)
 	if err != nil {
 		return "", err
 	}

@@ -962,7 +962,8 @@ func (e *errWriter) write(s string) { _, _ = e.Write([]byte(s)) }
 // readSnapshot reads a snapshot of any version this binary reads: its
 // tasks as a registry, its request ids as a table, the rest as the newest
 // body (what a version lacks is left empty), and its version.
-func readSnapshot(r *bufio.Reader) (*snapshotBody, *registry, *dedupTable, uint32, error) {
+func readSnapshot(rd io.Reader) (*snapshotBody, *registry, *dedupTable, uint32, error) {
+	r := bufio.NewReaderSize(rd, snapshotBuffer)
 	var hdr [len(snapshotMagic) + 4]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return nil, nil, nil, 0, fmt.Errorf("%w: header: %v", ErrBadSnapshot, err)
@@ -1033,7 +1034,7 @@ func readSnapshot(r *bufio.Reader) (*snapshotBody, *registry, *dedupTable, uint3
 // another cluster is refused, and a failed Restore changes nothing.
 func (f *FSM) Restore(r io.Reader) error {
 	start := time.Now()
-	s, tasks, dedup, version, err := readSnapshot(bufio.NewReader(r))
+	s, tasks, dedup, version, err := readSnapshot(r)
 	if err != nil {
 		return err
 	}

@@ -4,10 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
-	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -495,8 +493,7 @@ func writeTasks(w io.Writer, v *registryView) error {
 	// Whole blocks are encoded into buf and written in one piece: a
 	// registry of millions is written with thousands of calls, not
 	// millions.
-	const maxItem = 4*binary.MaxVarintLen64 + maxIDLen + 1
-	buf := make([]byte, 0, blockItems*maxItem)
+	buf := make([]byte, 0, blockItems*maxTaskRecord)
 	buf = binary.AppendUvarint(buf, uint64(v.len()))
 	for _, blk := range v.blocks {
 		for _, it := range blk.items {
@@ -521,82 +518,62 @@ func writeTasks(w io.Writer, v *registryView) error {
 	return nil
 }
 
+// maxTaskRecord is the longest task record writeTasks writes.
+const maxTaskRecord = 4*binary.MaxVarintLen64 + maxIDLen + 1
+
 // readTasks reads the tasks writeTasks wrote, in a snapshot of version
 // v, into a new registry. Ids must be in strictly increasing order (which
 // also rules out duplicates), each within the length a command allows.
 func readTasks(r *bufio.Reader, v uint32) (*registry, error) {
-	n, err := binary.ReadUvarint(r)
-	if err != nil {
-		return nil, fmt.Errorf("task count: %w", noEOF(err))
+	w := newWindow(r)
+	defer w.done()
+	w.need(binary.MaxVarintLen64)
+	n := w.uvarint()
+	if w.err != nil {
+		return nil, fmt.Errorf("task count: %w", w.err)
 	}
 	reg := newRegistry()
-	var prev, id []byte
+	var prev []byte
 	for i := uint64(0); i < n; i++ {
-		l, err := binary.ReadUvarint(r)
-		if err != nil {
-			return nil, fmt.Errorf("task %d: %w", i, noEOF(err))
-		}
-		if l == 0 || l > maxIDLen {
+		w.need(maxTaskRecord)
+		l := w.uvarint()
+		if w.err == nil && (l == 0 || l > maxIDLen) {
 			return nil, fmt.Errorf("task %d: id of %d bytes (1 to %d allowed)", i, l, maxIDLen)
 		}
-		id = slices.Grow(id[:0], int(l))[:l]
-		if _, err := io.ReadFull(r, id); err != nil {
-			return nil, fmt.Errorf("task %d: %w", i, noEOF(err))
+		id := w.bytes(l)
+		if w.err != nil {
+			return nil, fmt.Errorf("task %d: %w", i, w.err)
 		}
 		if i > 0 && bytes.Compare(prev, id) >= 0 {
 			return nil, fmt.Errorf("task %d: id %q does not follow %q", i, id, prev)
 		}
-		created, err := binary.ReadUvarint(r)
-		if err != nil {
-			return nil, fmt.Errorf("task %q: %w", id, noEOF(err))
-		}
-		standby, err := binary.ReadUvarint(r)
-		if err != nil {
-			return nil, fmt.Errorf("task %q: %w", id, noEOF(err))
-		}
-		if standby > math.MaxUint32 {
-			return nil, fmt.Errorf("task %q: %d standby replicas", id, standby)
-		}
-		flags, err := r.ReadByte()
-		if err != nil {
-			return nil, fmt.Errorf("task %q: %w", id, noEOF(err))
-		}
-		it := taskItem{created: created, standby: uint32(standby), flags: flags}
-		if flags&^flagsMask != 0 || it.state() >= numStates {
-			return nil, fmt.Errorf("task %q: flags %#x", id, flags)
-		}
+		it := taskItem{created: w.uvarint(), standby: w.uvarint32("standby replicas"), flags: w.byte()}
 		if v >= snapshotWeights {
-			w, err := readWeight(r)
-			if err != nil {
-				return nil, fmt.Errorf("task %q: %w", id, err)
-			}
-			it.weight = w
+			it.weight = w.weight()
 		}
-		it.key = itemKey(reg.arena.put(idString(id)), int(l))
+		switch {
+		case w.err != nil:
+			return nil, fmt.Errorf("task %q: %w", id, w.err)
+		case it.flags&^flagsMask != 0 || it.state() >= numStates:
+			return nil, fmt.Errorf("task %q: flags %#x", id, it.flags)
+		}
+		ref, dst := reg.arena.alloc(len(id))
+		copy(dst, id)
+		it.key = itemKey(ref, len(id))
 		reg.appendSorted(it)
-		prev, id = id, prev
+		prev = dst
 	}
 	return reg, nil
 }
 
-// readWeight reads a task record's weight − 1.
-func readWeight(r *bufio.Reader) (uint16, error) {
-	w, err := binary.ReadUvarint(r)
-	if err != nil {
-		return 0, noEOF(err)
+// weight reads a task record's weight − 1.
+func (w *window) weight() uint16 {
+	v := w.uvarint()
+	if v >= MaxWeight {
+		w.fail(fmt.Errorf("weight %d (at most %d)", v+1, MaxWeight))
+		return 0
 	}
-	if w >= MaxWeight {
-		return 0, fmt.Errorf("weight %d (at most %d)", w+1, MaxWeight)
-	}
-	return uint16(w), nil
-}
-
-// noEOF reports a snapshot that ends early as such.
-func noEOF(err error) error {
-	if errors.Is(err, io.EOF) {
-		return io.ErrUnexpectedEOF
-	}
-	return err
+	return uint16(v)
 }
 
 // registryOf returns a registry of tasks as older snapshots list them,
@@ -709,63 +686,28 @@ func (d *dedupTable) add(e dedupEntry) error {
 	return nil
 }
 
-// snapReader reads a snapshot's strings through one buffer.
-type snapReader struct {
-	r   *bufio.Reader
-	buf []byte
-	// A request id table holds many requests of few clients: each
-	// client's id is one string, not one per entry.
-	clients map[string]string
-}
-
-// bytes reads a length-prefixed string of at most max bytes into the
-// buffer, valid until the next read.
-func (sr *snapReader) bytes(max uint64) ([]byte, error) {
-	l, err := binary.ReadUvarint(sr.r)
-	if err != nil {
-		return nil, noEOF(err)
-	}
-	if l > max {
-		return nil, fmt.Errorf("a string of %d bytes (at most %d)", l, max)
-	}
-	sr.buf = slices.Grow(sr.buf[:0], int(l))[:l]
-	if _, err := io.ReadFull(sr.r, sr.buf); err != nil {
-		return nil, noEOF(err)
-	}
-	return sr.buf, nil
-}
-
-func (sr *snapReader) str(max uint64) (string, error) {
-	b, err := sr.bytes(max)
-	return string(b), err
-}
-
-// client reads a client id, the same string for the same id.
-func (sr *snapReader) client() (string, error) {
-	b, err := sr.bytes(maxIDLen)
-	if err != nil {
-		return "", err
-	}
-	if c, ok := sr.clients[string(b)]; ok {
-		return c, nil
-	}
-	c := string(b)
-	sr.clients[c] = c
-	return c, nil
-}
+// maxDedupRecord is the longest entry writeDedup writes: three ids and
+// an error, each with its length, and five numbers and two bytes.
+const maxDedupRecord = 3*(binary.MaxVarintLen64+maxIDLen) + binary.MaxVarintLen64 + maxErrLen + 5*binary.MaxVarintLen64 + 2
 
 // readDedup reads the entries writeDedup wrote in a snapshot of version v.
 func readDedup(r *bufio.Reader, v uint32) (*dedupTable, error) {
-	n, err := binary.ReadUvarint(r)
-	if err != nil {
-		return nil, fmt.Errorf("count: %w", noEOF(err))
+	w := newWindow(r)
+	defer w.done()
+	w.need(binary.MaxVarintLen64)
+	n := w.uvarint()
+	if w.err != nil {
+		return nil, fmt.Errorf("count: %w", w.err)
 	}
 	// The count is the file's word: room for at most a bounded number up
 	// front, the rest as entries come.
 	out := newDedupTable(n)
-	sr := &snapReader{r: r, clients: make(map[string]string)}
+	// A request id table holds many requests of few clients: each
+	// client's id is one string, not one per entry.
+	clients := make(map[string]string)
 	for i := uint64(0); i < n; i++ {
-		e, err := readDedupEntry(sr, v)
+		w.need(maxDedupRecord)
+		e, err := readDedupEntry(w, clients, v)
 		if err == nil {
 			err = out.add(e)
 		}
@@ -777,60 +719,45 @@ func readDedup(r *bufio.Reader, v uint32) (*dedupTable, error) {
 }
 
 // readDedupEntry reads one entry of the request id table.
-func readDedupEntry(sr *snapReader, v uint32) (dedupEntry, error) {
-	r := sr.r
+func readDedupEntry(w *window, clients map[string]string, v uint32) (dedupEntry, error) {
+	client, request := w.str(maxIDLen), w.str(maxIDLen)
 	var e dedupEntry
-	var err error
-	if e.Client, err = sr.client(); err != nil {
-		return dedupEntry{}, err
-	}
-	if e.Request, err = sr.str(maxIDLen); err != nil {
-		return dedupEntry{}, err
-	}
-	if e.Result.Index, err = binary.ReadUvarint(r); err != nil {
-		return dedupEntry{}, noEOF(err)
-	}
-	code, err := r.ReadByte()
-	if err != nil {
-		return dedupEntry{}, noEOF(err)
-	}
-	if Code(code) > CodeConflict {
-		return dedupEntry{}, fmt.Errorf("result code %d", code)
-	}
-	e.Result.Code = Code(code)
+	e.Result.Index = w.uvarint()
+	code := Code(w.byte())
+	id := w.str(maxIDLen)
 	t := &e.Result.Task
-	if t.ID, err = sr.str(maxIDLen); err != nil {
-		return dedupEntry{}, err
+	t.CreatedIndex = w.uvarint()
+	t.StandbyReplicas = w.uvarint32("standby replicas")
+	flags := w.byte()
+	if v >= snapshotWeights {
+		t.Weight = weightFrom(w.weight())
 	}
-	if t.CreatedIndex, err = binary.ReadUvarint(r); err != nil {
-		return dedupEntry{}, noEOF(err)
-	}
-	standby, err := binary.ReadUvarint(r)
-	if err != nil {
-		return dedupEntry{}, noEOF(err)
-	}
-	if standby > math.MaxUint32 {
-		return dedupEntry{}, fmt.Errorf("%d standby replicas", standby)
-	}
-	t.StandbyReplicas = uint32(standby)
-	flags, err := r.ReadByte()
-	if err != nil {
-		return dedupEntry{}, noEOF(err)
-	}
-	if flags&^flagsMask != 0 {
+	msg := w.str(maxErrLen)
+	switch {
+	case w.err != nil:
+		return dedupEntry{}, w.err
+	case code > CodeConflict:
+		return dedupEntry{}, fmt.Errorf("result code %d", code)
+	case flags&^flagsMask != 0:
 		return dedupEntry{}, fmt.Errorf("flags %#x", flags)
 	}
+	e.Result.Code = code
 	t.Stateful = flags&flagStateful != 0
 	setState(t, (taskItem{flags: flags}).state())
-	if v >= snapshotWeights {
-		w, err := readWeight(r)
-		if err != nil {
-			return dedupEntry{}, err
-		}
-		t.Weight = weightFrom(w)
+	var ok bool
+	if e.Client, ok = clients[string(client)]; !ok {
+		e.Client = string(client)
+		clients[e.Client] = e.Client
 	}
-	if e.Result.Err, err = sr.str(maxErrLen); err != nil {
-		return dedupEntry{}, err
+	// The request id and the task's id share one allocation.
+	var sb strings.Builder
+	sb.Grow(len(request) + len(id))
+	sb.Write(request)
+	sb.Write(id)
+	s := sb.String()
+	e.Request, t.ID = s[:len(request)], s[len(request):]
+	if len(msg) > 0 {
+		e.Result.Err = string(msg)
 	}
 	return e, nil
 }

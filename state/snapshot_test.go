@@ -207,7 +207,7 @@ func TestRestoreRefusesBadSnapshots(t *testing.T) {
 	}
 	// The task section follows the header; the JSON body follows it.
 	r := bytes.NewReader(good[hdr:])
-	br := bufio.NewReaderSize(r, 16)
+	br := bufio.NewReaderSize(r, snapshotBuffer)
 	if _, err := readTasks(br, snapshotVersion); err != nil {
 		t.Fatal(err)
 	}
