@@ -599,8 +599,9 @@ func frameCRC(f []byte, bodyLen int) uint32 {
 
 // decodeFrame reads the frame at the start of b, which must hold entry
 // want, and returns the entry, the first entry of its batch, and the
-// frame's length with its padding. The entry's slices are copies, never
-// views of b.
+// frame's length with its padding. The entry's slices are views of b:
+// checking a segment copies nothing, and a caller that keeps the entry
+// past b's life copies them.
 func decodeFrame(b []byte, want uint64) (l raft.Log, batch uint64, n int, err error) {
 	if len(b) < frameHeaderSize {
 		return l, 0, 0, fmt.Errorf("frame header cut short at %d bytes", len(b))
@@ -635,10 +636,10 @@ func decodeFrame(b []byte, want uint64) (l raft.Log, batch uint64, n int, err er
 		return raft.Log{}, 0, 0, fmt.Errorf("data length %d exceeds frame body", dataLen)
 	}
 	if dataLen > 0 {
-		l.Data = append([]byte(nil), body[bodyFixedSize:bodyFixedSize+dataLen]...)
+		l.Data = body[bodyFixedSize : bodyFixedSize+dataLen : bodyFixedSize+dataLen]
 	}
 	if ext := body[bodyFixedSize+dataLen:]; len(ext) > 0 {
-		l.Extensions = append([]byte(nil), ext...)
+		l.Extensions = ext[:len(ext):len(ext)]
 	}
 	n = align8(frameHeaderSize + bodyLen)
 	if n > len(b) {
@@ -702,6 +703,7 @@ func (s *Store) GetLog(index uint64, l *raft.Log) error {
 	g := s.segs[s.segFor(index)]
 	i := int(index - g.first)
 	off := g.offs[i]
+	// The entry's slices are views of b, which is its own.
 	b := make([]byte, g.frameEnd(i)-off)
 	if _, err := g.f.ReadAt(b, off); err != nil {
 		return fmt.Errorf("raft log %s: read entry %d: %w", g.path, index, err)
