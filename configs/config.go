@@ -390,10 +390,11 @@ type Raft struct {
 	// backend) applied since the last snapshot make the next one. At
 	// least 1.
 	SnapshotThreshold uint64 `yaml:"snapshot_threshold"`
-	// SnapshotWrites also takes a snapshot once this many writes, or a
-	// sixteenth of the task count if that is more, were applied since the
-	// last one, checked every second: it bounds what a restart replays. 0
-	// leaves it to snapshot_threshold. Raft backend only.
+	// SnapshotWrites also takes a snapshot once this many writes were
+	// applied since the last one and four times as long as the last one
+	// took has passed since it ended, checked every second: it bounds
+	// what a restart replays. 0 leaves it to snapshot_threshold. Raft
+	// backend only.
 	SnapshotWrites uint64 `yaml:"snapshot_writes"`
 	// TrailingLogs is how many log entries a snapshot leaves behind, so
 	// that a follower a little behind catches up from the log rather than

@@ -50,7 +50,7 @@ func TestMinimalGetsDefaults(t *testing.T) {
 	}
 	if got.ClusterID != "local" || got.Kafka.Topic != "xce.events" || got.Kafka.TransactionalIDPrefix != "xce" ||
 		got.Log != (Log{"info", "auto"}) || len(got.Kafka.Brokers) != 0 ||
-		got.Raft != (Raft{ms(200), ms(200), ms(150), ms(10), ms(30000), 65536, 32768, 10240, true, 16 << 20}) {
+		got.Raft != (Raft{ms(200), ms(200), ms(150), ms(10), ms(30000), 65536, 8192, 10240, true, 16 << 20}) {
 		t.Fatalf("defaults not applied: %+v", *got)
 	}
 	if s := got.Self(); s != want.Peers[0] {

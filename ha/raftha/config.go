@@ -34,9 +34,9 @@ type Config struct {
 	SnapshotInterval   time.Duration
 	SnapshotThreshold  uint64
 	// SnapshotWrites, when above zero, also takes a snapshot once this
-	// many commands, or a sixteenth of the task count if that is more,
-	// were applied since the last one (a batch entry holds many), checked
-	// every second: it bounds what a restart replays.
+	// many commands were applied since the last one (a batch entry holds
+	// many) and four times as long as the last one took has passed since
+	// it ended, checked every second: it bounds what a restart replays.
 	SnapshotWrites uint64
 	TrailingLogs   uint64
 	// DetectLeaderExit starts an election as soon as the leader's peer port
@@ -88,7 +88,7 @@ func DefaultConfig() Config {
 		CommitTimeout:      10 * time.Millisecond,
 		SnapshotInterval:   30 * time.Second,
 		SnapshotThreshold:  65536,
-		SnapshotWrites:     32768,
+		SnapshotWrites:     8192,
 		TrailingLogs:       10240,
 		DetectLeaderExit:   true,
 		MaxRPCSize:         2 * state.MaxAssignmentBytes,

@@ -55,18 +55,24 @@ func Start(cfg Config, fsm *state.FSM, store *persist.Store, stream raft.StreamL
 	return b, nil
 }
 
-// registryShare: snapshotByWrites waits for at least 1/registryShare of
-// the registry's size in writes.
-const registryShare = 16
+// snapshotSpacing: after a snapshot, the next one waits at least this
+// many times as long as it took, measured from its end.
+const snapshotSpacing = 4
 
-// snapshotByWrites takes a snapshot whenever limit commands, or a
-// registryShare of the registry if that is more, were applied since the
-// last one. Raft's own trigger counts entries, and an entry can hold a
+// snapshotDue is snapshotByWrites' decision: writes were applied since the
+// last snapshot, which ended since ago and took took; limit writes (times
+// stretch, the replica's random spread) make the next one. The spacing
+// keeps a large registry's snapshots, which write it whole, to at most a
+// fifth of the node's time however fast writes come; the limit bounds
+// what a restart replays where snapshots are cheaper than that.
+func snapshotDue(writes, limit uint64, stretch float64, since, took time.Duration) bool {
+	return float64(writes) >= float64(limit)*stretch && since >= snapshotSpacing*took
+}
+
+// snapshotByWrites takes a snapshot whenever snapshotDue says so, checked
+// every second. Raft's own trigger counts entries, and an entry can hold a
 // whole wave of writes, so it alone would let a restart replay far more
-// than its threshold suggests. A snapshot writes the whole registry, so
-// the share keeps what snapshots cost per write bounded as the registry
-// grows, while a restart, which reads the whole registry anyway, replays
-// at most a fraction more (docs/operations.md, "Snapshots").
+// than its threshold suggests (docs/operations.md, "Snapshots").
 func (b *Raft) snapshotByWrites(f *FSM, limit uint64, logger hclog.Logger) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
@@ -75,6 +81,8 @@ func (b *Raft) snapshotByWrites(f *FSM, limit uint64, logger hclog.Logger) {
 	// them would snapshot in the same second and contend for the same
 	// cores and disk; each waits a random quarter more.
 	stretch := 1 + rand.Float64()/4
+	var ended time.Time
+	var took time.Duration
 	for {
 		select {
 		case <-b.stopper.Stopping():
@@ -82,11 +90,14 @@ func (b *Raft) snapshotByWrites(f *FSM, limit uint64, logger hclog.Logger) {
 		case <-t.C:
 		}
 		n := f.writesSinceSnapshot()
-		if float64(n) < float64(max(limit, uint64(f.fsm.NumTasks())/registryShare))*stretch {
+		if !snapshotDue(n, limit, stretch, time.Since(ended), took) {
 			continue
 		}
 		stretch = 1 + rand.Float64()/4
+		start := time.Now()
 		err := b.r.Snapshot().Error()
+		ended = time.Now()
+		took = ended.Sub(start)
 		switch {
 		case err == nil || errors.Is(err, raft.ErrNothingNewToSnapshot):
 			if failing {

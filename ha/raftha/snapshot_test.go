@@ -126,3 +126,27 @@ func TestSnapshotByWrites(t *testing.T) {
 		return gather(t, reg)["xce_snapshots_total"] == 1
 	})
 }
+
+func TestSnapshotDue(t *testing.T) {
+	const s = time.Second
+	for _, tc := range []struct {
+		name          string
+		writes, limit uint64
+		stretch       float64
+		since, took   time.Duration
+		want          bool
+	}{
+		{"first snapshot, enough writes", 8192, 8192, 1, 0, 0, true},
+		{"first snapshot, too few writes", 8191, 8192, 1, 0, 0, false},
+		{"the spread asks for more writes", 9000, 8192, 1.25, 10 * s, s / 10, false},
+		{"the spread met", 10240, 8192, 1.25, 10 * s, s / 10, true},
+		{"a cheap snapshot does not hold the next back", 8192, 8192, 1, s, s / 10, true},
+		{"a costly snapshot spaces the next", 100_000, 8192, 1, 3 * s, s, false},
+		{"four times its cost has passed", 100_000, 8192, 1, 4 * s, s, true},
+		{"spaced, yet too few writes", 100, 8192, 1, time.Hour, s, false},
+	} {
+		if got := snapshotDue(tc.writes, tc.limit, tc.stretch, tc.since, tc.took); got != tc.want {
+			t.Errorf("%s: snapshotDue(%d, %d, %v, %v, %v) = %v, want %v", tc.name, tc.writes, tc.limit, tc.stretch, tc.since, tc.took, got, tc.want)
+		}
+	}
+}
