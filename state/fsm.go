@@ -144,9 +144,9 @@ type FSM struct {
 	// tasks is the task registry; a snapshot takes a copy-on-write view
 	// of it.
 	tasks *registry
-	// dedup maps a request id to its entry's sequence number in order,
-	// which holds the Result once.
-	dedup map[dedupKey]uint64
+	// dedup finds a request id's entry's sequence number in order, which
+	// holds the Result once.
+	dedup dedupIndex
 	// order holds dedup entries in apply order (hence index order), so
 	// expiry pops from the front.
 	order queue[dedupEntry]
@@ -212,7 +212,7 @@ func NewFSM(clusterID string) *FSM {
 		window:      DefaultDedupWindow,
 		maxEntries:  DefaultDedupMaxEntries,
 		tasks:       newRegistry(),
-		dedup:       make(map[dedupKey]uint64),
+		dedup:       newDedupIndex(0),
 		assignment:  make(map[string]Placement),
 		epochs:      make(map[string]uint64),
 		members:     make(map[string]MemberRecord),
@@ -350,7 +350,7 @@ func (f *FSM) applyCommandLocked(l Entry, seq uint32, c *Command) Result {
 	f.writes.Add(1)
 	key := dedupKey{c.ClientID, c.RequestID}
 	if c.RequestID != "" {
-		if seq, ok := f.dedup[key]; ok {
+		if seq, ok := f.dedup.find(&f.order, key); ok {
 			if e, ok := f.order.at(seq); ok {
 				f.dedupHits.Add(1)
 				return e.Result
@@ -521,7 +521,8 @@ func (f *FSM) TaskVersion() uint64 {
 }
 
 func (f *FSM) rememberLocked(e dedupEntry) {
-	f.dedup[dedupKey{e.Client, e.Request}] = f.order.push(e)
+	// A request id is remembered only when it was not found.
+	f.dedup.put(&f.order, dedupKey{e.Client, e.Request}, f.order.push(e))
 	for f.order.len() > f.maxEntries {
 		f.popLocked()
 	}
@@ -535,8 +536,9 @@ func (f *FSM) expireLocked(index uint64) {
 }
 
 func (f *FSM) popLocked() {
+	seq := f.order.pushed - uint64(f.order.len())
 	e := f.order.pop()
-	delete(f.dedup, dedupKey{e.Client, e.Request})
+	f.dedup.remove(dedupKey{e.Client, e.Request}, seq)
 }
 
 // trimLocked drops the events up to upTo, which are published downstream.
@@ -687,7 +689,7 @@ func (f *FSM) TaskMoves(id string) []TaskMove {
 func (f *FSM) DedupLen() int {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return len(f.dedup)
+	return f.dedup.len()
 }
 
 // Snapshot format. The header is a magic string and a version; a node restores

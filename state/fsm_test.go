@@ -77,11 +77,11 @@ func stateOf(t testing.TB, f *FSM) fsmState {
 	}
 	// Invariants: the map and the order queue hold the same entries, the
 	// queue is in index order, and every task is keyed by its id.
-	if len(f.dedup) != len(live) {
-		t.Fatalf("dedup map has %d entries, order queue %d", len(f.dedup), len(live))
+	if f.dedup.len() != len(live) {
+		t.Fatalf("dedup index has %d entries, order queue %d", f.dedup.len(), len(live))
 	}
 	for i, e := range live {
-		seq, ok := f.dedup[dedupKey{e.Client, e.Request}]
+		seq, ok := f.dedup.find(&f.order, dedupKey{e.Client, e.Request})
 		var r Result
 		if p, held := f.order.at(seq); ok && held {
 			r = p.Result
@@ -289,8 +289,8 @@ func TestDedupExpiresByIndex(t *testing.T) {
 			}
 			applyEntry(f, Entry{Index: 1 + window, Data: c.data})
 			f.mu.RLock()
-			_, has1 := f.dedup[dedupKey{"c", "r1"}]
-			_, has3 := f.dedup[dedupKey{"c", "r3"}]
+			_, has1 := f.dedup.find(&f.order, dedupKey{"c", "r1"})
+			_, has3 := f.dedup.find(&f.order, dedupKey{"c", "r3"})
 			f.mu.RUnlock()
 			if has1 || !has3 {
 				t.Fatalf("at index %d: r1 remembered=%v (want false), r3 remembered=%v (want true)", 1+window, has1, has3)

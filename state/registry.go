@@ -662,11 +662,11 @@ const dedupPresize = 1 << 20
 // in index order and where each is.
 type dedupTable struct {
 	order queue[dedupEntry]
-	index map[dedupKey]uint64
+	index dedupIndex
 }
 
 func newDedupTable(n uint64) *dedupTable {
-	return &dedupTable{index: make(map[dedupKey]uint64, min(n, dedupPresize))}
+	return &dedupTable{index: newDedupIndex(int(min(n, dedupPresize)))}
 }
 
 // add appends e, refusing a request listed twice or out of index order.
@@ -676,13 +676,11 @@ func (d *dedupTable) add(e dedupEntry) error {
 			return fmt.Errorf("request ids out of index order (%d after %d)", e.Result.Index, last.Result.Index)
 		}
 	}
-	// One hash per entry: a key already there leaves the count as it was
-	// (and the table is dropped with the error).
-	n := len(d.index)
-	if d.index[dedupKey{e.Client, e.Request}] = d.order.pushed; len(d.index) == n {
+	// The entry goes in first, so that put can compare a key already
+	// there with it (the table is dropped with the error).
+	if seq := d.order.push(e); !d.index.put(&d.order, dedupKey{e.Client, e.Request}, seq) {
 		return fmt.Errorf("request %q of client %q listed twice", e.Request, e.Client)
 	}
-	d.order.push(e)
 	return nil
 }
 
