@@ -22,7 +22,8 @@ type Config struct {
 	// the default of BatchMax, TrimEvery and TxnTimeout when left zero.
 	BatchMax int
 	// TrimEvery is how often the published watermark goes back through the
-	// log. Default 1s.
+	// log. Default 100ms: every snapshot holds the events not yet trimmed,
+	// and a restart decodes them.
 	TrimEvery time.Duration
 	// TxnTimeout is the transaction timeout given to the coordinator.
 	// Default 10s.
@@ -34,7 +35,7 @@ type Config struct {
 // transactional id and the logger; the config file's kafka.topic defaults
 // to its Topic.
 func DefaultConfig() Config {
-	return Config{Topic: "xce.events", BatchMax: 500, TrimEvery: time.Second, TxnTimeout: 10 * time.Second}
+	return Config{Topic: "xce.events", BatchMax: 500, TrimEvery: 100 * time.Millisecond, TxnTimeout: 10 * time.Second}
 }
 
 // withDefaults returns c with the defaults of BatchMax, TrimEvery and

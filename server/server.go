@@ -25,8 +25,10 @@ import (
 )
 
 // discardTrimEvery is how often the discarder trims the outbox when
-// publishing is off.
-const discardTrimEvery = time.Second
+// publishing is off. Every snapshot holds the events not yet trimmed, and
+// a restart decodes them, so they are kept to a fraction of a second's
+// writes; a trim is one small entry.
+const discardTrimEvery = 100 * time.Millisecond
 
 // Options are what the server takes from its process.
 type Options struct {
