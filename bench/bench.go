@@ -52,6 +52,9 @@ type Options struct {
 	// Restarts, with a Local cluster of 3 or more, measures after the run
 	// what restarting nodes costs (see Restarts).
 	Restarts bool
+	// RestartRounds is how many times the restarts are measured (0 or 1:
+	// once).
+	RestartRounds int
 	// SnapshotAt, when set, has the PRIMARY take a raft snapshot this far
 	// into the run (see SnapshotResult).
 	SnapshotAt time.Duration
@@ -515,7 +518,7 @@ func (r *run) report(m *measured, verdict Verdict) *Report {
 // restarts measures what restarting nodes costs, after the run.
 func (r *run) restarts(ctx context.Context, before uint64) (*Restarts, error) {
 	rs := &restarter{c: r.cluster, ctl: r.ctl, load: r.load, copts: r.copts, log: r.o.Log, sizes: r.sizes,
-		dirs: r.dataDirs, before: before}
+		dirs: r.dataDirs, before: before, rounds: r.o.RestartRounds}
 	return rs.run(ctx)
 }
 

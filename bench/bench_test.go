@@ -87,7 +87,8 @@ func buildXCE(t *testing.T) string {
 // second in, then a STANDBY's catch-up and a cold restart. The snapshot
 // shows in the report and in its taker's node stats; the restarts report
 // a follower that fell behind and caught up, a first write after the cold
-// restart, every node ready, and no acknowledged task lost.
+// restart, every node ready, and no acknowledged task lost, each measured
+// in two rounds whose medians are the figures.
 func TestBenchRestartsAndSnapshot(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds xce and runs a cluster")
@@ -96,7 +97,7 @@ func TestBenchRestartsAndSnapshot(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	rep, err := Bench(ctx, Options{Local: 3, Exe: exe, Profile: Profiles["default"], Clients: 4, Duration: 2 * time.Second,
-		Prefill: 2000, PrefillClients: 64, SnapshotAt: 500 * time.Millisecond, Restarts: true, Log: io.Discard})
+		Prefill: 2000, PrefillClients: 64, SnapshotAt: 500 * time.Millisecond, Restarts: true, RestartRounds: 2, Log: io.Discard})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,6 +124,15 @@ func TestBenchRestartsAndSnapshot(t *testing.T) {
 	}
 	if r.FollowerBehindEntries == 0 || r.FollowerCatchupSeconds <= 0 || r.ColdRestartSeconds <= 0 {
 		t.Errorf("restarts %+v", r)
+	}
+	for _, runs := range []struct {
+		name   string
+		xs     []float64
+		median float64
+	}{{"follower", r.FollowerCatchupRuns, r.FollowerCatchupSeconds}, {"cold", r.ColdRestartRuns, r.ColdRestartSeconds}} {
+		if len(runs.xs) != 2 || runs.median != (runs.xs[0]+runs.xs[1])/2 {
+			t.Errorf("%s rounds %v, median %v", runs.name, runs.xs, runs.median)
+		}
 	}
 	if want := uint64(2000 + rep.Acked + 1); r.TasksAcked < want || r.TasksAfter < r.TasksAcked {
 		t.Errorf("tasks acknowledged %d (want at least %d), after %d", r.TasksAcked, want, r.TasksAfter)

@@ -301,6 +301,9 @@ func PrintRestarts(w io.Writer, r *Restarts) {
 	}
 	fmt.Fprintf(w, "restarts: follower caught up %.3fs after its restart (%d entries behind); cold restart to first write %.3fs",
 		r.FollowerCatchupSeconds, r.FollowerBehindEntries, r.ColdRestartSeconds)
+	if len(r.FollowerCatchupRuns) > 1 {
+		fmt.Fprintf(w, " (medians of %d rounds: follower %s; cold %s)", len(r.FollowerCatchupRuns), seconds(r.FollowerCatchupRuns), seconds(r.ColdRestartRuns))
+	}
 	if len(r.ColdRestartReadySeconds) > 0 {
 		ids := slices.Sorted(maps.Keys(r.ColdRestartReadySeconds))
 		fmt.Fprint(w, ", ready")
@@ -314,4 +317,13 @@ func PrintRestarts(w io.Writer, r *Restarts) {
 	}
 	fmt.Fprintln(w)
 	PrintNodes(w, r.NodeStats)
+}
+
+// seconds lists figures in seconds, separated by slashes.
+func seconds(xs []float64) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = fmt.Sprintf("%.3f", x)
+	}
+	return strings.Join(parts, "/")
 }

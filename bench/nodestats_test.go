@@ -93,3 +93,14 @@ func TestDirBytes(t *testing.T) {
 		t.Errorf("a missing dir: %v, want 0 bytes and no error", err)
 	}
 }
+
+func TestMedian(t *testing.T) {
+	for _, tc := range []struct {
+		xs   []float64
+		want float64
+	}{{[]float64{3}, 3}, {[]float64{3, 1}, 2}, {[]float64{0.5, 0.1, 0.9}, 0.5}, {[]float64{4, 1, 3, 2}, 2.5}} {
+		if got := median(tc.xs); got != tc.want {
+			t.Errorf("median(%v) = %v, want %v", tc.xs, got, tc.want)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 
@@ -24,6 +25,13 @@ type Restarts struct {
 	// PRIMARY's commit index, both polled.
 	FollowerCatchupSeconds float64 `json:"follower_catchup_seconds"`
 	FollowerBehindEntries  uint64  `json:"follower_behind_entries"`
+	// With more than one round (Options.RestartRounds), each
+	// measurement is made that many times: FollowerCatchupRuns and
+	// ColdRestartRuns hold every round's figure, in order, and
+	// FollowerCatchupSeconds and ColdRestartSeconds their medians. The
+	// other fields are the last round's.
+	FollowerCatchupRuns []float64 `json:"follower_catchup_runs,omitempty"`
+	ColdRestartRuns     []float64 `json:"cold_restart_runs,omitempty"`
 	// ColdRestartSeconds runs from restarting every node, all SIGKILLed
 	// at once, until a new task's submit is acknowledged;
 	// ColdRestartReadySeconds until each node (by id) answers Status as
@@ -112,19 +120,51 @@ type restarter struct {
 	sizes  *scraper
 	dirs   []string
 	before uint64 // tasks acknowledged before the measurements
+	rounds int    // how many times each measurement is made
 }
 
 // run measures the follower's catch-up, then the cold restart, and
 // checks that no acknowledged task was lost.
 func (rs *restarter) run(ctx context.Context) (*Restarts, error) {
 	out := &Restarts{TransparentHugePages: restoreheap.Mode()}
-	if err := rs.follower(ctx, out); err != nil {
-		return nil, fmt.Errorf("follower catch-up: %w", err)
+	rounds := max(rs.rounds, 1)
+	for i := range rounds {
+		if rounds > 1 {
+			fmt.Fprintf(rs.log, "restarts: follower round %d of %d\n", i+1, rounds)
+		}
+		if err := rs.follower(ctx, out); err != nil {
+			return nil, fmt.Errorf("follower catch-up: %w", err)
+		}
+		out.FollowerCatchupRuns = append(out.FollowerCatchupRuns, out.FollowerCatchupSeconds)
 	}
-	if err := rs.cold(ctx, out); err != nil {
-		return nil, fmt.Errorf("cold restart: %w", err)
+	for i := range rounds {
+		if rounds > 1 {
+			fmt.Fprintf(rs.log, "restarts: cold round %d of %d\n", i+1, rounds)
+		}
+		if err := rs.cold(ctx, out); err != nil {
+			return nil, fmt.Errorf("cold restart: %w", err)
+		}
+		out.ColdRestartRuns = append(out.ColdRestartRuns, out.ColdRestartSeconds)
+		if out.Lost() {
+			break
+		}
 	}
+	if rounds == 1 {
+		out.FollowerCatchupRuns, out.ColdRestartRuns = nil, nil
+		return out, nil
+	}
+	out.FollowerCatchupSeconds, out.ColdRestartSeconds = median(out.FollowerCatchupRuns), median(out.ColdRestartRuns)
 	return out, nil
+}
+
+// median is the middle of xs (the mean of the middle two of an even
+// count); xs is not empty.
+func median(xs []float64) float64 {
+	s := slices.Sorted(slices.Values(xs))
+	if n := len(s); n%2 == 0 {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+	return s[len(s)/2]
 }
 
 // follower SIGKILLs a STANDBY, writes for FollowerLagLoad without it,

@@ -35,6 +35,7 @@ type benchFlags struct {
 	nice        int
 	tls         bool
 	restarts    bool
+	rounds      int
 	snapshotAt  time.Duration
 	watchers    int
 	workers     int
@@ -72,7 +73,9 @@ or more), after the run a standby is SIGKILLed, writes go on for 2s without
 it, and the time it takes to catch up after its restart is reported; then
 every node is SIGKILLed at once and restarted, and the time to the first
 acknowledged write is reported, with the nodes' sizes after it. Fewer tasks
-after the cold restart than were acknowledged before it exits 1.
+after the cold restart than were acknowledged before it exits 1. With
+--restart-rounds K, each of the two is measured K times, one after another,
+and every round's figure is reported with the medians.
 
 With --watchers N, before the run the bench starts --workers synthetic workers
 in its own process (3 unless given; they hold every task they are given and do
@@ -116,6 +119,7 @@ same --workers and no --watchers.`,
 	fl.IntVar(&f.nice, "nice", 0, "run the load generator at this nice level (0-19) so that it yields the CPU to servers on the same machine")
 	fl.StringVar(&f.history, "history", "", "where to write the history visualisation on a violation (default: in the run's directory)")
 	fl.BoolVar(&f.restarts, "restarts", false, "after the run, measure a standby's catch-up and a cold restart of every node (with --local 3 or more)")
+	fl.IntVar(&f.rounds, "restart-rounds", 1, "with --restarts, make each restart measurement this many times and report every round and the medians (1 to 20)")
 	fl.DurationVar(&f.snapshotAt, "snapshot-at", 0, "have the primary take a raft snapshot this far into the run (0: none)")
 	fl.BoolVar(&f.tls, "tls", false, "run the --local cluster with TLS on every port, certificates from its own CA, and an admin token")
 	fl.IntVar(&f.watchers, "watchers", 0, "open this many assignment watches over the nodes and report watch delivery after commit")
@@ -150,6 +154,10 @@ func runBench(stdout, stderr io.Writer, f benchFlags) error {
 		return usageErr("--restarts needs --local (it kills and restarts the nodes)")
 	case f.restarts && f.local < 3:
 		return usageErr("--restarts needs --local 3 or more (a standby is down while writes go on)")
+	case f.rounds < 1 || f.rounds > 20:
+		return usageErr("--restart-rounds must be between 1 and 20")
+	case f.rounds > 1 && !f.restarts:
+		return usageErr("--restart-rounds needs --restarts")
 	case f.snapshotAt < 0:
 		return usageErr("--snapshot-at must not be negative")
 	case f.snapshotAt > 0 && f.ops == 0 && f.snapshotAt >= f.duration:
@@ -175,7 +183,7 @@ func runBench(stdout, stderr io.Writer, f benchFlags) error {
 	o := bench.Options{
 		Local: f.local, Exe: exe, Profile: prof, TLS: f.tls,
 		Clients: f.clients, Duration: f.duration, Ops: f.ops, Reads: f.reads, Rate: f.rate, KillPrimary: f.killPrimary,
-		Prefill: f.prefill, PrefillClients: f.prefillCl, Restarts: f.restarts, SnapshotAt: f.snapshotAt,
+		Prefill: f.prefill, PrefillClients: f.prefillCl, Restarts: f.restarts, RestartRounds: f.rounds, SnapshotAt: f.snapshotAt,
 		Keep: f.keep, HistoryPath: f.history, CPUProfile: f.cpuprofile, Nice: f.nice, Log: stderr,
 		Watchers: f.watchers, Workers: f.workers,
 	}
