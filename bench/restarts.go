@@ -132,10 +132,14 @@ func (rs *restarter) run(ctx context.Context) (*Restarts, error) {
 		if rounds > 1 {
 			fmt.Fprintf(rs.log, "restarts: follower round %d of %d\n", i+1, rounds)
 		}
-		if err := rs.follower(ctx, out); err != nil {
+		s, err := rs.follower(ctx, out)
+		if err != nil {
 			return nil, fmt.Errorf("follower catch-up: %w", err)
 		}
 		out.FollowerCatchupRuns = append(out.FollowerCatchupRuns, out.FollowerCatchupSeconds)
+		if rounds > 1 {
+			rs.settle(ctx, s)
+		}
 	}
 	for i := range rounds {
 		if rounds > 1 {
@@ -168,17 +172,17 @@ func median(xs []float64) float64 {
 }
 
 // follower SIGKILLs a STANDBY, writes for FollowerLagLoad without it,
-// restarts it and times its catch-up.
-func (rs *restarter) follower(ctx context.Context, out *Restarts) error {
+// restarts it and times its catch-up; it returns the STANDBY's index.
+func (rs *restarter) follower(ctx context.Context, out *Restarts) (int, error) {
 	n := rs.c.N()
 	wctx, cancel := context.WithTimeout(ctx, restartWait)
 	defer cancel()
 	p, err := rs.c.WaitPrimary(wctx, rs.ctl, n-1)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if _, err := waitCaughtUp(wctx, rs.c, rs.ctl, 5*time.Second); err != nil {
-		return err
+		return 0, err
 	}
 	s := (p + 1) % n
 	// The run is over: the STANDBY's applied index no longer moves but
@@ -188,13 +192,13 @@ func (rs *restarter) follower(ctx context.Context, out *Restarts) error {
 		applied = st.AppliedIndex
 	}
 	if _, err := rs.c.Kill(s); err != nil {
-		return err
+		return 0, err
 	}
 	var h History
 	l := rs.load
 	l.Duration, l.Ops, l.Reads, l.Progress = FollowerLagLoad, 0, 0, nil
 	if _, err := Run(wctx, l, &h); err != nil {
-		return err
+		return 0, err
 	}
 	rs.before += uint64(acknowledgedSubmits(h.Ops()))
 	var commit uint64
@@ -208,7 +212,7 @@ func (rs *restarter) follower(ctx context.Context, out *Restarts) error {
 		s+1, FollowerLagLoad, out.FollowerBehindEntries)
 	start := time.Now()
 	if err := rs.c.Start(s); err != nil {
-		return err
+		return 0, err
 	}
 	tick := time.NewTicker(pollEvery)
 	defer tick.Stop()
@@ -220,7 +224,7 @@ func (rs *restarter) follower(ctx context.Context, out *Restarts) error {
 		}
 		select {
 		case <-wctx.Done():
-			return fmt.Errorf("n%d not caught up: %w", s+1, wctx.Err())
+			return 0, fmt.Errorf("n%d not caught up: %w", s+1, wctx.Err())
 		case <-tick.C:
 		}
 	}
@@ -229,7 +233,7 @@ func (rs *restarter) follower(ctx context.Context, out *Restarts) error {
 		out.FollowerPhases = append(phasesOf(st), Phase{Name: "caught_up", AtSeconds: out.FollowerCatchupSeconds})
 		fmt.Fprintf(rs.log, "restarts: n%d: %s\n", s+1, phaseLine(out.FollowerPhases))
 	}
-	return nil
+	return s, nil
 }
 
 // caughtUp reports whether node s has applied what the PRIMARY (another
@@ -390,3 +394,20 @@ const readyWait = 30 * time.Second
 
 // pollEvery is the interval of the restart measurements' status polls.
 const pollEvery = 20 * time.Millisecond
+
+// roundPause is how long, between rounds, the restarted node runs before
+// the next round: a node restarted again at once would also replay the
+// log of the round before, where one that has been up for a few seconds
+// has taken a snapshot past it (the trigger is checked every second).
+const roundPause = 3 * time.Second
+
+// settle lets node i run for roundPause.
+func (rs *restarter) settle(ctx context.Context, i int) {
+	fmt.Fprintf(rs.log, "restarts: n%d runs for %v before the next round\n", i+1, roundPause)
+	t := time.NewTimer(roundPause)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
