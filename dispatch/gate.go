@@ -101,3 +101,18 @@ func Decide(v *ha.View, class Class, stale bool, t RetryTimings) Decision {
 		return Decision{Kind: "electing", Reason: "electing", RetryAfter: t.Electing}
 	}
 }
+
+// heldRetry is the retry-after of a refusal after a hold: the caller was
+// held for the hint already, and should come back at once.
+const heldRetry = 10 * time.Millisecond
+
+// Holds reports whether the gate holds a request it refuses, for up to the
+// decision's retry-after, so as to serve it the moment the view allows:
+// while no primary is known (a node starting, restoring its state or
+// electing), when the caller can only wait. A STANDBY that knows the
+// PRIMARY sends the caller there at once, a PRIMARY without write quorum
+// answers at once, and so does a node shutting down or whose storage
+// fails.
+func Holds(v *ha.View, d Decision) bool {
+	return !d.Serve && d.RetryAfter > 0 && v.Role != ha.RolePrimary && v.LeaderAddr == "" && !v.Stopping && v.Storage == ""
+}

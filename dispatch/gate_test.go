@@ -130,3 +130,33 @@ func TestValidTaskID(t *testing.T) {
 		}
 	}
 }
+
+// TestHolds: the gate holds a refused request only while no primary is
+// known and nothing else refuses it.
+func TestHolds(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		v    ha.View
+		want bool
+	}{
+		{"starting", ha.View{Role: ha.RoleInit}, true},
+		{"electing", ha.View{Role: ha.RoleElecting, Term: 3}, true},
+		{"electing without quorum", ha.View{Role: ha.RoleElecting, Term: 3, QuorumLost: true}, true},
+		{"standby, primary unknown", ha.View{Role: ha.RoleStandby, Term: 3}, true},
+		{"standby, primary known", ha.View{Role: ha.RoleStandby, Term: 3, LeaderID: "n2", LeaderAddr: "127.0.0.1:7102"}, false},
+		{"primary without quorum", ha.View{Role: ha.RolePrimary, Term: 3, LeaderID: "n1", LeaderAddr: "127.0.0.1:7101"}, false},
+		{"stopping", ha.View{Role: ha.RoleInit, Stopping: true}, false},
+		{"storage failing", ha.View{Role: ha.RoleElecting, Storage: "disk full"}, false},
+	} {
+		d := Decide(&tc.v, ClassWrite, false, timings)
+		if got := Holds(&tc.v, d); got != tc.want {
+			t.Errorf("%s: Holds = %v, want %v (decision %+v)", tc.name, got, tc.want, d)
+		}
+	}
+	if served := (ha.View{Role: ha.RolePrimary, Term: 3, LeaderID: "n1", LeaderAddr: "127.0.0.1:7101", WriteQuorum: true}); Holds(&served, Decide(&served, ClassWrite, false, timings)) {
+		t.Error("a served request held")
+	}
+	if v := (ha.View{Role: ha.RoleInit}); Holds(&v, Decide(&v, ClassHealth, false, timings)) {
+		t.Error("a health request held")
+	}
+}

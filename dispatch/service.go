@@ -216,7 +216,7 @@ type gate struct{ s *Service }
 
 type consistent interface{ GetConsistency() xcev1.Consistency }
 
-func (g *gate) check(procedure string, req any) error {
+func (g *gate) check(ctx context.Context, procedure string, req any) error {
 	class, ok := Methods[procedure]
 	if !ok {
 		return connect.NewError(connect.CodeUnimplemented, fmt.Errorf("%s is not declared in the gate", procedure))
@@ -227,6 +227,9 @@ func (g *gate) check(procedure string, req any) error {
 	}
 	v := g.s.node.View()
 	d := Decide(v, class, stale, g.s.timings)
+	if Holds(v, d) {
+		v, d = g.hold(ctx, v, d, func(v *ha.View) Decision { return Decide(v, class, stale, g.s.timings) })
+	}
 	if !d.Serve {
 		g.s.m.requests.WithLabelValues(procedure, class.String(), "not_ready").Inc()
 		return g.s.notReady(v, d)
@@ -234,10 +237,40 @@ func (g *gate) check(procedure string, req any) error {
 	return nil
 }
 
+// hold waits, for at most d's retry-after (and half of what is left of
+// ctx's deadline, so that the caller hears back within its attempt), for
+// a view that serves the request or no longer holds it, and returns the
+// last view and its decision. A request still refused after a whole hold
+// is told to retry at once (docs/design.md, "The gate").
+func (g *gate) hold(ctx context.Context, v *ha.View, d Decision, decide func(*ha.View) Decision) (*ha.View, Decision) {
+	wait := d.RetryAfter
+	if dl, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(dl)/2)
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	g.s.m.held.Inc()
+	defer g.s.m.held.Dec()
+	for {
+		select {
+		case <-ctx.Done():
+			return v, d
+		case <-t.C:
+			d.RetryAfter = heldRetry
+			return v, d
+		case <-v.Changed():
+			v = g.s.node.View()
+			if d = decide(v); !Holds(v, d) {
+				return v, d
+			}
+		}
+	}
+}
+
 func (g *gate) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 		proc := req.Spec().Procedure
-		if err := g.check(proc, req.Any()); err != nil {
+		if err := g.check(ctx, proc, req.Any()); err != nil {
 			return nil, err
 		}
 		resp, err := next(ctx, req)
@@ -256,8 +289,8 @@ func (g *gate) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.S
 		if Methods[proc] == ClassRead && conn.Spec().StreamType == connect.StreamTypeServer {
 			// A read's consistency is in its request: check once it
 			// has been received (the handler receives it first).
-			conn = &gatedConn{StreamingHandlerConn: conn, g: g}
-		} else if err := g.check(proc, nil); err != nil {
+			conn = &gatedConn{StreamingHandlerConn: conn, g: g, ctx: ctx}
+		} else if err := g.check(ctx, proc, nil); err != nil {
 			return err
 		}
 		err := next(ctx, conn)
@@ -271,6 +304,7 @@ func (g *gate) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.S
 type gatedConn struct {
 	connect.StreamingHandlerConn
 	g       *gate
+	ctx     context.Context
 	checked bool
 }
 
@@ -282,7 +316,7 @@ func (c *gatedConn) Receive(m any) error {
 		return nil
 	}
 	c.checked = true
-	return c.g.check(c.Spec().Procedure, m)
+	return c.g.check(c.ctx, c.Spec().Procedure, m)
 }
 
 func outcome(err error) string {
@@ -555,6 +589,7 @@ func taskPB(t state.Task) *xcev1.Task {
 type apiMetrics struct {
 	requests     *prometheus.CounterVec
 	notReady     *prometheus.CounterVec
+	held         prometheus.Gauge
 	applyLatency prometheus.Histogram
 }
 
@@ -566,12 +601,15 @@ func newAPIMetrics(reg prometheus.Registerer, node Node) *apiMetrics {
 		notReady: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "xce_not_ready_total", Help: "NOT_READY answers by reason.",
 		}, []string{"reason"}),
+		held: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "xce_requests_held", Help: "Requests the gate holds while no primary is known, to serve them once one is.",
+		}),
 		applyLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "xce_apply_seconds", Help: "Time to replicate and apply a write.",
 			Buckets: prometheus.ExponentialBuckets(0.0002, 2, 16),
 		}),
 	}
-	reg.MustRegister(m.requests, m.notReady, m.applyLatency,
+	reg.MustRegister(m.requests, m.notReady, m.held, m.applyLatency,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "xce_dedup_hits_total", Help: "Retried writes answered from the dedup table."},
 			func() float64 { return float64(node.FSM().DedupHits()) }))
 	return m

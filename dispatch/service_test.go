@@ -35,6 +35,9 @@ import (
 const (
 	electingMs = 50
 	noQuorumMs = 150
+	// heldMs is the retry-after of a refusal the gate held for the
+	// electing hint first.
+	heldMs = 10
 )
 
 // fakeNode is a dispatch.Node over a real FSM and a fake raft that applies
@@ -58,6 +61,8 @@ type fakeNode struct {
 
 	// cluster is the membership side (cluster_test.go).
 	cluster clusterFake
+	// hint, when set, is the electing hint instead of electingMs.
+	hint time.Duration
 }
 
 func newFakeNode(nodeID string, v ha.View) *fakeNode {
@@ -135,8 +140,13 @@ func (n *fakeNode) ReadBarrier(ctx context.Context) error {
 	return n.barrierErr
 }
 
-func (n *fakeNode) Backend() (string, *ha.RoleInfo)  { return "raft", nil }
-func (n *fakeNode) ElectingHint() time.Duration      { return electingMs * time.Millisecond }
+func (n *fakeNode) Backend() (string, *ha.RoleInfo) { return "raft", nil }
+func (n *fakeNode) ElectingHint() time.Duration {
+	if n.hint > 0 {
+		return n.hint
+	}
+	return electingMs * time.Millisecond
+}
 func (n *fakeNode) StartupPhases() []ha.StartupPhase { return nil }
 
 func (n *fakeNode) Outbox() (epoch, lag uint64, state string) { return 7, 3, "publishing" }
@@ -258,9 +268,9 @@ func TestGateOverTheWire(t *testing.T) {
 		write, linear, stale *refusal
 	}{
 		{"init", ha.View{Role: ha.RoleInit, Reason: "process starting"},
-			&refusal{"starting", electingMs}, &refusal{"starting", electingMs}, &refusal{"starting", electingMs}},
+			&refusal{"starting", heldMs}, &refusal{"starting", heldMs}, &refusal{"starting", heldMs}},
 		{"electing", ha.View{Role: ha.RoleElecting, Term: 3, Reason: "election timeout"},
-			&refusal{"electing", electingMs}, &refusal{"electing", electingMs}, &refusal{"electing", electingMs}},
+			&refusal{"electing", heldMs}, &refusal{"electing", heldMs}, &refusal{"electing", heldMs}},
 		{"standby", ha.View{Role: ha.RoleStandby, Term: 4, LeaderID: "n2", LeaderAddr: "127.0.0.1:7102", Reason: "following n2"},
 			&refusal{standbyReason, 0}, &refusal{standbyReason, 0}, nil},
 		{"primary", primary, nil, nil, nil},
@@ -387,7 +397,7 @@ func TestStandbyWithoutLeader(t *testing.T) {
 	ts := startServer(t, node, netio.DefaultLimits())
 	_, err := ts.svc.SubmitTask(ctxT(t), connect.NewRequest(&xcev1.SubmitTaskRequest{TaskId: "t"}))
 	nr := notReadyOf(t, err)
-	if nr.Reason != "standby: primary unknown" || nr.RetryAfterMs != electingMs || nr.LeaderAddr != "" || nr.Role != xcev1.Role_ROLE_STANDBY || nr.Term != 9 {
+	if nr.Reason != "standby: primary unknown" || nr.RetryAfterMs != heldMs || nr.LeaderAddr != "" || nr.Role != xcev1.Role_ROLE_STANDBY || nr.Term != 9 {
 		t.Errorf("NotReady %v", nr)
 	}
 	if node.applies.Load() != 0 {
@@ -806,4 +816,73 @@ func dialRaw(t *testing.T, addr string) net.Conn {
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// TestGateHoldsUntilPrimary: a write to a node that knows no primary is
+// held, not refused, and served as soon as the node becomes PRIMARY; one
+// held for the whole hint is refused and told to come back at once. A
+// STANDBY's view that names the primary ends the hold with the hint.
+func TestGateHoldsUntilPrimary(t *testing.T) {
+	node := newFakeNode("n1", ha.View{Role: ha.RoleInit, Reason: "process starting"})
+	ts := startServer(t, node, netio.DefaultLimits())
+	ctx := ctxT(t)
+	// A hint long enough that a hold lasts until the view changes.
+	long := newFakeNode("n1", ha.View{Role: ha.RoleInit, Reason: "process starting"})
+	long.hint = time.Minute
+	lts := startServer(t, long, netio.DefaultLimits())
+	held := func() float64 {
+		mfs, err := lts.reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "xce_requests_held" {
+				return mf.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		return -1
+	}
+	// Held for the hint, then refused with the short retry.
+	start := time.Now()
+	_, err := ts.svc.SubmitTask(ctx, connect.NewRequest(&xcev1.SubmitTaskRequest{TaskId: "t0"}))
+	if nr := notReadyOf(t, err); nr.RetryAfterMs != heldMs || time.Since(start) < electingMs*time.Millisecond {
+		t.Errorf("after %v: NotReady %v", time.Since(start), nr)
+	}
+	for i, tc := range []struct {
+		name string
+		then ha.View
+		ok   bool
+	}{
+		{"becomes primary", primary, true},
+		{"follows a primary", ha.View{Role: ha.RoleStandby, Term: 6, LeaderID: "n2", LeaderAddr: "127.0.0.1:7102"}, false},
+	} {
+		long.setView(ha.View{Role: ha.RoleElecting, Term: 5})
+		errc := make(chan error, 1)
+		go func() {
+			_, err := lts.svc.SubmitTask(ctx, connect.NewRequest(&xcev1.SubmitTaskRequest{TaskId: fmt.Sprintf("t%d", i)}))
+			errc <- err
+		}()
+		for deadline := time.Now().Add(10 * time.Second); held() != 1; {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the write was not held (held %v)", tc.name, held())
+			}
+			time.Sleep(time.Millisecond)
+		}
+		long.setView(tc.then)
+		err := <-errc
+		switch {
+		case tc.ok && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case !tc.ok:
+			if nr := notReadyOf(t, err); nr.LeaderAddr != "127.0.0.1:7102" || nr.RetryAfterMs != 0 {
+				t.Errorf("%s: NotReady %v", tc.name, nr)
+			}
+		}
+		if held() != 0 {
+			t.Errorf("%s: %v requests still held", tc.name, held())
+		}
+	}
+	if _, ok := long.fsm.Task("t0"); !ok {
+		t.Error("the held write was not applied")
+	}
 }
