@@ -388,6 +388,12 @@ func (d *decoder) batch(c *Command) {
 	if d.err == nil && (n == 0 || n > MaxBatch) {
 		d.fail("batch size out of range")
 	}
+	if d.err == nil {
+		// Room for all at once: growing a slice of commands this size
+		// cleared and copied it at every doubling. count has checked that
+		// the body holds a byte for each.
+		c.Batch = make([]Command, 0, n)
+	}
 	for i := uint64(0); i < n && d.err == nil; i++ {
 		m := d.count()
 		if d.err != nil {
