@@ -391,7 +391,7 @@ type Raft struct {
 	// least 1.
 	SnapshotThreshold uint64 `yaml:"snapshot_threshold"`
 	// SnapshotWrites also takes a snapshot once this many writes were
-	// applied since the last one and four times as long as the last one
+	// applied since the last one and eight times as long as the last one
 	// took has passed since it ended, checked every second: it bounds
 	// what a restart replays. 0 leaves it to snapshot_threshold. Raft
 	// backend only.

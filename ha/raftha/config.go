@@ -35,7 +35,7 @@ type Config struct {
 	SnapshotThreshold  uint64
 	// SnapshotWrites, when above zero, also takes a snapshot once this
 	// many commands were applied since the last one (a batch entry holds
-	// many) and four times as long as the last one took has passed since
+	// many) and eight times as long as the last one took has passed since
 	// it ended, checked every second: it bounds what a restart replays.
 	SnapshotWrites uint64
 	TrailingLogs   uint64

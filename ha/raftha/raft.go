@@ -57,13 +57,13 @@ func Start(cfg Config, fsm *state.FSM, store *persist.Store, stream raft.StreamL
 
 // snapshotSpacing: after a snapshot, the next one waits at least this
 // many times as long as it took, measured from its end.
-const snapshotSpacing = 4
+const snapshotSpacing = 8
 
 // snapshotDue is snapshotByWrites' decision: writes were applied since the
 // last snapshot, which ended since ago and took took; limit writes (times
 // stretch, the replica's random spread) make the next one. The spacing
 // keeps a large registry's snapshots, which write it whole, to at most a
-// fifth of the node's time however fast writes come; the limit bounds
+// ninth of the node's time however fast writes come; the limit bounds
 // what a restart replays where snapshots are cheaper than that.
 func snapshotDue(writes, limit uint64, stretch float64, since, took time.Duration) bool {
 	return float64(writes) >= float64(limit)*stretch && since >= snapshotSpacing*took

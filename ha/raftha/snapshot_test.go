@@ -141,8 +141,8 @@ func TestSnapshotDue(t *testing.T) {
 		{"the spread asks for more writes", 9000, 8192, 1.25, 10 * s, s / 10, false},
 		{"the spread met", 10240, 8192, 1.25, 10 * s, s / 10, true},
 		{"a cheap snapshot does not hold the next back", 8192, 8192, 1, s, s / 10, true},
-		{"a costly snapshot spaces the next", 100_000, 8192, 1, 3 * s, s, false},
-		{"four times its cost has passed", 100_000, 8192, 1, 4 * s, s, true},
+		{"a costly snapshot spaces the next", 100_000, 8192, 1, 7 * s, s, false},
+		{"eight times its cost has passed", 100_000, 8192, 1, 8 * s, s, true},
 		{"spaced, yet too few writes", 100, 8192, 1, time.Hour, s, false},
 	} {
 		if got := snapshotDue(tc.writes, tc.limit, tc.stretch, tc.since, tc.took); got != tc.want {
