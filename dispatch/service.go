@@ -247,6 +247,9 @@ func (g *gate) hold(ctx context.Context, v *ha.View, d Decision, decide func(*ha
 	if dl, ok := ctx.Deadline(); ok {
 		wait = min(wait, time.Until(dl)/2)
 	}
+	if wait <= 0 {
+		return v, d
+	}
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	g.s.m.held.Inc()
