@@ -781,7 +781,7 @@ func checkAssignBuiltState(t *testing.T, f *FSM) {
 
 	want := fsmState{
 		Tasks: []Task{delta, epsilonAssigned, unplacedTask("eta", 21), assignedTask("zeta", 15)},
-		Dedup: []dedupEntry{
+		Dedup: []dedupRecord{
 			{"cA", "r1", Result{Index: 1, Task: alpha}},
 			{"cA", "r2", Result{Index: 2, Task: beta}},
 			{"cB", "r1", Result{Index: 3, Task: gamma}},

@@ -122,10 +122,61 @@ const (
 
 type dedupKey struct{ client, request string }
 
-type dedupEntry struct {
+// dedupRecord is a remembered request id and its Result as snapshots
+// before version 6 list them in their JSON body.
+type dedupRecord struct {
 	Client  string `json:"client"`
 	Request string `json:"request"`
 	Result  Result `json:"result"`
+}
+
+// dedupEntry is a remembered request id and its Result as the request id
+// table holds it: the Result's task as the registry stores a task (its
+// state and pending reason in flags, as snapshots write them), its error
+// apart, since few results have one. A restart rebuilds every entry, so
+// each byte is one the new process writes for the first time.
+type dedupEntry struct {
+	Client, Request, taskID string
+	err                     *string
+	index, created          uint64
+	standby, weight         uint32
+	code                    Code
+	// flags are flagStateful and the state, stateNone for a result whose
+	// task has none (an unknown id's).
+	flags uint8
+}
+
+// entryOf is the entry of a request's Result.
+func entryOf(client, request string, r Result) dedupEntry {
+	st := stateNone
+	if r.Task.State != "" || r.Task.PendingReason != "" {
+		st = stateOfTask(&r.Task)
+	}
+	e := dedupEntry{Client: client, Request: request, taskID: r.Task.ID, index: r.Index, created: r.Task.CreatedIndex,
+		standby: r.Task.StandbyReplicas, weight: r.Task.Weight, code: r.Code, flags: st << stateShift}
+	if r.Task.Stateful {
+		e.flags |= flagStateful
+	}
+	if r.Err != "" {
+		e.err = &r.Err
+	}
+	return e
+}
+
+// result is the Result e holds.
+func (e *dedupEntry) result() Result {
+	r := Result{Index: e.index, Code: e.code, Task: Task{ID: e.taskID, CreatedIndex: e.created,
+		StandbyReplicas: e.standby, Weight: e.weight, Stateful: e.flags&flagStateful != 0}}
+	setState(&r.Task, (taskItem{flags: e.flags}).state())
+	if e.err != nil {
+		r.Err = *e.err
+	}
+	return r
+}
+
+// record is e as older snapshots and the tests list it.
+func (e *dedupEntry) record() dedupRecord {
+	return dedupRecord{Client: e.Client, Request: e.Request, Result: e.result()}
 }
 
 // FSM is the replicated state machine: tasks, the assignment, the outbox
@@ -353,7 +404,7 @@ func (f *FSM) applyCommandLocked(l Entry, seq uint32, c *Command) Result {
 		if seq, ok := f.dedup.find(&f.order, key); ok {
 			if e, ok := f.order.at(seq); ok {
 				f.dedupHits.Add(1)
-				return e.Result
+				return e.result()
 			}
 		}
 	}
@@ -389,7 +440,7 @@ func (f *FSM) applyCommandLocked(l Entry, seq uint32, c *Command) Result {
 		}
 	}
 	if c.RequestID != "" {
-		f.rememberLocked(dedupEntry{Client: c.ClientID, Request: c.RequestID, Result: r})
+		f.rememberLocked(entryOf(c.ClientID, c.RequestID, r))
 	}
 	return r
 }
@@ -530,7 +581,7 @@ func (f *FSM) rememberLocked(e dedupEntry) {
 
 // expireLocked forgets request ids older than the window at index.
 func (f *FSM) expireLocked(index uint64) {
-	for f.order.len() > 0 && f.order.front().Result.Index+f.window <= index {
+	for f.order.len() > 0 && f.order.front().index+f.window <= index {
 		f.popLocked()
 	}
 }
@@ -706,12 +757,12 @@ var ErrBadSnapshot = errors.New("bad snapshot")
 
 // snapshotV1 is the first release's body: tasks and the dedup table.
 type snapshotV1 struct {
-	ClusterID    string       `json:"cluster_id"`
-	AppliedIndex uint64       `json:"applied_index"`
-	Tasks        []Task       `json:"tasks"`
-	Dedup        []dedupEntry `json:"dedup"`
-	DedupWindow  uint64       `json:"dedup_window"`
-	DedupMax     int          `json:"dedup_max"`
+	ClusterID    string        `json:"cluster_id"`
+	AppliedIndex uint64        `json:"applied_index"`
+	Tasks        []Task        `json:"tasks"`
+	Dedup        []dedupRecord `json:"dedup"`
+	DedupWindow  uint64        `json:"dedup_window"`
+	DedupMax     int           `json:"dedup_max"`
 }
 
 // snapshotV2 adds the outbox and its published watermark.
@@ -1024,7 +1075,7 @@ func readSnapshot(rd io.Reader) (*snapshotBody, *registry, *dedupTable, uint32, 
 	}
 	dedup = newDedupTable(uint64(len(s.Dedup)))
 	for _, e := range s.Dedup {
-		if err := dedup.add(e); err != nil {
+		if err := dedup.add(entryOf(e.Client, e.Request, e.Result)); err != nil {
 			return nil, nil, nil, 0, fmt.Errorf("%w: version %d: %v", ErrBadSnapshot, v, err)
 		}
 	}

@@ -1,6 +1,7 @@
 package state
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -56,7 +57,7 @@ func pendingTask(id string, index uint64) Task {
 // fsmState is everything an FSM holds, in a comparable form.
 type fsmState struct {
 	Tasks   []Task
-	Dedup   []dedupEntry
+	Dedup   []dedupRecord
 	Applied uint64
 	Window  uint64
 	Max     int
@@ -72,25 +73,25 @@ func stateOf(t testing.TB, f *FSM) fsmState {
 	}
 	slices.SortFunc(s.Tasks, func(a, b Task) int { return strings.Compare(a.ID, b.ID) })
 	live := f.order.all()
-	if len(live) > 0 {
-		s.Dedup = live
+	for i := range live {
+		s.Dedup = append(s.Dedup, live[i].record())
 	}
 	// Invariants: the map and the order queue hold the same entries, the
 	// queue is in index order, and every task is keyed by its id.
 	if f.dedup.len() != len(live) {
 		t.Fatalf("dedup index has %d entries, order queue %d", f.dedup.len(), len(live))
 	}
-	for i, e := range live {
+	for i, e := range s.Dedup {
 		seq, ok := f.dedup.find(&f.order, dedupKey{e.Client, e.Request})
 		var r Result
 		if p, held := f.order.at(seq); ok && held {
-			r = p.Result
+			r = p.result()
 		}
 		if !ok || r != e.Result {
 			t.Fatalf("order entry %+v not in dedup map (got %+v, %v)", e, r, ok)
 		}
-		if i > 0 && live[i-1].Result.Index > e.Result.Index {
-			t.Fatalf("order queue not in index order at %d: %d > %d", i, live[i-1].Result.Index, e.Result.Index)
+		if i > 0 && s.Dedup[i-1].Result.Index > e.Result.Index {
+			t.Fatalf("order queue not in index order at %d: %d > %d", i, s.Dedup[i-1].Result.Index, e.Result.Index)
 		}
 	}
 	return s
@@ -756,6 +757,36 @@ func TestTasksWithPrefix(t *testing.T) {
 		got, more := f.TasksWithPrefix(tc.prefix, tc.after, tc.limit)
 		if !slices.Equal(ids(got), tc.want) || more != tc.more {
 			t.Errorf("prefix %q after %q limit %d: %v more %v, want %v more %v", tc.prefix, tc.after, tc.limit, ids(got), more, tc.want, tc.more)
+		}
+	}
+}
+
+// TestDedupEntryKeepsWholeResult: a retry answers exactly the first
+// Result, whatever its task carries (stateful, standbys, a weight) and
+// for an id already there, also after a snapshot round trip.
+func TestDedupEntryKeepsWholeResult(t *testing.T) {
+	f := NewFSM("c")
+	rich := submitCmd("c", "r1", "t1")
+	rich.Task.Stateful, rich.Task.StandbyReplicas, rich.Task.Weight = true, 2, 5
+	first := apply(t, f, 1, rich)
+	exists := apply(t, f, 2, submitCmd("c", "r2", "t1"))
+	if first.Code != CodeOK || exists.Code != CodeAlreadyExists || !exists.Task.Stateful || exists.Task.Weight != 5 {
+		t.Fatalf("first %+v, exists %+v", first, exists)
+	}
+	g := NewFSM("c")
+	var buf bytes.Buffer
+	if err := f.Snapshot().Write(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Restore(&buf); err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range []*FSM{f, g} {
+		if r := apply(t, x, 3, rich); r != first {
+			t.Errorf("retry: %+v, want %+v", r, first)
+		}
+		if r := apply(t, x, 4, submitCmd("c", "r2", "t1")); r != exists {
+			t.Errorf("retry: %+v, want %+v", r, exists)
 		}
 	}
 }

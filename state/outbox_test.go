@@ -343,7 +343,7 @@ func checkOutboxBuiltState(t *testing.T, f *FSM) {
 	epsilon.Stateful, epsilon.StandbyReplicas = true, 3
 	want := fsmState{
 		Tasks: []Task{alpha, delta, epsilon},
-		Dedup: []dedupEntry{
+		Dedup: []dedupRecord{
 			{"cA", "r1", Result{Index: 1, Task: alpha}},
 			{"cA", "r2", Result{Index: 2, Task: beta}},
 			{"cB", "r1", Result{Index: 3, Task: gamma}},

@@ -623,26 +623,22 @@ func writeDedup(w io.Writer, v queueView[dedupEntry]) error {
 		if i == 0 {
 			c = c[v.head:]
 		}
-		for _, e := range c {
-			r := &e.Result
+		for i := range c {
+			e := &c[i]
 			b = appendString(b[:0], e.Client)
 			b = appendString(b, e.Request)
-			b = binary.AppendUvarint(b, r.Index)
-			b = append(b, byte(r.Code))
-			b = appendString(b, r.Task.ID)
-			b = binary.AppendUvarint(b, r.Task.CreatedIndex)
-			b = binary.AppendUvarint(b, uint64(r.Task.StandbyReplicas))
-			st := stateNone
-			if r.Task.State != "" || r.Task.PendingReason != "" {
-				st = stateOfTask(&r.Task)
+			b = binary.AppendUvarint(b, e.index)
+			b = append(b, byte(e.code))
+			b = appendString(b, e.taskID)
+			b = binary.AppendUvarint(b, e.created)
+			b = binary.AppendUvarint(b, uint64(e.standby))
+			b = append(b, e.flags)
+			b = binary.AppendUvarint(b, uint64(weightOf(e.weight)))
+			var msg string
+			if e.err != nil {
+				msg = *e.err
 			}
-			flags := st << stateShift
-			if r.Task.Stateful {
-				flags |= flagStateful
-			}
-			b = append(b, flags)
-			b = binary.AppendUvarint(b, uint64(weightOf(r.Task.Weight)))
-			b = appendString(b, r.Err)
+			b = appendString(b, msg)
 			if _, err := bw.Write(b); err != nil {
 				return err
 			}
@@ -672,8 +668,8 @@ func newDedupTable(n uint64) *dedupTable {
 // add appends e, refusing a request listed twice or out of index order.
 func (d *dedupTable) add(e dedupEntry) error {
 	if d.order.len() > 0 {
-		if last, _ := d.order.at(d.order.pushed - 1); last.Result.Index > e.Result.Index {
-			return fmt.Errorf("request ids out of index order (%d after %d)", e.Result.Index, last.Result.Index)
+		if last, _ := d.order.at(d.order.pushed - 1); last.index > e.index {
+			return fmt.Errorf("request ids out of index order (%d after %d)", e.index, last.index)
 		}
 	}
 	// The entry goes in first, so that put can compare a key already
@@ -720,28 +716,24 @@ func readDedup(r *bufio.Reader, v uint32) (*dedupTable, error) {
 func readDedupEntry(w *window, clients map[string]string, v uint32) (dedupEntry, error) {
 	client, request := w.str(maxIDLen), w.str(maxIDLen)
 	var e dedupEntry
-	e.Result.Index = w.uvarint()
-	code := Code(w.byte())
+	e.index = w.uvarint()
+	e.code = Code(w.byte())
 	id := w.str(maxIDLen)
-	t := &e.Result.Task
-	t.CreatedIndex = w.uvarint()
-	t.StandbyReplicas = w.uvarint32("standby replicas")
-	flags := w.byte()
+	e.created = w.uvarint()
+	e.standby = w.uvarint32("standby replicas")
+	e.flags = w.byte()
 	if v >= snapshotWeights {
-		t.Weight = weightFrom(w.weight())
+		e.weight = weightFrom(w.weight())
 	}
 	msg := w.str(maxErrLen)
 	switch {
 	case w.err != nil:
 		return dedupEntry{}, w.err
-	case code > CodeConflict:
-		return dedupEntry{}, fmt.Errorf("result code %d", code)
-	case flags&^flagsMask != 0:
-		return dedupEntry{}, fmt.Errorf("flags %#x", flags)
+	case e.code > CodeConflict:
+		return dedupEntry{}, fmt.Errorf("result code %d", e.code)
+	case e.flags&^flagsMask != 0:
+		return dedupEntry{}, fmt.Errorf("flags %#x", e.flags)
 	}
-	e.Result.Code = code
-	t.Stateful = flags&flagStateful != 0
-	setState(t, (taskItem{flags: flags}).state())
 	var ok bool
 	if e.Client, ok = clients[string(client)]; !ok {
 		e.Client = string(client)
@@ -753,9 +745,10 @@ func readDedupEntry(w *window, clients map[string]string, v uint32) (dedupEntry,
 	sb.Write(request)
 	sb.Write(id)
 	s := sb.String()
-	e.Request, t.ID = s[:len(request)], s[len(request):]
+	e.Request, e.taskID = s[:len(request)], s[len(request):]
 	if len(msg) > 0 {
-		e.Result.Err = string(msg)
+		m := string(msg)
+		e.err = &m
 	}
 	return e, nil
 }

@@ -70,7 +70,7 @@ func checkBuiltState(t *testing.T, f *FSM) {
 	gamma.StandbyReplicas = 1
 	want := fsmState{
 		Tasks: []Task{alpha, pendingTask("delta", 9), gamma},
-		Dedup: []dedupEntry{
+		Dedup: []dedupRecord{
 			{"cA", "r1", Result{Index: 1, Task: alpha}},
 			{"cA", "r2", Result{Index: 2, Task: beta}},
 			{"cB", "r1", Result{Index: 3, Task: gamma}},
@@ -402,13 +402,13 @@ func TestStreamedBodyEqualsMarshal(t *testing.T) {
 	s := &snapshotV7{snapshotV5: snapshotV5{snapshotV4: snapshotV4{snapshotV3: snapshotV3{snapshotV2: snapshotV2{
 		snapshotV1: snapshotV1{ClusterID: "c", AppliedIndex: 9, DedupWindow: 5, DedupMax: 7,
 			Tasks: []Task{{ID: "a", CreatedIndex: 1, State: TaskStatePending}, {ID: "b\"q", Stateful: true, StandbyReplicas: 2}},
-			Dedup: []dedupEntry{{Client: "x", Request: "r", Result: Result{Index: 3, Task: Task{ID: "a"}}}}},
+			Dedup: []dedupRecord{{Client: "x", Request: "r", Result: Result{Index: 3, Task: Task{ID: "a"}}}}},
 		Outbox:    []Event{{Index: 4, Term: 2, Kind: EventTaskSubmitted, TaskID: "a"}, {Index: 5, Term: 2, Kind: EventAssignment, Key: "c", Generation: 1, Placements: []Placement{{Task: "a", Active: "w1"}}}},
 		Published: 3,
 	}, AssignmentGeneration: 1, Assignment: []Placement{{Task: "a", Active: "w1", Standbys: []string{"w2"}, Warmups: []string{"w3"}}}},
 		Members: []MemberRecord{{ID: "n1", PeerAddr: "h:1", ClientAddr: "h:2"}, {ID: "n2", PeerAddr: "[::1]:3", ClientAddr: "g:4"}}},
 		Epochs: []taskEpoch{{Task: "a", Epoch: 3}, {Task: "b\"q", Epoch: 1}}}, Drained: []string{"w1", "w9"}}
-	empty := &snapshotV7{snapshotV5: snapshotV5{snapshotV4: snapshotV4{snapshotV3: snapshotV3{snapshotV2: snapshotV2{snapshotV1: snapshotV1{Tasks: []Task{}, Dedup: []dedupEntry{}}, Outbox: []Event{}}, Assignment: []Placement{}}, Members: []MemberRecord{}}, Epochs: []taskEpoch{}}, Drained: []string{}}
+	empty := &snapshotV7{snapshotV5: snapshotV5{snapshotV4: snapshotV4{snapshotV3: snapshotV3{snapshotV2: snapshotV2{snapshotV1: snapshotV1{Tasks: []Task{}, Dedup: []dedupRecord{}}, Outbox: []Event{}}, Assignment: []Placement{}}, Members: []MemberRecord{}}, Epochs: []taskEpoch{}}, Drained: []string{}}
 	for _, v := range []*snapshotV9{
 		{snapshotV8: snapshotV8{snapshotV7: *s, PlacementFrozen: true}, WorkerAddrs: map[string]string{"w1": "w1.example:7000", "w\"2": "h:1"}},
 		{snapshotV8: snapshotV8{snapshotV7: *empty}},
