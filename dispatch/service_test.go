@@ -23,6 +23,7 @@ import (
 	"github.com/xce/xce/configs"
 	"github.com/xce/xce/dispatch"
 	"github.com/xce/xce/ha"
+	"github.com/xce/xce/internal/testutil"
 	"github.com/xce/xce/netio"
 	xcev1 "github.com/xce/xce/proto/xce/v1"
 	"github.com/xce/xce/proto/xce/v1/xcev1connect"
@@ -862,12 +863,7 @@ func TestGateHoldsUntilPrimary(t *testing.T) {
 			_, err := lts.svc.SubmitTask(ctx, connect.NewRequest(&xcev1.SubmitTaskRequest{TaskId: fmt.Sprintf("t%d", i)}))
 			errc <- err
 		}()
-		for deadline := time.Now().Add(10 * time.Second); held() != 1; {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: the write was not held (held %v)", tc.name, held())
-			}
-			time.Sleep(time.Millisecond)
-		}
+		testutil.Eventually(t, 10*time.Second, tc.name+": the write held", func() bool { return held() == 1 })
 		long.setView(tc.then)
 		err := <-errc
 		switch {
