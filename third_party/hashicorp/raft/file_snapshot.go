@@ -16,6 +16,7 @@ import (
 	"runtime"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	hclog "github.com/hashicorp/go-hclog"
@@ -391,32 +392,91 @@ func (f *FileSnapshotStore) Open(id string) (*SnapshotMeta, io.ReadCloser, error
 	return &meta.SnapshotMeta, buffered, nil
 }
 
-// OpenChecking opens a snapshot like Open, but checks its CRC as the
-// caller reads it rather than reading the whole file once before: the
-// returned check reads what the caller left of the file and returns an
-// error unless the CRC of all of it matches. What was read may not be
-// trusted until check has returned nil.
+// OpenChecking opens a snapshot like Open, but checks its CRC while the
+// caller reads it rather than reading the whole file once before: a
+// goroutine of its own reads the file through a second descriptor and
+// computes the CRC meanwhile, so that on a machine with a spare core the
+// check costs the caller no time. The returned check waits for that
+// goroutine and returns an error unless the CRC of the whole file
+// matches. What was read may not be trusted until check has returned nil.
+// Closing the reader stops the goroutine if check was not called.
 func (f *FileSnapshotStore) OpenChecking(id string) (*SnapshotMeta, io.ReadCloser, func() error, error) {
 	meta, err := f.readMeta(id)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	fh, err := os.Open(filepath.Join(f.path, id, stateFilePath))
+	path := filepath.Join(f.path, id, stateFilePath)
+	fh, err := os.Open(path)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	stateHash := crc64.New(crc64.MakeTable(crc64.ECMA))
-	bh := bufio.NewReaderSize(io.TeeReader(fh, stateHash), 256<<10)
-	check := func() error {
-		if _, err := io.Copy(io.Discard, bh); err != nil {
-			return err
-		}
-		if computed := stateHash.Sum(nil); !bytes.Equal(meta.CRC, computed) {
-			return fmt.Errorf("CRC mismatch")
-		}
-		return nil
+	crc, err := os.Open(path)
+	if err != nil {
+		_ = fh.Close()
+		return nil, nil, nil, err
 	}
-	return &meta.SnapshotMeta, &bufferedFile{bh: bh, fh: fh}, check, nil
+	c := &crcCheck{want: meta.CRC, done: make(chan struct{})}
+	go c.run(crc)
+	rc := &checkingFile{bufferedFile: bufferedFile{bh: bufio.NewReaderSize(fh, 256<<10), fh: fh}, c: c}
+	return &meta.SnapshotMeta, rc, c.wait, nil
+}
+
+// crcCheck computes a state file's CRC on a goroutine of its own.
+type crcCheck struct {
+	want    []byte
+	stopped atomic.Bool
+	done    chan struct{}
+	err     error // set before done is closed
+}
+
+// crcChunk is how much the check reads at a time, and how often it looks
+// whether it was stopped.
+const crcChunk = 256 << 10
+
+func (c *crcCheck) run(fh *os.File) {
+	defer close(c.done)
+	defer fh.Close()
+	h := crc64.New(crc64.MakeTable(crc64.ECMA))
+	buf := make([]byte, crcChunk)
+	for !c.stopped.Load() {
+		n, err := fh.Read(buf)
+		h.Write(buf[:n])
+		if err == io.EOF {
+			if computed := h.Sum(nil); !bytes.Equal(c.want, computed) {
+				c.err = fmt.Errorf("CRC mismatch")
+			}
+			return
+		}
+		if err != nil {
+			c.err = err
+			return
+		}
+	}
+	c.err = fmt.Errorf("CRC check stopped")
+}
+
+// wait returns the check's outcome once it has read the whole file.
+func (c *crcCheck) wait() error {
+	<-c.done
+	return c.err
+}
+
+// stop ends the check early and waits for its goroutine.
+func (c *crcCheck) stop() {
+	c.stopped.Store(true)
+	<-c.done
+}
+
+// checkingFile is the reader OpenChecking returns: closing it also stops
+// its check.
+type checkingFile struct {
+	bufferedFile
+	c *crcCheck
+}
+
+func (f *checkingFile) Close() error {
+	f.c.stop()
+	return f.bufferedFile.Close()
 }
 
 // ReapSnapshots reaps any snapshots beyond the retain count.

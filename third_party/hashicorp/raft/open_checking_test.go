@@ -71,3 +71,36 @@ func TestOpenChecking(t *testing.T) {
 		t.Fatal("Open took the changed file")
 	}
 }
+
+// Closing the reader without a check stops the check's goroutine: nothing
+// of it outlives Close.
+func TestOpenCheckingCloseStops(t *testing.T) {
+	dir := t.TempDir()
+	store, err := NewFileSnapshotStoreWithLogger(dir, 2, newTestLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, trans := NewInmemTransport(NewInmemAddr())
+	sink, err := store.Create(SnapshotVersionMax, 10, 3, Configuration{}, 2, trans)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sink.Write(make([]byte, 8<<20)); err != nil {
+		t.Fatal(err)
+	}
+	if err := sink.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, rc, _, err := store.OpenChecking(sink.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-rc.(*checkingFile).c.done:
+	default:
+		t.Fatal("the check's goroutine runs on after Close")
+	}
+}
