@@ -299,7 +299,7 @@ func PrintRestarts(w io.Writer, r *Restarts) {
 	if r == nil {
 		return
 	}
-	fmt.Fprintf(w, "restarts: follower caught up %.3fs after its restart (%d entries behind); cold restart to first write %.3fs",
+	fmt.Fprintf(w, "restarts: follower caught up %.3fs after it listened (%d entries behind); cold restart to first write %.3fs",
 		r.FollowerCatchupSeconds, r.FollowerBehindEntries, r.ColdRestartSeconds)
 	if len(r.FollowerCatchupRuns) > 1 {
 		fmt.Fprintf(w, " (medians of %d rounds: follower %s; cold %s)", len(r.FollowerCatchupRuns), seconds(r.FollowerCatchupRuns), seconds(r.ColdRestartRuns))

@@ -19,10 +19,11 @@ import (
 // Restarts is what restarting the local cluster's nodes costs, measured
 // after the run (Options.Restarts); the report's "restarts".
 type Restarts struct {
-	// FollowerCatchupSeconds runs from restarting a STANDBY that was
-	// SIGKILLed and fell FollowerBehindEntries behind (FollowerLagLoad of
-	// writes went on without it) until its applied index reaches the
-	// PRIMARY's commit index, both polled.
+	// FollowerCatchupSeconds runs from the moment a restarted STANDBY
+	// listens (it was SIGKILLed and fell FollowerBehindEntries behind:
+	// FollowerLagLoad of writes went on without it) until its applied
+	// index reaches the PRIMARY's commit index, both polled. The caught_up
+	// phase of FollowerPhases is the same moment counted from the restart.
 	FollowerCatchupSeconds float64 `json:"follower_catchup_seconds"`
 	FollowerBehindEntries  uint64  `json:"follower_behind_entries"`
 	// With more than one round (Options.RestartRounds), each
@@ -214,12 +215,13 @@ func (rs *restarter) follower(ctx context.Context, out *Restarts) (int, error) {
 	if err := rs.c.Start(s); err != nil {
 		return 0, err
 	}
-	tick := time.NewTicker(pollEvery)
+	tick := time.NewTicker(catchUpPoll)
 	defer tick.Stop()
+	var since float64 // from the restart
 	for {
 		sts := rs.c.Statuses(wctx, rs.ctl)
 		if caughtUp(sts, s) {
-			out.FollowerCatchupSeconds = time.Since(start).Seconds()
+			since = time.Since(start).Seconds()
 			break
 		}
 		select {
@@ -228,12 +230,28 @@ func (rs *restarter) follower(ctx context.Context, out *Restarts) (int, error) {
 		case <-tick.C:
 		}
 	}
-	fmt.Fprintf(rs.log, "restarts: n%d caught up %.3fs after its restart\n", s+1, out.FollowerCatchupSeconds)
+	var phases []Phase
 	if st := rs.status(wctx, s); st != nil {
-		out.FollowerPhases = append(phasesOf(st), Phase{Name: "caught_up", AtSeconds: out.FollowerCatchupSeconds})
+		phases = phasesOf(st)
+	}
+	out.FollowerCatchupSeconds = sinceListen(since, phases)
+	fmt.Fprintf(rs.log, "restarts: n%d caught up %.3fs after it listened (%.3fs after its restart)\n", s+1, out.FollowerCatchupSeconds, since)
+	if phases != nil {
+		out.FollowerPhases = append(phases, Phase{Name: "caught_up", AtSeconds: since})
 		fmt.Fprintf(rs.log, "restarts: n%d: %s\n", s+1, phaseLine(out.FollowerPhases))
 	}
 	return s, nil
+}
+
+// sinceListen is a time since a node's restart counted from its listen
+// phase instead, where the node reported one.
+func sinceListen(since float64, phases []Phase) float64 {
+	for _, p := range phases {
+		if p.Name == "listen" && p.AtSeconds <= since {
+			return since - p.AtSeconds
+		}
+	}
+	return since
 }
 
 // caughtUp reports whether node s has applied what the PRIMARY (another
@@ -394,6 +412,11 @@ const readyWait = 30 * time.Second
 
 // pollEvery is the interval of the restart measurements' status polls.
 const pollEvery = 20 * time.Millisecond
+
+// catchUpPoll is the interval of the polls that time a follower's
+// catch-up, finer than pollEvery: that measurement is a few hundred
+// milliseconds long.
+const catchUpPoll = 5 * time.Millisecond
 
 // roundPause is how long, between rounds, the restarted node runs before
 // the next round: a node restarted again at once would also replay the

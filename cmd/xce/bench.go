@@ -70,7 +70,7 @@ With --snapshot-at D, the primary takes a raft snapshot D into the run; the
 report gives its size and time, and the largest latency of the writes in
 flight meanwhile against the run's largest. With --restarts (needs --local 3
 or more), after the run a standby is SIGKILLed, writes go on for 2s without
-it, and the time it takes to catch up after its restart is reported; then
+it, and the time it takes to catch up once it listens again is reported; then
 every node is SIGKILLed at once and restarted, and the time to the first
 acknowledged write is reported, with the nodes' sizes after it. Fewer tasks
 after the cold restart than were acknowledged before it exits 1. With
