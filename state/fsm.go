@@ -748,7 +748,7 @@ func (f *FSM) DedupLen() int {
 // always loads.
 const (
 	snapshotMagic   = "XCESNAP\n"
-	snapshotVersion = 9
+	snapshotVersion = 10
 )
 
 // ErrBadSnapshot is returned for a snapshot that is not ours, is newer than
@@ -831,6 +831,8 @@ type Snapshot struct {
 	tasks  *registryView
 	dedup  queueView[dedupEntry]
 	writes uint64
+	// version is the format Write writes: snapshotVersion but in tests.
+	version uint32
 }
 
 // Writes is FSM.Writes when the snapshot was taken.
@@ -885,25 +887,41 @@ func (s *Snapshot) Write(w io.Writer) error {
 	slices.SortFunc(s.s.Epochs, func(a, b taskEpoch) int { return strings.Compare(a.Task, b.Task) })
 	slices.Sort(s.s.Drained)
 	bw := bufio.NewWriterSize(w, 1<<20)
-	if err := writeSnapshot(bw, &s.s, s.tasks, s.dedup); err != nil {
+	version := s.version
+	if version == 0 {
+		version = snapshotVersion
+	}
+	if err := writeSnapshot(bw, &s.s, s.tasks, s.dedup, version); err != nil {
 		return err
 	}
 	return bw.Flush()
 }
 
 // writeSnapshot writes the header, the tasks and the dedup table in
-// binary, then the rest of s as JSON, with both lists empty.
-func writeSnapshot(w io.Writer, s *snapshotBody, tasks *registryView, dedup queueView[dedupEntry]) error {
+// binary, then the rest of s as JSON, with both lists empty, in the layout
+// of version (snapshotVersion, or in tests 9, whose body is the same).
+func writeSnapshot(w io.Writer, s *snapshotBody, tasks *registryView, dedup queueView[dedupEntry], version uint32) error {
 	var hdr [len(snapshotMagic) + 4]byte
 	copy(hdr[:], snapshotMagic)
-	binary.BigEndian.PutUint32(hdr[len(snapshotMagic):], snapshotVersion)
+	binary.BigEndian.PutUint32(hdr[len(snapshotMagic):], version)
 	if _, err := w.Write(hdr[:]); err != nil {
 		return err
 	}
-	if err := writeTasks(w, tasks); err != nil {
+	if version >= snapshotParts {
+		// The request ids first: a restore decodes them while it reads
+		// the tasks.
+		if err := writeDedup(w, dedup, version); err != nil {
+			return err
+		}
+		if err := writeTasks(w, tasks, version); err != nil {
+			return err
+		}
+		return writeBody(w, s, nil)
+	}
+	if err := writeTasks(w, tasks, version); err != nil {
 		return err
 	}
-	if err := writeDedup(w, dedup); err != nil {
+	if err := writeDedup(w, dedup, version); err != nil {
 		return err
 	}
 	return writeBody(w, s, nil)
@@ -1042,13 +1060,29 @@ func readSnapshot(rd io.Reader) (*snapshotBody, *registry, *dedupTable, uint32, 
 		body = &s.snapshotV7
 	case 8:
 		body = &s.snapshotV8
-	case 9:
+	case 9, 10:
 		body = &s
 	default:
 		return nil, nil, nil, 0, fmt.Errorf("%w: version %d is newer than this binary reads (%d)", ErrBadSnapshot, v, snapshotVersion)
 	}
 	var tasks *registry
 	var dedup *dedupTable
+	if v >= snapshotParts {
+		d := readDedupParts(r, v)
+		var reg *registry
+		terr := d.readErr
+		if terr == nil {
+			reg, terr = readTasks(r, v)
+		}
+		table, derr := d.wait()
+		switch {
+		case derr != nil:
+			return nil, nil, nil, 0, fmt.Errorf("%w: version %d request ids: %v", ErrBadSnapshot, v, derr)
+		case terr != nil:
+			return nil, nil, nil, 0, fmt.Errorf("%w: version %d tasks: %v", ErrBadSnapshot, v, terr)
+		}
+		return readBody(r, &s, body, reg, table, v)
+	}
 	if v >= 6 {
 		var err error
 		if tasks, err = readTasks(r, v); err != nil {
@@ -1058,6 +1092,12 @@ func readSnapshot(rd io.Reader) (*snapshotBody, *registry, *dedupTable, uint32, 
 			return nil, nil, nil, 0, fmt.Errorf("%w: version %d request ids: %v", ErrBadSnapshot, v, err)
 		}
 	}
+	return readBody(r, &s, body, tasks, dedup, v)
+}
+
+// readBody reads the JSON body of a snapshot of version v into body (a
+// part of s) and returns what readSnapshot does.
+func readBody(r *bufio.Reader, s *snapshotBody, body any, tasks *registry, dedup *dedupTable, v uint32) (*snapshotBody, *registry, *dedupTable, uint32, error) {
 	dec := json.NewDecoder(r)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(body); err != nil {
@@ -1067,7 +1107,7 @@ func readSnapshot(rd io.Reader) (*snapshotBody, *registry, *dedupTable, uint32, 
 		if len(s.Tasks) > 0 || len(s.Dedup) > 0 {
 			return nil, nil, nil, 0, fmt.Errorf("%w: version %d lists tasks or request ids in its body", ErrBadSnapshot, v)
 		}
-		return &s, tasks, dedup, v, nil
+		return s, tasks, dedup, v, nil
 	}
 	tasks, err := registryOf(s.Tasks)
 	if err != nil {
@@ -1080,7 +1120,7 @@ func readSnapshot(rd io.Reader) (*snapshotBody, *registry, *dedupTable, uint32, 
 		}
 	}
 	s.Tasks, s.Dedup = nil, nil
-	return &s, tasks, dedup, v, nil
+	return s, tasks, dedup, v, nil
 }
 
 // Restore replaces the state with the snapshot read from r. A snapshot of

@@ -484,12 +484,27 @@ func (v *registryView) release() {
 // the registry and the dedup table) carry weights.
 const snapshotWeights = 8
 
-// writeTasks writes the view's tasks in the snapshot's binary form.
-func writeTasks(w io.Writer, v *registryView) error {
+// writeTasks writes the view's tasks in the binary form of a snapshot of
+// the version given: from snapshotParts on, in parts.
+func writeTasks(w io.Writer, v *registryView, version uint32) error {
 	bw, ok := w.(*bufio.Writer)
 	if !ok {
 		bw = bufio.NewWriter(w)
 	}
+	var err error
+	if version >= snapshotParts {
+		err = writeTaskParts(bw, v)
+	} else {
+		err = writeTaskList(bw, v)
+	}
+	if err == nil && !ok {
+		err = bw.Flush()
+	}
+	return err
+}
+
+// writeTaskList writes the count, then every record.
+func writeTaskList(bw *bufio.Writer, v *registryView) error {
 	// Whole blocks are encoded into buf and written in one piece: a
 	// registry of millions is written with thousands of calls, not
 	// millions.
@@ -497,25 +512,77 @@ func writeTasks(w io.Writer, v *registryView) error {
 	buf = binary.AppendUvarint(buf, uint64(v.len()))
 	for _, blk := range v.blocks {
 		for _, it := range blk.items {
-			buf = binary.AppendUvarint(buf, uint64(it.klen()))
-			buf = append(buf, keyOf(v.chunks, it)...)
-			buf = binary.AppendUvarint(buf, it.created)
-			buf = binary.AppendUvarint(buf, uint64(it.standby))
-			buf = append(buf, it.flags)
-			buf = binary.AppendUvarint(buf, uint64(it.weight))
+			buf = appendTaskRecord(buf, v.chunks, it)
 		}
 		if _, err := bw.Write(buf); err != nil {
 			return err
 		}
 		buf = buf[:0]
 	}
-	if _, err := bw.Write(buf); err != nil {
+	_, err := bw.Write(buf)
+	return err
+}
+
+// writeTaskParts writes the count, then the records in parts of up to
+// partTasks, each part its record count and byte length first.
+func writeTaskParts(bw *bufio.Writer, v *registryView) error {
+	hdr := binary.AppendUvarint(nil, uint64(v.len()))
+	if _, err := bw.Write(hdr); err != nil {
 		return err
 	}
-	if !ok {
-		return bw.Flush()
+	pw := partWriter{bw: bw, part: make([]byte, 0, partTasks*32)}
+	for _, blk := range v.blocks {
+		for _, it := range blk.items {
+			pw.part = appendTaskRecord(pw.part, v.chunks, it)
+			if err := pw.added(partTasks); err != nil {
+				return err
+			}
+		}
 	}
-	return nil
+	return pw.flush()
+}
+
+// partWriter writes records in parts, each its record count and byte
+// length first.
+type partWriter struct {
+	bw    *bufio.Writer
+	hdr   []byte
+	part  []byte // the part's records so far
+	count int
+}
+
+// added counts a record appended to part, and writes the part once it
+// holds max.
+func (p *partWriter) added(max int) error {
+	if p.count++; p.count < max {
+		return nil
+	}
+	return p.flush()
+}
+
+// flush writes the part, if it holds a record.
+func (p *partWriter) flush() error {
+	if p.count == 0 {
+		return nil
+	}
+	p.hdr = binary.AppendUvarint(p.hdr[:0], uint64(p.count))
+	p.hdr = binary.AppendUvarint(p.hdr, uint64(len(p.part)))
+	if _, err := p.bw.Write(p.hdr); err != nil {
+		return err
+	}
+	_, err := p.bw.Write(p.part)
+	p.part, p.count = p.part[:0], 0
+	return err
+}
+
+// appendTaskRecord appends an item's record.
+func appendTaskRecord(buf []byte, chunks [][]byte, it taskItem) []byte {
+	buf = binary.AppendUvarint(buf, uint64(it.klen()))
+	buf = append(buf, keyOf(chunks, it)...)
+	buf = binary.AppendUvarint(buf, it.created)
+	buf = binary.AppendUvarint(buf, uint64(it.standby))
+	buf = append(buf, it.flags)
+	return binary.AppendUvarint(buf, uint64(it.weight))
 }
 
 // maxTaskRecord is the longest task record writeTasks writes.
@@ -525,6 +592,9 @@ const maxTaskRecord = 4*binary.MaxVarintLen64 + maxIDLen + 1
 // v, into a new registry. Ids must be in strictly increasing order (which
 // also rules out duplicates), each within the length a command allows.
 func readTasks(r *bufio.Reader, v uint32) (*registry, error) {
+	if v >= snapshotParts {
+		return readTaskParts(r, v)
+	}
 	w := newWindow(r)
 	defer w.done()
 	w.need(binary.MaxVarintLen64)
@@ -536,26 +606,12 @@ func readTasks(r *bufio.Reader, v uint32) (*registry, error) {
 	var prev []byte
 	for i := uint64(0); i < n; i++ {
 		w.need(maxTaskRecord)
-		l := w.uvarint()
-		if w.err == nil && (l == 0 || l > maxIDLen) {
-			return nil, fmt.Errorf("task %d: id of %d bytes (1 to %d allowed)", i, l, maxIDLen)
-		}
-		id := w.bytes(l)
-		if w.err != nil {
-			return nil, fmt.Errorf("task %d: %w", i, w.err)
+		id, it, err := readTaskRecord(w, v, i)
+		if err != nil {
+			return nil, err
 		}
 		if i > 0 && bytes.Compare(prev, id) >= 0 {
 			return nil, fmt.Errorf("task %d: id %q does not follow %q", i, id, prev)
-		}
-		it := taskItem{created: w.uvarint(), standby: w.uvarint32("standby replicas"), flags: w.byte()}
-		if v >= snapshotWeights {
-			it.weight = w.weight()
-		}
-		switch {
-		case w.err != nil:
-			return nil, fmt.Errorf("task %q: %w", id, w.err)
-		case it.flags&^flagsMask != 0 || it.state() >= numStates:
-			return nil, fmt.Errorf("task %q: flags %#x", id, it.flags)
 		}
 		ref, dst := reg.arena.alloc(len(id))
 		copy(dst, id)
@@ -564,6 +620,30 @@ func readTasks(r *bufio.Reader, v uint32) (*registry, error) {
 		prev = dst
 	}
 	return reg, nil
+}
+
+// readTaskRecord reads task i's record from w: its id, valid until w's
+// next need, and its item but for the key.
+func readTaskRecord(w *window, v uint32, i uint64) ([]byte, taskItem, error) {
+	l := w.uvarint()
+	if w.err == nil && (l == 0 || l > maxIDLen) {
+		return nil, taskItem{}, fmt.Errorf("task %d: id of %d bytes (1 to %d allowed)", i, l, maxIDLen)
+	}
+	id := w.bytes(l)
+	if w.err != nil {
+		return nil, taskItem{}, fmt.Errorf("task %d: %w", i, w.err)
+	}
+	it := taskItem{created: w.uvarint(), standby: w.uvarint32("standby replicas"), flags: w.byte()}
+	if v >= snapshotWeights {
+		it.weight = w.weight()
+	}
+	switch {
+	case w.err != nil:
+		return nil, taskItem{}, fmt.Errorf("task %q: %w", id, w.err)
+	case it.flags&^flagsMask != 0 || it.state() >= numStates:
+		return nil, taskItem{}, fmt.Errorf("task %q: flags %#x", id, it.flags)
+	}
+	return id, it, nil
 }
 
 // weight reads a task record's weight − 1.
@@ -609,8 +689,9 @@ const (
 	maxErrLen       = 1 << 16
 )
 
-// writeDedup writes the view's entries in the snapshot's binary form.
-func writeDedup(w io.Writer, v queueView[dedupEntry]) error {
+// writeDedup writes the view's entries in the binary form of a snapshot
+// of the version given: from snapshotParts on, in parts.
+func writeDedup(w io.Writer, v queueView[dedupEntry], version uint32) error {
 	bw, ok := w.(*bufio.Writer)
 	if !ok {
 		bw = bufio.NewWriter(w)
@@ -619,35 +700,51 @@ func writeDedup(w io.Writer, v queueView[dedupEntry]) error {
 	if _, err := bw.Write(b); err != nil {
 		return err
 	}
+	parts := version >= snapshotParts
+	pw := partWriter{bw: bw}
 	for i, c := range v.chunks {
 		if i == 0 {
 			c = c[v.head:]
 		}
 		for i := range c {
-			e := &c[i]
-			b = appendString(b[:0], e.Client)
-			b = appendString(b, e.Request)
-			b = binary.AppendUvarint(b, e.index)
-			b = append(b, byte(e.code))
-			b = appendString(b, e.taskID)
-			b = binary.AppendUvarint(b, e.created)
-			b = binary.AppendUvarint(b, uint64(e.standby))
-			b = append(b, e.flags)
-			b = binary.AppendUvarint(b, uint64(weightOf(e.weight)))
-			var msg string
-			if e.err != nil {
-				msg = *e.err
+			if !parts {
+				b = appendDedupRecord(b[:0], &c[i])
+				if _, err := bw.Write(b); err != nil {
+					return err
+				}
+				continue
 			}
-			b = appendString(b, msg)
-			if _, err := bw.Write(b); err != nil {
+			pw.part = appendDedupRecord(pw.part, &c[i])
+			if err := pw.added(partEntries); err != nil {
 				return err
 			}
 		}
+	}
+	if err := pw.flush(); err != nil {
+		return err
 	}
 	if !ok {
 		return bw.Flush()
 	}
 	return nil
+}
+
+// appendDedupRecord appends an entry's record.
+func appendDedupRecord(b []byte, e *dedupEntry) []byte {
+	b = appendString(b, e.Client)
+	b = appendString(b, e.Request)
+	b = binary.AppendUvarint(b, e.index)
+	b = append(b, byte(e.code))
+	b = appendString(b, e.taskID)
+	b = binary.AppendUvarint(b, e.created)
+	b = binary.AppendUvarint(b, uint64(e.standby))
+	b = append(b, e.flags)
+	b = binary.AppendUvarint(b, uint64(weightOf(e.weight)))
+	var msg string
+	if e.err != nil {
+		msg = *e.err
+	}
+	return appendString(b, msg)
 }
 
 // dedupPresize bounds the room readDedup makes before it reads the

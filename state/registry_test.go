@@ -1,6 +1,7 @@
 package state
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
 	"maps"
@@ -184,4 +185,70 @@ func TestArenaReuseWaitsForViews(t *testing.T) {
 // which are valid only during the call.
 func (v *registryView) ascend(fn func(it taskItem, id []byte) bool) {
 	ascendBlocks(v.blocks, 0, 0, func(it taskItem) bool { return fn(it, keyOf(v.chunks, it)) })
+}
+
+// A registry written in parts (more than one, the last of fewer tasks
+// than a block holds) reads back the same as one written as a list, and
+// the registry read goes on taking inserts and removals as one built by
+// them does.
+func TestTaskPartsRoundTrip(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 1))
+	r := newRegistry()
+	model := map[string]Task{}
+	for len(model) < 2*partTasks+blockItems/2+3 {
+		id := fmt.Sprintf("%x-%s", rng.Uint64(), strings.Repeat("x", rng.IntN(40)))
+		if rng.IntN(500) == 0 {
+			id = strings.Repeat("z", 1+rng.IntN(maxIDLen)) + id
+			id = id[:min(len(id), maxIDLen)]
+		}
+		tk := Task{ID: id, CreatedIndex: rng.Uint64N(1 << 40), StandbyReplicas: rng.Uint32N(3), Weight: rng.Uint32N(5), Stateful: rng.IntN(2) == 0}
+		if _, ok := r.add(&tk, uint8(rng.IntN(int(numStates)))); ok {
+			model[id] = r.task(func() taskItem { it, _ := r.get(id); return it }())
+		}
+	}
+	want := registryTasks(t, r)
+	for _, version := range []uint32{9, snapshotVersion} {
+		v := r.view()
+		var buf bytes.Buffer
+		if err := writeTasks(&buf, v, version); err != nil {
+			t.Fatal(err)
+		}
+		v.release()
+		got, err := readTasks(bufio.NewReaderSize(&buf, snapshotBuffer), version)
+		if err != nil {
+			t.Fatalf("version %d: %v", version, err)
+		}
+		if buf.Len() != 0 {
+			t.Fatalf("version %d: %d bytes left unread", version, buf.Len())
+		}
+		if h := registryTasks(t, got); !maps.EqualFunc(h, want, func(a, b Task) bool { return a == b }) {
+			t.Fatalf("version %d: read %d tasks, wrote %d, or they differ", version, len(h), len(want))
+		}
+		// The read registry changes as any does.
+		m := maps.Clone(model)
+		ids := slices.Sorted(maps.Keys(m))
+		for i := range 3000 {
+			if i%2 == 0 {
+				id := ids[rng.IntN(len(ids))]
+				if _, ok := got.remove(id); ok != (m[id].ID != "") {
+					t.Fatalf("remove %q: %v", id, ok)
+				}
+				delete(m, id)
+				continue
+			}
+			tk := Task{ID: fmt.Sprintf("%x", rng.Uint64())}
+			if _, ok := got.add(&tk, stateUnassigned); ok {
+				m[tk.ID] = got.task(func() taskItem { it, _ := got.get(tk.ID); return it }())
+			}
+		}
+		if h := registryTasks(t, got); len(h) != len(m) {
+			t.Fatalf("version %d: %d tasks after changes, want %d", version, len(h), len(m))
+		} else {
+			for id, tk := range m {
+				if h[id] != tk {
+					t.Fatalf("version %d: task %q is %+v, want %+v", version, id, h[id], tk)
+				}
+			}
+		}
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -28,6 +29,19 @@ func persistSnapshot(t testing.TB, f *FSM) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	if err := f.Snapshot().Write(&buf); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// persistSnapshotVersion is persistSnapshot in the layout of an older
+// version (from 9 on).
+func persistSnapshotVersion(t testing.TB, f *FSM, version uint32) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	s := f.Snapshot()
+	s.version = version
+	if err := s.Write(&buf); err != nil {
 		t.Fatal(err)
 	}
 	return buf.Bytes()
@@ -205,14 +219,15 @@ func TestRestoreRefusesBadSnapshots(t *testing.T) {
 		binary.BigEndian.PutUint32(b[len(snapshotMagic):], v)
 		return b
 	}
-	// The task section follows the header; the JSON body follows it.
+	// The request id section follows the header, the task section
+	// follows it, and the JSON body follows them.
 	r := bytes.NewReader(good[hdr:])
 	br := bufio.NewReaderSize(r, snapshotBuffer)
-	if _, err := readTasks(br, snapshotVersion); err != nil {
+	if _, err := readDedupParts(br, snapshotVersion).wait(); err != nil {
 		t.Fatal(err)
 	}
-	dedupAt := len(good) - r.Len() - br.Buffered()
-	if _, err := readDedup(br, snapshotVersion); err != nil {
+	tasksAt := len(good) - r.Len() - br.Buffered()
+	if _, err := readTasks(br, snapshotVersion); err != nil {
 		t.Fatal(err)
 	}
 	body := len(good) - r.Len() - br.Buffered()
@@ -220,10 +235,31 @@ func TestRestoreRefusesBadSnapshots(t *testing.T) {
 		return append(bytes.Clone(good[:hdr]), append([]byte{0, 0}, body...)...)
 	}
 	withTasks := func(tasks ...byte) []byte {
-		return append(append(bytes.Clone(good[:hdr]), tasks...), good[dedupAt:]...)
+		return append(append(bytes.Clone(good[:tasksAt]), tasks...), good[body:]...)
 	}
 	withDedup := func(dedup ...byte) []byte {
-		return append(append(bytes.Clone(good[:dedupAt]), dedup...), good[body:]...)
+		return append(append(bytes.Clone(good[:hdr]), dedup...), good[tasksAt:]...)
+	}
+	// part is one part of a section: its count, length and records
+	// (each shorter than 128 bytes).
+	part := func(count byte, records ...byte) []byte {
+		return append([]byte{count, byte(len(records))}, records...)
+	}
+	parted := func(n byte, parts ...[]byte) []byte {
+		return append([]byte{n}, slices.Concat(parts...)...)
+	}
+	// v9 is a version 9 snapshot of the same state (tasks first, then the
+	// request ids, neither in parts), and v9Tasks one with this task
+	// section.
+	v9 := persistSnapshotVersion(t, buildFSM(t, "c1"), 9)
+	r = bytes.NewReader(v9[hdr:])
+	br = bufio.NewReaderSize(r, snapshotBuffer)
+	if _, err := readTasks(br, 9); err != nil {
+		t.Fatal(err)
+	}
+	v9Dedup := len(v9) - r.Len() - br.Buffered()
+	v9Tasks := func(tasks ...byte) []byte {
+		return append(append(bytes.Clone(v9[:hdr]), tasks...), v9[v9Dedup:]...)
 	}
 	wrongMagic := bytes.Clone(good)
 	wrongMagic[0] = 'Y'
@@ -247,24 +283,39 @@ func TestRestoreRefusesBadSnapshots(t *testing.T) {
 		{"next version", withVersion(snapshotVersion + 1), fmt.Sprintf("version %d", snapshotVersion+1)},
 		{"version max", withVersion(0xffffffff), "newer"},
 		{"version 0", withVersion(0), "version 0"},
-		{"header only", good[:hdr], "task count"},
-		{"tasks truncated", good[:hdr+(dedupAt-hdr)/2], "tasks"},
-		{"tasks out of order", withTasks(2, 1, 'b', 1, 0, 0, 0, 1, 'a', 1, 0, 0, 0), "does not follow"},
-		{"task listed twice", withTasks(2, 1, 'a', 1, 0, 0, 0, 1, 'a', 1, 0, 0, 0), "does not follow"},
-		{"empty task id", withTasks(1, 0, 1, 0, 0, 0), "id of 0 bytes"},
-		{"task id too long", withTasks(1, 0x81, 0x02), "id of 257 bytes"},
-		{"task flags", withTasks(1, 1, 'a', 1, 0, 0x08), "flags"},
-		{"task state", withTasks(1, 1, 'a', 1, 0, 0x06), "flags"},
-		{"task standby", withTasks(1, 1, 'a', 1, 0x80, 0x80, 0x80, 0x80, 0x10, 0), "standby"},
-		{"task weight", withTasks(1, 1, 'a', 1, 0, 0, 0x80, 0x80, 0x04), "weight 65537"},
-		{"result weight", withDedup(1, 1, 'c', 1, 'r', 5, 0, 1, 'a', 5, 0, 0, 0x80, 0x80, 0x04, 0), "weight 65537"},
-		{"more tasks than listed", withTasks(3, 1, 'a', 1, 0, 0, 0), "tasks"},
-		{"request ids truncated", good[:dedupAt+(body-dedupAt)/2], "request ids"},
-		{"request id too long", withDedup(1, 1, 'c', 0x81, 0x02), "257 bytes"},
-		{"result code", withDedup(1, 1, 'c', 1, 'r', 5, 9), "result code 9"},
-		{"result flags", withDedup(1, 1, 'c', 1, 'r', 5, 0, 1, 'a', 5, 0, 0x10, 0, 0), "flags"},
-		{"request listed twice", withDedup(2, 1, 'c', 1, 'r', 5, 0, 1, 'a', 5, 0, 0, 0, 0, 1, 'c', 1, 'r', 6, 0, 1, 'b', 6, 0, 0, 0, 0), "listed twice"},
-		{"request ids out of order", withDedup(2, 1, 'c', 1, 'r', 6, 0, 1, 'a', 5, 0, 0, 0, 0, 1, 'c', 1, 's', 5, 0, 1, 'b', 6, 0, 0, 0, 0), "out of index order"},
+		{"header only", good[:hdr], "request ids: count"},
+		{"tasks truncated", good[:tasksAt+(body-tasksAt)/2], "tasks"},
+		{"tasks out of order", withTasks(parted(2, part(2, 1, 'b', 1, 0, 0, 0, 1, 'a', 1, 0, 0, 0))...), "does not follow"},
+		{"task listed twice", withTasks(parted(2, part(2, 1, 'a', 1, 0, 0, 0, 1, 'a', 1, 0, 0, 0))...), "does not follow"},
+		{"parts out of order", withTasks(parted(2, part(1, 1, 'b', 1, 0, 0, 0), part(1, 1, 'a', 1, 0, 0, 0))...), "does not follow"},
+		{"task listed in two parts", withTasks(parted(2, part(1, 1, 'a', 1, 0, 0, 0), part(1, 1, 'a', 1, 0, 0, 0))...), "does not follow"},
+		{"empty task id", withTasks(parted(1, part(1, 0, 1, 0, 0, 0))...), "id of 0 bytes"},
+		{"task id too long", withTasks(parted(1, part(1, 0x81, 0x02))...), "id of 257 bytes"},
+		{"task flags", withTasks(parted(1, part(1, 1, 'a', 1, 0, 0x08, 0))...), "flags"},
+		{"task state", withTasks(parted(1, part(1, 1, 'a', 1, 0, 0x06, 0))...), "flags"},
+		{"task standby", withTasks(parted(1, part(1, 1, 'a', 1, 0x80, 0x80, 0x80, 0x80, 0x10, 0, 0))...), "standby"},
+		{"task weight", withTasks(parted(1, part(1, 1, 'a', 1, 0, 0, 0x80, 0x80, 0x04))...), "weight 65537"},
+		{"part of no tasks", withTasks(parted(1, part(0))...), "0 tasks"},
+		{"part of more tasks than remain", withTasks(parted(1, part(2, 1, 'a', 1, 0, 0, 0, 1, 'b', 1, 0, 0, 0))...), "2 tasks"},
+		{"part short of its records", withTasks(parted(2, part(2, 1, 'a', 1, 0, 0, 0))...), "unexpected EOF"},
+		{"part longer than its records", withTasks(parted(1, part(1, 1, 'a', 1, 0, 0, 0, 7))...), "past their records"},
+		{"part longer than the file", withTasks(1, 1, 0x80, 0x80, 0x01), "part at task 0"},
+		{"part too long for its tasks", withTasks(1, 1, 0xff, 0xff, 0x7f), "bytes for 1 tasks"},
+		{"v9 tasks out of order", v9Tasks(2, 1, 'b', 1, 0, 0, 0, 1, 'a', 1, 0, 0, 0), "does not follow"},
+		{"v9 task id too long", v9Tasks(1, 0x81, 0x02), "id of 257 bytes"},
+		{"result weight", withDedup(parted(1, part(1, 1, 'c', 1, 'r', 5, 0, 1, 'a', 5, 0, 0, 0x80, 0x80, 0x04, 0))...), "weight 65537"},
+		{"more tasks than listed", withTasks(parted(3, part(1, 1, 'a', 1, 0, 0, 0))...), "tasks"},
+		{"request ids truncated", good[:hdr+(tasksAt-hdr)/2], "request ids"},
+		{"request id too long", withDedup(parted(1, part(1, 1, 'c', 0x81, 0x02))...), "257 bytes"},
+		{"result code", withDedup(parted(1, part(1, 1, 'c', 1, 'r', 5, 9, 1, 'a', 5, 0, 0, 0, 0))...), "result code 9"},
+		{"result flags", withDedup(parted(1, part(1, 1, 'c', 1, 'r', 5, 0, 1, 'a', 5, 0, 0x10, 0, 0))...), "flags"},
+		{"request listed twice", withDedup(parted(2, part(2, 1, 'c', 1, 'r', 5, 0, 1, 'a', 5, 0, 0, 0, 0, 1, 'c', 1, 'r', 6, 0, 1, 'b', 6, 0, 0, 0, 0))...), "listed twice"},
+		{"request listed in two parts", withDedup(parted(2, part(1, 1, 'c', 1, 'r', 5, 0, 1, 'a', 5, 0, 0, 0, 0), part(1, 1, 'c', 1, 'r', 6, 0, 1, 'b', 6, 0, 0, 0, 0))...), "listed twice"},
+		{"request ids out of order", withDedup(parted(2, part(2, 1, 'c', 1, 'r', 6, 0, 1, 'a', 5, 0, 0, 0, 0, 1, 'c', 1, 's', 5, 0, 1, 'b', 6, 0, 0, 0, 0))...), "out of index order"},
+		{"request id part of no entries", withDedup(parted(1, part(0))...), "0 entries"},
+		{"request id part past its records", withDedup(parted(1, part(1, 1, 'c', 1, 'r', 5, 0, 1, 'a', 5, 0, 0, 0, 0, 9))...), "past their records"},
+		{"request id part longer than the file", withDedup(1, 1, 0x80, 0x80, 0x01), "part at entry 0"},
+		{"v9 request ids truncated", v9[:v9Dedup+4], "request ids"},
 		{"truncated body", good[:hdr+(len(good)-hdr)/2], "body"},
 		{"truncated by one", good[:len(good)-2], "body"}, // last byte is the encoder's newline
 		{"body not json", withBody("{{{{"), "body"},

@@ -28,10 +28,13 @@ type window struct {
 
 func newWindow(r *bufio.Reader) *window { return &window{r: r} }
 
+// windowOf is a window over b alone: its input ends where b does.
+func windowOf(b []byte) *window { return &window{buf: b} }
+
 // need makes at least n unread bytes available, fewer only where the
 // input ends first. n must not exceed the reader's buffer.
 func (w *window) need(n int) {
-	if w.err != nil || len(w.buf)-w.off >= n {
+	if w.err != nil || len(w.buf)-w.off >= n || w.r == nil {
 		return
 	}
 	if n > w.r.Size() {
@@ -54,6 +57,9 @@ func (w *window) need(n int) {
 // done hands the decoded bytes back to the reader, whose next reads
 // follow them. Call it before reading the reader directly.
 func (w *window) done() {
+	if w.r == nil {
+		return
+	}
 	if w.off > 0 {
 		// Discarding buffered bytes cannot fail.
 		_, _ = w.r.Discard(w.off)

@@ -170,7 +170,10 @@ func TestWorkerAddrSnapshotRefusesBadAddrs(t *testing.T) {
 		}
 	}
 	// A version 8 snapshot must not carry them.
-	b := persistSnapshot(t, buildWorkerAddrFSM(t, "c"))
+	b := persistSnapshotVersion(t, buildWorkerAddrFSM(t, "c"), 9)
+	if err := restoreBytes(NewFSM("c"), b); err != nil {
+		t.Fatalf("version 9: %v", err)
+	}
 	b[len(snapshotMagic)+3] = 8
 	if err := restoreBytes(NewFSM("c"), b); !errors.Is(err, ErrBadSnapshot) {
 		t.Errorf("version 8 snapshot with worker_addrs: %v", err)
