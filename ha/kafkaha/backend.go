@@ -435,9 +435,27 @@ func (b *Backend) TransferLeadership() error {
 	err := h.release(ctx)
 	b.lose(h, "handed the role on")
 	if err != nil {
+		if next := b.otherHolder(time.Now()); next != "" {
+			// The lease ran out while its release was committing, and
+			// the next member took the role: the hand-over happened.
+			b.log.Info().Str("holder", next).Err(err).Msg("the lease ran out before its release committed; the next member holds the role")
+			return nil
+		}
 		return fmt.Errorf("releasing the lease: %w", err)
 	}
 	return nil
+}
+
+// otherHolder is the member whose lease, as this member last saw the
+// coordination topic, holds the role at now, if it is another one.
+func (b *Backend) otherHolder(now time.Time) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	l := b.state.Lease
+	if l == nil || l.Holder == succession.MemberID(b.cfg.Member) || !l.Live(now.UnixMilli()) {
+		return ""
+	}
+	return string(l.Holder)
 }
 
 // Shutdown implements ha.Backend.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/xce/xce/ha/succession"
 )
@@ -168,4 +169,26 @@ func TestDecideRefusesAnUnknownInput(t *testing.T) {
 		}
 	}()
 	decide(succession.NewCoordinator("primary", "a", succession.DefaultLeaseConfig()), bogus{}, 0, succession.Tenure{}, 0)
+}
+
+// otherHolder names another member only while its lease, as last seen,
+// holds.
+func TestOtherHolder(t *testing.T) {
+	now := time.UnixMilli(1_000_000)
+	for _, tc := range []struct {
+		name  string
+		lease *succession.Lease
+		want  string
+	}{
+		{"no lease", nil, ""},
+		{"own lease", &succession.Lease{Holder: "a", DeadlineMillis: now.UnixMilli() + 100}, ""},
+		{"another's live lease", &succession.Lease{Holder: "b", DeadlineMillis: now.UnixMilli() + 100}, "b"},
+		{"another's lease at its deadline", &succession.Lease{Holder: "b", DeadlineMillis: now.UnixMilli()}, ""},
+	} {
+		b := &Backend{cfg: Config{Member: "a"}}
+		b.state.Lease = tc.lease
+		if got := b.otherHolder(now); got != tc.want {
+			t.Errorf("%s: otherHolder = %q, want %q", tc.name, got, tc.want)
+		}
+	}
 }
