@@ -393,7 +393,7 @@ func (n *Node) openStorage() (*persist.Store, error) {
 	store, err := persist.Open(n.cfg.DataDir, persist.Options{
 		NodeID: n.cfg.NodeID, ClusterID: n.cfg.ClusterID, LockWait: n.opts.LockWait,
 		Logger: logging.NewHCLog(n.log, "storage"), CheckBolt: n.opts.CheckDB,
-		SegmentSize: n.cfg.Raft.LogSegmentSize, RestoreSnapshot: n.restoreAtOpen(),
+		SegmentSize: n.cfg.Raft.LogSegmentSize, RestoreSnapshot: n.restoreAtOpen(), PrepareRestore: n.prepareRestore(),
 	})
 	if err != nil {
 		return nil, err
@@ -418,22 +418,28 @@ const heapPerSnapshotByte = 8
 
 // restoreAtOpen is how the data dir's open restores the newest raft
 // snapshot while it checks the log: into the state machine, with the Raft
-// backend (the Kafka backend restores its own snapshots). The heap it is
-// about to fill is prepared first (package restoreheap).
+// backend (the Kafka backend restores its own snapshots).
 func (n *Node) restoreAtOpen() func(io.ReadCloser, int64) error {
 	if n.cfg.HA.Backend != "" && n.cfg.HA.Backend != configs.BackendRaft {
 		return nil
 	}
-	return func(rc io.ReadCloser, size int64) error {
+	return func(rc io.ReadCloser, _ int64) error { return n.fsm.Restore(rc) }
+}
+
+// prepareRestore prepares the heap a restore is about to fill (package
+// restoreheap), before the data dir's open starts the restore and the
+// log's checks: alone, the preparation's collection takes a fraction of
+// the time it takes beside them.
+func (n *Node) prepareRestore() func(int64) func() {
+	return func(size int64) func() {
 		r, release := restoreheap.Prepare(heapPerSnapshotByte * size)
-		defer release()
 		switch {
 		case r.Err != nil:
 			n.log.Warn().Err(r.Err).Str("transparent_hugepages", r.Mode).Msg("could not mark the heap for huge pages; the restore faults in 4 KiB pages")
 		case r.Advised > 0:
 			n.log.Info().Int64("bytes", r.Advised).Str("transparent_hugepages", r.Mode).Msg("heap marked for huge pages before the restore")
 		}
-		return n.fsm.Restore(rc)
+		return release
 	}
 }
 

@@ -2,9 +2,11 @@ package persist
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -65,4 +67,40 @@ func TestRestoreSnapshotWhileOpening(t *testing.T) {
 		t.Fatalf("no snapshot: called %v, restored %+v, %v", called, s.Restored, s.RestoreErr)
 	}
 	s.Close()
+}
+
+// PrepareRestore is called with the snapshot's size before the restore
+// starts, and what it returns once the restore is done, whatever its
+// outcome; without a snapshot to restore it is not called.
+func TestPrepareRestore(t *testing.T) {
+	dir := nodeDir{last: 30, snapIndex: 20, snapTm: 2}.build(t)
+	for _, fail := range []bool{false, true} {
+		var events []string
+		opts := testOpts
+		opts.PrepareRestore = func(size int64) func() {
+			events = append(events, fmt.Sprintf("prepare %d", size))
+			return func() { events = append(events, "release") }
+		}
+		opts.RestoreSnapshot = func(rc io.ReadCloser, _ int64) error {
+			events = append(events, "restore")
+			if fail {
+				return errors.New("refused")
+			}
+			_, err := io.ReadAll(rc)
+			return err
+		}
+		s := openT(t, dir, opts)
+		s.Close()
+		if want := []string{"prepare 5", "restore", "release"}; !slices.Equal(events, want) {
+			t.Fatalf("failing restore %v: %v, want %v", fail, events, want)
+		}
+	}
+	called := false
+	opts := testOpts
+	opts.PrepareRestore = func(int64) func() { called = true; return func() {} }
+	opts.RestoreSnapshot = func(io.ReadCloser, int64) error { return nil }
+	openT(t, nodeDir{last: 8}.build(t), opts).Close()
+	if called {
+		t.Fatal("prepared a restore without a snapshot")
+	}
 }

@@ -95,6 +95,11 @@ type Options struct {
 	// failure is left to raft, which restores (or refuses) the snapshots
 	// itself as it always does.
 	RestoreSnapshot func(rc io.ReadCloser, size int64) error
+	// PrepareRestore, when set with RestoreSnapshot, is called before the
+	// restore and the log's checks start (they would slow it down), with
+	// the snapshot's size; the restore calls the function it returns once
+	// it is done, whatever its outcome.
+	PrepareRestore func(size int64) (release func())
 	// ProbeInterval is how often a Store whose storage fails recoverably
 	// (Health) checks whether the disk takes writes again; zero means one
 	// second.
@@ -214,7 +219,15 @@ func Open(dir string, opts Options) (s *Store, err error) {
 	// The snapshot's restore and the log's checks read different files:
 	// one goroutine each. The restore ends before Open returns, whatever
 	// Open returns.
-	restored := restoreWhileOpening(snaps, metas, snap, opts.RestoreSnapshot)
+	restore := opts.RestoreSnapshot
+	if restore != nil && snap != nil && metas[0].ID == snap.ID && opts.PrepareRestore != nil {
+		release := opts.PrepareRestore(snap.Size)
+		restore = func(rc io.ReadCloser, size int64) error {
+			defer release()
+			return opts.RestoreSnapshot(rc, size)
+		}
+	}
+	restored := restoreWhileOpening(snaps, metas, snap, restore)
 	defer func() {
 		r := <-restored
 		if err == nil {
