@@ -219,15 +219,7 @@ func Open(dir string, opts Options) (s *Store, err error) {
 	// The snapshot's restore and the log's checks read different files:
 	// one goroutine each. The restore ends before Open returns, whatever
 	// Open returns.
-	restore := opts.RestoreSnapshot
-	if restore != nil && snap != nil && metas[0].ID == snap.ID && opts.PrepareRestore != nil {
-		release := opts.PrepareRestore(snap.Size)
-		restore = func(rc io.ReadCloser, size int64) error {
-			defer release()
-			return opts.RestoreSnapshot(rc, size)
-		}
-	}
-	restored := restoreWhileOpening(snaps, metas, snap, restore)
+	restored := restoreWhileOpening(snaps, metas, snap, preparedRestore(opts, metas, snap))
 	defer func() {
 		r := <-restored
 		if err == nil {
@@ -268,6 +260,22 @@ func Open(dir string, opts Options) (s *Store, err error) {
 	s.Snaps = &snapshotStore{SnapshotStore: snaps, h: s.health, dir: filepath.Join(dir, snapDir)}
 	go s.run(opts.markInterval, opts.ProbeInterval)
 	return s, nil
+}
+
+// preparedRestore is opts.RestoreSnapshot, prepared for by
+// opts.PrepareRestore now if snap (the newest raft snapshot) is the one it
+// will restore (the newest of metas): the preparation then runs before the
+// restore and the log's checks start, and the restore releases it.
+func preparedRestore(opts Options, metas []*raft.SnapshotMeta, snap *raft.SnapshotMeta) func(io.ReadCloser, int64) error {
+	restore, prepare := opts.RestoreSnapshot, opts.PrepareRestore
+	if restore == nil || prepare == nil || snap == nil || metas[0].ID != snap.ID {
+		return restore
+	}
+	release := prepare(snap.Size)
+	return func(rc io.ReadCloser, size int64) error {
+		defer release()
+		return restore(rc, size)
+	}
 }
 
 // restoreResult is what restoreWhileOpening did.
