@@ -1069,19 +1069,19 @@ func readSnapshot(rd io.Reader) (*snapshotBody, *registry, *dedupTable, uint32, 
 	var dedup *dedupTable
 	if v >= snapshotParts {
 		d := readDedupParts(r, v)
-		var reg *registry
 		terr := d.readErr
 		if terr == nil {
-			reg, terr = readTasks(r, v)
+			tasks, terr = readTasks(r, v)
 		}
-		table, derr := d.wait()
+		var derr error
+		dedup, derr = d.wait()
 		switch {
 		case derr != nil:
 			return nil, nil, nil, 0, fmt.Errorf("%w: version %d request ids: %v", ErrBadSnapshot, v, derr)
 		case terr != nil:
 			return nil, nil, nil, 0, fmt.Errorf("%w: version %d tasks: %v", ErrBadSnapshot, v, terr)
 		}
-		return readBody(r, &s, body, reg, table, v)
+		return readBody(r, &s, body, tasks, dedup, v)
 	}
 	if v >= 6 {
 		var err error

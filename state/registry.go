@@ -793,20 +793,28 @@ func readDedup(r *bufio.Reader, v uint32) (*dedupTable, error) {
 	// The count is the file's word: room for at most a bounded number up
 	// front, the rest as entries come.
 	out := newDedupTable(n)
-	// A request id table holds many requests of few clients: each
-	// client's id is one string, not one per entry.
 	clients := make(map[string]string)
 	for i := uint64(0); i < n; i++ {
 		w.need(maxDedupRecord)
-		e, err := readDedupEntry(w, clients, v)
-		if err == nil {
-			err = out.add(e)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("entry %d: %w", i, err)
+		if err := out.read(w, clients, v, i); err != nil {
+			return nil, err
 		}
 	}
 	return out, nil
+}
+
+// read reads entry i from w and adds it. A request id table holds many
+// requests of few clients: clients interns their ids, so that each is one
+// string, not one per entry.
+func (d *dedupTable) read(w *window, clients map[string]string, v uint32, i uint64) error {
+	e, err := readDedupEntry(w, clients, v)
+	if err == nil {
+		err = d.add(e)
+	}
+	if err != nil {
+		return fmt.Errorf("entry %d: %w", i, err)
+	}
+	return nil
 }
 
 // readDedupEntry reads one entry of the request id table.

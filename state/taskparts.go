@@ -325,8 +325,6 @@ func readDedupParts(r *bufio.Reader, v uint32) *dedupRead {
 func (d *dedupRead) decode(v uint32, n uint64, parts <-chan dedupPart) {
 	defer close(d.done)
 	out := newDedupTable(n)
-	// A request id table holds many requests of few clients: each
-	// client's id is one string, not one per entry.
 	clients := make(map[string]string)
 	for p := range parts {
 		if d.err != nil {
@@ -334,12 +332,7 @@ func (d *dedupRead) decode(v uint32, n uint64, parts <-chan dedupPart) {
 		}
 		w := windowOf(p.buf)
 		for i := range p.count {
-			e, err := readDedupEntry(w, clients, v)
-			if err == nil {
-				err = out.add(e)
-			}
-			if err != nil {
-				d.err = fmt.Errorf("entry %d: %w", p.first+i, err)
+			if d.err = out.read(w, clients, v, p.first+i); d.err != nil {
 				break
 			}
 		}
