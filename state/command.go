@@ -255,7 +255,11 @@ func sizeLimit(t CmdType) int {
 
 // DecodeCommand parses a log entry written by Encode or EncodeBatch. It
 // never panics; any input it cannot read whole is ErrBadCommand.
-func DecodeCommand(b []byte) (Command, error) {
+func DecodeCommand(b []byte) (Command, error) { return decodeCommand(b, nil) }
+
+// decodeCommand is DecodeCommand, which puts a batch's commands in room
+// (cleared) where it is large enough.
+func decodeCommand(b []byte, room []Command) (Command, error) {
 	var c Command
 	if len(b) < 2 {
 		return c, fmt.Errorf("%w: too short", ErrBadCommand)
@@ -267,7 +271,7 @@ func DecodeCommand(b []byte) (Command, error) {
 		return c, fmt.Errorf("%w: unknown version %d", ErrBadCommand, b[0])
 	}
 	c.Type = CmdType(b[1])
-	d := decoder{b: b[2:]}
+	d := decoder{b: b[2:], room: room}
 	switch c.Type {
 	case CmdNoop:
 	case CmdSubmitTask:
@@ -392,7 +396,12 @@ func (d *decoder) batch(c *Command) {
 		// Room for all at once: growing a slice of commands this size
 		// cleared and copied it at every doubling. count has checked that
 		// the body holds a byte for each.
-		c.Batch = make([]Command, 0, n)
+		if uint64(cap(d.room)) >= n {
+			c.Batch = d.room[:0]
+			clear(d.room[:cap(d.room)])
+		} else {
+			c.Batch = make([]Command, 0, n)
+		}
 	}
 	for i := uint64(0); i < n && d.err == nil; i++ {
 		m := d.count()
@@ -489,6 +498,8 @@ func appendString(b []byte, s string) []byte {
 type decoder struct {
 	b   []byte
 	err error
+	// room is where a batch's commands go, if large enough.
+	room []Command
 }
 
 func (d *decoder) fail(what string) {

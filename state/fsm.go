@@ -188,6 +188,9 @@ type FSM struct {
 	maxEntries int
 
 	mu sync.RWMutex
+	// batchRoom holds the commands of the last batch applied, as room for
+	// the next one's.
+	batchRoom []Command
 	// restoredAt and restoreTook are when the last Restore ended and how
 	// long it took (zero: none yet).
 	restoredAt  time.Time
@@ -376,11 +379,14 @@ func (f *FSM) applyLocked(l Entry) any {
 		return nil
 	}
 	f.expireLocked(l.Index)
-	c, err := DecodeCommand(l.Data)
+	c, err := decodeCommand(l.Data, f.batchRoom)
 	if err != nil {
 		return Result{Index: l.Index, Code: CodeInvalid, Err: err.Error()}
 	}
 	if c.Type == CmdBatch {
+		// The next batch is decoded into the same room: nothing keeps
+		// a command past its apply.
+		f.batchRoom = c.Batch
 		f.sawBatch.Store(true)
 		out := make(BatchResult, len(c.Batch))
 		for i := range c.Batch {
