@@ -93,6 +93,13 @@ func (b *bufferedFile) Close() error {
 	return b.fh.Close()
 }
 
+// SnapshotFile returns the state file the reader reads, for a state machine
+// that would rather map the file than read it. Call it only before the first
+// Read: the file is at its start then.
+func (b *bufferedFile) SnapshotFile() *os.File {
+	return b.fh
+}
+
 // NewFileSnapshotStoreWithLogger creates a new FileSnapshotStore based
 // on a base directory. The `retain` parameter controls how many
 // snapshots are retained. Must be at least 1.

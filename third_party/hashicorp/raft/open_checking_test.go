@@ -104,3 +104,47 @@ func TestOpenCheckingCloseStops(t *testing.T) {
 		t.Fatal("the check's goroutine runs on after Close")
 	}
 }
+
+// Both readers hand over the state file, at its start.
+func TestSnapshotFile(t *testing.T) {
+	dir := t.TempDir()
+	store, err := NewFileSnapshotStoreWithLogger(dir, 2, newTestLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, trans := NewInmemTransport(NewInmemAddr())
+	sink, err := store.Create(SnapshotVersionMax, 10, 3, Configuration{}, 2, trans)
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := []byte("the state machine's bytes")
+	if _, err := sink.Write(state); err != nil {
+		t.Fatal(err)
+	}
+	if err := sink.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, opened, err := store.Open(sink.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer opened.Close()
+	_, checking, check, err := store.OpenChecking(sink.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer checking.Close()
+	for _, rc := range []io.ReadCloser{opened, checking} {
+		f, ok := rc.(interface{ SnapshotFile() *os.File })
+		if !ok {
+			t.Fatalf("%T hands over no file", rc)
+		}
+		got, err := io.ReadAll(f.SnapshotFile())
+		if err != nil || string(got) != string(state) {
+			t.Fatalf("%T's file holds %q (%v), want %q", rc, got, err, state)
+		}
+	}
+	if err := check(); err != nil {
+		t.Fatal(err)
+	}
+}
