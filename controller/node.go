@@ -414,7 +414,7 @@ func (n *Node) openStorage() (*persist.Store, error) {
 
 // heapPerSnapshotByte is about how much heap a restored state and the
 // log replayed past it fill, per byte of snapshot.
-const heapPerSnapshotByte = 8
+const heapPerSnapshotByte = 2
 
 // restoreAtOpen is how the data dir's open restores the newest raft
 // snapshot while it checks the log: into the state machine, with the Raft

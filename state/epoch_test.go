@@ -367,7 +367,7 @@ func TestRestoreRefusesBadEpochs(t *testing.T) {
 // snapshot changes nothing; an accepted one holds epochs that fit its
 // assignment, and its own snapshot restores to the same bytes again.
 func FuzzRestore(f *testing.F) {
-	for _, file := range []string{goldenV1, goldenV2, goldenV3, goldenV4, goldenV5, goldenV6, goldenV7, goldenV8, goldenV9, goldenV10} {
+	for _, file := range []string{goldenV1, goldenV2, goldenV3, goldenV4, goldenV5, goldenV6, goldenV7, goldenV8, goldenV9, goldenV10, goldenV11} {
 		b, err := os.ReadFile(file)
 		if err != nil {
 			f.Fatal(err)

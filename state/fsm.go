@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -754,7 +755,7 @@ func (f *FSM) DedupLen() int {
 // always loads.
 const (
 	snapshotMagic   = "XCESNAP\n"
-	snapshotVersion = 10
+	snapshotVersion = 11
 )
 
 // ErrBadSnapshot is returned for a snapshot that is not ours, is newer than
@@ -910,6 +911,10 @@ func writeSnapshot(w io.Writer, s *snapshotBody, tasks *registryView, dedup queu
 	var hdr [len(snapshotMagic) + 4]byte
 	copy(hdr[:], snapshotMagic)
 	binary.BigEndian.PutUint32(hdr[len(snapshotMagic):], version)
+	if version >= snapshotMapped {
+		// The task parts align their items to the snapshot's start.
+		w = &countWriter{w: w}
+	}
 	if _, err := w.Write(hdr[:]); err != nil {
 		return err
 	}
@@ -1040,7 +1045,8 @@ func (e *errWriter) write(s string) { _, _ = e.Write([]byte(s)) }
 // tasks as a registry, its request ids as a table, the rest as the newest
 // body (what a version lacks is left empty), and its version.
 func readSnapshot(rd io.Reader) (*snapshotBody, *registry, *dedupTable, uint32, error) {
-	r := bufio.NewReaderSize(rd, snapshotBuffer)
+	src := newSnapshotSource(rd)
+	r := bufio.NewReaderSize(src, snapshotBuffer)
 	var hdr [len(snapshotMagic) + 4]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return nil, nil, nil, 0, fmt.Errorf("%w: header: %v", ErrBadSnapshot, err)
@@ -1066,21 +1072,30 @@ func readSnapshot(rd io.Reader) (*snapshotBody, *registry, *dedupTable, uint32, 
 		body = &s.snapshotV7
 	case 8:
 		body = &s.snapshotV8
-	case 9, 10:
+	case 9, 10, 11:
 		body = &s
 	default:
 		return nil, nil, nil, 0, fmt.Errorf("%w: version %d is newer than this binary reads (%d)", ErrBadSnapshot, v, snapshotVersion)
 	}
 	var tasks *registry
 	var dedup *dedupTable
+	if v >= snapshotMapped {
+		src.useMapping()
+	}
 	if v >= snapshotParts {
-		d := readDedupParts(r, v)
+		d := readDedupParts(r, src, v)
 		terr := d.readErr
-		if terr == nil {
+		switch {
+		case terr != nil:
+		case v >= snapshotMapped:
+			tasks, terr = readMappedParts(r, src)
+		default:
 			tasks, terr = readTasks(r, v)
 		}
 		var derr error
 		dedup, derr = d.wait()
+		// The table was decoded from the mapping's bytes, if any.
+		runtime.KeepAlive(src)
 		switch {
 		case derr != nil:
 			return nil, nil, nil, 0, fmt.Errorf("%w: version %d request ids: %v", ErrBadSnapshot, v, derr)

@@ -209,6 +209,9 @@ type registry struct {
 	arena arena
 	// snapshots counts the views not yet released.
 	snapshots atomic.Int32
+	// mapped is the snapshot file the registry was restored from, where
+	// its first blocks and chunks lie, or nil.
+	mapped *fileMap
 }
 
 func newRegistry() *registry { return &registry{} }
@@ -487,6 +490,13 @@ const snapshotWeights = 8
 // writeTasks writes the view's tasks in the binary form of a snapshot of
 // the version given: from snapshotParts on, in parts.
 func writeTasks(w io.Writer, v *registryView, version uint32) error {
+	if version >= snapshotMapped {
+		cw, ok := w.(*countWriter)
+		if !ok {
+			cw = &countWriter{w: w}
+		}
+		return writeMappedParts(cw, v)
+	}
 	bw, ok := w.(*bufio.Writer)
 	if !ok {
 		bw = bufio.NewWriter(w)
@@ -592,6 +602,9 @@ const maxTaskRecord = 4*binary.MaxVarintLen64 + maxIDLen + 1
 // v, into a new registry. Ids must be in strictly increasing order (which
 // also rules out duplicates), each within the length a command allows.
 func readTasks(r *bufio.Reader, v uint32) (*registry, error) {
+	if v >= snapshotMapped {
+		return readMappedParts(r, nil)
+	}
 	if v >= snapshotParts {
 		return readTaskParts(r, v)
 	}

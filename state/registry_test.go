@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -207,19 +210,26 @@ func TestTaskPartsRoundTrip(t *testing.T) {
 		}
 	}
 	want := registryTasks(t, r)
-	for _, version := range []uint32{9, snapshotVersion} {
+	for _, tc := range []struct {
+		version uint32
+		how     string // how version 11 is read: "read", "mapped" or "decoded" (as on a big-endian machine)
+	}{{9, ""}, {10, ""}, {snapshotVersion, "read"}, {snapshotVersion, "mapped"}, {snapshotVersion, "decoded"}} {
+		version := tc.version
 		v := r.view()
 		var buf bytes.Buffer
 		if err := writeTasks(&buf, v, version); err != nil {
 			t.Fatal(err)
 		}
 		v.release()
-		got, err := readTasks(bufio.NewReaderSize(&buf, snapshotBuffer), version)
-		if err != nil {
-			t.Fatalf("version %d: %v", version, err)
+		written := bytes.Clone(buf.Bytes())
+		littleEndian = tc.how != "decoded"
+		got, left, file := readTasksAs(t, &buf, version, tc.how == "mapped")
+		littleEndian = true
+		if left != 0 {
+			t.Fatalf("version %d %s: %d bytes left unread", version, tc.how, left)
 		}
-		if buf.Len() != 0 {
-			t.Fatalf("version %d: %d bytes left unread", version, buf.Len())
+		if (got.mapped != nil) != (tc.how == "mapped") {
+			t.Fatalf("version %d %s: mapped %v", version, tc.how, got.mapped != nil)
 		}
 		if h := registryTasks(t, got); !maps.EqualFunc(h, want, func(a, b Task) bool { return a == b }) {
 			t.Fatalf("version %d: read %d tasks, wrote %d, or they differ", version, len(h), len(want))
@@ -250,5 +260,127 @@ func TestTaskPartsRoundTrip(t *testing.T) {
 				}
 			}
 		}
+		// Changes to a mapped registry stay in memory.
+		if b, err := os.ReadFile(file); file != "" && (err != nil || !bytes.Equal(b, written)) {
+			t.Fatalf("version %d %s: the snapshot file changed under its registry (%v)", version, tc.how, err)
+		}
+	}
+}
+
+// readTasksAs reads the task section in buf as readSnapshot would, from a
+// file it maps where mapped, and returns the registry, how many bytes it
+// left unread, and the file.
+func readTasksAs(t *testing.T, buf *bytes.Buffer, version uint32, mapped bool) (*registry, int, string) {
+	t.Helper()
+	if !mapped {
+		got, err := readTasks(bufio.NewReaderSize(buf, snapshotBuffer), version)
+		if err != nil {
+			t.Fatalf("version %d: %v", version, err)
+		}
+		return got, buf.Len(), ""
+	}
+	got, src, left, err := readMappedFile(t, buf.Bytes())
+	if err != nil || src.m == nil {
+		t.Fatalf("version %d mapped (%v): %v", version, src.m != nil, err)
+	}
+	return got, left, src.file.Name()
+}
+
+// fileReader reads a file and hands it over, as raft's snapshot readers do.
+type fileReader struct{ f *os.File }
+
+func (r fileReader) Read(p []byte) (int, error) { return r.f.Read(p) }
+func (r fileReader) SnapshotFile() *os.File     { return r.f }
+
+// A mapped task section is checked as a read one is: a changed byte in an
+// item is refused.
+func TestMappedTasksRefuseBadItems(t *testing.T) {
+	r := newRegistry()
+	for _, id := range []string{"a", "b", "c"} {
+		r.add(&Task{ID: id}, stateUnassigned)
+	}
+	// The count, the part's count and ids' length, its padding's length,
+	// then four zeros: the first item is at 8.
+	good := mappedSection(t, r)
+	if !bytes.Equal(good[:8], []byte{3, 3, 24, 4, 0, 0, 0, 0}) {
+		t.Fatalf("section starts % x", good[:8])
+	}
+	for _, tc := range []struct {
+		at   int
+		b    byte
+		want string
+	}{{8 + 22, 0x08, "flags"}, {8 + 23, 1, "padding is not zero"}, {8 + 6, 0, "id of 0 bytes"}, {8 + 24, 0, "not the place of its id"}, {8 + 3*24, 'b', "does not follow"}} {
+		bad := bytes.Clone(good)
+		bad[tc.at] = tc.b
+		_, src, _, err := readMappedFile(t, bad)
+		if src.m == nil || err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("byte %d set to %#x: mapped %v, error %v, want %q", tc.at, tc.b, src.m != nil, err, tc.want)
+		}
+	}
+}
+
+// mappedSection is r's task section in version 11.
+func mappedSection(t *testing.T, r *registry) []byte {
+	t.Helper()
+	v := r.view()
+	defer v.release()
+	var buf bytes.Buffer
+	if err := writeTasks(&buf, v, snapshotVersion); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// readMappedFile reads the task section b from a file it maps, and
+// returns what readMappedParts does, its source and how many bytes it
+// left unread.
+func readMappedFile(t *testing.T, b []byte) (*registry, *snapshotSource, int, error) {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "state.bin")
+	if err := os.WriteFile(file, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.Close() })
+	src := newSnapshotSource(fileReader{f})
+	src.useMapping()
+	r := bufio.NewReaderSize(src, snapshotBuffer)
+	reg, err := readMappedParts(r, src)
+	return reg, src, len(b) - int(src.off) + r.Buffered(), err
+}
+
+// A snapshot file restores the same mapped as read, and a mapped state
+// goes on taking writes.
+func TestRestoreMapped(t *testing.T) {
+	f := buildFSM(t, "c1")
+	b := persistSnapshot(t, f)
+	file := filepath.Join(t.TempDir(), "state.bin")
+	if err := os.WriteFile(file, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fh, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	mapped, read := NewFSM("c1"), NewFSM("c1")
+	if err := mapped.Restore(fileReader{fh}); err != nil {
+		t.Fatal(err)
+	}
+	if err := restoreBytes(read, b); err != nil {
+		t.Fatal(err)
+	}
+	if mapped.tasks.mapped == nil {
+		t.Fatal("the registry was read, not mapped")
+	}
+	if got, want := stateOf(t, mapped), stateOf(t, read); !reflect.DeepEqual(got, want) {
+		t.Fatalf("mapped restore:\n%+v\nread restore:\n%+v", got, want)
+	}
+	checkBuiltBehaviour(t, mapped)
+	if after, err := os.ReadFile(file); err != nil || !bytes.Equal(after, b) {
+		t.Fatalf("the snapshot file changed under its state (%v)", err)
 	}
 }

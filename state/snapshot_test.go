@@ -47,6 +47,29 @@ func persistSnapshotVersion(t testing.TB, f *FSM, version uint32) []byte {
 	return buf.Bytes()
 }
 
+// ids is the ids of a version 11 part, packed in one chunk.
+func ids(ids ...string) []byte {
+	var b []byte
+	for _, id := range ids {
+		b = append(b, id...)
+		b = append(b, make([]byte, roundedSlots(len(id))*slotBytes-len(id))...)
+	}
+	return b
+}
+
+// item is an item of a version 11 part: an id of n bytes at ref, with
+// flags and the padding byte.
+func item(n int, ref uint64, flags, pad byte) []byte {
+	return append(appendItem(nil, taskItem{key: itemKey(ref, n), flags: flags})[:itemBytes-1], pad)
+}
+
+// mappedPart is a version 11 part of these items and ids, unpadded.
+func mappedPart(ids []byte, items ...[]byte) []byte {
+	b := binary.AppendUvarint(nil, uint64(len(items)))
+	b = binary.AppendUvarint(b, uint64(len(ids)))
+	return append(append(append(b, 0), slices.Concat(items...)...), ids...)
+}
+
 func restoreBytes(f *FSM, b []byte) error {
 	return f.Restore(bytes.NewReader(b))
 }
@@ -223,7 +246,7 @@ func TestRestoreRefusesBadSnapshots(t *testing.T) {
 	// follows it, and the JSON body follows them.
 	r := bytes.NewReader(good[hdr:])
 	br := bufio.NewReaderSize(r, snapshotBuffer)
-	if _, err := readDedupParts(br, snapshotVersion).wait(); err != nil {
+	if _, err := readDedupParts(br, nil, snapshotVersion).wait(); err != nil {
 		t.Fatal(err)
 	}
 	tasksAt := len(good) - r.Len() - br.Buffered()
@@ -234,8 +257,24 @@ func TestRestoreRefusesBadSnapshots(t *testing.T) {
 	withBody := func(body string) []byte {
 		return append(bytes.Clone(good[:hdr]), append([]byte{0, 0}, body...)...)
 	}
+	// withTasks is a version 10 snapshot of the same state with this task
+	// section (records, in parts); withMapped a version 11 one with this.
+	v10 := persistSnapshotVersion(t, buildFSM(t, "c1"), 10)
+	r = bytes.NewReader(v10[hdr:])
+	br = bufio.NewReaderSize(r, snapshotBuffer)
+	if _, err := readDedupParts(br, nil, 10).wait(); err != nil {
+		t.Fatal(err)
+	}
+	v10TasksAt := len(v10) - r.Len() - br.Buffered()
+	if _, err := readTasks(br, 10); err != nil {
+		t.Fatal(err)
+	}
+	v10Body := len(v10) - r.Len() - br.Buffered()
 	withTasks := func(tasks ...byte) []byte {
-		return append(append(bytes.Clone(good[:tasksAt]), tasks...), good[body:]...)
+		return append(append(bytes.Clone(v10[:v10TasksAt]), tasks...), v10[v10Body:]...)
+	}
+	withMapped := func(n byte, tasks []byte) []byte {
+		return append(append(append(bytes.Clone(good[:tasksAt]), n), tasks...), good[body:]...)
 	}
 	withDedup := func(dedup ...byte) []byte {
 		return append(append(bytes.Clone(good[:hdr]), dedup...), good[tasksAt:]...)
@@ -301,6 +340,22 @@ func TestRestoreRefusesBadSnapshots(t *testing.T) {
 		{"part longer than its records", withTasks(parted(1, part(1, 1, 'a', 1, 0, 0, 0, 7))...), "past their records"},
 		{"part longer than the file", withTasks(1, 1, 0x80, 0x80, 0x01), "part at task 0"},
 		{"part too long for its tasks", withTasks(1, 1, 0xff, 0xff, 0x7f), "bytes for 1 tasks"},
+		{"item's key elsewhere", withMapped(1, mappedPart(ids("a"), item(1, 8, 0, 0))), "not the place of its id"},
+		{"item of an empty id", withMapped(1, mappedPart(ids("a"), item(0, 0, 0, 0))), "id of 0 bytes"},
+		{"item of too long an id", withMapped(1, mappedPart(ids("a"), item(maxIDLen+1, 0, 0, 0))), "id of 257 bytes"},
+		{"items out of order", withMapped(2, mappedPart(ids("b", "a"), item(1, 0, 0, 0), item(1, 8, 0, 0))), "does not follow"},
+		{"item listed twice", withMapped(2, mappedPart(ids("a", "a"), item(1, 0, 0, 0), item(1, 8, 0, 0))), "does not follow"},
+		{"mapped parts out of order", withMapped(2, slices.Concat(mappedPart(ids("b"), item(1, 0, 0, 0)), mappedPart(ids("a"), item(1, 1<<arenaShift, 0, 0)))), "does not follow"},
+		{"item flags", withMapped(1, mappedPart(ids("a"), item(1, 0, 0x08, 0))), "flags"},
+		{"item state", withMapped(1, mappedPart(ids("a"), item(1, 0, 0x06, 0))), "flags"},
+		{"item padding", withMapped(1, mappedPart(ids("a"), item(1, 0, 0, 1))), "padding is not zero"},
+		{"ids past the items'", withMapped(1, mappedPart(append(ids("a"), make([]byte, 8)...), item(1, 0, 0, 0))), "bytes of ids past theirs"},
+		{"ids short of an item's", withMapped(1, mappedPart([]byte("a"), item(1, 0, 0, 0))), "within its id"},
+		{"ids too long for the part", withMapped(1, []byte{1, 0xff, 0xff, 0x7f, 0}), "bytes of ids for 1 tasks"},
+		{"part padding too long", withMapped(1, []byte{1, 8, 8}), "padding of"},
+		{"part padding not zero", withMapped(1, []byte{1, 8, 1, 7}), "padding is not zero"},
+		{"mapped part of no tasks", withMapped(1, []byte{0, 8, 0}), "0 tasks"},
+		{"mapped part cut short", append(append(bytes.Clone(good[:tasksAt]), 1), mappedPart(ids("a"), item(1, 0, 0, 0))[:20]...), "unexpected EOF"},
 		{"v9 tasks out of order", v9Tasks(2, 1, 'b', 1, 0, 0, 0, 1, 'a', 1, 0, 0, 0), "does not follow"},
 		{"v9 task id too long", v9Tasks(1, 0x81, 0x02), "id of 257 bytes"},
 		{"result weight", withDedup(parted(1, part(1, 1, 'c', 1, 'r', 5, 0, 1, 'a', 5, 0, 0, 0x80, 0x80, 0x04, 0))...), "weight 65537"},

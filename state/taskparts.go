@@ -56,6 +56,10 @@ type taskPart struct {
 	used   uint64
 	blocks []*block
 	err    error
+
+	// From version 11 on, the part's items and ids as read.
+	items []taskItem
+	ids   []byte
 }
 
 // chunksFor is how many partChunk chunks the ids of count records of l
@@ -126,30 +130,53 @@ func readTaskParts(r *bufio.Reader, v uint32) (*registry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("task count: %w", err)
 	}
-	workers := max(1, min(runtime.GOMAXPROCS(0), maxRestoreWorkers))
-	jobs := make(chan *taskPart)
 	// Buffers in flight: one being read, one per worker.
-	bufs := make(chan []byte, workers+1)
-	for range workers + 1 {
+	bufs := make(chan []byte, restoreWorkers()+1)
+	for range cap(bufs) {
 		bufs <- nil
 	}
+	decode := func(p *taskPart) { p.decode(v) }
+	done := func(p *taskPart) {
+		bufs <- p.buf[:0]
+		p.buf = nil
+	}
+	parts, err := onWorkers(decode, done, func(jobs chan<- *taskPart, failed *atomic.Bool) ([]*taskPart, error) {
+		return readParts(r, n, jobs, bufs, failed)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return joinParts(n, parts)
+}
+
+// restoreWorkers is how many goroutines decode or check a snapshot's task
+// parts: one per core, up to maxRestoreWorkers.
+func restoreWorkers() int { return max(1, min(runtime.GOMAXPROCS(0), maxRestoreWorkers)) }
+
+// onWorkers runs read, which hands parts to its jobs (and stops early
+// once failed is set), while restoreWorkers goroutines run work on each
+// part, then done (if not nil) whether or not it ran work; work that
+// sets a part's err sets failed. Every goroutine has ended when it
+// returns read's parts, or the first error: read's, or a part's.
+func onWorkers(work, done func(*taskPart), read func(jobs chan<- *taskPart, failed *atomic.Bool) ([]*taskPart, error)) ([]*taskPart, error) {
+	jobs := make(chan *taskPart)
 	var failed atomic.Bool
 	var wg sync.WaitGroup
-	for range workers {
+	for range restoreWorkers() {
 		wg.Go(func() {
 			for p := range jobs {
 				if !failed.Load() {
-					p.decode(v)
-					if p.err != nil {
+					if work(p); p.err != nil {
 						failed.Store(true)
 					}
 				}
-				bufs <- p.buf[:0]
-				p.buf = nil
+				if done != nil {
+					done(p)
+				}
 			}
 		})
 	}
-	parts, err := readParts(r, n, jobs, bufs, &failed)
+	parts, err := read(jobs, &failed)
 	close(jobs)
 	wg.Wait()
 	if err != nil {
@@ -160,7 +187,7 @@ func readTaskParts(r *bufio.Reader, v uint32) (*registry, error) {
 			return nil, p.err
 		}
 	}
-	return joinParts(n, parts)
+	return parts, nil
 }
 
 // readParts reads parts until n tasks are read, handing each to jobs in a
@@ -278,9 +305,10 @@ type dedupPart struct {
 }
 
 // readDedupParts reads the request id table of a snapshot of version v
-// (at least snapshotParts) from r and returns once it is read; its
-// decoding goes on until wait.
-func readDedupParts(r *bufio.Reader, v uint32) *dedupRead {
+// (at least snapshotParts) from r, which reads src (or nil), and returns
+// once it is read; its decoding goes on until wait, which must be called
+// while src is in use.
+func readDedupParts(r *bufio.Reader, src *snapshotSource, v uint32) *dedupRead {
 	d := &dedupRead{done: make(chan struct{})}
 	n, err := binary.ReadUvarint(r)
 	if err != nil {
@@ -310,9 +338,9 @@ func readDedupParts(r *bufio.Reader, v uint32) *dedupRead {
 			d.readErr = fmt.Errorf("part at entry %d: %d bytes for %d entries", seen, l, count)
 			return d
 		}
-		buf, err := readPart(r, nil, l)
+		buf, err := src.bytes(r, int(l), 1)
 		if err != nil {
-			d.readErr = fmt.Errorf("part at entry %d: %w", seen, err)
+			d.readErr = fmt.Errorf("part at entry %d: %w", seen, unexpected(err))
 			return d
 		}
 		parts <- dedupPart{first: seen, count: count, buf: buf}
