@@ -3,8 +3,10 @@
 package restoreheap
 
 import (
+	"cmp"
 	"math"
 	"runtime"
+	"slices"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -36,20 +38,46 @@ func advise(n int64) Result {
 	}
 	rooms := make([][]byte, 0, n/roomPiece+1)
 	for got := int64(0); got < n; got += roomPiece {
-		room := make([]byte, roomPiece)
-		rooms = append(rooms, room)
-		// The whole huge pages inside the piece.
-		off := int64((hugePage - uintptr(unsafe.Pointer(unsafe.SliceData(room)))%hugePage) % hugePage)
-		size := (roomPiece - off) / hugePage * hugePage
-		if err := unix.Madvise(room[off:off+size], unix.MADV_HUGEPAGE); err != nil {
-			r.Err = err
+		rooms = append(rooms, make([]byte, roomPiece))
+	}
+	// Pieces side by side are marked as one range: a piece alone holds
+	// one whole huge page where it is not aligned to one.
+	for _, run := range adjacent(rooms) {
+		last := run[len(run)-1]
+		start := uintptr(unsafe.Pointer(unsafe.SliceData(run[0])))
+		end := uintptr(unsafe.Pointer(unsafe.SliceData(last))) + uintptr(len(last))
+		from := (start + hugePage - 1) / hugePage * hugePage
+		to := end / hugePage * hugePage
+		if to <= from {
+			continue
+		}
+		// The run spans several allocations: it is marked by address.
+		if _, _, errno := unix.Syscall(unix.SYS_MADVISE, from, to-from, unix.MADV_HUGEPAGE); errno != 0 {
+			r.Err = errno
 			return r
 		}
-		r.Advised += size
+		r.Advised += int64(to - from)
 	}
+	runtime.KeepAlive(rooms)
 	rooms = nil
 	runtime.GC()
 	return r
+}
+
+// adjacent groups the pieces into runs of pieces that follow one another
+// in memory, each run in address order.
+func adjacent(pieces [][]byte) [][][]byte {
+	addr := func(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
+	slices.SortFunc(pieces, func(a, b []byte) int { return cmp.Compare(addr(a), addr(b)) })
+	var runs [][][]byte
+	for i, p := range pieces {
+		if i > 0 && addr(pieces[i-1])+uintptr(len(pieces[i-1])) == addr(p) {
+			runs[len(runs)-1] = append(runs[len(runs)-1], p)
+			continue
+		}
+		runs = append(runs, [][]byte{p})
+	}
+	return runs
 }
 
 // roomPiece is the size of each piece of advise's room.

@@ -45,12 +45,15 @@ type Result struct {
 // Call release when the restore is done, whatever its outcome.
 func Prepare(n int64) (Result, func()) {
 	n = min(n, memoryQuarter())
-	r := advise(n)
 	if n < minHold {
-		return r, func() {}
+		return advise(n), func() {}
 	}
-	limit := debug.SetMemoryLimit(-1)
+	// The collector is off while the room is taken too: otherwise the
+	// heap's growth by the room's pieces sets off a collection at each
+	// doubling.
 	gc := debug.SetGCPercent(-1)
+	r := advise(n)
+	limit := debug.SetMemoryLimit(-1)
 	debug.SetMemoryLimit(min(limit, inUse()+n))
 	return r, func() {
 		debug.SetGCPercent(gc)
