@@ -41,7 +41,11 @@ func (x *dedupIndex) find(q *queue[dedupEntry], k dedupKey) (uint64, bool) {
 // put indexes k's entry, at seq in q; it reports false, and changes
 // nothing, when k is indexed already.
 func (x *dedupIndex) put(q *queue[dedupEntry], k dedupKey, seq uint64) bool {
-	h := x.hash(k)
+	return x.putHashed(q, k, seq, x.hash(k))
+}
+
+// putHashed is put of a key whose hash is h.
+func (x *dedupIndex) putHashed(q *queue[dedupEntry], k dedupKey, seq uint64, h uint64) bool {
 	old, taken := x.byHash[h]
 	if taken {
 		if e, held := q.at(old); held && e.Client == k.client && e.Request == k.request {

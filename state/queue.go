@@ -30,6 +30,26 @@ func (q *queue[T]) push(v T) uint64 {
 	return q.pushed - 1
 }
 
+// adopt appends the elements of s, taking s's memory as chunks of the
+// queue where the last chunk is full: every chunk but the last stays
+// full. The caller must not change s afterwards.
+func (q *queue[T]) adopt(s []T) {
+	if k := len(q.chunks); k > 0 && len(q.chunks[k-1]) < queueChunk {
+		n := min(queueChunk-len(q.chunks[k-1]), len(s))
+		for _, v := range s[:n] {
+			q.push(v)
+		}
+		s = s[n:]
+	}
+	for len(s) > 0 {
+		n := min(queueChunk, len(s))
+		q.chunks = append(q.chunks, s[:n:n])
+		q.n += n
+		q.pushed += uint64(n)
+		s = s[n:]
+	}
+}
+
 // at returns the element with sequence number seq, if it is still held.
 func (q *queue[T]) at(seq uint64) (*T, bool) {
 	first := q.pushed - uint64(q.n)

@@ -84,3 +84,51 @@ func TestQueueDropsPoppedChunks(t *testing.T) {
 		t.Fatalf("an empty queue holds %d chunks", len(q.chunks))
 	}
 }
+
+// Elements adopted in runs of any length, pushed and popped agree with a
+// slice model, whatever is read by sequence number; every chunk but the
+// last stays full.
+func TestQueueAdopt(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	var q queue[int]
+	var model []int
+	first, next := 0, 0
+	for step := range 3000 {
+		switch k := r.IntN(10); {
+		case k < 3:
+			run := make([]int, 1+r.IntN(3*queueChunk))
+			for i := range run {
+				run[i] = next
+				next++
+			}
+			q.adopt(run)
+			model = append(model, run...)
+		case k < 6:
+			q.push(next)
+			model = append(model, next)
+			next++
+		default:
+			for range min(len(model), r.IntN(2*queueChunk)) {
+				if got := q.pop(); got != model[0] {
+					t.Fatalf("step %d: pop %d, want %d", step, got, model[0])
+				}
+				model = model[1:]
+				first++
+			}
+		}
+		for i, c := range q.chunks[:max(len(q.chunks)-1, 0)] {
+			if len(c) != queueChunk {
+				t.Fatalf("step %d: chunk %d of %d holds %d", step, i, len(q.chunks), len(c))
+			}
+		}
+		if len(model) > 0 {
+			seq := first + r.IntN(len(model))
+			if v, ok := q.at(uint64(seq)); !ok || *v != seq {
+				t.Fatalf("step %d: at(%d) = %v, %v", step, seq, v, ok)
+			}
+		}
+		if step%97 == 0 && !slices.Equal(q.all(), model) {
+			t.Fatalf("step %d: all() differs from the model", step)
+		}
+	}
+}

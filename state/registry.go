@@ -790,6 +790,32 @@ func (d *dedupTable) add(e dedupEntry) error {
 	return nil
 }
 
+// addParsed appends a parsed part's entries, taking their memory for the
+// queue, with the checks of add.
+func (d *dedupTable) addParsed(p *parsedPart) error {
+	if p.err != nil {
+		return p.err
+	}
+	for i := range p.entries {
+		prev, ok := d.order.at(d.order.pushed - 1)
+		if i > 0 {
+			prev, ok = &p.entries[i-1], true
+		}
+		if e := &p.entries[i]; ok && prev.index > e.index {
+			return fmt.Errorf("entry %d: request ids out of index order (%d after %d)", p.first+uint64(i), e.index, prev.index)
+		}
+	}
+	base := d.order.pushed
+	d.order.adopt(p.entries)
+	for i := range p.entries {
+		e := &p.entries[i]
+		if !d.index.putHashed(&d.order, dedupKey{e.Client, e.Request}, base+uint64(i), p.hashes[i]) {
+			return fmt.Errorf("entry %d: request %q of client %q listed twice", p.first+uint64(i), e.Request, e.Client)
+		}
+	}
+	return nil
+}
+
 // maxDedupRecord is the longest entry writeDedup writes: three ids and
 // an error, each with its length, and five numbers and two bytes.
 const maxDedupRecord = 3*(binary.MaxVarintLen64+maxIDLen) + binary.MaxVarintLen64 + maxErrLen + 5*binary.MaxVarintLen64 + 2

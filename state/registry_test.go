@@ -286,6 +286,21 @@ func readTasksAs(t *testing.T, buf *bytes.Buffer, version uint32, mapped bool) (
 	return got, left, src.file.Name()
 }
 
+// openedFile is a file holding b, open for reading until the test ends.
+func openedFile(t *testing.T, b []byte) *os.File {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "state.bin")
+	if err := os.WriteFile(file, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.Close() })
+	return f
+}
+
 // fileReader reads a file and hands it over, as raft's snapshot readers do.
 type fileReader struct{ f *os.File }
 
@@ -336,16 +351,7 @@ func mappedSection(t *testing.T, r *registry) []byte {
 // left unread.
 func readMappedFile(t *testing.T, b []byte) (*registry, *snapshotSource, int, error) {
 	t.Helper()
-	file := filepath.Join(t.TempDir(), "state.bin")
-	if err := os.WriteFile(file, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Open(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = f.Close() })
-	src := newSnapshotSource(fileReader{f})
+	src := newSnapshotSource(fileReader{openedFile(t, b)})
 	src.useMapping()
 	r := bufio.NewReaderSize(src, snapshotBuffer)
 	reg, err := readMappedParts(r, src)
@@ -357,15 +363,8 @@ func readMappedFile(t *testing.T, b []byte) (*registry, *snapshotSource, int, er
 func TestRestoreMapped(t *testing.T) {
 	f := buildFSM(t, "c1")
 	b := persistSnapshot(t, f)
-	file := filepath.Join(t.TempDir(), "state.bin")
-	if err := os.WriteFile(file, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	fh, err := os.Open(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fh.Close()
+	fh := openedFile(t, b)
+	file := fh.Name()
 	mapped, read := NewFSM("c1"), NewFSM("c1")
 	if err := mapped.Restore(fileReader{fh}); err != nil {
 		t.Fatal(err)
@@ -382,5 +381,48 @@ func TestRestoreMapped(t *testing.T) {
 	checkBuiltBehaviour(t, mapped)
 	if after, err := os.ReadFile(file); err != nil || !bytes.Equal(after, b) {
 		t.Fatalf("the snapshot file changed under its state (%v)", err)
+	}
+}
+
+// A request id table of several parts, the last not a whole number of
+// queue chunks, restores whole (read and mapped), and the restored table
+// goes on remembering as one built by its writes does.
+func TestDedupPartsRoundTrip(t *testing.T) {
+	const n = 2*partEntries + queueChunk/3
+	f := NewFSM("c1")
+	for i := uint64(1); i <= n; i++ {
+		apply(t, f, i, submitCmd(fmt.Sprint("client-", i%7), fmt.Sprint(i), fmt.Sprint("t", i)))
+	}
+	b := persistSnapshot(t, f)
+	fh := openedFile(t, b)
+	read, mapped := NewFSM("c1"), NewFSM("c1")
+	if err := restoreBytes(read, b); err != nil {
+		t.Fatal(err)
+	}
+	if err := mapped.Restore(fileReader{fh}); err != nil {
+		t.Fatal(err)
+	}
+	want := stateOf(t, f)
+	for name, g := range map[string]*FSM{"read": read, "mapped": mapped} {
+		if got := stateOf(t, g); !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: restored state differs", name)
+		}
+		for i := uint64(n + 1); i <= n+queueChunk; i++ {
+			apply(t, g, i, submitCmd("client-new", fmt.Sprint(i), fmt.Sprint("t", i)))
+			apply(t, f, i, submitCmd("client-new", fmt.Sprint(i), fmt.Sprint("t", i)))
+		}
+		for k, i := range []uint64{1, n / 2, n, n + 5} {
+			c := fmt.Sprint("client-", i%7)
+			if i > n {
+				c = "client-new"
+			}
+			if r := apply(t, g, n+queueChunk+1+uint64(k), submitCmd(c, fmt.Sprint(i), fmt.Sprint("t", i))); r.Index != i {
+				t.Fatalf("%s: request %d of %s answered %+v, not its first result", name, i, c, r)
+			}
+		}
+		f = NewFSM("c1")
+		if err := restoreBytes(f, b); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -349,29 +349,76 @@ func readDedupParts(r *bufio.Reader, src *snapshotSource, v uint32) *dedupRead {
 	return d
 }
 
-// decode builds the table of n entries from the parts, in order.
+// decode builds the table of n entries from the parts: restoreWorkers
+// goroutines parse parts into entries (and their keys' hashes), and this
+// one adds each part's, in order. A parse's error, or an add's, stops the
+// reading.
 func (d *dedupRead) decode(v uint32, n uint64, parts <-chan dedupPart) {
 	defer close(d.done)
 	out := newDedupTable(n)
-	clients := make(map[string]string)
-	for p := range parts {
+	jobs := make(chan *parsedPart)
+	ordered := make(chan *parsedPart, dedupQueue)
+	var wg sync.WaitGroup
+	for range restoreWorkers() {
+		clients := make(map[string]string)
+		wg.Go(func() {
+			for p := range jobs {
+				p.parse(v, clients, &out.index)
+				close(p.ready)
+			}
+		})
+	}
+	// Each part goes into ordered before a worker has it, so that the
+	// parts are added in order however their parses end.
+	wg.Go(func() {
+		defer close(ordered)
+		defer close(jobs)
+		for p := range parts {
+			pp := &parsedPart{dedupPart: p, ready: make(chan struct{})}
+			ordered <- pp
+			jobs <- pp
+		}
+	})
+	for p := range ordered {
+		<-p.ready
 		if d.err != nil {
 			continue
 		}
-		w := windowOf(p.buf)
-		for i := range p.count {
-			if d.err = out.read(w, clients, v, p.first+i); d.err != nil {
-				break
-			}
-		}
-		if d.err == nil && w.off != len(w.buf) {
-			d.err = fmt.Errorf("entries %d to %d: %d bytes past their records", p.first, p.first+p.count-1, len(w.buf)-w.off)
-		}
-		if d.err != nil {
+		if d.err = out.addParsed(p); d.err != nil {
 			d.failed.Store(true)
 		}
 	}
+	wg.Wait()
 	d.table = out
+}
+
+// parsedPart is a part of a request id table, parsed.
+type parsedPart struct {
+	dedupPart
+	ready   chan struct{} // closed once parsed
+	entries []dedupEntry
+	hashes  []uint64 // of the entries' keys
+	err     error
+}
+
+// parse parses the part's records, interning client ids in clients, and
+// hashes their keys as x does.
+func (p *parsedPart) parse(v uint32, clients map[string]string, x *dedupIndex) {
+	w := windowOf(p.buf)
+	p.entries = make([]dedupEntry, p.count)
+	p.hashes = make([]uint64, p.count)
+	for i := range p.entries {
+		e, err := readDedupEntry(w, clients, v)
+		if err != nil {
+			p.err = fmt.Errorf("entry %d: %w", p.first+uint64(i), err)
+			return
+		}
+		p.entries[i] = e
+		p.hashes[i] = x.hash(dedupKey{e.Client, e.Request})
+	}
+	if w.off != len(w.buf) {
+		p.err = fmt.Errorf("entries %d to %d: %d bytes past their records", p.first, p.first+p.count-1, len(w.buf)-w.off)
+	}
 }
 
 // wait returns the table once decoded.
