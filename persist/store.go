@@ -108,6 +108,8 @@ type Options struct {
 	// markInterval is how often the durable mark is raised; zero means
 	// defaultMarkInterval, below zero never (tests and benchmarks).
 	markInterval time.Duration
+	// prescan is Open's early check of the log's segments.
+	prescan *raftlog.Prescan
 }
 
 // Store is an opened data dir. Logs, Stable and Snaps are what raft uses;
@@ -200,6 +202,12 @@ func Open(dir string, opts Options) (s *Store, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// The log's segments are checked from now on, beside raft.db's check
+	// (a child process) and the snapshot's restore; openLog takes the
+	// result. It changes nothing, and ends before Open returns.
+	pre := raftlog.StartPrescan(filepath.Join(dir, logDir))
+	defer pre.Wait()
+	opts.prescan = pre
 	// Left by a probe a crash interrupted.
 	_ = os.Remove(filepath.Join(dir, probeFile))
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(dir, snapDir), snapRetain, opts.Logger)
@@ -447,7 +455,7 @@ func openLog(dir string, m meta, bolt *raftboltdb.BoltStore, st stableState, sna
 	if snap != nil && snap.Index >= durable {
 		durable = 0 // the snapshot holds every entry the mark vouches for
 	}
-	log, rec, err := raftlog.Open(path, raftlog.Options{SegmentSize: opts.SegmentSize, Durable: durable, CutFrom: st.mark.cutFrom})
+	log, rec, err := raftlog.Open(path, raftlog.Options{SegmentSize: opts.SegmentSize, Durable: durable, CutFrom: st.mark.cutFrom, Prescan: opts.prescan})
 	if err != nil {
 		for _, e := range []struct{ from, to error }{{raftlog.ErrCorrupt, ErrCorrupt}, {raftlog.ErrLost, ErrLost}} {
 			if errors.Is(err, e.from) {

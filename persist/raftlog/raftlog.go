@@ -70,6 +70,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -152,6 +153,11 @@ type Options struct {
 	// SegmentSize is the size past which a new segment is started, and the
 	// space a new segment is given; zero means DefaultSegmentSize.
 	SegmentSize int64
+	// Prescan, if set, is a check of the segments begun earlier
+	// (StartPrescan): Open waits for it and takes what it found.
+	Prescan *Prescan
+	// prescan marks the options of a Prescan's own check.
+	prescan bool
 	// Durable is the last index the caller knows the log made durable, or
 	// zero. The log must hold it unless it was deleted since (the caller
 	// lowers its record before deleting the end of the log). Open refuses a
@@ -311,10 +317,21 @@ type scanned struct {
 // process has cores: each segment's check stands alone, and a restart
 // waits for them all. The results are in the segments' order.
 func scanSegments(dir string, names []segName, opts Options) []scanned {
+	var pre []scanned
+	if p := opts.Prescan; p != nil {
+		<-p.done
+		if slices.Equal(p.names, names) {
+			pre = p.out
+		}
+	}
 	out := make([]scanned, len(names))
 	slots := make(chan struct{}, runtime.GOMAXPROCS(0))
 	var wg sync.WaitGroup
 	for i, n := range names {
+		if pre != nil && pre[i].err != errUndecided {
+			out[i] = pre[i]
+			continue
+		}
 		slots <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-slots }()
@@ -324,6 +341,43 @@ func scanSegments(dir string, names []segName, opts Options) []scanned {
 	}
 	wg.Wait()
 	return out
+}
+
+// Prescan is Open's check of the segments, begun before Open is called,
+// while the caller does what Open's options wait on. It changes nothing.
+type Prescan struct {
+	done  chan struct{} // closed once out is set
+	names []segName
+	out   []scanned
+}
+
+// errUndecided marks a segment whose frames end in damage: whether that
+// is a torn write depends on Open's options, so Open checks it again.
+var errUndecided = errors.New("damaged frames, left to Open")
+
+// StartPrescan begins checking the segments in dir on goroutines of its
+// own. Pass it to Open (Options.Prescan), which takes what it found where
+// it finds the same segments by name; nothing may write to dir in between.
+// Where Open is not called, Wait for it.
+func StartPrescan(dir string) *Prescan {
+	p := &Prescan{done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		names, err := listSegments(dir)
+		if err != nil {
+			return
+		}
+		p.names = names
+		p.out = scanSegments(dir, names, Options{prescan: true})
+	}()
+	return p
+}
+
+// Wait waits for the check to end.
+func (p *Prescan) Wait() {
+	if p != nil {
+		<-p.done
+	}
 }
 
 // scanSegment reads the segment at path, which should start at entry
@@ -372,6 +426,9 @@ func scanSegment(path string, first uint64, isLast bool, opts Options) (_ *segme
 	// space.
 	if ferr == nil || allZero(b[off:]) {
 		return g, nil, nil
+	}
+	if opts.prescan {
+		return nil, nil, errUndecided
 	}
 	want := g.first + uint64(len(g.offs))
 	switch {
@@ -438,15 +495,28 @@ func segmentNames(dir string) ([]segName, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out []segName
 	for _, e := range ents {
-		name := e.Name()
-		if strings.HasSuffix(name, segSuffix+tmpSuffix) {
+		if name := e.Name(); strings.HasSuffix(name, segSuffix+tmpSuffix) {
 			// A segment being created when the process died; it was
 			// never renamed into the log.
 			if err := os.Remove(filepath.Join(dir, name)); err != nil {
 				return nil, err
 			}
+		}
+	}
+	return listSegments(dir)
+}
+
+// listSegments lists the segments in dir, in order, changing nothing.
+func listSegments(dir string) ([]segName, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []segName
+	for _, e := range ents {
+		name := e.Name()
+		if strings.HasSuffix(name, segSuffix+tmpSuffix) {
 			continue
 		}
 		if !strings.HasSuffix(name, segSuffix) {

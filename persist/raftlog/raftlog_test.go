@@ -703,3 +703,97 @@ func TestReadsDuringWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A prescan changes nothing, and Open with it finds what Open alone does:
+// on a log of several segments, on one whose tail a crash tore (which the
+// prescan leaves to Open), and when a segment appeared after the prescan.
+func TestPrescan(t *testing.T) {
+	build := func(t *testing.T, tear bool) string {
+		dir := t.TempDir()
+		s, _ := open(t, dir, 4096)
+		storeRange(t, s, 1, 150, 4)
+		end := s.segs[len(s.segs)-1].size
+		s.Close()
+		if len(segFiles(t, dir)) < 3 {
+			t.Fatalf("weak test: %d segments", len(segFiles(t, dir)))
+		}
+		if tear {
+			path, b := lastSeg(t, dir)
+			clear(b[end-5 : end])
+			if err := os.WriteFile(path, b, 0o640); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// A segment being created when the process died.
+		if err := os.WriteFile(filepath.Join(dir, "00000000000000000999.log.tmp"), []byte("x"), 0o640); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	for _, tc := range []struct {
+		name  string
+		tear  bool
+		added bool // a segment appears between the prescan and Open
+	}{{"intact", false, false}, {"torn tail", true, false}, {"segment added", false, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			alone, with := build(t, tc.tear), build(t, tc.tear)
+			before := dirHash(t, with)
+			p := StartPrescan(with)
+			p.Wait()
+			if dirHash(t, with) != before || len(segFiles(t, with)) != len(segFiles(t, alone)) {
+				t.Fatal("the prescan changed the log")
+			}
+			if _, err := os.Stat(filepath.Join(with, "00000000000000000999.log.tmp")); err != nil {
+				t.Fatalf("the prescan removed a file: %v", err)
+			}
+			if tc.added {
+				for _, dir := range []string{alone, with} {
+					s, _ := open(t, dir, 4096)
+					storeRange(t, s, 151, 250, 4)
+					s.Close()
+				}
+			}
+			a, arec, err := Open(alone, Options{SegmentSize: 4096})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close()
+			w, wrec, err := Open(with, Options{SegmentSize: 4096, Prescan: p})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			af, _ := a.FirstIndex()
+			al, _ := a.LastIndex()
+			wf, _ := w.FirstIndex()
+			wl, _ := w.LastIndex()
+			if af != wf || al != wl || (arec.TornBytes == 0) != (wrec.TornBytes == 0) || (wrec.TornBytes != 0) != tc.tear {
+				t.Fatalf("alone %d..%d %+v, with a prescan %d..%d %+v", af, al, arec, wf, wl, wrec)
+			}
+			checkLog(t, w, wf, wl)
+		})
+	}
+	// Open takes what the prescan found rather than reading a segment
+	// again: damage done after the prescan goes unseen (the caller changes
+	// nothing between the two).
+	dir := build(t, false)
+	p := StartPrescan(dir)
+	p.Wait()
+	first := segFiles(t, dir)[0]
+	b, err := os.ReadFile(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0xff
+	if err := os.WriteFile(first, b, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	s, _, err := Open(dir, Options{SegmentSize: 4096, Prescan: p})
+	if err != nil {
+		t.Fatalf("Open read the segment again: %v", err)
+	}
+	s.Close()
+	if _, _, err := Open(dir, Options{SegmentSize: 4096}); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Open alone: %v", err)
+	}
+}
