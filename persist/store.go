@@ -202,12 +202,6 @@ func Open(dir string, opts Options) (s *Store, err error) {
 	if err != nil {
 		return nil, err
 	}
-	// The log's segments are checked from now on, beside raft.db's check
-	// (a child process) and the snapshot's restore; openLog takes the
-	// result. It changes nothing, and ends before Open returns.
-	pre := raftlog.StartPrescan(filepath.Join(dir, logDir))
-	defer pre.Wait()
-	opts.prescan = pre
 	// Left by a probe a crash interrupted.
 	_ = os.Remove(filepath.Join(dir, probeFile))
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(dir, snapDir), snapRetain, opts.Logger)
@@ -227,7 +221,15 @@ func Open(dir string, opts Options) (s *Store, err error) {
 	// The snapshot's restore and the log's checks read different files:
 	// one goroutine each. The restore ends before Open returns, whatever
 	// Open returns.
-	restored := restoreWhileOpening(snaps, metas, snap, preparedRestore(opts, metas, snap))
+	restore := preparedRestore(opts, metas, snap)
+	// Once the heap is prepared (alone, its collection is quick), the
+	// log's segments are checked, beside raft.db's check (a child process)
+	// and the snapshot's restore; openLog takes the result. The check
+	// changes nothing, and ends before Open returns.
+	pre := raftlog.StartPrescan(filepath.Join(dir, logDir))
+	defer pre.Wait()
+	opts.prescan = pre
+	restored := restoreWhileOpening(snaps, metas, snap, restore)
 	defer func() {
 		r := <-restored
 		if err == nil {
