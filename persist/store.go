@@ -167,18 +167,7 @@ type meta struct {
 //
 // The tail of a write a crash interrupted is zeroed, with a warning.
 func Open(dir string, opts Options) (s *Store, err error) {
-	if opts.Logger == nil {
-		opts.Logger = hclog.NewNullLogger()
-	}
-	if opts.ProbeInterval <= 0 {
-		opts.ProbeInterval = defaultProbeInterval
-	}
-	if opts.markInterval == 0 {
-		opts.markInterval = defaultMarkInterval
-	}
-	if opts.SegmentSize <= 0 {
-		opts.SegmentSize = raftlog.DefaultSegmentSize
-	}
+	opts = opts.withDefaults()
 	defer func() {
 		if errors.Is(err, ErrCorrupt) || errors.Is(err, ErrLost) {
 			// One line, ending with what to do.
@@ -270,6 +259,23 @@ func Open(dir string, opts Options) (s *Store, err error) {
 	s.Snaps = &snapshotStore{SnapshotStore: snaps, h: s.health, dir: filepath.Join(dir, snapDir)}
 	go s.run(opts.markInterval, opts.ProbeInterval)
 	return s, nil
+}
+
+// withDefaults is o with its zero values replaced by their defaults.
+func (o Options) withDefaults() Options {
+	if o.Logger == nil {
+		o.Logger = hclog.NewNullLogger()
+	}
+	if o.ProbeInterval <= 0 {
+		o.ProbeInterval = defaultProbeInterval
+	}
+	if o.markInterval == 0 {
+		o.markInterval = defaultMarkInterval
+	}
+	if o.SegmentSize <= 0 {
+		o.SegmentSize = raftlog.DefaultSegmentSize
+	}
+	return o
 }
 
 // preparedRestore is opts.RestoreSnapshot, prepared for by
