@@ -796,8 +796,8 @@ func (d *dedupTable) addParsed(p *parsedPart) error {
 	if p.err != nil {
 		return p.err
 	}
+	prev, ok := d.order.at(d.order.pushed - 1)
 	for i := range p.entries {
-		prev, ok := d.order.at(d.order.pushed - 1)
 		if i > 0 {
 			prev, ok = &p.entries[i-1], true
 		}

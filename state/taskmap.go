@@ -220,7 +220,7 @@ func readMappedPart(r *bufio.Reader, src *snapshotSource, first, left uint64) (*
 	if p.items, err = readItems(r, src, int(count)); err != nil {
 		return nil, fmt.Errorf("items: %w", unexpected(err))
 	}
-	if p.ids, err = src.bytes(r, int(l), 1); err != nil {
+	if p.ids, err = src.bytes(r, int(l)); err != nil {
 		return nil, fmt.Errorf("ids: %w", unexpected(err))
 	}
 	for c := 0; c*partChunk < len(p.ids); c++ {
@@ -248,8 +248,7 @@ func readItems(r *bufio.Reader, src *snapshotSource, count int) ([]taskItem, err
 		}
 		// check checks their padding, on a worker: the first touch of the
 		// mapping's pages is most of what reading them costs.
-		items := unsafe.Slice((*taskItem)(unsafe.Pointer(unsafe.SliceData(b))), count)
-		return items[:count:count], nil
+		return unsafe.Slice((*taskItem)(unsafe.Pointer(unsafe.SliceData(b))), count), nil
 	}
 	items := make([]taskItem, count)
 	if littleEndian {
@@ -405,9 +404,9 @@ func (s *snapshotSource) mapped(r *bufio.Reader, n int, align int64) (_ []byte, 
 }
 
 // bytes returns the next n bytes r reads from s: the mapping's where s
-// maps its file (and they start at a multiple of align), a copy otherwise.
-func (s *snapshotSource) bytes(r *bufio.Reader, n int, align int64) ([]byte, error) {
-	if b, ok, err := s.mapped(r, n, align); ok || err != nil {
+// maps its file, a copy otherwise.
+func (s *snapshotSource) bytes(r *bufio.Reader, n int) ([]byte, error) {
+	if b, ok, err := s.mapped(r, n, 1); ok || err != nil {
 		return b, err
 	}
 	return readPart(r, nil, uint64(n))

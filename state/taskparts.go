@@ -338,7 +338,7 @@ func readDedupParts(r *bufio.Reader, src *snapshotSource, v uint32) *dedupRead {
 			d.readErr = fmt.Errorf("part at entry %d: %d bytes for %d entries", seen, l, count)
 			return d
 		}
-		buf, err := src.bytes(r, int(l), 1)
+		buf, err := src.bytes(r, int(l))
 		if err != nil {
 			d.readErr = fmt.Errorf("part at entry %d: %w", seen, unexpected(err))
 			return d
