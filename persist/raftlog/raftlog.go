@@ -383,7 +383,17 @@ func (p *Prescan) Wait() {
 // scanSegment reads the segment at path, which should start at entry
 // first, and indexes its frames; a damaged tail of the last segment is
 // returned as torn when it may be the end of an interrupted write.
-func scanSegment(path string, first uint64, isLast bool, opts Options) (_ *segment, _ *torn, err error) {
+func scanSegment(path string, first uint64, isLast bool, opts Options) (*segment, *torn, error) {
+	// Most segments are clean: the chunked check passes them. The rest
+	// are looked at whole, to tell damage from a torn write and say where.
+	if g, err := streamSegment(path, first); err == nil {
+		return g, nil, nil
+	}
+	return scanWhole(path, first, isLast, opts)
+}
+
+// scanWhole is scanSegment's check of a segment mapped (or read) whole.
+func scanWhole(path string, first uint64, isLast bool, opts Options) (_ *segment, _ *torn, err error) {
 	b, done, err := readSegment(path)
 	if err != nil {
 		return nil, nil, err
