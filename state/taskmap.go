@@ -366,6 +366,9 @@ func (s *snapshotSource) useMapping() {
 	}
 }
 
+// mappedRead is the most a Read of a mapped source copies.
+const mappedRead = 4 << 10
+
 // mapSnapshots lets tests read snapshot files without mapping them.
 var mapSnapshots = true
 
@@ -378,7 +381,10 @@ func (s *snapshotSource) Read(p []byte) (int, error) {
 	if s.off >= int64(len(s.m.b)) {
 		return 0, io.EOF
 	}
-	n := copy(p, s.m.b[s.off:])
+	// A little at a time: what is read from a mapping is mostly a part's
+	// header, after which the part itself is taken from the mapping and
+	// the rest of a larger read would be copied for nothing.
+	n := copy(p[:min(len(p), mappedRead)], s.m.b[s.off:])
 	s.off += int64(n)
 	return n, nil
 }
