@@ -159,7 +159,9 @@ func entryOf(client, request string, r Result) dedupEntry {
 		e.flags |= flagStateful
 	}
 	if r.Err != "" {
-		e.err = &r.Err
+		// A copy of its own: &r.Err would move every r to the heap.
+		err := r.Err
+		e.err = &err
 	}
 	return e
 }

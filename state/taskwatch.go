@@ -1,7 +1,7 @@
 package state
 
 import (
-	"slices"
+	"sort"
 	"sync/atomic"
 )
 
@@ -39,11 +39,12 @@ func (e taskEvent) event() TaskEvent {
 	return out
 }
 
-// taskHistory is the recent task events, oldest first, and the index up
+// taskHistory is the recent task events, oldest first (in chunks, so
+// that a growing history never copies what it holds), and the index up
 // to which events have been dropped (or were never kept: before this
 // replica's last snapshot restore).
 type taskHistory struct {
-	events    []taskEvent
+	events    queue[taskEvent]
 	compacted uint64
 	changed   chan struct{}
 	// handed: changed was given to a watcher since it was made, so the
@@ -72,25 +73,21 @@ func (h *taskHistory) deleted(index uint64, id string) {
 }
 
 func (h *taskHistory) add(e taskEvent) {
-	if len(h.events) >= HistoryTaskEvents {
-		// Drop the oldest tenth at once, so that a busy registry does
-		// not shift the slice on every event; whole indexes only, so
-		// that a batch entry's events stay together.
-		drop := HistoryTaskEvents / 10
-		for drop < len(h.events) && h.events[drop].index == h.events[drop-1].index {
-			drop++
+	if h.events.len() >= HistoryTaskEvents {
+		// Drop the oldest tenth at once; whole indexes only, so that a
+		// batch entry's events stay together.
+		for i := 0; h.events.len() > 0 && (i < HistoryTaskEvents/10 || h.events.front().index == h.compacted); i++ {
+			h.compacted = h.events.pop().index
 		}
-		h.compacted = h.events[drop-1].index
-		h.events = slices.Delete(h.events, 0, drop)
 	}
-	h.events = append(h.events, e)
+	h.events.push(e)
 	h.notify()
 }
 
 // reset forgets every event: the state now comes from a snapshot taken at
 // index, and what happened before it is not known here.
 func (h *taskHistory) reset(index uint64) {
-	h.events, h.compacted = nil, index
+	h.events, h.compacted = queue[taskEvent]{}, index
 	h.notify()
 }
 
@@ -108,18 +105,13 @@ func (f *FSM) TasksSince(from uint64) (events []TaskEvent, applied uint64, ok bo
 	if from < h.compacted {
 		return nil, applied, false, h.compacted, h.changed
 	}
-	i, _ := slices.BinarySearchFunc(h.events, from+1, func(e taskEvent, idx uint64) int {
-		switch {
-		case e.index < idx:
-			return -1
-		case e.index > idx:
-			return 1
-		}
-		return 0
-	})
-	events = make([]TaskEvent, len(h.events)-i)
-	for j, e := range h.events[i:] {
-		events[j] = e.event()
+	q := &h.events
+	first := q.pushed - uint64(q.len())
+	event := func(k int) *taskEvent { e, _ := q.at(first + uint64(k)); return e }
+	i := sort.Search(q.len(), func(k int) bool { return event(k).index > from })
+	events = make([]TaskEvent, q.len()-i)
+	for j := range events {
+		events[j] = event(i + j).event()
 	}
 	return events, applied, true, h.compacted, h.changed
 }
