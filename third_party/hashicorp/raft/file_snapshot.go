@@ -8,8 +8,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"hash"
-	"hash/crc64"
 	"io"
 	"os"
 	"path/filepath"
@@ -55,7 +53,7 @@ type FileSnapshotSink struct {
 	noSync bool
 
 	stateFile *os.File
-	stateHash hash.Hash64
+	stateHash *crc32Pair
 	buffered  *bufio.Writer
 	// unsynced counts the bytes written since the state file was last
 	// synced (see snapshotSyncBytes).
@@ -75,7 +73,11 @@ const snapshotSyncBytes = 8 << 20
 // on disk so that we can verify the snapshot.
 type fileSnapshotMeta struct {
 	SnapshotMeta
+	// CRC is the state file's CRC-64 (ECMA), in snapshots written before
+	// CRC32 (nil since).
 	CRC []byte
+	// CRC32 is the state file's CRC-32C and CRC-32 (see crc32Pair).
+	CRC32 []byte `json:",omitempty"`
 }
 
 // bufferedFile is returned when we open a snapshot. This way
@@ -248,8 +250,7 @@ func (f *FileSnapshotStore) Create(version SnapshotVersion, index, term uint64,
 	}
 	sink.stateFile = fh
 
-	// Create a CRC64 hash
-	sink.stateHash = crc64.New(crc64.MakeTable(crc64.ECMA))
+	sink.stateHash = &crc32Pair{}
 
 	// Wrap both the hash and file in a MultiWriter with buffering
 	multi := io.MultiWriter(sink.stateFile, sink.stateHash)
@@ -364,8 +365,7 @@ func (f *FileSnapshotStore) Open(id string) (*SnapshotMeta, io.ReadCloser, error
 		return nil, nil, err
 	}
 
-	// Create a CRC64 hash
-	stateHash := crc64.New(crc64.MakeTable(crc64.ECMA))
+	stateHash, sum, want := stateCheck(meta)
 
 	// Compute the hash
 	_, err = io.Copy(stateHash, fh)
@@ -376,9 +376,9 @@ func (f *FileSnapshotStore) Open(id string) (*SnapshotMeta, io.ReadCloser, error
 	}
 
 	// Verify the hash
-	computed := stateHash.Sum(nil)
-	if !bytes.Equal(meta.CRC, computed) {
-		f.logger.Error("CRC checksum failed", "stored", meta.CRC, "computed", computed)
+	computed := sum()
+	if !bytes.Equal(want, computed) {
+		f.logger.Error("CRC checksum failed", "stored", want, "computed", computed)
 		_ = fh.Close()
 		return nil, nil, fmt.Errorf("CRC mismatch")
 	}
@@ -422,7 +422,7 @@ func (f *FileSnapshotStore) OpenChecking(id string) (*SnapshotMeta, io.ReadClose
 		_ = fh.Close()
 		return nil, nil, nil, err
 	}
-	c := &crcCheck{want: meta.CRC, done: make(chan struct{})}
+	c := &crcCheck{meta: meta, done: make(chan struct{})}
 	go c.run(crc)
 	rc := &checkingFile{bufferedFile: bufferedFile{bh: bufio.NewReaderSize(fh, 256<<10), fh: fh}, c: c}
 	return &meta.SnapshotMeta, rc, c.wait, nil
@@ -430,7 +430,7 @@ func (f *FileSnapshotStore) OpenChecking(id string) (*SnapshotMeta, io.ReadClose
 
 // crcCheck computes a state file's CRC on a goroutine of its own.
 type crcCheck struct {
-	want    []byte
+	meta    *fileSnapshotMeta
 	stopped atomic.Bool
 	done    chan struct{}
 	err     error // set before done is closed
@@ -443,13 +443,13 @@ const crcChunk = 256 << 10
 func (c *crcCheck) run(fh *os.File) {
 	defer close(c.done)
 	defer fh.Close()
-	h := crc64.New(crc64.MakeTable(crc64.ECMA))
+	h, sum, want := stateCheck(c.meta)
 	buf := make([]byte, crcChunk)
 	for !c.stopped.Load() {
 		n, err := fh.Read(buf)
-		h.Write(buf[:n])
+		_, _ = h.Write(buf[:n])
 		if err == io.EOF {
-			if computed := h.Sum(nil); !bytes.Equal(c.want, computed) {
+			if computed := sum(); !bytes.Equal(want, computed) {
 				c.err = fmt.Errorf("CRC mismatch")
 			}
 			return
@@ -630,7 +630,7 @@ func (s *FileSnapshotSink) finalize() error {
 	s.meta.Size = stat.Size()
 
 	// Set the CRC
-	s.meta.CRC = s.stateHash.Sum(nil)
+	s.meta.CRC32 = s.stateHash.Sum(nil)
 	return nil
 }
 

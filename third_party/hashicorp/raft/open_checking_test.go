@@ -2,6 +2,11 @@ package raft
 
 import (
 	"bufio"
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"hash/crc32"
+	"hash/crc64"
 	"io"
 	"os"
 	"path/filepath"
@@ -10,30 +15,61 @@ import (
 
 // OpenChecking's check passes for an intact snapshot however much of it
 // the caller read, and fails for one whose state file changed after it
-// was written.
+// was written; so does Open. New snapshots carry the CRC-32 pair, and
+// older ones, with a CRC-64, are checked by it.
 func TestOpenChecking(t *testing.T) {
-	dir := t.TempDir()
-	store, err := NewFileSnapshotStoreWithLogger(dir, 2, newTestLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, trans := NewInmemTransport(NewInmemAddr())
-	sink, err := store.Create(SnapshotVersionMax, 10, 3, Configuration{}, 2, trans)
-	if err != nil {
-		t.Fatal(err)
-	}
 	state := make([]byte, 1<<20)
 	for i := range state {
 		state[i] = byte(i * 7)
 	}
-	if _, err := sink.Write(state); err != nil {
-		t.Fatal(err)
+	for _, older := range []bool{false, true} {
+		dir := t.TempDir()
+		store, err := NewFileSnapshotStoreWithLogger(dir, 2, newTestLogger(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, trans := NewInmemTransport(NewInmemAddr())
+		sink, err := store.Create(SnapshotVersionMax, 10, 3, Configuration{}, 2, trans)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sink.Write(state); err != nil {
+			t.Fatal(err)
+		}
+		if err := sink.Close(); err != nil {
+			t.Fatal(err)
+		}
+		id := sink.ID()
+		meta, err := store.readMeta(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := binary.BigEndian.AppendUint32(nil, crc32.Checksum(state, crc32.MakeTable(crc32.Castagnoli)))
+		want = binary.BigEndian.AppendUint32(want, crc32.ChecksumIEEE(state))
+		if meta.CRC != nil || !bytes.Equal(meta.CRC32, want) {
+			t.Fatalf("meta holds CRC %x, CRC32 %x; want no CRC and CRC32 %x", meta.CRC, meta.CRC32, want)
+		}
+		if older {
+			// As a snapshot written before CRC32 holds it.
+			meta.CRC = binary.BigEndian.AppendUint64(nil, crc64.Checksum(state, crc64.MakeTable(crc64.ECMA)))
+			meta.CRC32 = nil
+			b, err := json.Marshal(meta)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, snapPath, id, metaFilePath), b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		checkSnapshot(t, store, id, len(state), older)
 	}
-	if err := sink.Close(); err != nil {
-		t.Fatal(err)
-	}
-	id := sink.ID()
-	for _, read := range []int{0, 100, len(state)} {
+}
+
+// checkSnapshot opens snapshot id of a state file of size bytes, both
+// ways, then changes a byte of it, which both ways must refuse.
+func checkSnapshot(t *testing.T, store *FileSnapshotStore, id string, size int, older bool) {
+	t.Helper()
+	for _, read := range []int{0, 100, size} {
 		_, rc, check, err := store.OpenChecking(id)
 		if err != nil {
 			t.Fatal(err)
@@ -42,17 +78,22 @@ func TestOpenChecking(t *testing.T) {
 			t.Fatal(err)
 		}
 		if err := check(); err != nil {
-			t.Fatalf("intact, %d bytes read first: %v", read, err)
+			t.Fatalf("older %v: intact, %d bytes read first: %v", older, read, err)
 		}
 		_ = rc.Close()
 	}
+	_, rc, err := store.Open(id)
+	if err != nil {
+		t.Fatalf("older %v: Open: %v", older, err)
+	}
+	_ = rc.Close()
 
-	path := filepath.Join(dir, snapPath, id, stateFilePath)
+	path := filepath.Join(store.path, id, stateFilePath)
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.WriteAt([]byte{0xff}, 1<<19); err != nil {
+	if _, err := f.WriteAt([]byte{0xff}, int64(size/2)); err != nil {
 		t.Fatal(err)
 	}
 	_ = f.Close()
@@ -65,10 +106,10 @@ func TestOpenChecking(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := check(); err == nil {
-		t.Fatal("a changed state file passed its check")
+		t.Fatalf("older %v: a changed state file passed its check", older)
 	}
 	if _, _, err := store.Open(id); err == nil {
-		t.Fatal("Open took the changed file")
+		t.Fatalf("older %v: Open took the changed file", older)
 	}
 }
 
