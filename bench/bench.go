@@ -55,6 +55,9 @@ type Options struct {
 	// RestartRounds is how many times the restarts are measured (0 or 1:
 	// once).
 	RestartRounds int
+	// FollowerTerm stops the STANDBY of the restarts' catch-up with a
+	// SIGTERM, waiting for it to exit, instead of a SIGKILL.
+	FollowerTerm bool
 	// SnapshotAt, when set, has the PRIMARY take a raft snapshot this far
 	// into the run (see SnapshotResult).
 	SnapshotAt time.Duration
@@ -518,7 +521,7 @@ func (r *run) report(m *measured, verdict Verdict) *Report {
 // restarts measures what restarting nodes costs, after the run.
 func (r *run) restarts(ctx context.Context, before uint64) (*Restarts, error) {
 	rs := &restarter{c: r.cluster, ctl: r.ctl, load: r.load, copts: r.copts, log: r.o.Log, sizes: r.sizes,
-		dirs: r.dataDirs, before: before, rounds: r.o.RestartRounds}
+		dirs: r.dataDirs, before: before, rounds: r.o.RestartRounds, term: r.o.FollowerTerm}
 	return rs.run(ctx)
 }
 

@@ -84,7 +84,8 @@ func buildXCE(t *testing.T) string {
 
 // A real run with a snapshot and the restarts: a three-node cluster, 2000
 // tasks prefilled, a two-second run with the PRIMARY's snapshot half a
-// second in, then a STANDBY's catch-up and a cold restart. The snapshot
+// second in, then a STANDBY's catch-up (stopped by a SIGTERM) and a cold
+// restart. The snapshot
 // shows in the report and in its taker's node stats; the restarts report
 // a follower that fell behind and caught up, a first write after the cold
 // restart, every node ready, and no acknowledged task lost, each measured
@@ -97,7 +98,7 @@ func TestBenchRestartsAndSnapshot(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	rep, err := Bench(ctx, Options{Local: 3, Exe: exe, Profile: Profiles["default"], Clients: 4, Duration: 2 * time.Second,
-		Prefill: 2000, PrefillClients: 64, SnapshotAt: 500 * time.Millisecond, Restarts: true, RestartRounds: 2, Log: io.Discard})
+		Prefill: 2000, PrefillClients: 64, SnapshotAt: 500 * time.Millisecond, Restarts: true, RestartRounds: 2, FollowerTerm: true, Log: io.Discard})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +123,7 @@ func TestBenchRestartsAndSnapshot(t *testing.T) {
 	if r == nil {
 		t.Fatal("no restarts in the report")
 	}
-	if r.FollowerBehindEntries == 0 || r.FollowerCatchupSeconds <= 0 || r.ColdRestartSeconds <= 0 {
+	if r.FollowerBehindEntries == 0 || r.FollowerCatchupSeconds <= 0 || r.ColdRestartSeconds <= 0 || r.FollowerSignal != "SIGTERM" {
 		t.Errorf("restarts %+v", r)
 	}
 	for _, runs := range []struct {

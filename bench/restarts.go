@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/xce/xce/client"
@@ -20,12 +21,14 @@ import (
 // after the run (Options.Restarts); the report's "restarts".
 type Restarts struct {
 	// FollowerCatchupSeconds runs from the moment a restarted STANDBY
-	// listens (it was SIGKILLed and fell FollowerBehindEntries behind:
+	// listens (it was stopped by FollowerSignal, SIGKILL or SIGTERM, and
+	// fell FollowerBehindEntries behind:
 	// FollowerLagLoad of writes went on without it) until its applied
 	// index reaches the PRIMARY's commit index, both polled. The caught_up
 	// phase of FollowerPhases is the same moment counted from the restart.
 	FollowerCatchupSeconds float64 `json:"follower_catchup_seconds"`
 	FollowerBehindEntries  uint64  `json:"follower_behind_entries"`
+	FollowerSignal         string  `json:"follower_signal"`
 	// With more than one round (Options.RestartRounds), each
 	// measurement is made that many times: FollowerCatchupRuns and
 	// ColdRestartRuns hold every round's figure, in order, and
@@ -122,6 +125,7 @@ type restarter struct {
 	dirs   []string
 	before uint64 // tasks acknowledged before the measurements
 	rounds int    // how many times each measurement is made
+	term   bool   // stop the follower with SIGTERM, not SIGKILL
 }
 
 // run measures the follower's catch-up, then the cold restart, and
@@ -172,7 +176,7 @@ func median(xs []float64) float64 {
 	return s[len(s)/2]
 }
 
-// follower SIGKILLs a STANDBY, writes for FollowerLagLoad without it,
+// follower stops a STANDBY (rs.signal), writes for FollowerLagLoad without it,
 // restarts it and times its catch-up; it returns the STANDBY's index.
 func (rs *restarter) follower(ctx context.Context, out *Restarts) (int, error) {
 	n := rs.c.N()
@@ -192,7 +196,8 @@ func (rs *restarter) follower(ctx context.Context, out *Restarts) (int, error) {
 	if st := rs.status(wctx, s); st != nil {
 		applied = st.AppliedIndex
 	}
-	if _, err := rs.c.Kill(s); err != nil {
+	out.FollowerSignal = rs.signal()
+	if err := rs.stop(s); err != nil {
 		return 0, err
 	}
 	var h History
@@ -209,8 +214,8 @@ func (rs *restarter) follower(ctx context.Context, out *Restarts) (int, error) {
 	if commit > applied {
 		out.FollowerBehindEntries = commit - applied
 	}
-	fmt.Fprintf(rs.log, "restarts: SIGKILLed STANDBY n%d, %v of writes without it; restarting it %d entries behind\n",
-		s+1, FollowerLagLoad, out.FollowerBehindEntries)
+	fmt.Fprintf(rs.log, "restarts: stopped STANDBY n%d (%s), %v of writes without it; restarting it %d entries behind\n",
+		s+1, out.FollowerSignal, FollowerLagLoad, out.FollowerBehindEntries)
 	start := time.Now()
 	if err := rs.c.Start(s); err != nil {
 		return 0, err
@@ -241,6 +246,33 @@ func (rs *restarter) follower(ctx context.Context, out *Restarts) (int, error) {
 		fmt.Fprintf(rs.log, "restarts: n%d: %s\n", s+1, phaseLine(out.FollowerPhases))
 	}
 	return s, nil
+}
+
+// signal is how the follower's STANDBY is stopped, by name.
+func (rs *restarter) signal() string {
+	if rs.term {
+		return "SIGTERM"
+	}
+	return "SIGKILL"
+}
+
+// stop stops node s by rs.signal and waits until it is gone.
+func (rs *restarter) stop(s int) error {
+	if !rs.term {
+		_, err := rs.c.Kill(s)
+		return err
+	}
+	p := rs.c.Process(s)
+	if p == nil {
+		return fmt.Errorf("n%d: never started", s+1)
+	}
+	if err := p.Signal(syscall.SIGTERM); err != nil {
+		return err
+	}
+	if _, ok := p.Wait(stopGrace); !ok {
+		return fmt.Errorf("n%d did not exit within %v of its SIGTERM", s+1, stopGrace)
+	}
+	return nil
 }
 
 // sinceListen is a time since a node's restart counted from its listen

@@ -36,6 +36,7 @@ type benchFlags struct {
 	tls         bool
 	restarts    bool
 	rounds      int
+	followerSig string
 	snapshotAt  time.Duration
 	watchers    int
 	workers     int
@@ -69,8 +70,9 @@ reported, with --local also its data dir's size.
 With --snapshot-at D, the primary takes a raft snapshot D into the run; the
 report gives its size and time, and the largest latency of the writes in
 flight meanwhile against the run's largest. With --restarts (needs --local 3
-or more), after the run a standby is SIGKILLed, writes go on for 2s without
-it, and the time it takes to catch up once it listens again is reported; then
+or more), after the run a standby is SIGKILLed (with --follower-signal term,
+SIGTERMed and waited for), writes go on for 2s without it, and the time it
+takes to catch up once it listens again is reported; then
 every node is SIGKILLed at once and restarted, and the time to the first
 acknowledged write is reported, with the nodes' sizes after it. Fewer tasks
 after the cold restart than were acknowledged before it exits 1. With
@@ -120,6 +122,7 @@ same --workers and no --watchers.`,
 	fl.StringVar(&f.history, "history", "", "where to write the history visualisation on a violation (default: in the run's directory)")
 	fl.BoolVar(&f.restarts, "restarts", false, "after the run, measure a standby's catch-up and a cold restart of every node (with --local 3 or more)")
 	fl.IntVar(&f.rounds, "restart-rounds", 1, "with --restarts, make each restart measurement this many times and report every round and the medians (1 to 20)")
+	fl.StringVar(&f.followerSig, "follower-signal", "kill", "with --restarts, how the standby whose catch-up is timed is stopped: kill (SIGKILL) or term (SIGTERM, waiting for it to exit)")
 	fl.DurationVar(&f.snapshotAt, "snapshot-at", 0, "have the primary take a raft snapshot this far into the run (0: none)")
 	fl.BoolVar(&f.tls, "tls", false, "run the --local cluster with TLS on every port, certificates from its own CA, and an admin token")
 	fl.IntVar(&f.watchers, "watchers", 0, "open this many assignment watches over the nodes and report watch delivery after commit")
@@ -158,6 +161,10 @@ func runBench(stdout, stderr io.Writer, f benchFlags) error {
 		return usageErr("--restart-rounds must be between 1 and 20")
 	case f.rounds > 1 && !f.restarts:
 		return usageErr("--restart-rounds needs --restarts")
+	case f.followerSig != "kill" && f.followerSig != "term":
+		return usageErr("--follower-signal must be kill or term, not %q", f.followerSig)
+	case f.followerSig != "kill" && !f.restarts:
+		return usageErr("--follower-signal needs --restarts")
 	case f.snapshotAt < 0:
 		return usageErr("--snapshot-at must not be negative")
 	case f.snapshotAt > 0 && f.ops == 0 && f.snapshotAt >= f.duration:
@@ -183,7 +190,7 @@ func runBench(stdout, stderr io.Writer, f benchFlags) error {
 	o := bench.Options{
 		Local: f.local, Exe: exe, Profile: prof, TLS: f.tls,
 		Clients: f.clients, Duration: f.duration, Ops: f.ops, Reads: f.reads, Rate: f.rate, KillPrimary: f.killPrimary,
-		Prefill: f.prefill, PrefillClients: f.prefillCl, Restarts: f.restarts, RestartRounds: f.rounds, SnapshotAt: f.snapshotAt,
+		Prefill: f.prefill, PrefillClients: f.prefillCl, Restarts: f.restarts, RestartRounds: f.rounds, FollowerTerm: f.followerSig == "term", SnapshotAt: f.snapshotAt,
 		Keep: f.keep, HistoryPath: f.history, CPUProfile: f.cpuprofile, Nice: f.nice, Log: stderr,
 		Watchers: f.watchers, Workers: f.workers,
 	}

@@ -16,7 +16,8 @@ func TestBenchPrefillFlags(t *testing.T) {
 	}
 }
 
-// --restarts needs a local cluster of three or more; --snapshot-at must
+// --restarts needs a local cluster of three or more, and its rounds and
+// follower signal need --restarts and must be known; --snapshot-at must
 // fall within the run: usage errors before anything starts.
 func TestBenchRestartAndSnapshotFlags(t *testing.T) {
 	for _, args := range [][]string{
@@ -26,6 +27,8 @@ func TestBenchRestartAndSnapshotFlags(t *testing.T) {
 		{"--local", "3", "--restart-rounds", "2"},
 		{"--local", "3", "--restarts", "--restart-rounds", "0"},
 		{"--local", "3", "--restarts", "--restart-rounds", "21"},
+		{"--local", "3", "--restarts", "--follower-signal", "hup"},
+		{"--local", "3", "--follower-signal", "term"},
 		{"--local", "1", "--snapshot-at", "-1s"},
 		{"--local", "1", "--duration", "2s", "--snapshot-at", "2s"},
 		{"--local", "1", "--snapshot-at", "x"},
