@@ -596,7 +596,7 @@ func (f *FSM) expireLocked(index uint64) {
 }
 
 func (f *FSM) popLocked() {
-	seq := f.order.pushed - uint64(f.order.len())
+	seq := f.order.first()
 	e := f.order.pop()
 	f.dedup.remove(dedupKey{e.Client, e.Request}, seq)
 }

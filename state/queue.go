@@ -50,9 +50,13 @@ func (q *queue[T]) adopt(s []T) {
 	}
 }
 
+// first is the sequence number of the oldest element held (of the next
+// push's when the queue is empty).
+func (q *queue[T]) first() uint64 { return q.pushed - uint64(q.n) }
+
 // at returns the element with sequence number seq, if it is still held.
 func (q *queue[T]) at(seq uint64) (*T, bool) {
-	first := q.pushed - uint64(q.n)
+	first := q.first()
 	if seq < first || seq >= q.pushed {
 		return nil, false
 	}

@@ -798,12 +798,11 @@ func (d *dedupTable) addParsed(p *parsedPart) error {
 	}
 	prev, ok := d.order.at(d.order.pushed - 1)
 	for i := range p.entries {
-		if i > 0 {
-			prev, ok = &p.entries[i-1], true
-		}
-		if e := &p.entries[i]; ok && prev.index > e.index {
+		e := &p.entries[i]
+		if ok && prev.index > e.index {
 			return fmt.Errorf("entry %d: request ids out of index order (%d after %d)", p.first+uint64(i), e.index, prev.index)
 		}
+		prev, ok = e, true
 	}
 	base := d.order.pushed
 	d.order.adopt(p.entries)

@@ -106,8 +106,7 @@ func (f *FSM) TasksSince(from uint64) (events []TaskEvent, applied uint64, ok bo
 		return nil, applied, false, h.compacted, h.changed
 	}
 	q := &h.events
-	first := q.pushed - uint64(q.len())
-	event := func(k int) *taskEvent { e, _ := q.at(first + uint64(k)); return e }
+	event := func(k int) *taskEvent { e, _ := q.at(q.first() + uint64(k)); return e }
 	i := sort.Search(q.len(), func(k int) bool { return event(k).index > from })
 	events = make([]TaskEvent, q.len()-i)
 	for j := range events {

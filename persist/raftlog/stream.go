@@ -35,8 +35,8 @@ func (w *window) at(off int64, need int) ([]byte, error) {
 	return w.buf[off-w.start : w.n], nil
 }
 
-// fill moves the bytes from off to the front of the buffer and reads
-// until need of them are there.
+// fill moves the bytes from off to the front of the buffer, grown to hold
+// need of them, and fills it (need is at most what the file has left).
 func (w *window) fill(off int64, need int) error {
 	keep := 0
 	if off < w.start+int64(w.n) {
@@ -46,8 +46,8 @@ func (w *window) fill(off int64, need int) error {
 	if need > len(w.buf) {
 		w.buf = append(w.buf[:keep], make([]byte, need-keep)...)
 	}
-	want := max(need, min(len(w.buf), int(w.size-off)))
-	m, err := w.f.ReadAt(w.buf[keep:want], off+int64(keep))
+	end := min(len(w.buf), int(w.size-off))
+	m, err := w.f.ReadAt(w.buf[keep:end], off+int64(keep))
 	w.n += m
 	return err
 }

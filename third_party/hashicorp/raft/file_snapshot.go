@@ -365,7 +365,7 @@ func (f *FileSnapshotStore) Open(id string) (*SnapshotMeta, io.ReadCloser, error
 		return nil, nil, err
 	}
 
-	stateHash, sum, want := stateCheck(meta)
+	stateHash, want := stateCheck(meta)
 
 	// Compute the hash
 	_, err = io.Copy(stateHash, fh)
@@ -376,7 +376,7 @@ func (f *FileSnapshotStore) Open(id string) (*SnapshotMeta, io.ReadCloser, error
 	}
 
 	// Verify the hash
-	computed := sum()
+	computed := stateHash.Sum(nil)
 	if !bytes.Equal(want, computed) {
 		f.logger.Error("CRC checksum failed", "stored", want, "computed", computed)
 		_ = fh.Close()
@@ -443,13 +443,13 @@ const crcChunk = 256 << 10
 func (c *crcCheck) run(fh *os.File) {
 	defer close(c.done)
 	defer fh.Close()
-	h, sum, want := stateCheck(c.meta)
+	h, want := stateCheck(c.meta)
 	buf := make([]byte, crcChunk)
 	for !c.stopped.Load() {
 		n, err := fh.Read(buf)
 		_, _ = h.Write(buf[:n])
 		if err == io.EOF {
-			if computed := sum(); !bytes.Equal(want, computed) {
+			if computed := h.Sum(nil); !bytes.Equal(want, computed) {
 				c.err = fmt.Errorf("CRC mismatch")
 			}
 			return

@@ -2,7 +2,6 @@ package raft
 
 import (
 	"encoding/binary"
-	"hash"
 	"hash/crc32"
 	"hash/crc64"
 	"io"
@@ -28,14 +27,18 @@ func (p *crc32Pair) Sum(b []byte) []byte {
 	return binary.BigEndian.AppendUint32(b, p.ieee)
 }
 
-// stateCheck returns the hash that checks the state file of the snapshot
-// with meta m, and the sum it must come to: the CRC-32 pair where m has
-// one, the CRC-64 of older snapshots otherwise.
-func stateCheck(m *fileSnapshotMeta) (h io.Writer, sum func() []byte, want []byte) {
+// stateSum is a checksum of a state file as it is written to it.
+type stateSum interface {
+	io.Writer
+	Sum([]byte) []byte
+}
+
+// stateCheck returns the checksum that checks the state file of the
+// snapshot with meta m, and the sum it must come to: the CRC-32 pair where
+// m has one, the CRC-64 of older snapshots otherwise.
+func stateCheck(m *fileSnapshotMeta) (h stateSum, want []byte) {
 	if len(m.CRC32) > 0 {
-		p := &crc32Pair{}
-		return p, func() []byte { return p.Sum(nil) }, m.CRC32
+		return &crc32Pair{}, m.CRC32
 	}
-	var c hash.Hash64 = crc64.New(crc64.MakeTable(crc64.ECMA))
-	return c, func() []byte { return c.Sum(nil) }, m.CRC
+	return crc64.New(crc64.MakeTable(crc64.ECMA)), m.CRC
 }
